@@ -1,0 +1,161 @@
+//! The `Calculator` trait (energies and forces of a batch) that MD, training, benchmarks and the
+//! profiler share, and its PaiNN implementation.
+
+use crate::checkpoint;
+use crate::error::{Error, Result};
+use crate::model::{Painn, PainnInputs};
+use crate::neighbors::{batch_neighbor_list, NeighborList};
+use crate::ops::EdgeOps;
+use crate::structure::Batch;
+use candle_core::{DType, Device, Tensor, Var};
+use std::path::Path;
+
+/// Energies (eV) and forces (eV/Å) of every structure of a batch.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Prediction {
+    pub energies: Vec<f64>,
+    /// One force row per atom, grouped by structure.
+    pub forces: Vec<Vec<[f64; 3]>>,
+}
+
+/// Anything that gives energies and forces for a batch of structures.
+pub trait Calculator {
+    fn compute(&self, batch: &Batch) -> Result<Prediction>;
+    /// Interaction range in Å (for neighbour lists built by the caller).
+    fn cutoff(&self) -> f64;
+}
+
+/// A PaiNN model on a device, in a dtype.
+pub struct PainnCalculator {
+    model: Painn,
+    device: Device,
+    dtype: DType,
+}
+
+/// Device-side energies [B] and forces [N, 3] of one call.
+pub struct DeviceOutput {
+    pub energies: Tensor,
+    pub forces: Tensor,
+}
+
+impl PainnCalculator {
+    pub fn new(model: Painn, device: Device, dtype: DType) -> Self {
+        Self {
+            model,
+            device,
+            dtype,
+        }
+    }
+
+    /// Loads a checkpoint onto `device` (f32 unless `dtype` says otherwise).
+    pub fn from_checkpoint(path: &Path, device: &Device, dtype: DType) -> Result<Self> {
+        let ckpt = checkpoint::load(path)?;
+        Ok(Self::new(ckpt.model(device, dtype)?, device.clone(), dtype))
+    }
+
+    pub fn with_ops(mut self, ops: EdgeOps) -> Self {
+        self.model = self.model.with_ops(ops);
+        self
+    }
+
+    pub fn model(&self) -> &Painn {
+        &self.model
+    }
+
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// Host-side preparation: species, neighbour list, image offsets, uploaded to the device.
+    /// Returns the inputs and the positions variable that forces are taken against.
+    pub fn prepare(&self, batch: &Batch) -> Result<(PainnInputs, Var)> {
+        let nl = batch_neighbor_list(batch, self.model.config().cutoff)?;
+        self.prepare_with(batch, &nl)
+    }
+
+    /// Like [`prepare`](Self::prepare) with a neighbour list the caller built (e.g. a Verlet
+    /// list with a skin: edges beyond the cutoff contribute exactly zero).
+    pub fn prepare_with(&self, batch: &Batch, nl: &NeighborList) -> Result<(PainnInputs, Var)> {
+        let cfg = self.model.config();
+        let mut species = Vec::with_capacity(batch.n_atoms());
+        for (k, s) in batch.structures.iter().enumerate() {
+            let sp = cfg
+                .species_of(&s.numbers)
+                .map_err(|(atom, z)| Error::UnknownElement {
+                    z,
+                    structure: k,
+                    atom,
+                    known: cfg.elements.clone(),
+                })?;
+            species.extend(sp);
+        }
+        let offsets = edge_offsets(batch, nl);
+        let dev = &self.device;
+        let n = batch.n_atoms();
+        let e = nl.len();
+        let flat_pos: Vec<f64> = batch.positions().into_iter().flatten().collect();
+        let positions = Var::from_tensor(
+            &Tensor::from_vec(flat_pos, (n, 3), dev)?.to_dtype(self.dtype)?,
+        )?;
+        let offsets: Vec<f64> = offsets.into_iter().flatten().collect();
+        let inputs = PainnInputs {
+            species: Tensor::from_vec(species, n, dev)?,
+            positions: positions.as_tensor().clone(),
+            centers: Tensor::from_vec(nl.centers.clone(), e, dev)?,
+            neighbors: Tensor::from_vec(nl.neighbors.clone(), e, dev)?,
+            offsets: Tensor::from_vec(offsets, (e, 3), dev)?.to_dtype(self.dtype)?,
+            atom_structure: Tensor::from_vec(batch.atom_structure(), n, dev)?,
+            n_structures: batch.n_structures(),
+        };
+        Ok((inputs, positions))
+    }
+
+    /// Energies and forces on the device: one forward and one backward for the whole batch.
+    pub fn compute_device(&self, inputs: &PainnInputs, positions: &Var) -> Result<DeviceOutput> {
+        let energies = self.model.energies(inputs)?;
+        let grads = energies.sum_all()?.backward()?;
+        let forces = match grads.get(positions.as_tensor()) {
+            Some(g) => g.neg()?,
+            // No edges at all: the energy does not depend on positions.
+            None => positions.as_tensor().zeros_like()?,
+        };
+        Ok(DeviceOutput { energies, forces })
+    }
+}
+
+/// Cartesian image offset S·cell of every edge, each with its own structure's cell.
+pub fn edge_offsets(batch: &Batch, nl: &NeighborList) -> Vec<[f64; 3]> {
+    nl.edge_structures(&batch.offsets)
+        .iter()
+        .zip(&nl.shifts)
+        .map(|(&k, s)| match &batch.structures[k as usize].cell {
+            Some(c) if *s != [0; 3] => std::array::from_fn(|d| {
+                s[0] as f64 * c[0][d] + s[1] as f64 * c[1][d] + s[2] as f64 * c[2][d]
+            }),
+            _ => [0.0; 3],
+        })
+        .collect()
+}
+
+impl Calculator for PainnCalculator {
+    fn compute(&self, batch: &Batch) -> Result<Prediction> {
+        let (inputs, positions) = self.prepare(batch)?;
+        let out = self.compute_device(&inputs, &positions)?;
+        let energies = out.energies.to_dtype(DType::F64)?.to_vec1::<f64>()?;
+        let forces = out.forces.to_dtype(DType::F64)?.to_vec2::<f64>()?;
+        let forces = batch
+            .offsets
+            .windows(2)
+            .map(|w| forces[w[0]..w[1]].iter().map(|r| [r[0], r[1], r[2]]).collect())
+            .collect();
+        Ok(Prediction { energies, forces })
+    }
+
+    fn cutoff(&self) -> f64 {
+        self.model.config().cutoff
+    }
+}

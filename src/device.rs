@@ -1,0 +1,176 @@
+//! Device selection (`cpu`, `cuda[:N]`, `auto`) with a clear fallback, and GPU facts for
+//! `mlff check`.
+
+use crate::error::{Error, Result};
+use candle_core::Device;
+use serde::Serialize;
+
+/// What the user asked for with `--device`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeviceSpec {
+    Cpu,
+    Cuda(usize),
+    /// CUDA device 0 when this build and machine have one, else the CPU.
+    Auto,
+}
+
+impl std::str::FromStr for DeviceSpec {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "cpu" => Ok(Self::Cpu),
+            "auto" => Ok(Self::Auto),
+            "cuda" | "gpu" => Ok(Self::Cuda(0)),
+            _ => match s.strip_prefix("cuda:").map(str::parse::<usize>) {
+                Some(Ok(n)) => Ok(Self::Cuda(n)),
+                _ => Err(format!(
+                    "unknown device `{s}` (expected cpu, cuda, cuda:N or auto)"
+                )),
+            },
+        }
+    }
+}
+
+/// The device chosen, and a note for the user when `auto` fell back to the CPU.
+pub struct Selected {
+    pub device: Device,
+    pub fallback_note: Option<String>,
+}
+
+/// Opens the requested device. An explicit `cuda` that cannot be had is an error naming the
+/// reason; `auto` falls back to the CPU and says why.
+pub fn select(spec: DeviceSpec) -> Result<Selected> {
+    match spec {
+        DeviceSpec::Cpu => Ok(Selected {
+            device: Device::Cpu,
+            fallback_note: None,
+        }),
+        DeviceSpec::Cuda(n) => Ok(Selected {
+            device: open_cuda(n)?,
+            fallback_note: None,
+        }),
+        DeviceSpec::Auto => match open_cuda(0) {
+            Ok(device) => Ok(Selected {
+                device,
+                fallback_note: None,
+            }),
+            Err(e) => Ok(Selected {
+                device: Device::Cpu,
+                fallback_note: Some(format!("using the CPU: {e}")),
+            }),
+        },
+    }
+}
+
+#[cfg(feature = "cuda")]
+fn open_cuda(n: usize) -> Result<Device> {
+    Device::new_cuda(n).map_err(|e| Error::Device(format!("cannot open CUDA device {n}: {e}")))
+}
+
+#[cfg(not(feature = "cuda"))]
+fn open_cuda(n: usize) -> Result<Device> {
+    Err(Error::Device(format!(
+        "cannot open CUDA device {n}: this binary was built without the `cuda` feature \
+         (rebuild with `cargo build --release --features cuda`, or use --device cpu)"
+    )))
+}
+
+/// Short human name of a device, e.g. `cpu` or `cuda:0`.
+pub fn device_name(dev: &Device) -> String {
+    match dev {
+        Device::Cpu => "cpu".into(),
+        Device::Cuda(_) => format!("cuda:{}", cuda_ordinal(dev)),
+        Device::Metal(_) => "metal".into(),
+    }
+}
+
+fn cuda_ordinal(_dev: &Device) -> usize {
+    #[cfg(feature = "cuda")]
+    if let Device::Cuda(c) = _dev {
+        return c.cuda_stream().context().ordinal();
+    }
+    0
+}
+
+/// Waits for queued device work, so host clocks measure finished work.
+pub fn synchronize(dev: &Device) -> Result<()> {
+    Ok(dev.synchronize()?)
+}
+
+/// Facts about one GPU.
+#[derive(Clone, Debug, Serialize)]
+pub struct GpuInfo {
+    pub ordinal: usize,
+    pub name: String,
+    pub compute_capability: String,
+    pub memory_total_bytes: usize,
+    pub memory_free_bytes: usize,
+    /// CUDA version the driver supports, e.g. "13.0".
+    pub driver_cuda_version: String,
+    /// CUDA version this binary was built against.
+    pub runtime_cuda_version: String,
+}
+
+/// What `mlff check` reports.
+#[derive(Clone, Debug, Serialize)]
+pub struct SystemReport {
+    pub version: &'static str,
+    pub cuda_feature: bool,
+    pub cpu_threads: usize,
+    pub gpus: Vec<GpuInfo>,
+    /// Why no GPU is listed, when none is.
+    pub gpu_error: Option<String>,
+}
+
+pub fn system_report() -> SystemReport {
+    let (gpus, gpu_error) = match gpu_infos() {
+        Ok(g) if g.is_empty() => (g, Some("no CUDA device found".into())),
+        Ok(g) => (g, None),
+        Err(e) => (vec![], Some(e.to_string())),
+    };
+    SystemReport {
+        version: env!("CARGO_PKG_VERSION"),
+        cuda_feature: cfg!(feature = "cuda"),
+        cpu_threads: std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1),
+        gpus,
+        gpu_error,
+    }
+}
+
+#[cfg(not(feature = "cuda"))]
+pub fn gpu_infos() -> Result<Vec<GpuInfo>> {
+    Err(Error::Device(
+        "built without the `cuda` feature (rebuild with --features cuda)".into(),
+    ))
+}
+
+#[cfg(feature = "cuda")]
+pub fn gpu_infos() -> Result<Vec<GpuInfo>> {
+    use candle_core::cuda_backend::cudarc::driver::{sys, CudaContext};
+    let e = |e: candle_core::cuda_backend::cudarc::driver::DriverError| {
+        Error::Device(format!("CUDA driver: {e}"))
+    };
+    let count = CudaContext::device_count().map_err(e)?;
+    let mut driver = 0i32;
+    // SAFETY: plain query writing one int.
+    unsafe { sys::cuDriverGetVersion(&mut driver) };
+    let version = |v: i64| format!("{}.{}", v / 1000, (v % 1000) / 10);
+    (0..count as usize)
+        .map(|n| {
+            let ctx = CudaContext::new(n).map_err(e)?;
+            let (major, minor) = ctx.compute_capability().map_err(e)?;
+            let (free, total) = ctx.mem_get_info().map_err(e)?;
+            Ok(GpuInfo {
+                ordinal: n,
+                name: ctx.name().map_err(e)?,
+                compute_capability: format!("{major}.{minor}"),
+                memory_total_bytes: total,
+                memory_free_bytes: free,
+                driver_cuda_version: version(driver as i64),
+                runtime_cuda_version: version(sys::CUDA_VERSION as i64),
+            })
+        })
+        .collect()
+}

@@ -1,0 +1,14 @@
+//! The PaiNN student (Schütt, Unke, Gastegger, ICML 2021).
+
+mod config;
+mod init;
+mod message;
+mod painn;
+mod radial;
+mod readout;
+mod update;
+
+pub use config::PainnConfig;
+pub use init::init_varmap;
+pub use painn::{Painn, PainnInputs};
+pub use radial::{cosine_cutoff, gaussian_rbf};

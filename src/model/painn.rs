@@ -1,0 +1,122 @@
+//! The whole PaiNN model: edge geometry, filters, blocks, readout, per-structure energies.
+
+use super::config::PainnConfig;
+use super::message::{Edges, Message};
+use super::radial::{cosine_cutoff, gaussian_rbf};
+use super::readout::Readout;
+use super::update::Update;
+use crate::ops::EdgeOps;
+use candle_core::{Module, Result, Tensor};
+use candle_nn::{linear, Linear, VarBuilder};
+
+/// Device tensors describing a flattened batch for one forward pass.
+pub struct PainnInputs {
+    /// Embedding row of each atom, [N] u32.
+    pub species: Tensor,
+    /// Cartesian positions, [N, 3] (a `Var` when forces are wanted).
+    pub positions: Tensor,
+    /// Receiving atom i of each edge, [E] u32.
+    pub centers: Tensor,
+    /// Sending atom j of each edge, [E] u32.
+    pub neighbors: Tensor,
+    /// Image offset S·cell of each edge in Å, [E, 3]: r_ij = x_j - x_i + offset.
+    pub offsets: Tensor,
+    /// Structure of each atom, [N] u32.
+    pub atom_structure: Tensor,
+    pub n_structures: usize,
+}
+
+pub struct Painn {
+    cfg: PainnConfig,
+    embedding: Tensor,
+    filter: Linear,
+    messages: Vec<Message>,
+    updates: Vec<Update>,
+    readout: Readout,
+    ops: EdgeOps,
+}
+
+impl Painn {
+    /// Builds the model with weights from `vb` (a checkpoint, or a VarMap for training).
+    pub fn new(cfg: &PainnConfig, vb: VarBuilder) -> Result<Self> {
+        let f = cfg.hidden;
+        let embedding = vb.get_with_hints(
+            (cfg.elements.len(), f),
+            "embedding.weight",
+            candle_nn::Init::Randn {
+                mean: 0.0,
+                stdev: 1.0,
+            },
+        )?;
+        // One filter network for all blocks, as in the paper (shared_filters = false).
+        let filter = linear(cfg.n_rbf, cfg.n_blocks * 3 * f, vb.pp("filter"))?;
+        let mut messages = Vec::with_capacity(cfg.n_blocks);
+        let mut updates = Vec::with_capacity(cfg.n_blocks);
+        for k in 0..cfg.n_blocks {
+            let b = vb.pp("blocks").pp(k);
+            messages.push(Message::new(f, b.pp("message"))?);
+            updates.push(Update::new(f, b.pp("update"))?);
+        }
+        let readout = Readout::new(f, cfg.elements.len(), vb.pp("readout"))?;
+        Ok(Self {
+            cfg: cfg.clone(),
+            embedding,
+            filter,
+            messages,
+            updates,
+            readout,
+            ops: EdgeOps::default(),
+        })
+    }
+
+    pub fn config(&self) -> &PainnConfig {
+        &self.cfg
+    }
+
+    pub fn with_ops(mut self, ops: EdgeOps) -> Self {
+        self.ops = ops;
+        self
+    }
+
+    pub fn ops(&self) -> EdgeOps {
+        self.ops
+    }
+
+    /// Per-atom energies [N] in eV.
+    pub fn atom_energies(&self, x: &PainnInputs) -> Result<Tensor> {
+        let (ops, f) = (self.ops, self.cfg.hidden);
+        let n = x.positions.dim(0)?;
+        let r_ij = ((ops.gather(&x.positions, &x.neighbors)?
+            - ops.gather(&x.positions, &x.centers)?)?
+            + &x.offsets)?;
+        let d = r_ij.sqr()?.sum(1)?.sqrt()?;
+        let directions = r_ij.broadcast_div(&d.unsqueeze(1)?)?;
+        let rbf = gaussian_rbf(&d, self.cfg.n_rbf, self.cfg.cutoff)?;
+        let fcut = cosine_cutoff(&d, self.cfg.cutoff)?;
+        let filters = self
+            .filter
+            .forward(&rbf)?
+            .broadcast_mul(&fcut.unsqueeze(1)?)?;
+        let edges = Edges {
+            centers: &x.centers,
+            neighbors: &x.neighbors,
+            directions: &directions,
+            ops,
+        };
+        let mut s = ops.gather(&self.embedding, &x.species)?;
+        let mut v = Tensor::zeros((n, 3, f), s.dtype(), s.device())?;
+        for (k, (message, update)) in self.messages.iter().zip(&self.updates).enumerate() {
+            let w = filters.narrow(1, k * 3 * f, 3 * f)?;
+            (s, v) = message.forward(&s, &v, &w, &edges, k == 0)?;
+            (s, v) = update.forward(&s, &v)?;
+        }
+        self.readout.atom_energies(&s, &x.species, ops)
+    }
+
+    /// Energy of each structure, [n_structures] in eV.
+    pub fn energies(&self, x: &PainnInputs) -> Result<Tensor> {
+        let e_atom = self.atom_energies(x)?;
+        self.ops
+            .scatter_add(&e_atom, &x.atom_structure, x.n_structures)
+    }
+}

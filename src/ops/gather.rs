@@ -1,0 +1,77 @@
+//! Row gather, `out[e, ...] = x[idx[e], ...]`; its backward is [`scatter_add`].
+
+use super::rows::{contiguous, cpu_index, out_shape, rows_of};
+use super::scatter_add::scatter_add;
+use candle_core::backend::BackendStorage;
+use candle_core::{bail, CpuStorage, CustomOp2, Layout, Result, Shape, Tensor};
+
+#[cfg(feature = "cuda")]
+const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/gather.ptx"));
+
+/// The gather custom op; use [`gather`].
+pub struct Gather;
+
+/// Gathers rows of `x` (any rank ≥ 1) at the u32 indices `idx` (1-D). Differentiable to any
+/// order with respect to `x`.
+pub fn gather(x: &Tensor, idx: &Tensor) -> Result<Tensor> {
+    x.contiguous()?.apply_op2(&idx.contiguous()?, Gather)
+}
+
+fn gather_cpu<T: Copy>(src: &[T], idx: &[u32], row: usize) -> Vec<T> {
+    let mut out = Vec::with_capacity(idx.len() * row);
+    for &j in idx {
+        let j = j as usize;
+        out.extend_from_slice(&src[j * row..(j + 1) * row]);
+    }
+    out
+}
+
+impl CustomOp2 for Gather {
+    fn name(&self) -> &'static str {
+        "mlff-gather"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let (n_src, row) = rows_of(l1.shape(), self.name())?;
+        let idx = cpu_index(s2, l2, n_src, self.name())?;
+        let (a, b) = contiguous(l1, self.name(), "data")?;
+        let out = match s1 {
+            CpuStorage::F32(v) => CpuStorage::F32(gather_cpu(&v[a..b], idx, row)),
+            CpuStorage::F64(v) => CpuStorage::F64(gather_cpu(&v[a..b], idx, row)),
+            s => bail!("mlff-gather: dtype {:?} is not supported (f32, f64)", s.dtype()),
+        };
+        Ok((out, out_shape(l1.shape(), idx.len())))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+    ) -> Result<(candle_core::CudaStorage, Shape)> {
+        let (n_src, row) = rows_of(l1.shape(), self.name())?;
+        let n_idx = l2.shape().elem_count();
+        let out = super::rows::cuda::launch_rows(
+            "mlff_gather", PTX, "gather", s1, l1, s2, l2, n_idx, row, n_src, false,
+        )?;
+        Ok((out, out_shape(l1.shape(), n_idx)))
+    }
+
+    fn bwd(
+        &self,
+        x: &Tensor,
+        idx: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>)> {
+        Ok((Some(scatter_add(grad, idx, x.dim(0)?)?), None))
+    }
+}

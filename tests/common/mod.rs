@@ -1,0 +1,132 @@
+//! Shared test fixtures: small random models and random molecules/boxes.
+#![allow(dead_code)]
+
+use candle_core::{DType, Device};
+use candle_nn::VarBuilder;
+use mlff_distiller::model::{init_varmap, Painn, PainnConfig};
+use mlff_distiller::structure::{Lattice, Structure};
+use mlff_distiller::PainnCalculator;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+/// A small model (fast in debug builds) with every parameter random, including the readout
+/// reference energies, scale and shift.
+pub fn small_config() -> PainnConfig {
+    PainnConfig {
+        hidden: 16,
+        n_blocks: 2,
+        n_rbf: 8,
+        cutoff: 4.0,
+        elements: vec![1, 6, 7, 8],
+    }
+}
+
+pub fn model(cfg: &PainnConfig, seed: u64, dtype: DType, dev: &Device) -> Painn {
+    let vm = init_varmap(cfg, seed, DType::F64, &Device::Cpu).unwrap();
+    {
+        let data = vm.data().lock().unwrap();
+        let n = cfg.elements.len();
+        let refs: Vec<f64> = (0..n).map(|k| -10.0 * (k as f64 + 1.0)).collect();
+        data["readout.atom_ref"]
+            .set(&candle_core::Tensor::new(refs, &Device::Cpu).unwrap())
+            .unwrap();
+        data["readout.scale"]
+            .set(&candle_core::Tensor::new(&[1.7f64], &Device::Cpu).unwrap())
+            .unwrap();
+        data["readout.shift"]
+            .set(&candle_core::Tensor::new(&[-0.3f64], &Device::Cpu).unwrap())
+            .unwrap();
+    }
+    // Plain tensors (not Vars) so only positions are differentiated.
+    let tensors = vm
+        .data()
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| (k.clone(), v.as_tensor().copy().unwrap()))
+        .collect();
+    Painn::new(cfg, VarBuilder::from_tensors(tensors, dtype, dev)).unwrap()
+}
+
+pub fn calculator(dtype: DType, dev: &Device) -> PainnCalculator {
+    let cfg = small_config();
+    PainnCalculator::new(model(&cfg, 7, dtype, dev), dev.clone(), dtype)
+}
+
+/// A random molecule of `n` H/C/N/O atoms with no pair closer than 0.9 Å, roughly compact.
+pub fn random_molecule(n: usize, seed: u64) -> Structure {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let zs = [1u8, 6, 7, 8];
+    let side = (n as f64 * 6.0).cbrt() + 1.0;
+    let mut pos: Vec<[f64; 3]> = Vec::new();
+    while pos.len() < n {
+        let p = [0, 1, 2].map(|_| rng.random_range(0.0..side));
+        if pos.iter().all(|q| dist(&p, q) > 0.9) {
+            pos.push(p);
+        }
+    }
+    let numbers = (0..n).map(|_| zs[rng.random_range(0..4)]).collect();
+    Structure::molecule(numbers, pos)
+}
+
+/// A random periodic box (triclinic when `skew` > 0) at about liquid density.
+pub fn random_box(n: usize, skew: f64, seed: u64) -> Structure {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let side = (n as f64 * 10.0).cbrt();
+    let cell: Lattice = [
+        [side, 0.0, 0.0],
+        [skew * side, side, 0.0],
+        [0.1 * skew * side, -0.2 * skew * side, side],
+    ];
+    let mut pos: Vec<[f64; 3]> = Vec::new();
+    let mut tries = 0;
+    while pos.len() < n && tries < 1_000_000 {
+        tries += 1;
+        let f = [0, 1, 2].map(|_| rng.random_range(0.0..1.0));
+        let p = std::array::from_fn(|d| (0..3).map(|k| f[k] * cell[k][d]).sum::<f64>());
+        if pos.iter().all(|q| dist(&p, q) > 0.95) {
+            pos.push(p);
+        }
+    }
+    let zs = [1u8, 8];
+    let numbers = (0..pos.len()).map(|_| zs[rng.random_range(0..2)]).collect();
+    Structure {
+        cell: Some(cell),
+        pbc: [true; 3],
+        ..Structure::molecule(numbers, pos)
+    }
+}
+
+pub fn dist(a: &[f64; 3], b: &[f64; 3]) -> f64 {
+    ((a[0] - b[0]).powi(2) + (a[1] - b[1]).powi(2) + (a[2] - b[2]).powi(2)).sqrt()
+}
+
+/// A random proper rotation matrix (from a random unit quaternion).
+pub fn random_rotation(seed: u64) -> [[f64; 3]; 3] {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let q: [f64; 4] = std::array::from_fn(|_| rng.random_range(-1.0..1.0));
+    let n = q.iter().map(|x| x * x).sum::<f64>().sqrt();
+    let [w, x, y, z] = q.map(|v| v / n);
+    [
+        [1. - 2. * (y * y + z * z), 2. * (x * y - z * w), 2. * (x * z + y * w)],
+        [2. * (x * y + z * w), 1. - 2. * (x * x + z * z), 2. * (y * z - x * w)],
+        [2. * (x * z - y * w), 2. * (y * z + x * w), 1. - 2. * (x * x + y * y)],
+    ]
+}
+
+pub fn rotate(r: &[[f64; 3]; 3], v: &[f64; 3]) -> [f64; 3] {
+    std::array::from_fn(|i| (0..3).map(|k| r[i][k] * v[k]).sum())
+}
+
+/// Largest |a - b| over all force components.
+pub fn max_force_diff(a: &[Vec<[f64; 3]>], b: &[Vec<[f64; 3]>]) -> f64 {
+    a.iter()
+        .flatten()
+        .zip(b.iter().flatten())
+        .flat_map(|(x, y)| (0..3).map(move |d| (x[d] - y[d]).abs()))
+        .fold(0.0, f64::max)
+}
+
+pub fn max_abs(a: &[Vec<[f64; 3]>]) -> f64 {
+    a.iter().flatten().flatten().fold(0.0f64, |m, x| m.max(x.abs()))
+}
