@@ -1,7 +1,17 @@
 //! mlff-distiller: PaiNN student force fields on candle, CPU and CUDA.
 
+pub mod calculator;
+pub mod checkpoint;
+pub mod device;
 pub mod error;
+pub mod fsutil;
+pub mod io;
+pub mod model;
+pub mod neighbors;
+pub mod ops;
 pub mod structure;
+pub mod systems;
 
+pub use calculator::{Calculator, PainnCalculator, Prediction};
 pub use error::{Error, Result};
 pub use structure::{Batch, Structure};

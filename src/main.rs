@@ -1,1 +1,13 @@
-fn main() {}
+//! `mlff`: the mlff-distiller command line.
+
+mod cli;
+
+fn main() -> std::process::ExitCode {
+    match cli::run() {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

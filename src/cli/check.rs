@@ -1,0 +1,45 @@
+//! `mlff check`: what this build and machine can run.
+
+use super::DeviceArgs;
+use anyhow::{Context, Result};
+use clap::Args;
+use mlff_distiller::device::{self, system_report};
+use std::path::PathBuf;
+
+#[derive(Args)]
+pub struct CheckArgs {
+    /// Also write the report as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    #[command(flatten)]
+    device: DeviceArgs,
+}
+
+pub fn run(a: CheckArgs) -> Result<()> {
+    let report = system_report();
+    println!("mlff {} (cuda feature: {})", report.version, report.cuda_feature);
+    println!("cpu threads: {}", report.cpu_threads);
+    for g in &report.gpus {
+        println!(
+            "gpu {}: {} (compute {}), memory {:.1} GiB total / {:.1} GiB free, driver CUDA {}, built for CUDA {}",
+            g.ordinal,
+            g.name,
+            g.compute_capability,
+            g.memory_total_bytes as f64 / (1u64 << 30) as f64,
+            g.memory_free_bytes as f64 / (1u64 << 30) as f64,
+            g.driver_cuda_version,
+            g.runtime_cuda_version
+        );
+    }
+    if let Some(e) = &report.gpu_error {
+        println!("gpu: none ({e})");
+    }
+    let dev = a.device.open()?;
+    println!("selected device: {}", device::device_name(&dev));
+    if let Some(path) = a.json {
+        let text = serde_json::to_string_pretty(&report)?;
+        mlff_distiller::fsutil::write_atomic(&path, text.as_bytes())
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,72 @@
+//! Subcommands of `mlff`.
+
+mod bench;
+mod check;
+mod info;
+mod init_model;
+mod predict;
+
+use anyhow::Result;
+use clap::{Args, Parser, Subcommand};
+use mlff_distiller::device::{self, DeviceSpec};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(name = "mlff", version, about = "Distilled PaiNN force fields: predict, inspect, benchmark")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Report the build, CPU and GPUs (name, compute capability, memory, CUDA versions).
+    Check(check::CheckArgs),
+    /// Show a checkpoint's config, elements, parameter count, units and provenance.
+    Info(info::InfoArgs),
+    /// Energies and forces for every frame of an extended-XYZ file.
+    Predict(predict::PredictArgs),
+    /// Write a randomly initialised (untrained) checkpoint from a config.
+    InitModel(init_model::InitModelArgs),
+    /// Time energy+forces on generated systems, comparing edge-op implementations.
+    Bench(bench::BenchArgs),
+}
+
+/// `--device` shared by every command that computes.
+#[derive(Args, Clone)]
+pub struct DeviceArgs {
+    /// cpu, cuda, cuda:N or auto (CUDA when available, else CPU with a note).
+    #[arg(long, default_value = "auto")]
+    pub device: DeviceSpec,
+}
+
+impl DeviceArgs {
+    /// Opens the device, printing the fallback note (if any) on stderr.
+    pub fn open(&self) -> Result<candle_core::Device> {
+        let sel = device::select(self.device)?;
+        if let Some(note) = sel.fallback_note {
+            eprintln!("note: {note}");
+        }
+        Ok(sel.device)
+    }
+}
+
+/// `--dtype f32|f64`.
+pub fn parse_dtype(s: &str) -> std::result::Result<candle_core::DType, String> {
+    match s {
+        "f32" => Ok(candle_core::DType::F32),
+        "f64" => Ok(candle_core::DType::F64),
+        _ => Err(format!("unknown dtype `{s}` (expected f32 or f64)")),
+    }
+}
+
+pub fn run() -> Result<ExitCode> {
+    match Cli::parse().command {
+        Command::Check(a) => check::run(a),
+        Command::Info(a) => info::run(a),
+        Command::Predict(a) => predict::run(a),
+        Command::InitModel(a) => init_model::run(a),
+        Command::Bench(a) => bench::run(a),
+    }?;
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,108 @@
+//! `mlff predict MODEL FILE`: energies and forces for every frame, written as extended XYZ.
+
+use super::{parse_dtype, DeviceArgs};
+use anyhow::{Context, Result};
+use candle_core::DType;
+use clap::Args;
+use mlff_distiller::io::{read_extxyz, write_extxyz};
+use mlff_distiller::ops::EdgeOps;
+use mlff_distiller::structure::ExtraArray;
+use mlff_distiller::{Batch, Calculator, PainnCalculator, Structure};
+use std::path::PathBuf;
+
+#[derive(Args)]
+pub struct PredictArgs {
+    /// Checkpoint (.safetensors).
+    model: PathBuf,
+    /// Extended-XYZ file with one or more frames.
+    input: PathBuf,
+    /// Write the frames with predicted `energy` and `forces` here (input labels are kept as
+    /// `ref_energy` and `ref_forces`).
+    #[arg(short, long)]
+    output: Option<PathBuf>,
+    /// Frames per model call.
+    #[arg(long, default_value_t = 32)]
+    batch_size: usize,
+    #[arg(long, default_value = "f32", value_parser = parse_dtype)]
+    dtype: DType,
+    /// Edge-op implementation: custom (ours) or stock (candle's index_add).
+    #[arg(long, default_value = "custom")]
+    ops: EdgeOps,
+    #[command(flatten)]
+    device: DeviceArgs,
+}
+
+pub fn run(a: PredictArgs) -> Result<()> {
+    anyhow::ensure!(a.batch_size > 0, "--batch-size must be at least 1");
+    let dev = a.device.open()?;
+    let calc = PainnCalculator::from_checkpoint(&a.model, &dev, a.dtype)?.with_ops(a.ops);
+    let frames = read_extxyz(&a.input)?;
+    anyhow::ensure!(!frames.is_empty(), "{}: no frames", a.input.display());
+    let mut out = Vec::with_capacity(frames.len());
+    for (c, chunk) in frames.chunks(a.batch_size).enumerate() {
+        let first = c * a.batch_size;
+        let batch = Batch::new(chunk.to_vec())
+            .with_context(|| format!("{}: frames from {first}", a.input.display()))?;
+        let pred = calc
+            .compute(&batch)
+            .with_context(|| format!("{}: frames from {first}", a.input.display()))?;
+        for (s, (e, f)) in chunk.iter().zip(pred.energies.into_iter().zip(pred.forces)) {
+            out.push(with_prediction(s.clone(), e, f));
+        }
+    }
+    print_summary(&out);
+    if let Some(path) = &a.output {
+        write_extxyz(path, &out)?;
+        eprintln!("wrote {} frames to {}", out.len(), path.display());
+    }
+    Ok(())
+}
+
+/// Puts the prediction in `energy`/`forces`, moving any input labels to `ref_*`.
+fn with_prediction(mut s: Structure, energy: f64, forces: Vec<[f64; 3]>) -> Structure {
+    if let Some(e) = s.energy.replace(energy) {
+        s.info.retain(|(k, _)| k != "ref_energy");
+        s.info.push(("ref_energy".into(), format!("{e:?}")));
+    }
+    if let Some(f) = s.forces.replace(forces) {
+        s.arrays.retain(|x| x.name != "ref_forces");
+        s.arrays.push(ExtraArray {
+            name: "ref_forces".into(),
+            kind: 'R',
+            ncols: 3,
+            values: f.iter().flatten().map(|x| format!("{x:?}")).collect(),
+        });
+    }
+    s
+}
+
+/// One line per frame, plus the error against reference labels when the input had them.
+fn print_summary(frames: &[Structure]) {
+    println!("{:>6} {:>6} {:>18} {:>12}", "frame", "atoms", "energy/eV", "max|F|/eV/Å");
+    let (mut e_err, mut f_err, mut n_e, mut n_f) = (0.0, 0.0, 0usize, 0usize);
+    for (k, s) in frames.iter().enumerate() {
+        let forces = s.forces.as_deref().unwrap_or_default();
+        let fmax = forces
+            .iter()
+            .map(|f| (f[0] * f[0] + f[1] * f[1] + f[2] * f[2]).sqrt())
+            .fold(0.0, f64::max);
+        println!("{k:>6} {:>6} {:>18.6} {:>12.4}", s.len(), s.energy.unwrap_or(f64::NAN), fmax);
+        let lookup = |name: &str| s.info.iter().find(|(k, _)| k == name);
+        if let Some(r) = lookup("ref_energy").and_then(|(_, v)| v.parse::<f64>().ok()) {
+            e_err += (s.energy.unwrap_or(f64::NAN) - r).abs();
+            n_e += 1;
+        }
+        if let Some(r) = s.arrays.iter().find(|x| x.name == "ref_forces") {
+            for (p, v) in forces.iter().flatten().zip(&r.values) {
+                f_err += (p - v.parse::<f64>().unwrap_or(f64::NAN)).abs();
+                n_f += 1;
+            }
+        }
+    }
+    if n_e > 0 {
+        println!("energy MAE vs reference: {:.6} eV ({n_e} frames)", e_err / n_e as f64);
+    }
+    if n_f > 0 {
+        println!("force MAE vs reference: {:.6} eV/Å", f_err / n_f as f64);
+    }
+}

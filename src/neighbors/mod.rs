@@ -1,0 +1,331 @@
+//! Neighbour lists for molecules and (partly) periodic cells, in the ASE convention.
+//!
+//! An edge `(i, j, S)` stands for the vector `r_ij = x_j - x_i + S · cell`, with `S` an integer
+//! row vector and `cell` the lattice whose rows are a, b, c — the same as the `D` of
+//! `ase.neighborlist.primitive_neighbor_list`. An edge is listed iff `|r_ij| < cutoff` (strict)
+//! and it is not the atom itself (`i == j` with `S == 0`); both directions are always present.
+//! Along non-periodic directions `S` is 0. Shifts refer to the positions as given, which may lie
+//! outside the cell.
+//!
+//! [`neighbor_list`] is an O(N) cell list that works for triclinic cells and for cells smaller
+//! than the cutoff (many images); [`brute_force_neighbor_list`] is the O(N² · images) oracle it is
+//! tested against; [`VerletList`] adds a skin so that MD can reuse a list over several steps.
+
+mod brute;
+mod cell_list;
+mod verlet;
+
+pub use brute::brute_force_neighbor_list;
+pub use cell_list::neighbor_list;
+pub use verlet::VerletList;
+
+use crate::error::{Error, Result};
+use crate::structure::{Batch, Lattice, Structure};
+
+/// Largest accepted `cutoff / perpendicular width` along a periodic axis. Beyond it the number
+/// of periodic images (≈ (2·ratio)³ per atom) would blow up memory, so the build is refused.
+pub const MAX_CUTOFF_WIDTH_RATIO: f64 = 100.0;
+
+/// Directed edges `i -> j` (both directions present) with integer image shifts `S` such that
+/// `r_ij = x_j - x_i + S · cell` (S as a row vector times the lattice whose rows are a, b, c; same
+/// as `D = positions[j] - positions[i] + S.dot(cell)` in `ase.neighborlist.primitive_neighbor_list`).
+///
+/// Edges are sorted by `(center, neighbor, shift)`, so lists are deterministic and comparable.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NeighborList {
+    /// `i` of every edge.
+    pub centers: Vec<u32>,
+    /// `j` of every edge.
+    pub neighbors: Vec<u32>,
+    /// Image shift `S` of every edge.
+    pub shifts: Vec<[i32; 3]>,
+}
+
+impl NeighborList {
+    /// Number of (directed) edges.
+    pub fn len(&self) -> usize {
+        self.centers.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.centers.is_empty()
+    }
+
+    /// Edge vectors `x_j - x_i + S · cell`.
+    ///
+    /// # Panics
+    /// When an edge has a non-zero shift but `cell` is `None`, or an index is out of range.
+    pub fn vectors(&self, positions: &[[f64; 3]], cell: Option<&Lattice>) -> Vec<[f64; 3]> {
+        let zero = [[0.0; 3]; 3];
+        let has_cell = cell.is_some();
+        let cell = cell.unwrap_or(&zero);
+        self.centers
+            .iter()
+            .zip(&self.neighbors)
+            .zip(&self.shifts)
+            .map(|((&i, &j), &s)| {
+                assert!(
+                    has_cell || s == [0; 3],
+                    "edge {i}->{j} has image shift {s:?} but no cell was given"
+                );
+                edge_vector(&positions[i as usize], &positions[j as usize], s, cell)
+            })
+            .collect()
+    }
+
+    /// Edge lengths `|x_j - x_i + S · cell|`.
+    pub fn distances(&self, positions: &[[f64; 3]], cell: Option<&Lattice>) -> Vec<f64> {
+        self.vectors(positions, cell)
+            .iter()
+            .map(|v| norm2(v).sqrt())
+            .collect()
+    }
+
+    /// Structure index of every edge of a batch list, given the batch's atom `offsets`
+    /// (`offsets[k]..offsets[k+1]` are the atoms of structure k).
+    pub fn edge_structures(&self, offsets: &[usize]) -> Vec<u32> {
+        self.centers
+            .iter()
+            .map(|&c| (offsets.partition_point(|&o| o <= c as usize) - 1) as u32)
+            .collect()
+    }
+
+    /// Edge vectors of a list built by [`batch_neighbor_list`], each with its own structure's
+    /// positions and cell.
+    pub fn batch_vectors(&self, batch: &Batch) -> Vec<[f64; 3]> {
+        let zero = [[0.0; 3]; 3];
+        self.edge_structures(&batch.offsets)
+            .iter()
+            .zip(self.centers.iter().zip(&self.neighbors).zip(&self.shifts))
+            .map(|(&k, ((&i, &j), &s))| {
+                let st = &batch.structures[k as usize];
+                let off = batch.offsets[k as usize];
+                assert!(
+                    st.cell.is_some() || s == [0; 3],
+                    "edge {i}->{j} has image shift {s:?} but structure {k} has no cell"
+                );
+                edge_vector(
+                    &st.positions[i as usize - off],
+                    &st.positions[j as usize - off],
+                    s,
+                    st.cell.as_ref().unwrap_or(&zero),
+                )
+            })
+            .collect()
+    }
+}
+
+/// Neighbour list of one structure (its positions, cell and pbc).
+pub fn structure_neighbor_list(s: &Structure, cutoff: f64) -> Result<NeighborList> {
+    neighbor_list(&s.positions, s.cell.as_ref(), s.pbc, cutoff)
+}
+
+/// One list over a whole batch: atom indices are offset by `batch.offsets`, shifts are per edge
+/// and refer to each structure's own cell. Edges stay sorted by center, so the structure of an
+/// edge follows from its center ([`NeighborList::edge_structures`]).
+pub fn batch_neighbor_list(batch: &Batch, cutoff: f64) -> Result<NeighborList> {
+    if batch.n_atoms() > u32::MAX as usize {
+        return Err(Error::NeighborList(format!(
+            "batch has {} atoms, more than u32 indices can address",
+            batch.n_atoms()
+        )));
+    }
+    let mut out = NeighborList::default();
+    for (k, s) in batch.structures.iter().enumerate() {
+        let nl = structure_neighbor_list(s, cutoff).map_err(|e| match e {
+            Error::NeighborList(m) => Error::NeighborList(format!("structure {k}: {m}")),
+            other => other,
+        })?;
+        let off = batch.offsets[k] as u32;
+        out.centers.extend(nl.centers.iter().map(|&c| c + off));
+        out.neighbors.extend(nl.neighbors.iter().map(|&c| c + off));
+        out.shifts.extend_from_slice(&nl.shifts);
+    }
+    Ok(out)
+}
+
+/// The canonical edge vector `x_j - x_i + S · cell`. Both the cell list and the brute-force
+/// oracle decide `|r| < cutoff` with this very expression, so they agree to the last bit; cell
+/// rows with a zero shift are not touched (a non-periodic axis may hold anything).
+#[inline]
+pub(crate) fn edge_vector(xi: &[f64; 3], xj: &[f64; 3], s: [i32; 3], cell: &Lattice) -> [f64; 3] {
+    let mut v = [xj[0] - xi[0], xj[1] - xi[1], xj[2] - xi[2]];
+    for (k, &sk) in s.iter().enumerate() {
+        if sk != 0 {
+            let f = sk as f64;
+            for (vd, cd) in v.iter_mut().zip(&cell[k]) {
+                *vd += f * cd;
+            }
+        }
+    }
+    v
+}
+
+#[inline]
+pub(crate) fn norm2(v: &[f64; 3]) -> f64 {
+    v[0] * v[0] + v[1] * v[1] + v[2] * v[2]
+}
+
+fn cross(a: &[f64; 3], b: &[f64; 3]) -> [f64; 3] {
+    [
+        a[1] * b[2] - a[2] * b[1],
+        a[2] * b[0] - a[0] * b[2],
+        a[0] * b[1] - a[1] * b[0],
+    ]
+}
+
+fn dot(a: &[f64; 3], b: &[f64; 3]) -> f64 {
+    a[0] * b[0] + a[1] * b[1] + a[2] * b[2]
+}
+
+fn scale(a: &[f64; 3], f: f64) -> [f64; 3] {
+    [a[0] * f, a[1] * f, a[2] * f]
+}
+
+/// Validated inputs and the geometry shared by the cell list and the oracle.
+pub(crate) struct Geometry {
+    /// Effective periodicity: `pbc` where a cell is given, all false otherwise.
+    pub periodic: [bool; 3],
+    /// The caller's cell (zeros when none), for the canonical edge vectors.
+    pub cell: Lattice,
+    /// The cell with its non-periodic rows replaced by unit vectors orthogonal to the periodic
+    /// rows (identity when nothing is periodic): always invertible, same lattice translations.
+    pub basis: Lattice,
+    /// Reciprocal rows: fractional coordinate `s_k = x · recip[k]` with `x = s · basis`.
+    pub recip: Lattice,
+    /// Perpendicular widths `1 / |recip[k]|` of `basis` (distance between opposite faces).
+    pub widths: [f64; 3],
+}
+
+impl Geometry {
+    pub fn new(
+        positions: &[[f64; 3]],
+        cell: Option<&Lattice>,
+        pbc: [bool; 3],
+        cutoff: f64,
+    ) -> Result<Self> {
+        if !(cutoff.is_finite() && cutoff > 0.0) {
+            return Err(Error::NeighborList(format!(
+                "cutoff must be positive and finite, got {cutoff}"
+            )));
+        }
+        if positions.len() > u32::MAX as usize {
+            return Err(Error::NeighborList(format!(
+                "{} atoms are more than u32 indices can address",
+                positions.len()
+            )));
+        }
+        if let Some((i, p)) = positions
+            .iter()
+            .enumerate()
+            .find(|(_, p)| p.iter().any(|x| !x.is_finite()))
+        {
+            return Err(Error::NeighborList(format!(
+                "atom {i} has a non-finite position {p:?}"
+            )));
+        }
+        let periodic = match cell {
+            Some(_) => pbc,
+            None => [false; 3],
+        };
+        let cell = cell.copied().unwrap_or([[0.0; 3]; 3]);
+        let basis = complete_basis(&cell, periodic)?;
+        let vol = dot(&basis[0], &cross(&basis[1], &basis[2]));
+        let mut recip = [[0.0; 3]; 3];
+        let mut widths = [0.0; 3];
+        for k in 0..3 {
+            recip[k] = scale(&cross(&basis[(k + 1) % 3], &basis[(k + 2) % 3]), 1.0 / vol);
+            widths[k] = 1.0 / norm2(&recip[k]).sqrt();
+            if periodic[k] {
+                let ratio = cutoff / widths[k];
+                if ratio.is_nan() || ratio > MAX_CUTOFF_WIDTH_RATIO {
+                    return Err(Error::NeighborList(format!(
+                        "cutoff {cutoff} Å is {ratio:.1} times the perpendicular width {:.4} Å of \
+                         periodic cell axis {k}: that needs too many periodic images \
+                         (limit {MAX_CUTOFF_WIDTH_RATIO} times)",
+                        widths[k]
+                    )));
+                }
+            }
+        }
+        Ok(Self {
+            periodic,
+            cell,
+            basis,
+            recip,
+            widths,
+        })
+    }
+
+    /// Fractional coordinates of `x` in `basis`.
+    #[inline]
+    pub fn frac(&self, x: &[f64; 3]) -> [f64; 3] {
+        [
+            dot(x, &self.recip[0]),
+            dot(x, &self.recip[1]),
+            dot(x, &self.recip[2]),
+        ]
+    }
+}
+
+/// Replaces the non-periodic rows of `cell` by orthonormal vectors orthogonal to the periodic
+/// rows, so that slabs and wires whose cell is degenerate along non-periodic axes still get an
+/// invertible basis. Errors when the periodic rows are not finite or linearly dependent.
+fn complete_basis(cell: &Lattice, periodic: [bool; 3]) -> Result<Lattice> {
+    let degenerate = || {
+        Error::NeighborList(format!(
+            "periodic cell {cell:?} (pbc {periodic:?}) is degenerate: zero volume"
+        ))
+    };
+    let p: Vec<usize> = (0..3).filter(|&k| periodic[k]).collect();
+    for &k in &p {
+        if cell[k].iter().any(|x| !x.is_finite()) {
+            return Err(Error::NeighborList(format!(
+                "periodic cell vector {k} is not finite: {:?}",
+                cell[k]
+            )));
+        }
+        if norm2(&cell[k]) == 0.0 {
+            return Err(degenerate());
+        }
+    }
+    let unit = |v: [f64; 3]| scale(&v, 1.0 / norm2(&v).sqrt());
+    let mut b = [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]];
+    match p.len() {
+        1 => {
+            let k = p[0];
+            let u = unit(cell[k]);
+            // The Cartesian axis least aligned with u gives a well-conditioned cross product.
+            let mut e = [0.0; 3];
+            let d = (0..3)
+                .min_by(|&x, &y| u[x].abs().total_cmp(&u[y].abs()))
+                .unwrap_or(0);
+            e[d] = 1.0;
+            let v1 = unit(cross(&u, &e));
+            let v2 = cross(&u, &v1);
+            b[k] = cell[k];
+            b[(k + 1) % 3] = v1;
+            b[(k + 2) % 3] = v2;
+        }
+        2 => {
+            let q = 3 - p[0] - p[1];
+            let n = cross(&cell[p[0]], &cell[p[1]]);
+            let scale_ab = norm2(&cell[p[0]]).sqrt() * norm2(&cell[p[1]]).sqrt();
+            let area = norm2(&n).sqrt();
+            if area.is_nan() || area <= 1e-10 * scale_ab {
+                return Err(degenerate());
+            }
+            b[p[0]] = cell[p[0]];
+            b[p[1]] = cell[p[1]];
+            b[q] = unit(n);
+        }
+        3 => b = *cell,
+        _ => {}
+    }
+    let vol = dot(&b[0], &cross(&b[1], &b[2]));
+    let lengths: f64 = b.iter().map(|r| norm2(r).sqrt()).product();
+    if vol.is_nan() || vol.abs() <= 1e-10 * lengths {
+        return Err(degenerate());
+    }
+    Ok(b)
+}

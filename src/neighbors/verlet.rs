@@ -1,0 +1,135 @@
+//! Verlet list: a neighbour list built with `cutoff + skin` and reused while no atom has moved
+//! more than `skin / 2` since the build (then no pair can have closed in by more than `skin`).
+
+use super::{edge_vector, neighbor_list, norm2, NeighborList};
+use crate::error::{Error, Result};
+use crate::structure::Lattice;
+
+/// Neighbour list with a skin, for MD.
+///
+/// Displacements are measured in unwrapped coordinates: MD must not wrap positions between
+/// rebuilds (if it does, call [`VerletList::invalidate`] or let [`VerletList::update`] see the
+/// jump, which counts as a large move and rebuilds). A change of cell or pbc always rebuilds.
+#[derive(Clone, Debug)]
+pub struct VerletList {
+    cutoff: f64,
+    skin: f64,
+    list: NeighborList,
+    reference: Vec<[f64; 3]>,
+    cell: Option<Lattice>,
+    pbc: [bool; 3],
+    built: bool,
+    rebuilds: usize,
+}
+
+impl VerletList {
+    /// A list for pairs within `cutoff`, built with `cutoff + skin`. Nothing is built until the
+    /// first [`update`](Self::update); invalid values are reported there.
+    pub fn new(cutoff: f64, skin: f64) -> Self {
+        Self {
+            cutoff,
+            skin,
+            list: NeighborList::default(),
+            reference: Vec::new(),
+            cell: None,
+            pbc: [false; 3],
+            built: false,
+            rebuilds: 0,
+        }
+    }
+
+    pub fn cutoff(&self) -> f64 {
+        self.cutoff
+    }
+
+    pub fn skin(&self) -> f64 {
+        self.skin
+    }
+
+    /// The cutoff the stored list was built with, `cutoff + skin`.
+    pub fn list_cutoff(&self) -> f64 {
+        self.cutoff + self.skin
+    }
+
+    /// Rebuilds the list when needed (first call, atom count, cell or pbc changed, or some atom
+    /// moved more than `skin / 2` since the last build). Returns whether it rebuilt.
+    pub fn update(
+        &mut self,
+        positions: &[[f64; 3]],
+        cell: Option<&Lattice>,
+        pbc: [bool; 3],
+    ) -> Result<bool> {
+        if !(self.skin.is_finite() && self.skin >= 0.0) {
+            return Err(Error::NeighborList(format!(
+                "Verlet skin must be finite and >= 0, got {}",
+                self.skin
+            )));
+        }
+        let same_box = self.cell.as_ref() == cell && self.pbc == pbc;
+        if same_box && !self.needs_rebuild(positions) {
+            return Ok(false);
+        }
+        self.list = neighbor_list(positions, cell, pbc, self.cutoff + self.skin)?;
+        self.reference.clear();
+        self.reference.extend_from_slice(positions);
+        self.cell = cell.copied();
+        self.pbc = pbc;
+        self.built = true;
+        self.rebuilds += 1;
+        Ok(true)
+    }
+
+    /// The list built with `cutoff + skin` (a superset of the pairs within `cutoff` while
+    /// [`needs_rebuild`](Self::needs_rebuild) is false).
+    pub fn list(&self) -> &NeighborList {
+        &self.list
+    }
+
+    /// True before the first build, when the atom count changed, or when some atom moved more
+    /// than `skin / 2` (or to a non-finite position) since the last build.
+    pub fn needs_rebuild(&self, positions: &[[f64; 3]]) -> bool {
+        if !self.built || positions.len() != self.reference.len() {
+            return true;
+        }
+        let half2 = 0.25 * self.skin * self.skin;
+        positions.iter().zip(&self.reference).any(|(x, r)| {
+            let d = [x[0] - r[0], x[1] - r[1], x[2] - r[2]];
+            let d2 = norm2(&d);
+            d2.is_nan() || d2 > half2
+        })
+    }
+
+    /// Number of builds so far.
+    pub fn rebuilds(&self) -> usize {
+        self.rebuilds
+    }
+
+    /// Forces a rebuild at the next [`update`](Self::update).
+    pub fn invalidate(&mut self) {
+        self.built = false;
+    }
+
+    /// The edges of the stored list that are within `cutoff` at `positions` (same order).
+    /// Exactly the true neighbour list as long as no rebuild is needed.
+    pub fn within_cutoff(&self, positions: &[[f64; 3]], cell: Option<&Lattice>) -> NeighborList {
+        let zero = [[0.0; 3]; 3];
+        let cell = cell.unwrap_or(&zero);
+        let c2 = self.cutoff * self.cutoff;
+        let mut out = NeighborList::default();
+        for ((&i, &j), &s) in self
+            .list
+            .centers
+            .iter()
+            .zip(&self.list.neighbors)
+            .zip(&self.list.shifts)
+        {
+            let v = edge_vector(&positions[i as usize], &positions[j as usize], s, cell);
+            if norm2(&v) < c2 {
+                out.centers.push(i);
+                out.neighbors.push(j);
+                out.shifts.push(s);
+            }
+        }
+        out
+    }
+}
