@@ -98,9 +98,8 @@ impl PainnCalculator {
         let n = batch.n_atoms();
         let e = nl.len();
         let flat_pos: Vec<f64> = batch.positions().into_iter().flatten().collect();
-        let positions = Var::from_tensor(
-            &Tensor::from_vec(flat_pos, (n, 3), dev)?.to_dtype(self.dtype)?,
-        )?;
+        let positions =
+            Var::from_tensor(&Tensor::from_vec(flat_pos, (n, 3), dev)?.to_dtype(self.dtype)?)?;
         let offsets: Vec<f64> = offsets.into_iter().flatten().collect();
         let inputs = PainnInputs {
             species: Tensor::from_vec(species, n, dev)?,
@@ -150,7 +149,12 @@ impl Calculator for PainnCalculator {
         let forces = batch
             .offsets
             .windows(2)
-            .map(|w| forces[w[0]..w[1]].iter().map(|r| [r[0], r[1], r[2]]).collect())
+            .map(|w| {
+                forces[w[0]..w[1]]
+                    .iter()
+                    .map(|r| [r[0], r[1], r[2]])
+                    .collect()
+            })
             .collect();
         Ok(Prediction { energies, forces })
     }

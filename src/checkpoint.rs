@@ -52,7 +52,10 @@ impl Checkpoint {
 /// Name → shape of every tensor a model with `cfg` has, derived by building one.
 pub fn expected_shapes(cfg: &PainnConfig) -> Result<BTreeMap<String, Vec<usize>>> {
     let varmap = VarMap::new();
-    Painn::new(cfg, VarBuilder::from_varmap(&varmap, DType::F32, &Device::Cpu))?;
+    Painn::new(
+        cfg,
+        VarBuilder::from_varmap(&varmap, DType::F32, &Device::Cpu),
+    )?;
     let data = varmap.data().lock().expect("varmap lock");
     Ok(data
         .iter()
@@ -73,8 +76,7 @@ pub fn save(
         kind,
     };
     cfg.validate()?;
-    check_tensors(cfg, tensors.iter().map(|(k, v)| (k.as_str(), v.dims())))
-        .map_err(err)?;
+    check_tensors(cfg, tensors.iter().map(|(k, v)| (k.as_str(), v.dims()))).map_err(err)?;
     let metadata = HashMap::from([
         ("format".to_string(), FORMAT.to_string()),
         ("format_version".to_string(), FORMAT_VERSION.to_string()),
@@ -126,7 +128,8 @@ fn parse(path: &Path, bytes: &[u8]) -> Result<Checkpoint> {
         path: path.into(),
         kind,
     };
-    let not_st = |e: safetensors::SafeTensorError| err(CheckpointError::NotSafetensors(e.to_string()));
+    let not_st =
+        |e: safetensors::SafeTensorError| err(CheckpointError::NotSafetensors(e.to_string()));
     let (_, header) = safetensors::SafeTensors::read_metadata(bytes).map_err(not_st)?;
     let meta = header.metadata().clone().unwrap_or_default();
     let get = |key: &'static str| {
@@ -157,12 +160,11 @@ fn parse(path: &Path, bytes: &[u8]) -> Result<Checkpoint> {
                 msg: format!("unknown model `{}`", get("model")?),
             });
         }
-        let config = PainnConfig::from_json(get("config")?).map_err(|e| {
-            CheckpointError::BadMetadata {
+        let config =
+            PainnConfig::from_json(get("config")?).map_err(|e| CheckpointError::BadMetadata {
                 key: "config",
                 msg: e.to_string(),
-            }
-        })?;
+            })?;
         let json = |key: &'static str| {
             serde_json::from_str::<serde_json::Value>(get(key)?).map_err(|e| {
                 CheckpointError::BadMetadata {
@@ -191,8 +193,7 @@ fn parse(path: &Path, bytes: &[u8]) -> Result<Checkpoint> {
     let (format_version, config, units, provenance) = check_meta().map_err(err)?;
     let st = safetensors::SafeTensors::deserialize(bytes).map_err(not_st)?;
     let views = st.tensors();
-    check_tensors(&config, views.iter().map(|(k, v)| (k.as_str(), v.shape())))
-        .map_err(err)?;
+    check_tensors(&config, views.iter().map(|(k, v)| (k.as_str(), v.shape()))).map_err(err)?;
     let mut tensors = BTreeMap::new();
     for (name, view) in views {
         if !matches!(

@@ -38,7 +38,10 @@ pub enum Error {
     Config(String),
 
     #[error("checkpoint {path}: {kind}")]
-    Checkpoint { path: PathBuf, kind: CheckpointError },
+    Checkpoint {
+        path: PathBuf,
+        kind: CheckpointError,
+    },
 
     #[error("device: {0}")]
     Device(String),

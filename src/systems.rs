@@ -63,15 +63,29 @@ fn random_rotation(rng: &mut impl Rng) -> [[f64; 3]; 3] {
     }
     let [w, x, y, z] = q;
     [
-        [1. - 2. * (y * y + z * z), 2. * (x * y - z * w), 2. * (x * z + y * w)],
-        [2. * (x * y + z * w), 1. - 2. * (x * x + z * z), 2. * (y * z - x * w)],
-        [2. * (x * z - y * w), 2. * (y * z + x * w), 1. - 2. * (x * x + y * y)],
+        [
+            1. - 2. * (y * y + z * z),
+            2. * (x * y - z * w),
+            2. * (x * z + y * w),
+        ],
+        [
+            2. * (x * y + z * w),
+            1. - 2. * (x * x + z * z),
+            2. * (y * z - x * w),
+        ],
+        [
+            2. * (x * z - y * w),
+            2. * (y * z + x * w),
+            1. - 2. * (x * x + y * y),
+        ],
     ]
 }
 
 /// Aspirin (C9H8O4), the first validation frame of rMD17 (PBE/def2-SVP geometry, Å).
 pub fn aspirin() -> Structure {
-    const NUMBERS: [u8; 21] = [6, 6, 6, 6, 6, 6, 6, 8, 8, 8, 6, 6, 8, 1, 1, 1, 1, 1, 1, 1, 1];
+    const NUMBERS: [u8; 21] = [
+        6, 6, 6, 6, 6, 6, 6, 8, 8, 8, 6, 6, 8, 1, 1, 1, 1, 1, 1, 1, 1,
+    ];
     const POSITIONS: [[f64; 3]; 21] = [
         [2.28137718, -0.27140778, 0.49660168],
         [0.89520730, 1.80620919, -0.82192228],

@@ -207,7 +207,7 @@ fn periodic(triclinic: bool) -> impl Strategy<Value = System> {
                 lattice(triclinic),
                 prop::array::uniform3(any::<bool>()),
                 prop::collection::vec(prop::array::uniform3(-1.0f64..2.0), n),
-                0.05f64..fmax,
+                0.2f64..fmax,
             )
         })
         .prop_map(|(cell, pbc, fr, f)| {
@@ -430,6 +430,35 @@ fn shifts_refer_to_positions_outside_the_cell() {
         let v = nl.vectors(&pos, Some(&cell));
         assert!((v[0][0] + 1.0).abs() < 1e-12 && (v[1][0] - 1.0).abs() < 1e-12);
     }
+}
+
+/// Atoms 10^5 cells away: shifts need more than 32 bits of packed sort key (wide-key path).
+#[test]
+fn atoms_very_far_outside_the_cell() {
+    let cell = [[3.0, 0.0, 0.0], [0.4, 2.9, 0.0], [0.0, 0.3, 3.2]];
+    let pbc = [true, true, false];
+    let pos = [[0.1, 0.2, 0.3], [1.7, 1.1, 0.9], [2.2, 2.5, 2.9]];
+    let t = [100_000, -70_000, 0];
+    let mut far = pos;
+    let dx = to_cart(&cell, t.map(|x| x as f64));
+    for d in 0..3 {
+        far[1][d] += dx[d];
+    }
+    let near = check(&pos, Some(&cell), pbc, 4.0);
+    let got = neighbor_list(&far, Some(&cell), pbc, 4.0).unwrap();
+    let want: Vec<Edge> = edges(&near)
+        .into_iter()
+        .map(|(i, j, s)| {
+            let sign = (j == 1) as i32 - (i == 1) as i32;
+            (i, j, [0, 1, 2].map(|k| s[k] - sign * t[k]))
+        })
+        .collect();
+    assert_eq!(got, from_edges(want));
+    let m = message(neighbor_list(&[[1e7, 0.0, 0.0]], Some(&cell), pbc, 4.0));
+    assert!(
+        m.contains("atom 0") && m.contains("outside the cell"),
+        "{m}"
+    );
 }
 
 #[test]

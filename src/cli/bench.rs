@@ -61,11 +61,15 @@ fn system(name: &str) -> Result<Vec<Structure>> {
         return Ok(vec![aspirin()]);
     }
     if let Some(b) = name.strip_prefix("aspirin-x") {
-        let b: usize = b.parse().with_context(|| format!("batch size in `{name}`"))?;
+        let b: usize = b
+            .parse()
+            .with_context(|| format!("batch size in `{name}`"))?;
         return Ok(vec![aspirin(); b]);
     }
     if let Some(n) = name.strip_prefix("water-") {
-        let n: usize = n.parse().with_context(|| format!("atom count in `{name}`"))?;
+        let n: usize = n
+            .parse()
+            .with_context(|| format!("atom count in `{name}`"))?;
         return Ok(vec![water_box((n / 3).max(1), 0)]);
     }
     bail!("unknown system `{name}` (aspirin, aspirin-xB, water-N)")
@@ -102,7 +106,8 @@ pub fn run(a: BenchArgs) -> Result<()> {
         let batch = Batch::new(system(name)?)?;
         let mut reference: Option<(Vec<f32>, Vec<f32>)> = None;
         for &op in &ops {
-            let calc = PainnCalculator::new(load_model(&a, &dev)?.with_ops(op), dev.clone(), a.dtype);
+            let calc =
+                PainnCalculator::new(load_model(&a, &dev)?.with_ops(op), dev.clone(), a.dtype);
             let t = Instant::now();
             let (inputs, positions) = calc.prepare(&batch)?;
             synchronize(&dev)?;
@@ -120,7 +125,11 @@ pub fn run(a: BenchArgs) -> Result<()> {
             }
             let out = last.expect("at least one call");
             let e = out.energies.to_dtype(DType::F32)?.to_vec1::<f32>()?;
-            let f = out.forces.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
+            let f = out
+                .forces
+                .to_dtype(DType::F32)?
+                .flatten_all()?
+                .to_vec1::<f32>()?;
             let (max_de, max_df) = match &reference {
                 None => (0.0, 0.0),
                 Some((re, rf)) => (max_diff(re, &e), max_diff(rf, &f)),
@@ -140,17 +149,34 @@ pub fn run(a: BenchArgs) -> Result<()> {
                 max_de,
                 max_df,
             };
-            eprintln!("{} {}: {:.3} ms", case.system, case.ops, case.step_median_ms);
+            eprintln!(
+                "{} {}: {:.3} ms",
+                case.system, case.ops, case.step_median_ms
+            );
             cases.push(case);
         }
     }
-    println!("device: {}, dtype {:?}, {} timed calls after {} warm-up", device_name(&dev), a.dtype, a.repeats, a.warmup);
+    println!(
+        "device: {}, dtype {:?}, {} timed calls after {} warm-up",
+        device_name(&dev),
+        a.dtype,
+        a.repeats,
+        a.warmup
+    );
     println!("| system | atoms | edges | ops | energy+forces median ms | min ms | neighbour list + upload ms | max dE eV | max dF eV/Å |");
     println!("|---|---:|---:|---|---:|---:|---:|---:|---:|");
     for c in &cases {
         println!(
             "| {} | {} | {} | {} | {:.3} | {:.3} | {:.2} | {:.1e} | {:.1e} |",
-            c.system, c.atoms, c.edges, c.ops, c.step_median_ms, c.step_min_ms, c.prepare_ms, c.max_de, c.max_df
+            c.system,
+            c.atoms,
+            c.edges,
+            c.ops,
+            c.step_median_ms,
+            c.step_min_ms,
+            c.prepare_ms,
+            c.max_de,
+            c.max_df
         );
     }
     if let Some(path) = &a.json {
@@ -161,5 +187,8 @@ pub fn run(a: BenchArgs) -> Result<()> {
 }
 
 fn max_diff(a: &[f32], b: &[f32]) -> f64 {
-    a.iter().zip(b).map(|(x, y)| (x - y).abs() as f64).fold(0.0, f64::max)
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs() as f64)
+        .fold(0.0, f64::max)
 }

@@ -17,7 +17,10 @@ pub struct CheckArgs {
 
 pub fn run(a: CheckArgs) -> Result<()> {
     let report = system_report();
-    println!("mlff {} (cuda feature: {})", report.version, report.cuda_feature);
+    println!(
+        "mlff {} (cuda feature: {})",
+        report.version, report.cuda_feature
+    );
     println!("cpu threads: {}", report.cpu_threads);
     for g in &report.gpus {
         println!(

@@ -34,6 +34,10 @@ pub fn run(a: InitModelArgs) -> Result<()> {
         "note": "random initialisation, not trained: energies and forces are meaningless",
     });
     checkpoint::save_varmap(&a.output, &cfg, &vm, &provenance)?;
-    println!("wrote untrained model {} (seed {})", a.output.display(), a.seed);
+    println!(
+        "wrote untrained model {} (seed {})",
+        a.output.display(),
+        a.seed
+    );
     Ok(())
 }

@@ -12,7 +12,11 @@ use mlff_distiller::device::{self, DeviceSpec};
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(name = "mlff", version, about = "Distilled PaiNN force fields: predict, inspect, benchmark")]
+#[command(
+    name = "mlff",
+    version,
+    about = "Distilled PaiNN force fields: predict, inspect, benchmark"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

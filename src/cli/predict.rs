@@ -78,7 +78,10 @@ fn with_prediction(mut s: Structure, energy: f64, forces: Vec<[f64; 3]>) -> Stru
 
 /// One line per frame, plus the error against reference labels when the input had them.
 fn print_summary(frames: &[Structure]) {
-    println!("{:>6} {:>6} {:>18} {:>12}", "frame", "atoms", "energy/eV", "max|F|/eV/Å");
+    println!(
+        "{:>6} {:>6} {:>18} {:>12}",
+        "frame", "atoms", "energy/eV", "max|F|/eV/Å"
+    );
     let (mut e_err, mut f_err, mut n_e, mut n_f) = (0.0, 0.0, 0usize, 0usize);
     for (k, s) in frames.iter().enumerate() {
         let forces = s.forces.as_deref().unwrap_or_default();
@@ -86,7 +89,12 @@ fn print_summary(frames: &[Structure]) {
             .iter()
             .map(|f| (f[0] * f[0] + f[1] * f[1] + f[2] * f[2]).sqrt())
             .fold(0.0, f64::max);
-        println!("{k:>6} {:>6} {:>18.6} {:>12.4}", s.len(), s.energy.unwrap_or(f64::NAN), fmax);
+        println!(
+            "{k:>6} {:>6} {:>18.6} {:>12.4}",
+            s.len(),
+            s.energy.unwrap_or(f64::NAN),
+            fmax
+        );
         let lookup = |name: &str| s.info.iter().find(|(k, _)| k == name);
         if let Some(r) = lookup("ref_energy").and_then(|(_, v)| v.parse::<f64>().ok()) {
             e_err += (s.energy.unwrap_or(f64::NAN) - r).abs();
@@ -100,7 +108,10 @@ fn print_summary(frames: &[Structure]) {
         }
     }
     if n_e > 0 {
-        println!("energy MAE vs reference: {:.6} eV ({n_e} frames)", e_err / n_e as f64);
+        println!(
+            "energy MAE vs reference: {:.6} eV ({n_e} frames)",
+            e_err / n_e as f64
+        );
     }
     if n_f > 0 {
         println!("force MAE vs reference: {:.6} eV/Å", f_err / n_f as f64);

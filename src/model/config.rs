@@ -75,7 +75,7 @@ impl PainnConfig {
 
     pub fn validate(&self) -> Result<()> {
         let bad = |m: String| Err(Error::Config(m));
-        if self.hidden < 2 || self.hidden % 2 != 0 {
+        if self.hidden < 2 || !self.hidden.is_multiple_of(2) {
             return bad(format!("hidden must be even and ≥ 2, got {}", self.hidden));
         }
         if self.n_blocks == 0 {

@@ -357,3 +357,42 @@ macro_rules! impl_sort_key {
 }
 impl_sort_key!(u64);
 impl_sort_key!(u128);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sort_keys_round_trip_and_keep_tuple_order() {
+        let narrow = Packing {
+            lo: [-3, 0, -8],
+            bits: [3, 0, 4],
+        };
+        let wide = Packing {
+            lo: [i64::from(i32::MIN); 3],
+            bits: [32; 3],
+        };
+        let mut t = vec![];
+        for j in [0u32, 1, 7, u32::MAX] {
+            for a in -3..=4 {
+                for c in -8..=7 {
+                    t.push((j, [a, 0, c]));
+                }
+            }
+        }
+        let mut by_key: Vec<u64> = t.iter().map(|&(j, s)| u64::pack(j, s, &narrow)).collect();
+        let mut by_wide: Vec<u128> = t.iter().map(|&(j, s)| u128::pack(j, s, &wide)).collect();
+        by_key.sort_unstable();
+        by_wide.sort_unstable();
+        t.sort_unstable();
+        let back: Vec<_> = by_key.iter().map(|k| k.unpack(&narrow)).collect();
+        let back_wide: Vec<_> = by_wide.iter().map(|k| k.unpack(&wide)).collect();
+        assert_eq!(back, t);
+        assert_eq!(back_wide, t);
+        let extreme = (u32::MAX, [i32::MIN, i32::MAX, -1]);
+        assert_eq!(
+            u128::pack(extreme.0, extreme.1, &wide).unpack(&wide),
+            extreme
+        );
+    }
+}

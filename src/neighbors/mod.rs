@@ -329,3 +329,38 @@ fn complete_basis(cell: &Lattice, periodic: [bool; 3]) -> Result<Lattice> {
     }
     Ok(b)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn completed_basis_keeps_periodic_rows_and_is_orthonormal_elsewhere() {
+        let cell = [[2.0, 1.0, 0.5], [0.0; 3], [0.0; 3]];
+        for periodic in [
+            [true, false, false],
+            [false, true, false],
+            [false, false, true],
+        ] {
+            let mut c = [[0.0; 3]; 3];
+            let k = periodic.iter().position(|&p| p).unwrap();
+            c[k] = cell[0];
+            let b = complete_basis(&c, periodic).unwrap();
+            assert_eq!(b[k], c[k]);
+            for (p, q) in [(0, 1), (1, 2), (0, 2)] {
+                assert!(dot(&b[p], &b[q]).abs() < 1e-12, "{b:?}");
+            }
+            for (r, row) in b.iter().enumerate() {
+                assert!(r == k || (norm2(row) - 1.0).abs() < 1e-12);
+            }
+        }
+        let slab = [[3.0, 0.0, 0.0], [1.0, 2.0, 0.0], [0.0; 3]];
+        let b = complete_basis(&slab, [true, true, false]).unwrap();
+        assert_eq!(b[2], [0.0, 0.0, 1.0]);
+        assert!(complete_basis(&slab, [true, true, true]).is_err());
+        assert_eq!(
+            complete_basis(&slab, [false; 3]).unwrap()[2],
+            [0.0, 0.0, 1.0]
+        );
+    }
+}

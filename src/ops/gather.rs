@@ -44,7 +44,10 @@ impl CustomOp2 for Gather {
         let out = match s1 {
             CpuStorage::F32(v) => CpuStorage::F32(gather_cpu(&v[a..b], idx, row)),
             CpuStorage::F64(v) => CpuStorage::F64(gather_cpu(&v[a..b], idx, row)),
-            s => bail!("mlff-gather: dtype {:?} is not supported (f32, f64)", s.dtype()),
+            s => bail!(
+                "mlff-gather: dtype {:?} is not supported (f32, f64)",
+                s.dtype()
+            ),
         };
         Ok((out, out_shape(l1.shape(), idx.len())))
     }
@@ -60,7 +63,17 @@ impl CustomOp2 for Gather {
         let (n_src, row) = rows_of(l1.shape(), self.name())?;
         let n_idx = l2.shape().elem_count();
         let out = super::rows::cuda::launch_rows(
-            "mlff_gather", PTX, "gather", s1, l1, s2, l2, n_idx, row, n_src, false,
+            "mlff_gather",
+            PTX,
+            "gather",
+            s1,
+            l1,
+            s2,
+            l2,
+            n_idx,
+            row,
+            n_src,
+            false,
         )?;
         Ok((out, out_shape(l1.shape(), n_idx)))
     }

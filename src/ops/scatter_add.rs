@@ -65,7 +65,10 @@ impl CustomOp2 for ScatterAdd {
         let out = match s1 {
             CpuStorage::F32(v) => CpuStorage::F32(scatter_add_cpu(&v[a..b], idx, row, n)),
             CpuStorage::F64(v) => CpuStorage::F64(scatter_add_cpu(&v[a..b], idx, row, n)),
-            s => bail!("mlff-scatter-add: dtype {:?} is not supported (f32, f64)", s.dtype()),
+            s => bail!(
+                "mlff-scatter-add: dtype {:?} is not supported (f32, f64)",
+                s.dtype()
+            ),
         };
         Ok((out, out_shape(l1.shape(), n)))
     }
@@ -81,7 +84,17 @@ impl CustomOp2 for ScatterAdd {
         let (_, row) = rows_of(l1.shape(), self.name())?;
         let n = self.n_out;
         let out = super::rows::cuda::launch_rows(
-            "mlff_scatter_add", PTX, "scatter_add", s1, l1, s2, l2, n, row, n, true,
+            "mlff_scatter_add",
+            PTX,
+            "scatter_add",
+            s1,
+            l1,
+            s2,
+            l2,
+            n,
+            row,
+            n,
+            true,
         )?;
         Ok((out, out_shape(l1.shape(), n)))
     }

@@ -108,9 +108,21 @@ pub fn random_rotation(seed: u64) -> [[f64; 3]; 3] {
     let n = q.iter().map(|x| x * x).sum::<f64>().sqrt();
     let [w, x, y, z] = q.map(|v| v / n);
     [
-        [1. - 2. * (y * y + z * z), 2. * (x * y - z * w), 2. * (x * z + y * w)],
-        [2. * (x * y + z * w), 1. - 2. * (x * x + z * z), 2. * (y * z - x * w)],
-        [2. * (x * z - y * w), 2. * (y * z + x * w), 1. - 2. * (x * x + y * y)],
+        [
+            1. - 2. * (y * y + z * z),
+            2. * (x * y - z * w),
+            2. * (x * z + y * w),
+        ],
+        [
+            2. * (x * y + z * w),
+            1. - 2. * (x * x + z * z),
+            2. * (y * z - x * w),
+        ],
+        [
+            2. * (x * z - y * w),
+            2. * (y * z + x * w),
+            1. - 2. * (x * x + y * y),
+        ],
     ]
 }
 
@@ -119,14 +131,16 @@ pub fn rotate(r: &[[f64; 3]; 3], v: &[f64; 3]) -> [f64; 3] {
 }
 
 /// Largest |a - b| over all force components.
-pub fn max_force_diff(a: &[Vec<[f64; 3]>], b: &[Vec<[f64; 3]>]) -> f64 {
+pub fn max_force_diff(a: &[[f64; 3]], b: &[[f64; 3]]) -> f64 {
+    assert_eq!(a.len(), b.len());
     a.iter()
         .flatten()
         .zip(b.iter().flatten())
-        .flat_map(|(x, y)| (0..3).map(move |d| (x[d] - y[d]).abs()))
+        .map(|(x, y)| (x - y).abs())
         .fold(0.0, f64::max)
 }
 
-pub fn max_abs(a: &[Vec<[f64; 3]>]) -> f64 {
-    a.iter().flatten().flatten().fold(0.0f64, |m, x| m.max(x.abs()))
+/// Largest |component| of a set of force rows.
+pub fn max_abs(a: &[[f64; 3]]) -> f64 {
+    a.iter().flatten().fold(0.0f64, |m, x| m.max(x.abs()))
 }

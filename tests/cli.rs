@@ -1,0 +1,177 @@
+//! The `mlff` binary end to end: init-model, info, predict (output read back), check, errors.
+
+use std::path::Path;
+use std::process::Command;
+
+fn mlff(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_mlff"))
+        .args(args)
+        .output()
+        .expect("run mlff")
+}
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+#[test]
+fn predict_shipped_model_on_shipped_frames() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("pred.extxyz");
+    let model = root().join("models/painn-default-untrained.safetensors");
+    let frames = root().join("data/aspirin_rmd17_10frames.extxyz");
+    let o = mlff(&[
+        "predict",
+        model.to_str().unwrap(),
+        frames.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+        "--device",
+        "cpu",
+        "--batch-size",
+        "4",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(stdout.contains("energy MAE vs reference"), "{stdout}");
+    let written = mlff_distiller::io::read_extxyz(&out).unwrap();
+    let input = mlff_distiller::io::read_extxyz(&frames).unwrap();
+    assert_eq!(written.len(), 10);
+    // The same prediction through the library, in batches of a different size.
+    let calc = mlff_distiller::PainnCalculator::from_checkpoint(
+        &model,
+        &candle_core::Device::Cpu,
+        candle_core::DType::F32,
+    )
+    .unwrap();
+    use mlff_distiller::Calculator;
+    let pred = calc
+        .compute(&mlff_distiller::Batch::new(input.clone()).unwrap())
+        .unwrap();
+    for (k, (w, i)) in written.iter().zip(&input).enumerate() {
+        assert_eq!(w.positions, i.positions);
+        assert!(
+            (w.energy.unwrap() - pred.energies[k]).abs() < 1e-4,
+            "frame {k}"
+        );
+        let ref_e = w
+            .info
+            .iter()
+            .find(|(k, _)| k == "ref_energy")
+            .unwrap()
+            .1
+            .parse::<f64>()
+            .unwrap();
+        assert_eq!(ref_e, i.energy.unwrap(), "input label kept as ref_energy");
+        let f = w.forces.as_ref().unwrap();
+        for (a, b) in f.iter().flatten().zip(pred.forces[k].iter().flatten()) {
+            assert!((a - b).abs() < 1e-4);
+        }
+    }
+}
+
+#[test]
+fn init_model_info_and_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("cfg.json");
+    std::fs::write(
+        &cfg,
+        r#"{"hidden": 8, "n_blocks": 1, "n_rbf": 4, "cutoff": 3.0, "elements": [1, 8]}"#,
+    )
+    .unwrap();
+    let model = dir.path().join("m.safetensors");
+    let o = mlff(&[
+        "init-model",
+        "--config",
+        cfg.to_str().unwrap(),
+        "-o",
+        model.to_str().unwrap(),
+        "--seed",
+        "3",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = mlff(&["info", model.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("hidden 8, 1 blocks") && text.contains("H O"),
+        "{text}"
+    );
+
+    // An element the model does not know: the error names structure and atom.
+    let xyz = dir.path().join("c.xyz");
+    std::fs::write(&xyz, "2\n\nO 0 0 0\nC 0 0 1.2\n").unwrap();
+    let o = mlff(&[
+        "predict",
+        model.to_str().unwrap(),
+        xyz.to_str().unwrap(),
+        "--device",
+        "cpu",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("Z=6") && err.contains("atom 1"),
+        "{err}"
+    );
+
+    // A malformed file: the error names file and line.
+    std::fs::write(&xyz, "2\n\nO 0 0 0\nH 0 zero 1.2\n").unwrap();
+    let o = mlff(&[
+        "predict",
+        model.to_str().unwrap(),
+        xyz.to_str().unwrap(),
+        "--device",
+        "cpu",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("c.xyz") && err.contains("line 4"),
+        "{err}"
+    );
+
+    // A bad config names the field.
+    std::fs::write(&cfg, r#"{"hidden": 7}"#).unwrap();
+    let o = mlff(&[
+        "init-model",
+        "--config",
+        cfg.to_str().unwrap(),
+        "-o",
+        model.to_str().unwrap(),
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("hidden must be even"),
+        "{err}"
+    );
+
+    // An unknown device string.
+    let o = mlff(&["check", "--device", "tpu"]);
+    assert!(
+        !o.status.success() && String::from_utf8_lossy(&o.stderr).contains("unknown device `tpu`")
+    );
+}
+
+#[test]
+fn check_writes_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("check.json");
+    let o = mlff(&["check", "--json", json.to_str().unwrap(), "--device", "cpu"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(v["cuda_feature"], cfg!(feature = "cuda"));
+    assert!(v["cpu_threads"].as_u64().unwrap() >= 1);
+}
+
+#[cfg(not(feature = "cuda"))]
+#[test]
+fn explicit_cuda_without_the_feature_is_a_clear_error() {
+    let o = mlff(&["check", "--device", "cuda"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("--features cuda"),
+        "{err}"
+    );
+    let o = mlff(&["check", "--device", "auto"]);
+    assert!(o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("using the CPU"));
+}

@@ -1,0 +1,211 @@
+//! CUDA vs CPU agreement. Runs only with `--features cuda` on a machine with a GPU
+//! (../shared/gpu/README.md); each check compares a CUDA result against its CPU twin.
+#![cfg(feature = "cuda")]
+
+mod common;
+
+use candle_core::{DType, Device, Tensor, Var};
+use common::*;
+use mlff_distiller::checkpoint;
+use mlff_distiller::ops::{gather, scatter_add, EdgeOps};
+use mlff_distiller::systems::{aspirin, water_box};
+use mlff_distiller::{Batch, Calculator, PainnCalculator, Prediction};
+use rand::{Rng, SeedableRng};
+
+fn cuda() -> Device {
+    Device::new_cuda(0).expect("a CUDA device (these tests run on the GPU machine)")
+}
+
+fn max_abs_diff(a: &Tensor, b: &Tensor) -> f64 {
+    let a = a
+        .to_device(&Device::Cpu)
+        .unwrap()
+        .to_dtype(DType::F64)
+        .unwrap();
+    let b = b
+        .to_device(&Device::Cpu)
+        .unwrap()
+        .to_dtype(DType::F64)
+        .unwrap();
+    (a - b)
+        .unwrap()
+        .abs()
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .max(0)
+        .unwrap()
+        .to_scalar::<f64>()
+        .unwrap()
+}
+
+fn random_index(n: usize, bound: usize, seed: u64) -> Vec<u32> {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    (0..n).map(|_| rng.random_range(0..bound as u32)).collect()
+}
+
+/// Our CUDA scatter and gather against candle's CPU index_add / index_select, f32 and f64,
+/// from zero edges up to 200k edges with 384-wide rows (PaiNN's vector messages).
+#[test]
+fn cuda_ops_match_cpu_candle() {
+    let gpu = cuda();
+    for dtype in [DType::F32, DType::F64] {
+        for &(n_edges, n_atoms, row) in &[
+            (0usize, 5usize, 3usize),
+            (1, 1, 1),
+            (1000, 37, 7),
+            (200_000, 5_000, 384),
+        ] {
+            let src = Tensor::randn(0f32, 1.0, (n_edges, row), &Device::Cpu)
+                .unwrap()
+                .to_dtype(dtype)
+                .unwrap();
+            let idx = Tensor::new(random_index(n_edges, n_atoms, 1), &Device::Cpu).unwrap();
+            let want = Tensor::zeros((n_atoms, row), dtype, &Device::Cpu)
+                .unwrap()
+                .index_add(&idx, &src, 0)
+                .unwrap();
+            let got = scatter_add(
+                &src.to_device(&gpu).unwrap(),
+                &idx.to_device(&gpu).unwrap(),
+                n_atoms,
+            )
+            .unwrap();
+            let tol = if dtype == DType::F32 { 1e-3 } else { 1e-10 };
+            let d = max_abs_diff(&got, &want);
+            assert!(d <= tol, "{dtype:?} scatter E={n_edges}: {d}");
+            let table = want;
+            let gi = Tensor::new(random_index(n_edges, n_atoms, 2), &Device::Cpu).unwrap();
+            let want = table.index_select(&gi, 0).unwrap();
+            let got = gather(
+                &table.to_device(&gpu).unwrap(),
+                &gi.to_device(&gpu).unwrap(),
+            )
+            .unwrap();
+            assert_eq!(
+                max_abs_diff(&got, &want),
+                0.0,
+                "{dtype:?} gather E={n_edges}"
+            );
+        }
+    }
+}
+
+/// First and second derivatives through the CUDA ops equal the CPU ones.
+#[test]
+fn cuda_ops_second_order_matches_cpu() {
+    std::env::set_var("CANDLE_GRAD_DO_NOT_DETACH", "1");
+    let run = |dev: &Device| {
+        let x = Var::from_tensor(
+            &Tensor::arange(0u32, 40, &Device::Cpu)
+                .unwrap()
+                .to_dtype(DType::F64)
+                .unwrap()
+                .affine(0.05, -1.0)
+                .unwrap()
+                .reshape((10, 4))
+                .unwrap()
+                .to_device(dev)
+                .unwrap(),
+        )
+        .unwrap();
+        let g = Tensor::new(random_index(300, 10, 3), dev).unwrap();
+        let s = Tensor::new(random_index(300, 6, 4), dev).unwrap();
+        let y = scatter_add(
+            &gather(x.as_tensor(), &g).unwrap().powf(3.0).unwrap(),
+            &s,
+            6,
+        )
+        .unwrap();
+        let loss = y.sqr().unwrap().sum_all().unwrap();
+        let grad = loss.backward().unwrap().get(x.as_tensor()).unwrap().clone();
+        let loss2 = grad.sqr().unwrap().sum_all().unwrap();
+        let hess = loss2
+            .backward()
+            .unwrap()
+            .get(x.as_tensor())
+            .unwrap()
+            .clone();
+        (
+            grad.to_device(&Device::Cpu).unwrap(),
+            hess.to_device(&Device::Cpu).unwrap(),
+        )
+    };
+    let (g_cpu, h_cpu) = run(&Device::Cpu);
+    let (g_gpu, h_gpu) = run(&cuda());
+    let scale = |t: &Tensor| {
+        t.abs()
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .max(0)
+            .unwrap()
+            .to_scalar::<f64>()
+            .unwrap()
+    };
+    assert!(max_abs_diff(&g_cpu, &g_gpu) <= 1e-12 * scale(&g_cpu));
+    assert!(max_abs_diff(&h_cpu, &h_gpu) <= 1e-12 * scale(&h_cpu));
+}
+
+fn shipped_calculator(dev: &Device, dtype: DType, ops: EdgeOps) -> PainnCalculator {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("models/painn-default-untrained.safetensors");
+    let ck = checkpoint::load(&path).unwrap();
+    PainnCalculator::new(
+        ck.model(dev, dtype).unwrap().with_ops(ops),
+        dev.clone(),
+        dtype,
+    )
+}
+
+fn assert_agree(label: &str, a: &Prediction, b: &Prediction, e_rel: f64, f_rel: f64) {
+    for (k, (ea, eb)) in a.energies.iter().zip(&b.energies).enumerate() {
+        assert!(
+            (ea - eb).abs() <= e_rel * ea.abs().max(1.0),
+            "{label}: structure {k} E {ea} vs {eb}"
+        );
+    }
+    let scale = max_abs(&a.forces.concat()).max(1e-3);
+    let df = max_force_diff(&a.forces.concat(), &b.forces.concat());
+    assert!(
+        df <= f_rel * scale,
+        "{label}: max |ΔF| {df} (max |F| {scale})"
+    );
+    println!("{label}: max |ΔF| / max |F| = {:.2e}", df / scale);
+}
+
+/// The shipped default-size model gives the same energies and forces on CUDA as on the CPU:
+/// aspirin, a batch of 64 different molecules, a 5,000-atom periodic water box; f32 and f64;
+/// our ops and candle's stock ops.
+#[test]
+fn cuda_model_matches_cpu() {
+    let gpu = cuda();
+    let molecules: Vec<_> = (0..64)
+        .map(|k| random_molecule(5 + (k % 20) as usize, k))
+        .collect();
+    let cases = [
+        ("aspirin", vec![aspirin()]),
+        ("64 molecules", molecules),
+        ("water box 5001 atoms", vec![water_box(1667, 0)]),
+    ];
+    for (label, structures) in cases {
+        let batch = Batch::new(structures).unwrap();
+        for (dtype, e_rel, f_rel) in [(DType::F32, 2e-5, 2e-4), (DType::F64, 1e-11, 1e-10)] {
+            let cpu = shipped_calculator(&Device::Cpu, dtype, EdgeOps::Custom)
+                .compute(&batch)
+                .unwrap();
+            for ops in [EdgeOps::Custom, EdgeOps::Stock] {
+                let got = shipped_calculator(&gpu, dtype, ops)
+                    .compute(&batch)
+                    .unwrap();
+                assert_agree(
+                    &format!("{label} {dtype:?} {ops:?}"),
+                    &cpu,
+                    &got,
+                    e_rel,
+                    f_rel,
+                );
+            }
+        }
+    }
+}
