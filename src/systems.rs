@@ -48,37 +48,32 @@ pub fn water_box(n_molecules: usize, seed: u64) -> Structure {
     }
 }
 
-/// Uniform random rotation from a normalised Gaussian quaternion.
-fn random_rotation(rng: &mut impl Rng) -> [[f64; 3]; 3] {
-    let mut q = [0.0f64; 4];
+/// Uniformly distributed random rotation matrix (rejection-sampled unit quaternion).
+pub fn random_rotation(rng: &mut impl Rng) -> [[f64; 3]; 3] {
     loop {
-        for x in &mut q {
-            *x = rng.random_range(-1.0..1.0);
-        }
+        let q: [f64; 4] = std::array::from_fn(|_| rng.random_range(-1.0..1.0));
         let n = q.iter().map(|x| x * x).sum::<f64>();
         if n > 1e-6 && n <= 1.0 {
-            q = q.map(|x| x / n.sqrt());
-            break;
+            let [w, x, y, z] = q.map(|x| x / n.sqrt());
+            return [
+                [
+                    1. - 2. * (y * y + z * z),
+                    2. * (x * y - z * w),
+                    2. * (x * z + y * w),
+                ],
+                [
+                    2. * (x * y + z * w),
+                    1. - 2. * (x * x + z * z),
+                    2. * (y * z - x * w),
+                ],
+                [
+                    2. * (x * z - y * w),
+                    2. * (y * z + x * w),
+                    1. - 2. * (x * x + y * y),
+                ],
+            ];
         }
     }
-    let [w, x, y, z] = q;
-    [
-        [
-            1. - 2. * (y * y + z * z),
-            2. * (x * y - z * w),
-            2. * (x * z + y * w),
-        ],
-        [
-            2. * (x * y + z * w),
-            1. - 2. * (x * x + z * z),
-            2. * (y * z - x * w),
-        ],
-        [
-            2. * (x * z - y * w),
-            2. * (y * z + x * w),
-            1. - 2. * (x * x + y * y),
-        ],
-    ]
 }
 
 /// Aspirin (C9H8O4), the first validation frame of rMD17 (PBE/def2-SVP geometry, Å).

@@ -16,29 +16,6 @@ fn cuda() -> Device {
     Device::new_cuda(0).expect("a CUDA device (these tests run on the GPU machine)")
 }
 
-fn max_abs_diff(a: &Tensor, b: &Tensor) -> f64 {
-    let a = a
-        .to_device(&Device::Cpu)
-        .unwrap()
-        .to_dtype(DType::F64)
-        .unwrap();
-    let b = b
-        .to_device(&Device::Cpu)
-        .unwrap()
-        .to_dtype(DType::F64)
-        .unwrap();
-    (a - b)
-        .unwrap()
-        .abs()
-        .unwrap()
-        .flatten_all()
-        .unwrap()
-        .max(0)
-        .unwrap()
-        .to_scalar::<f64>()
-        .unwrap()
-}
-
 fn random_index(n: usize, bound: usize, seed: u64) -> Vec<u32> {
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
     (0..n).map(|_| rng.random_range(0..bound as u32)).collect()

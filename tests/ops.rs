@@ -1,6 +1,8 @@
 //! The custom gather/scatter-add ops against candle's index_select/index_add, their gradients
 //! and second-order gradients (what training on forces needs).
 
+mod common;
+
 use candle_core::{DType, Device, Tensor, Var};
 use mlff_distiller::ops::{gather, scatter_add, EdgeOps};
 
@@ -9,19 +11,7 @@ fn idx(v: &[u32]) -> Tensor {
 }
 
 fn assert_close(a: &Tensor, b: &Tensor, tol: f64) {
-    assert_eq!(a.dims(), b.dims());
-    let d = (a - b)
-        .unwrap()
-        .abs()
-        .unwrap()
-        .flatten_all()
-        .unwrap()
-        .max(0)
-        .unwrap()
-        .to_dtype(DType::F64)
-        .unwrap()
-        .to_scalar::<f64>()
-        .unwrap();
+    let d = common::max_abs_diff(a, b);
     assert!(d <= tol, "max difference {d} > {tol}");
 }
 

@@ -4,8 +4,9 @@ use super::{parse_dtype, DeviceArgs};
 use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device};
 use clap::Args;
+use mlff_distiller::calculator::DeviceOutput;
 use mlff_distiller::device::{device_name, synchronize};
-use mlff_distiller::model::{init_varmap, Painn, PainnConfig};
+use mlff_distiller::model::{init_varmap, Painn, PainnConfig, PainnInputs};
 use mlff_distiller::ops::EdgeOps;
 use mlff_distiller::systems::{aspirin, water_box};
 use mlff_distiller::{checkpoint, Batch, PainnCalculator, Structure};
@@ -34,6 +35,10 @@ pub struct BenchArgs {
     /// Write the results as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Write each system's model inputs and our energies/forces (first ops listed) as
+    /// DIR/SYSTEM.safetensors, for the PyTorch reference (benches/reference/painn_torch.py).
+    #[arg(long)]
+    export: Option<PathBuf>,
     #[command(flatten)]
     device: DeviceArgs,
 }
@@ -96,6 +101,9 @@ fn load_model(a: &BenchArgs, dev: &Device) -> Result<Painn> {
 pub fn run(a: BenchArgs) -> Result<()> {
     anyhow::ensure!(a.repeats > 0, "--repeats must be at least 1");
     let dev = a.device.open()?;
+    if let Some(dir) = &a.export {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
     let ops: Vec<EdgeOps> = a
         .ops
         .split(',')
@@ -131,7 +139,12 @@ pub fn run(a: BenchArgs) -> Result<()> {
                 .flatten_all()?
                 .to_vec1::<f32>()?;
             let (max_de, max_df) = match &reference {
-                None => (0.0, 0.0),
+                None => {
+                    if let Some(dir) = &a.export {
+                        export(&dir.join(format!("{name}.safetensors")), &inputs, &out)?;
+                    }
+                    (0.0, 0.0)
+                }
                 Some((re, rf)) => (max_diff(re, &e), max_diff(rf, &f)),
             };
             reference.get_or_insert((e, f));
@@ -183,6 +196,26 @@ pub fn run(a: BenchArgs) -> Result<()> {
         let v = serde_json::json!({"device": device_name(&dev), "dtype": format!("{:?}", a.dtype), "cases": cases});
         mlff_distiller::fsutil::write_atomic(path, serde_json::to_string_pretty(&v)?.as_bytes())?;
     }
+    Ok(())
+}
+
+/// Inputs and outputs of one system, on the CPU, for an external reference to reproduce.
+fn export(path: &std::path::Path, x: &PainnInputs, out: &DeviceOutput) -> Result<()> {
+    let cpu = |t: &candle_core::Tensor| t.to_device(&Device::Cpu);
+    let tensors = [
+        ("species", cpu(&x.species)?),
+        ("positions", cpu(&x.positions)?),
+        ("centers", cpu(&x.centers)?),
+        ("neighbors", cpu(&x.neighbors)?),
+        ("offsets", cpu(&x.offsets)?),
+        ("atom_structure", cpu(&x.atom_structure)?),
+        ("energies", cpu(&out.energies)?),
+        ("forces", cpu(&out.forces)?),
+    ];
+    let meta =
+        std::collections::HashMap::from([("n_structures".to_string(), x.n_structures.to_string())]);
+    let bytes = safetensors::serialize(tensors, Some(meta))?;
+    mlff_distiller::fsutil::write_atomic(path, &bytes)?;
     Ok(())
 }
 

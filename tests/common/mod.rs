@@ -101,29 +101,9 @@ pub fn dist(a: &[f64; 3], b: &[f64; 3]) -> f64 {
     ((a[0] - b[0]).powi(2) + (a[1] - b[1]).powi(2) + (a[2] - b[2]).powi(2)).sqrt()
 }
 
-/// A random proper rotation matrix (from a random unit quaternion).
+/// A random proper rotation matrix.
 pub fn random_rotation(seed: u64) -> [[f64; 3]; 3] {
-    let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let q: [f64; 4] = std::array::from_fn(|_| rng.random_range(-1.0..1.0));
-    let n = q.iter().map(|x| x * x).sum::<f64>().sqrt();
-    let [w, x, y, z] = q.map(|v| v / n);
-    [
-        [
-            1. - 2. * (y * y + z * z),
-            2. * (x * y - z * w),
-            2. * (x * z + y * w),
-        ],
-        [
-            2. * (x * y + z * w),
-            1. - 2. * (x * x + z * z),
-            2. * (y * z - x * w),
-        ],
-        [
-            2. * (x * z - y * w),
-            2. * (y * z + x * w),
-            1. - 2. * (x * x + y * y),
-        ],
-    ]
+    mlff_distiller::systems::random_rotation(&mut ChaCha8Rng::seed_from_u64(seed))
 }
 
 pub fn rotate(r: &[[f64; 3]; 3], v: &[f64; 3]) -> [f64; 3] {
@@ -138,6 +118,15 @@ pub fn max_force_diff(a: &[[f64; 3]], b: &[[f64; 3]]) -> f64 {
         .zip(b.iter().flatten())
         .map(|(x, y)| (x - y).abs())
         .fold(0.0, f64::max)
+}
+
+/// Largest |a - b| over two tensors of the same shape, on any device and dtype.
+pub fn max_abs_diff(a: &candle_core::Tensor, b: &candle_core::Tensor) -> f64 {
+    assert_eq!(a.dims(), b.dims());
+    let cpu = |t: &candle_core::Tensor| t.to_device(&Device::Cpu)?.to_dtype(DType::F64);
+    (cpu(a).unwrap() - cpu(b).unwrap())
+        .and_then(|d| d.abs()?.flatten_all()?.max(0)?.to_scalar::<f64>())
+        .unwrap()
 }
 
 /// Largest |component| of a set of force rows.
