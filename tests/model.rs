@@ -171,3 +171,21 @@ fn unknown_element_names_the_atom() {
         "{err}"
     );
 }
+
+/// The model through candle's stock index_select/index_add equals the model through our ops.
+#[test]
+fn stock_ops_equal_custom_ops() {
+    use mlff_distiller::ops::EdgeOps;
+    let batch = Batch::new(vec![random_molecule(10, 51), random_box(20, 0.3, 52)]).unwrap();
+    let ours = calculator(DType::F64, &Device::Cpu)
+        .compute(&batch)
+        .unwrap();
+    let stock = calculator(DType::F64, &Device::Cpu)
+        .with_ops(EdgeOps::Stock)
+        .compute(&batch)
+        .unwrap();
+    for (a, b) in ours.energies.iter().zip(&stock.energies) {
+        assert!((a - b).abs() < 1e-10 * a.abs().max(1.0), "{a} vs {b}");
+    }
+    assert!(max_force_diff(&ours.forces.concat(), &stock.forces.concat()) < 1e-10);
+}

@@ -33,7 +33,7 @@ impl EdgeOps {
     pub fn gather(self, x: &Tensor, idx: &Tensor) -> Result<Tensor> {
         match self {
             Self::Custom => gather(x, idx),
-            Self::Stock => x.index_select(idx, 0),
+            Self::Stock => x.contiguous()?.index_select(idx, 0),
         }
     }
 
@@ -44,7 +44,12 @@ impl EdgeOps {
             Self::Stock => {
                 let mut dims = src.dims().to_vec();
                 dims[0] = n;
-                Tensor::zeros(dims, src.dtype(), src.device())?.index_add(idx, src, 0)
+                // candle's index_add needs a contiguous source.
+                Tensor::zeros(dims, src.dtype(), src.device())?.index_add(
+                    idx,
+                    &src.contiguous()?,
+                    0,
+                )
             }
         }
     }
