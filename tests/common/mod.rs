@@ -123,6 +123,9 @@ pub fn max_force_diff(a: &[[f64; 3]], b: &[[f64; 3]]) -> f64 {
 /// Largest |a - b| over two tensors of the same shape, on any device and dtype.
 pub fn max_abs_diff(a: &candle_core::Tensor, b: &candle_core::Tensor) -> f64 {
     assert_eq!(a.dims(), b.dims());
+    if a.elem_count() == 0 {
+        return 0.0;
+    }
     let cpu = |t: &candle_core::Tensor| t.to_device(&Device::Cpu)?.to_dtype(DType::F64);
     (cpu(a).unwrap() - cpu(b).unwrap())
         .and_then(|d| d.abs()?.flatten_all()?.max(0)?.to_scalar::<f64>())
@@ -132,4 +135,10 @@ pub fn max_abs_diff(a: &candle_core::Tensor, b: &candle_core::Tensor) -> f64 {
 /// Largest |component| of a set of force rows.
 pub fn max_abs(a: &[[f64; 3]]) -> f64 {
     a.iter().flatten().fold(0.0f64, |m, x| m.max(x.abs()))
+}
+
+/// `n` random u32 indices below `bound` (seeded).
+pub fn random_index(n: usize, bound: usize, seed: u64) -> Vec<u32> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    (0..n).map(|_| rng.random_range(0..bound as u32)).collect()
 }
