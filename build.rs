@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 fn main() {
+    git_commit();
     println!("cargo:rerun-if-changed=kernels");
     println!("cargo:rerun-if-env-changed=CUDA_COMPUTE_CAP");
     if std::env::var_os("CARGO_FEATURE_CUDA").is_none() {
@@ -37,4 +38,21 @@ fn main() {
             .unwrap_or_else(|e| panic!("running {nvcc:?} (set CUDA_ROOT or PATH): {e}"));
         assert!(status.success(), "nvcc failed on {}", src.display());
     }
+}
+
+/// Records the source commit (for checkpoint provenance) as MLFF_GIT_COMMIT.
+fn git_commit() {
+    for p in [".git/HEAD", ".git/refs/heads"] {
+        if std::path::Path::new(p).exists() {
+            println!("cargo:rerun-if-changed={p}");
+        }
+    }
+    let commit = Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_else(|| "unknown".into());
+    println!("cargo:rustc-env=MLFF_GIT_COMMIT={commit}");
 }

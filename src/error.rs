@@ -37,6 +37,17 @@ pub enum Error {
     #[error("model config: {0}")]
     Config(String),
 
+    /// Bad training or evaluation data: names the file and the frame.
+    #[error("{path}: frame {frame}: {msg}")]
+    Data {
+        path: PathBuf,
+        frame: usize,
+        msg: String,
+    },
+
+    #[error("training: {0}")]
+    Train(String),
+
     #[error("checkpoint {path}: {kind}")]
     Checkpoint {
         path: PathBuf,

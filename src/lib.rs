@@ -11,6 +11,7 @@ pub mod neighbors;
 pub mod ops;
 pub mod structure;
 pub mod systems;
+pub mod train;
 
 pub use calculator::{Calculator, PainnCalculator, Prediction};
 pub use error::{Error, Result};

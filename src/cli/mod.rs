@@ -5,6 +5,7 @@ mod check;
 mod info;
 mod init_model;
 mod predict;
+mod train;
 
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
@@ -34,6 +35,8 @@ enum Command {
     InitModel(init_model::InitModelArgs),
     /// Time energy+forces on generated systems, comparing edge-op implementations.
     Bench(bench::BenchArgs),
+    /// Train a student on labelled frames (energies and forces).
+    Train(Box<train::TrainArgs>),
 }
 
 /// `--device` shared by every command that computes.
@@ -71,6 +74,7 @@ pub fn run() -> Result<ExitCode> {
         Command::Predict(a) => predict::run(a),
         Command::InitModel(a) => init_model::run(a),
         Command::Bench(a) => bench::run(a),
+        Command::Train(a) => train::run(*a),
     }?;
     Ok(ExitCode::SUCCESS)
 }

@@ -90,6 +90,18 @@ impl NeighborList {
             .collect()
     }
 
+    /// One list from per-structure lists, atom indices shifted by `offsets[k]` for list k.
+    pub fn concat<'a>(lists: impl Iterator<Item = &'a NeighborList>, offsets: &[usize]) -> Self {
+        let mut out = NeighborList::default();
+        for (nl, &off) in lists.zip(offsets) {
+            let off = off as u32;
+            out.centers.extend(nl.centers.iter().map(|&c| c + off));
+            out.neighbors.extend(nl.neighbors.iter().map(|&c| c + off));
+            out.shifts.extend_from_slice(&nl.shifts);
+        }
+        out
+    }
+
     /// Edge vectors of a list built by [`batch_neighbor_list`], each with its own structure's
     /// positions and cell.
     pub fn batch_vectors(&self, batch: &Batch) -> Vec<[f64; 3]> {
@@ -130,18 +142,18 @@ pub fn batch_neighbor_list(batch: &Batch, cutoff: f64) -> Result<NeighborList> {
             batch.n_atoms()
         )));
     }
-    let mut out = NeighborList::default();
-    for (k, s) in batch.structures.iter().enumerate() {
-        let nl = structure_neighbor_list(s, cutoff).map_err(|e| match e {
-            Error::NeighborList(m) => Error::NeighborList(format!("structure {k}: {m}")),
-            other => other,
-        })?;
-        let off = batch.offsets[k] as u32;
-        out.centers.extend(nl.centers.iter().map(|&c| c + off));
-        out.neighbors.extend(nl.neighbors.iter().map(|&c| c + off));
-        out.shifts.extend_from_slice(&nl.shifts);
-    }
-    Ok(out)
+    let lists = batch
+        .structures
+        .iter()
+        .enumerate()
+        .map(|(k, s)| {
+            structure_neighbor_list(s, cutoff).map_err(|e| match e {
+                Error::NeighborList(m) => Error::NeighborList(format!("structure {k}: {m}")),
+                other => other,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(NeighborList::concat(lists.iter(), &batch.offsets))
 }
 
 /// The canonical edge vector `x_j - x_i + S · cell`. Both the cell list and the brute-force

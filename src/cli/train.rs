@@ -1,0 +1,256 @@
+//! `mlff train`: fit a PaiNN student to labelled frames.
+
+use super::{parse_dtype, DeviceArgs};
+use anyhow::{bail, Context, Result};
+use candle_core::DType;
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use mlff_distiller::checkpoint;
+use mlff_distiller::device::device_name;
+use mlff_distiller::model::PainnConfig;
+use mlff_distiller::train::{
+    split_by_trajectory, Dataset, Metrics, Schedule, TrainConfig, Trainer,
+};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+#[derive(Args)]
+pub struct TrainArgs {
+    /// Training frames (extended XYZ with energy and forces).
+    #[arg(long)]
+    train: PathBuf,
+    /// Validation frames. Without it, --val-fraction of the training trajectories (info key
+    /// `trajectory`) are held out, chosen with --seed; frames are never split individually.
+    #[arg(long)]
+    val: Option<PathBuf>,
+    #[arg(long, default_value_t = 0.1)]
+    val_fraction: f64,
+    /// Model config JSON (default: 128 features, 3 blocks, 20 Gaussians, 5 Å, H C N O).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Start from this checkpoint's weights and statistics (fine-tuning).
+    #[arg(long)]
+    init: Option<PathBuf>,
+    /// Output folder: best.safetensors, last.safetensors, state.safetensors, log.jsonl.
+    #[arg(short, long)]
+    out: PathBuf,
+    /// Continue the run in --out from its state.safetensors (same data and settings).
+    #[arg(long)]
+    resume: bool,
+    /// Training settings as JSON (the fields of the flags below); flags given override it.
+    #[arg(long)]
+    train_config: Option<PathBuf>,
+    #[arg(long)]
+    epochs: Option<usize>,
+    #[arg(long)]
+    batch_size: Option<usize>,
+    #[arg(long)]
+    lr: Option<f64>,
+    #[arg(long)]
+    lr_min: Option<f64>,
+    #[arg(long)]
+    warmup_steps: Option<u64>,
+    /// cosine, or plateau (factor 0.5 after 10 validations without improvement).
+    #[arg(long)]
+    schedule: Option<String>,
+    #[arg(long)]
+    weight_decay: Option<f64>,
+    #[arg(long)]
+    energy_weight: Option<f64>,
+    #[arg(long)]
+    force_weight: Option<f64>,
+    #[arg(long)]
+    clip_grad_norm: Option<f64>,
+    #[arg(long)]
+    ema_decay: Option<f64>,
+    #[arg(long)]
+    seed: Option<u64>,
+    #[arg(long, default_value = "f32", value_parser = parse_dtype)]
+    dtype: DType,
+    #[command(flatten)]
+    device: DeviceArgs,
+}
+
+fn train_config(a: &TrainArgs) -> Result<TrainConfig> {
+    let mut c = match &a.train_config {
+        Some(p) => serde_json::from_str(
+            &std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?,
+        )
+        .with_context(|| format!("{}: invalid training config", p.display()))?,
+        None => TrainConfig::default(),
+    };
+    macro_rules! over {
+        ($($f:ident),*) => { $( if let Some(v) = a.$f { c.$f = v; } )* };
+    }
+    over!(
+        epochs,
+        batch_size,
+        lr,
+        lr_min,
+        warmup_steps,
+        weight_decay,
+        energy_weight,
+        force_weight,
+        clip_grad_norm,
+        ema_decay,
+        seed
+    );
+    if let Some(s) = &a.schedule {
+        c.schedule = match s.as_str() {
+            "cosine" => Schedule::Cosine,
+            "plateau" => Schedule::Plateau {
+                factor: 0.5,
+                patience: 10,
+            },
+            _ => bail!("unknown schedule `{s}` (cosine or plateau)"),
+        };
+    }
+    c.validate()?;
+    Ok(c)
+}
+
+pub fn run(a: TrainArgs) -> Result<()> {
+    // Second-order gradients (force loss) need candle to keep the graph of the first backward;
+    // it reads this once per thread, so set it before anything runs.
+    std::env::set_var("CANDLE_GRAD_DO_NOT_DETACH", "1");
+    let cfg = train_config(&a)?;
+    let init = a.init.as_deref().map(checkpoint::load).transpose()?;
+    let model_cfg = match (&a.config, &init) {
+        (Some(_), Some(_)) => {
+            bail!("give --config or --init, not both (--init carries its config)")
+        }
+        (Some(p), None) => PainnConfig::from_file(p)?,
+        (None, Some(ck)) => ck.config.clone(),
+        (None, None) => PainnConfig::default(),
+    };
+    let train_ds = Dataset::load(&a.train)?;
+    let (train_ds, val_ds, split) = match &a.val {
+        Some(v) => (
+            train_ds,
+            Dataset::load(v)?,
+            format!("validation file {}", v.display()),
+        ),
+        None => {
+            let (t, v) = split_by_trajectory(&train_ds, a.val_fraction, cfg.seed)?;
+            let split = format!(
+                "{} of the trajectories of {} held out (seed {})",
+                a.val_fraction,
+                a.train.display(),
+                cfg.seed
+            );
+            let path = train_ds.path.clone();
+            let sha = train_ds.sha256.clone();
+            let mut t = Dataset::from_frames(&path, t)?;
+            t.sha256 = sha;
+            (t, Dataset::from_frames(&path, v)?, split)
+        }
+    };
+    let dev = a.device.open()?;
+    std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
+    let state_path = a.out.join("state.safetensors");
+    let log_path = a.out.join("log.jsonl");
+    if !a.resume && (state_path.exists() || log_path.exists()) {
+        bail!(
+            "{} already holds a training run: pass --resume to continue it, or choose another --out",
+            a.out.display()
+        );
+    }
+    let mut t = Trainer::new(
+        &model_cfg,
+        &cfg,
+        &train_ds,
+        &val_ds,
+        &dev,
+        a.dtype,
+        init.as_ref(),
+    )?;
+    if a.resume {
+        t.load_state(&state_path)?;
+        eprintln!("resuming at epoch {} (step {})", t.epoch, t.step());
+    }
+    eprintln!(
+        "training on {} frames, validating on {} ({split}); {} on {}",
+        t.n_train(),
+        val_ds.frames.len(),
+        if a.dtype == DType::F64 { "f64" } else { "f32" },
+        device_name(&dev)
+    );
+    let mut log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)
+        .with_context(|| format!("opening {}", log_path.display()))?;
+    let provenance = |t: &Trainer, best: &Metrics| {
+        serde_json::json!({
+            "created_by": format!("mlff {} train", env!("CARGO_PKG_VERSION")),
+            "git_commit": env!("MLFF_GIT_COMMIT"),
+            "trained": true,
+            "train_data": {"path": train_ds.path, "sha256": train_ds.sha256, "frames": t.n_train()},
+            "validation": {"how": split, "sha256": val_ds.sha256, "frames": val_ds.frames.len()},
+            "teachers": train_ds.info_values("teacher"),
+            "train_config": cfg,
+            "init": a.init,
+            "epochs": t.epoch,
+            "steps": t.step(),
+            "validation_metrics": best,
+            "device": device_name(&dev),
+            "dtype": format!("{:?}", a.dtype),
+        })
+    };
+    let steps_per_epoch = t.n_train().div_ceil(cfg.batch_size) as u64;
+    let style = ProgressStyle::with_template(
+        "epoch {prefix} [{bar:30}] {pos}/{len} {msg} ({per_sec}, eta {eta})",
+    )
+    .expect("valid template");
+    while t.epoch < cfg.epochs {
+        let bar = ProgressBar::new(steps_per_epoch).with_style(style.clone());
+        bar.set_prefix(format!("{}/{}", t.epoch + 1, cfg.epochs));
+        let started = Instant::now();
+        let train_loss = t.train_epoch(|_, loss| {
+            bar.set_message(format!("loss {loss:.4e}"));
+            bar.inc(1);
+        })?;
+        let train_s = started.elapsed().as_secs_f64();
+        bar.finish_and_clear();
+        let m = t.validate()?;
+        t.schedule.observe(m.loss);
+        let improved = m.loss < t.best_val_loss;
+        if improved {
+            t.best_val_loss = m.loss;
+            t.save_checkpoint(&a.out.join("best.safetensors"), &provenance(&t, &m))?;
+        }
+        t.save_checkpoint(&a.out.join("last.safetensors"), &provenance(&t, &m))?;
+        t.save_state(&state_path)?;
+        let line = serde_json::json!({
+            "epoch": t.epoch, "step": t.step(), "lr": t.schedule.at(t.step()),
+            "train_loss": train_loss, "val_loss": m.loss, "val_energy_mae": m.energy_mae,
+            "val_energy_per_atom_mae": m.energy_per_atom_mae, "val_force_mae": m.force_mae,
+            "epoch_train_s": train_s, "structures_per_s": t.n_train() as f64 / train_s,
+            "best": improved,
+        });
+        writeln!(log, "{line}").with_context(|| format!("writing {}", log_path.display()))?;
+        eprintln!(
+            "epoch {:>4}: train loss {train_loss:.4e}  val loss {:.4e}  E MAE {:.2} meV/atom  F MAE {:.1} meV/Å  {:.1} structures/s{}",
+            t.epoch,
+            m.loss,
+            m.energy_per_atom_mae * 1e3,
+            m.force_mae * 1e3,
+            t.n_train() as f64 / train_s,
+            if improved { "  (best)" } else { "" }
+        );
+    }
+    eprintln!("done: {}", path_list(&a.out));
+    Ok(())
+}
+
+fn path_list(out: &Path) -> String {
+    [
+        "best.safetensors",
+        "last.safetensors",
+        "state.safetensors",
+        "log.jsonl",
+    ]
+    .map(|f| out.join(f).display().to_string())
+    .join(", ")
+}

@@ -1,0 +1,161 @@
+//! Labelled data for training and evaluation: loading with checks, hashing, splitting by
+//! trajectory.
+
+use crate::error::{Error, Result};
+use crate::io::read_extxyz;
+use crate::model::PainnConfig;
+use crate::structure::Structure;
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Frames with energy and force labels, read from one file.
+pub struct Dataset {
+    pub path: PathBuf,
+    pub frames: Vec<Structure>,
+    /// SHA-256 of the file's bytes, for provenance.
+    pub sha256: String,
+}
+
+impl Dataset {
+    /// Reads an extended-XYZ file and checks that every frame has finite energy and force
+    /// labels for every atom.
+    pub fn load(path: &Path) -> Result<Self> {
+        let bytes = std::fs::read(path).map_err(|source| Error::Io {
+            path: path.into(),
+            source,
+        })?;
+        let frames = read_extxyz(path)?;
+        let ds = Self {
+            path: path.into(),
+            frames,
+            sha256: sha256_hex(&bytes),
+        };
+        ds.check_labels()?;
+        Ok(ds)
+    }
+
+    /// A dataset from frames already in memory (tests, splits).
+    pub fn from_frames(path: &Path, frames: Vec<Structure>) -> Result<Self> {
+        let ds = Self {
+            path: path.into(),
+            frames,
+            sha256: String::new(),
+        };
+        ds.check_labels()?;
+        Ok(ds)
+    }
+
+    fn err(&self, frame: usize, msg: String) -> Error {
+        Error::Data {
+            path: self.path.clone(),
+            frame,
+            msg,
+        }
+    }
+
+    fn check_labels(&self) -> Result<()> {
+        if self.frames.is_empty() {
+            return Err(self.err(0, "the file holds no frames".into()));
+        }
+        for (k, s) in self.frames.iter().enumerate() {
+            s.validate().map_err(|e| self.err(k, e.to_string()))?;
+            match s.energy {
+                None => return Err(self.err(k, "no `energy` label".into())),
+                Some(e) if !e.is_finite() => {
+                    return Err(self.err(k, format!("energy label is {e}")))
+                }
+                _ => {}
+            }
+            let forces = s
+                .forces
+                .as_ref()
+                .ok_or_else(|| self.err(k, "no `forces` column".into()))?;
+            if let Some(i) = forces.iter().position(|f| f.iter().any(|x| !x.is_finite())) {
+                return Err(self.err(k, format!("atom {i} has a non-finite force label")));
+            }
+        }
+        Ok(())
+    }
+
+    /// Every atom's element must be one the model knows.
+    pub fn check_elements(&self, cfg: &PainnConfig) -> Result<()> {
+        for (k, s) in self.frames.iter().enumerate() {
+            if let Err((atom, z)) = cfg.species_of(&s.numbers) {
+                return Err(self.err(
+                    k,
+                    format!(
+                        "atom {atom} is element Z={z}, not among the model's elements {:?}",
+                        cfg.elements
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Distinct values of a per-frame info key (e.g. `teacher`), in first-seen order.
+    pub fn info_values(&self, key: &str) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for s in &self.frames {
+            if let Some((_, v)) = s.info.iter().find(|(k, _)| k == key) {
+                if !out.contains(v) {
+                    out.push(v.clone());
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Splits frames into (train, validation) by their `trajectory` info key, so that frames of
+/// one trajectory never end up on both sides. `val_fraction` of the trajectories (at least one)
+/// go to validation, chosen with `seed`.
+pub fn split_by_trajectory(
+    ds: &Dataset,
+    val_fraction: f64,
+    seed: u64,
+) -> Result<(Vec<Structure>, Vec<Structure>)> {
+    let mut groups: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    for (k, s) in ds.frames.iter().enumerate() {
+        match s.info.iter().find(|(key, _)| key == "trajectory") {
+            Some((_, t)) => groups.entry(t.as_str()).or_default().push(k),
+            None => {
+                return Err(ds.err(
+                    k,
+                    "no `trajectory` key: give a validation file, or label frames with the \
+                     trajectory they come from (splitting by frame would leak correlated frames)"
+                        .into(),
+                ))
+            }
+        }
+    }
+    if groups.len() < 2 {
+        return Err(ds.err(
+            0,
+            format!(
+                "only {} trajectory: a split by trajectory needs at least 2 (or give a validation file)",
+                groups.len()
+            ),
+        ));
+    }
+    let mut names: Vec<&str> = groups.keys().copied().collect();
+    names.shuffle(&mut ChaCha8Rng::seed_from_u64(seed));
+    let n_val = ((names.len() as f64 * val_fraction).round() as usize).clamp(1, names.len() - 1);
+    let pick = |names: &[&str]| {
+        let mut idx: Vec<usize> = names.iter().flat_map(|n| groups[n].clone()).collect();
+        idx.sort_unstable();
+        idx.into_iter().map(|k| ds.frames[k].clone()).collect()
+    };
+    Ok((pick(&names[n_val..]), pick(&names[..n_val])))
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}

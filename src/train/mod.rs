@@ -1,0 +1,526 @@
+//! Training a PaiNN student on teacher labels: loss on energies per atom and forces (through
+//! second-order backprop), AdamW, warm-up + cosine or plateau schedule, gradient clipping, EMA
+//! of the weights, per-element reference energies and scale/shift fitted before training.
+
+mod adamw;
+mod data;
+mod reference;
+mod schedule;
+
+pub use adamw::AdamW;
+pub use data::{split_by_trajectory, Dataset};
+pub use reference::{composition, fit_reference_energies, fit_scale_shift};
+pub use schedule::{LrSchedule, Schedule};
+
+use crate::calculator::PainnCalculator;
+use crate::checkpoint::{self, Checkpoint};
+use crate::error::{Error, Result};
+use crate::model::{init_varmap, Painn, PainnConfig};
+use crate::neighbors::{structure_neighbor_list, NeighborList};
+use crate::structure::{Batch, Structure};
+use candle_core::backprop::GradStore;
+use candle_core::{DType, Device, Tensor};
+use candle_nn::{VarBuilder, VarMap};
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap};
+
+/// Names of statistics fitted from data and kept fixed during training.
+const FIXED: [&str; 3] = ["readout.atom_ref", "readout.scale", "readout.shift"];
+
+/// How to train (saved with every checkpoint's provenance).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TrainConfig {
+    pub epochs: usize,
+    pub batch_size: usize,
+    pub lr: f64,
+    pub lr_min: f64,
+    pub warmup_steps: u64,
+    pub schedule: Schedule,
+    pub weight_decay: f64,
+    /// Weight of the mean squared energy-per-atom error (eV²).
+    pub energy_weight: f64,
+    /// Weight of the mean squared force-component error ((eV/Å)²).
+    pub force_weight: f64,
+    /// Clip the global gradient norm to this (0: no clipping).
+    pub clip_grad_norm: f64,
+    /// Decay of the exponential moving average of the weights (0: none).
+    pub ema_decay: f64,
+    pub seed: u64,
+}
+
+impl Default for TrainConfig {
+    fn default() -> Self {
+        Self {
+            epochs: 100,
+            batch_size: 16,
+            lr: 1e-3,
+            lr_min: 1e-5,
+            warmup_steps: 100,
+            schedule: Schedule::Cosine,
+            weight_decay: 0.0,
+            energy_weight: 1.0,
+            force_weight: 100.0,
+            clip_grad_norm: 10.0,
+            ema_decay: 0.99,
+            seed: 0,
+        }
+    }
+}
+
+impl TrainConfig {
+    pub fn validate(&self) -> Result<()> {
+        let bad = |m: &str| Err(Error::Train(m.to_string()));
+        if self.batch_size == 0 {
+            return bad("batch_size must be at least 1");
+        }
+        if !(self.lr > 0.0 && self.lr.is_finite()) || self.lr_min < 0.0 {
+            return bad("lr must be positive and lr_min non-negative");
+        }
+        if self.energy_weight < 0.0 || self.force_weight < 0.0 {
+            return bad("loss weights must be non-negative");
+        }
+        if self.energy_weight + self.force_weight == 0.0 {
+            return bad("energy_weight and force_weight are both 0: nothing to fit");
+        }
+        if !(0.0..1.0).contains(&self.ema_decay) {
+            return bad("ema_decay must be in [0, 1)");
+        }
+        Ok(())
+    }
+}
+
+/// A labelled frame with its neighbour list (positions never change during training).
+struct Frame {
+    structure: Structure,
+    edges: NeighborList,
+}
+
+/// Energy and force errors of one evaluation.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct Metrics {
+    pub loss: f64,
+    pub energy_mae: f64,
+    pub energy_per_atom_mae: f64,
+    pub force_mae: f64,
+    pub frames: usize,
+}
+
+pub struct Trainer {
+    pub model_cfg: PainnConfig,
+    pub cfg: TrainConfig,
+    device: Device,
+    dtype: DType,
+    varmap: VarMap,
+    calc: PainnCalculator,
+    opt: AdamW,
+    /// EMA of every tensor of the model (fixed statistics included, unchanged).
+    ema: BTreeMap<String, Tensor>,
+    pub schedule: LrSchedule,
+    train: Vec<Frame>,
+    val: Vec<Frame>,
+    pub epoch: usize,
+    pub best_val_loss: f64,
+}
+
+fn frames(structures: &[Structure], cutoff: f64) -> Result<Vec<Frame>> {
+    structures
+        .iter()
+        .map(|s| {
+            Ok(Frame {
+                edges: structure_neighbor_list(s, cutoff)?,
+                structure: s.clone(),
+            })
+        })
+        .collect()
+}
+
+impl Trainer {
+    /// Sets up training from scratch (seeded init, statistics fitted to `train`) or from the
+    /// weights of `init` (fine-tuning: its statistics are kept).
+    pub fn new(
+        model_cfg: &PainnConfig,
+        cfg: &TrainConfig,
+        train: &Dataset,
+        val: &Dataset,
+        device: &Device,
+        dtype: DType,
+        init: Option<&Checkpoint>,
+    ) -> Result<Self> {
+        cfg.validate()?;
+        model_cfg.validate()?;
+        train.check_elements(model_cfg)?;
+        val.check_elements(model_cfg)?;
+        let varmap = init_varmap(model_cfg, cfg.seed, dtype, device)?;
+        match init {
+            Some(ck) => set_vars(&varmap, &ck.tensors)?,
+            None => {
+                let refs = fit_reference_energies(&train.frames, &model_cfg.elements);
+                let (scale, shift) = fit_scale_shift(&train.frames, &model_cfg.elements, &refs);
+                let stats = BTreeMap::from([
+                    (
+                        "readout.atom_ref".to_string(),
+                        Tensor::new(refs, &Device::Cpu)?,
+                    ),
+                    (
+                        "readout.scale".to_string(),
+                        Tensor::new(&[scale], &Device::Cpu)?,
+                    ),
+                    (
+                        "readout.shift".to_string(),
+                        Tensor::new(&[shift], &Device::Cpu)?,
+                    ),
+                ]);
+                set_vars(&varmap, &stats)?;
+            }
+        }
+        let model = Painn::new(model_cfg, VarBuilder::from_varmap(&varmap, dtype, device))?;
+        let calc = PainnCalculator::new(model, device.clone(), dtype);
+        let mut trainable: Vec<_> = varmap
+            .data()
+            .lock()
+            .expect("varmap lock")
+            .iter()
+            .filter(|(k, _)| !FIXED.contains(&k.as_str()))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        trainable.sort_by(|a, b| a.0.cmp(&b.0));
+        let opt = AdamW::new(trainable, cfg.weight_decay)?;
+        let ema = snapshot(&varmap)?;
+        let train = frames(&train.frames, model_cfg.cutoff)?;
+        let val = frames(&val.frames, model_cfg.cutoff)?;
+        let steps_per_epoch = train.len().div_ceil(cfg.batch_size) as u64;
+        let schedule = LrSchedule::new(
+            cfg.schedule.clone(),
+            cfg.lr,
+            cfg.lr_min,
+            cfg.warmup_steps,
+            steps_per_epoch * cfg.epochs as u64,
+        );
+        Ok(Self {
+            model_cfg: model_cfg.clone(),
+            cfg: cfg.clone(),
+            device: device.clone(),
+            dtype,
+            varmap,
+            calc,
+            opt,
+            ema,
+            schedule,
+            train,
+            val,
+            epoch: 0,
+            best_val_loss: f64::INFINITY,
+        })
+    }
+
+    pub fn n_train(&self) -> usize {
+        self.train.len()
+    }
+
+    pub fn step(&self) -> u64 {
+        self.opt.step
+    }
+
+    pub fn optimizer(&self) -> &AdamW {
+        &self.opt
+    }
+
+    /// The batch of training frames `idx`, with its merged neighbour list.
+    fn batch(frames: &[Frame], idx: &[usize]) -> Result<(Batch, NeighborList)> {
+        let batch = Batch::new(idx.iter().map(|&k| frames[k].structure.clone()).collect())?;
+        let nl = NeighborList::concat(idx.iter().map(|&k| &frames[k].edges), &batch.offsets);
+        Ok((batch, nl))
+    }
+
+    /// Loss of training frames `idx` and its gradients with respect to every variable.
+    /// Forces come from a first backward pass whose graph is kept, so the force loss can be
+    /// differentiated again: that needs CANDLE_GRAD_DO_NOT_DETACH=1 in the environment before
+    /// the first backward on this thread (`mlff train` sets it).
+    pub fn loss_and_grads(&self, idx: &[usize]) -> Result<(f64, GradStore)> {
+        let (batch, nl) = Self::batch(&self.train, idx)?;
+        let loss = self.loss(&self.calc, &batch, &nl, true)?;
+        let value = loss.to_dtype(DType::F64)?.to_scalar::<f64>()?;
+        Ok((value, loss.backward()?))
+    }
+
+    /// The weighted loss as a tensor; `train` requires the force term to be differentiable.
+    fn loss(
+        &self,
+        calc: &PainnCalculator,
+        batch: &Batch,
+        nl: &NeighborList,
+        train: bool,
+    ) -> Result<Tensor> {
+        let (inputs, positions) = calc.prepare_with(batch, nl)?;
+        let dev = &self.device;
+        let energies = calc.model().energies(&inputs)?;
+        let n_atoms: Vec<f64> = batch.structures.iter().map(|s| s.len() as f64).collect();
+        let e_ref: Vec<f64> = batch
+            .structures
+            .iter()
+            .map(|s| s.energy.unwrap_or(0.0))
+            .collect();
+        let b = batch.n_structures();
+        let n_atoms = Tensor::from_vec(n_atoms, b, dev)?.to_dtype(self.dtype)?;
+        let e_ref = Tensor::from_vec(e_ref, b, dev)?.to_dtype(self.dtype)?;
+        let e_err = ((&energies - e_ref)? / n_atoms)?;
+        let mut loss = (e_err.sqr()?.mean_all()? * self.cfg.energy_weight)?;
+        if self.cfg.force_weight > 0.0 {
+            let forces = match energies.sum_all()?.backward()?.get(&inputs.positions) {
+                Some(g) => g.neg()?,
+                None => positions.as_tensor().zeros_like()?,
+            };
+            if train && !nl.is_empty() && !forces.track_op() {
+                return Err(Error::Train(
+                    "forces were detached from the graph, so the force loss has no gradient: \
+                     set CANDLE_GRAD_DO_NOT_DETACH=1 before the first backward pass"
+                        .into(),
+                ));
+            }
+            let f_ref: Vec<f64> = batch
+                .structures
+                .iter()
+                .flat_map(|s| s.forces.iter().flatten().flatten().copied())
+                .collect();
+            let f_ref = Tensor::from_vec(f_ref, (batch.n_atoms(), 3), dev)?.to_dtype(self.dtype)?;
+            let f_loss = (forces - f_ref)?.sqr()?.mean_all()?;
+            loss = (loss + (f_loss * self.cfg.force_weight)?)?;
+        }
+        Ok(loss)
+    }
+
+    /// One pass over the training frames in a seeded order (the order depends on the seed and
+    /// the epoch only, so a resumed run sees the same batches). `on_step(step, loss)` is called
+    /// after every optimiser step. Returns the mean training loss.
+    pub fn train_epoch(&mut self, mut on_step: impl FnMut(u64, f64)) -> Result<f64> {
+        let mut order: Vec<usize> = (0..self.train.len()).collect();
+        let mut rng = ChaCha8Rng::seed_from_u64(self.cfg.seed ^ (self.epoch as u64 + 1) << 32);
+        order.shuffle(&mut rng);
+        let (mut total, mut n) = (0.0, 0usize);
+        for idx in order.chunks(self.cfg.batch_size) {
+            let (loss, grads) = self.loss_and_grads(idx)?;
+            if !loss.is_finite() {
+                return Err(Error::Train(format!(
+                    "loss became {loss} at step {} (epoch {}): lower the learning rate",
+                    self.opt.step + 1,
+                    self.epoch
+                )));
+            }
+            let scale = match self.cfg.clip_grad_norm {
+                c if c > 0.0 => {
+                    let norm = self.opt.grad_norm(&grads)?;
+                    if norm > c {
+                        c / norm
+                    } else {
+                        1.0
+                    }
+                }
+                _ => 1.0,
+            };
+            let lr = self.schedule.at(self.opt.step + 1);
+            self.opt.step(&grads, lr, scale)?;
+            self.update_ema()?;
+            total += loss * idx.len() as f64;
+            n += idx.len();
+            on_step(self.opt.step, loss);
+        }
+        self.epoch += 1;
+        Ok(total / n.max(1) as f64)
+    }
+
+    fn update_ema(&mut self) -> Result<()> {
+        let d = self.cfg.ema_decay;
+        if d == 0.0 {
+            self.ema = snapshot(&self.varmap)?;
+            return Ok(());
+        }
+        // Warm-up of the decay so early weights do not dominate.
+        let t = self.opt.step as f64;
+        let d = d.min((1.0 + t) / (10.0 + t));
+        for (name, var) in self.opt.vars() {
+            let e = self.ema.get_mut(name).expect("ema has every variable");
+            *e = ((&*e * d)? + (var.as_tensor().detach() * (1.0 - d))?)?;
+        }
+        Ok(())
+    }
+
+    /// The EMA weights as a model (what checkpoints hold and validation uses).
+    pub fn ema_model(&self) -> Result<Painn> {
+        let map: HashMap<String, Tensor> = self
+            .ema
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        Ok(Painn::new(
+            &self.model_cfg,
+            VarBuilder::from_tensors(map, self.dtype, &self.device),
+        )?)
+    }
+
+    /// Loss and errors of the EMA model on the validation frames.
+    pub fn validate(&self) -> Result<Metrics> {
+        let calc = PainnCalculator::new(self.ema_model()?, self.device.clone(), self.dtype);
+        let mut m = Metrics::default();
+        let idx: Vec<usize> = (0..self.val.len()).collect();
+        let (mut n_f, mut loss_sum) = (0usize, 0.0);
+        for chunk in idx.chunks(self.cfg.batch_size.max(32)) {
+            let (batch, nl) = Self::batch(&self.val, chunk)?;
+            let loss = self.loss(&calc, &batch, &nl, false)?;
+            loss_sum += loss.to_dtype(DType::F64)?.to_scalar::<f64>()? * chunk.len() as f64;
+            let (inputs, positions) = calc.prepare_with(&batch, &nl)?;
+            let out = calc.compute_device(&inputs, &positions)?;
+            let e = out.energies.to_dtype(DType::F64)?.to_vec1::<f64>()?;
+            let f = out.forces.to_dtype(DType::F64)?.to_vec2::<f64>()?;
+            let mut atom = 0;
+            for (k, s) in batch.structures.iter().enumerate() {
+                let de = (e[k] - s.energy.unwrap_or(0.0)).abs();
+                m.energy_mae += de;
+                m.energy_per_atom_mae += de / s.len() as f64;
+                for fr in s.forces.iter().flatten() {
+                    for d in 0..3 {
+                        m.force_mae += (f[atom][d] - fr[d]).abs();
+                    }
+                    atom += 1;
+                    n_f += 3;
+                }
+            }
+        }
+        let n = self.val.len().max(1) as f64;
+        m.frames = self.val.len();
+        m.loss = loss_sum / n;
+        m.energy_mae /= n;
+        m.energy_per_atom_mae /= n;
+        m.force_mae /= n_f.max(1) as f64;
+        Ok(m)
+    }
+
+    /// Writes the EMA weights as a checkpoint.
+    pub fn save_checkpoint(
+        &self,
+        path: &std::path::Path,
+        provenance: &serde_json::Value,
+    ) -> Result<()> {
+        let cpu: BTreeMap<String, Tensor> = self
+            .ema
+            .iter()
+            .map(|(k, v)| Ok((k.clone(), v.to_dtype(DType::F32)?.to_device(&Device::Cpu)?)))
+            .collect::<Result<_>>()?;
+        checkpoint::save(path, &self.model_cfg, &cpu, provenance)
+    }
+
+    /// Everything needed to continue: weights, EMA, optimiser moments, counters.
+    pub fn save_state(&self, path: &std::path::Path) -> Result<()> {
+        let mut tensors: BTreeMap<String, Tensor> = BTreeMap::new();
+        for (k, v) in snapshot(&self.varmap)? {
+            tensors.insert(format!("param.{k}"), v);
+        }
+        for (k, v) in &self.ema {
+            tensors.insert(format!("ema.{k}"), v.clone());
+        }
+        tensors.extend(self.opt.state());
+        let tensors: Vec<(String, Tensor)> = tensors
+            .into_iter()
+            .map(|(k, v)| Ok((k, v.to_device(&Device::Cpu)?)))
+            .collect::<Result<_>>()?;
+        let meta = HashMap::from([
+            ("step".to_string(), self.opt.step.to_string()),
+            ("epoch".to_string(), self.epoch.to_string()),
+            ("best_val_loss".to_string(), self.best_val_loss.to_string()),
+            (
+                "plateau_scale".to_string(),
+                self.schedule.plateau_scale.to_string(),
+            ),
+            ("model_config".to_string(), self.model_cfg.to_json()),
+            (
+                "train_config".to_string(),
+                serde_json::to_string(&self.cfg).expect("serialises"),
+            ),
+        ]);
+        let bytes = safetensors::serialize(tensors, Some(meta))
+            .map_err(|e| Error::Train(format!("serialising the training state: {e}")))?;
+        crate::fsutil::write_atomic(path, &bytes)
+    }
+
+    /// Restores a state written by [`save_state`](Self::save_state) by a run with the same
+    /// model and training configs.
+    pub fn load_state(&mut self, path: &std::path::Path) -> Result<()> {
+        let bytes = std::fs::read(path).map_err(|source| Error::Io {
+            path: path.into(),
+            source,
+        })?;
+        let bad = |m: String| Error::Train(format!("{}: {m}", path.display()));
+        let (_, header) = safetensors::SafeTensors::read_metadata(&bytes)
+            .map_err(|e| bad(format!("not a training state: {e}")))?;
+        let meta = header.metadata().clone().unwrap_or_default();
+        let get = |k: &str| {
+            meta.get(k)
+                .cloned()
+                .ok_or_else(|| bad(format!("missing `{k}`")))
+        };
+        if get("model_config")? != self.model_cfg.to_json() {
+            return Err(bad("it was written for a different model config".into()));
+        }
+        let saved: TrainConfig = serde_json::from_str(&get("train_config")?)
+            .map_err(|e| bad(format!("train_config: {e}")))?;
+        if saved != self.cfg {
+            return Err(bad(format!(
+                "it was written with different training settings ({}); resume with the same ones",
+                serde_json::to_string(&saved).unwrap_or_default()
+            )));
+        }
+        let parse = |k: &str| get(k)?.parse::<f64>().map_err(|e| bad(format!("{k}: {e}")));
+        let all = candle_core::safetensors::load_buffer(&bytes, &Device::Cpu)?;
+        let strip = |prefix: &str| -> BTreeMap<String, Tensor> {
+            all.iter()
+                .filter_map(|(k, v)| k.strip_prefix(prefix).map(|n| (n.to_string(), v.clone())))
+                .collect()
+        };
+        set_vars(&self.varmap, &strip("param."))?;
+        for (k, v) in strip("ema.") {
+            self.ema
+                .insert(k, v.to_device(&self.device)?.to_dtype(self.dtype)?);
+        }
+        let moments: BTreeMap<String, Tensor> = all
+            .iter()
+            .filter(|(k, _)| k.starts_with("m.") || k.starts_with("v."))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        self.opt.load_state(&moments, parse("step")? as u64)?;
+        self.epoch = parse("epoch")? as usize;
+        self.best_val_loss = parse("best_val_loss")?;
+        self.schedule.plateau_scale = parse("plateau_scale")?;
+        Ok(())
+    }
+}
+
+/// Copies of every variable's current value.
+fn snapshot(varmap: &VarMap) -> Result<BTreeMap<String, Tensor>> {
+    varmap
+        .data()
+        .lock()
+        .expect("varmap lock")
+        .iter()
+        .map(|(k, v)| Ok((k.clone(), v.as_tensor().copy()?)))
+        .collect()
+}
+
+/// Sets the named variables (converting device and dtype); unknown names are an error.
+fn set_vars(varmap: &VarMap, values: &BTreeMap<String, Tensor>) -> Result<()> {
+    let data = varmap.data().lock().expect("varmap lock");
+    for (name, value) in values {
+        let var = data
+            .get(name)
+            .ok_or_else(|| Error::Train(format!("no model variable named `{name}`")))?;
+        var.set(
+            &value
+                .to_device(var.device())?
+                .to_dtype(var.dtype())?
+                .reshape(var.shape())?,
+        )?;
+    }
+    Ok(())
+}

@@ -1,0 +1,358 @@
+//! Training: fitted statistics, loss decreases, second-order force-loss gradients against
+//! finite differences, resume = uninterrupted, splits by trajectory, bad data.
+
+mod common;
+
+use candle_core::{DType, Device, IndexOp, Tensor};
+use common::*;
+use mlff_distiller::model::PainnConfig;
+use mlff_distiller::train::{
+    fit_reference_energies, split_by_trajectory, Dataset, Schedule, TrainConfig, Trainer,
+};
+use mlff_distiller::{Batch, Calculator, Error, PainnCalculator, Structure};
+use std::path::Path;
+
+/// Every test here differentiates the force loss: candle reads this once per thread, before
+/// the first backward.
+fn second_order() {
+    std::env::set_var("CANDLE_GRAD_DO_NOT_DETACH", "1");
+}
+
+fn tiny_config() -> PainnConfig {
+    PainnConfig {
+        hidden: 8,
+        n_blocks: 2,
+        n_rbf: 6,
+        cutoff: 3.5,
+        elements: vec![1, 6, 8],
+    }
+}
+
+/// Frames labelled by a random "teacher" PaiNN (seed 99) of the same architecture.
+fn teacher_data(n: usize, seed: u64) -> Vec<Structure> {
+    let cfg = tiny_config();
+    let teacher = PainnCalculator::new(
+        model(&cfg, 99, DType::F64, &Device::Cpu),
+        Device::Cpu,
+        DType::F64,
+    );
+    let mut frames: Vec<Structure> = (0..n)
+        .map(|k| {
+            let mut s = random_molecule(4 + k % 4, seed * 1000 + k as u64);
+            for z in &mut s.numbers {
+                if *z == 7 {
+                    *z = 6;
+                }
+            }
+            s.info.push(("trajectory".into(), format!("t{}", k % 4)));
+            s
+        })
+        .collect();
+    let pred = teacher
+        .compute(&Batch::new(frames.clone()).unwrap())
+        .unwrap();
+    for (s, (e, f)) in frames
+        .iter_mut()
+        .zip(pred.energies.into_iter().zip(pred.forces))
+    {
+        s.energy = Some(e);
+        s.forces = Some(f);
+    }
+    frames
+}
+
+fn dataset(frames: Vec<Structure>) -> Dataset {
+    Dataset::from_frames(Path::new("test.extxyz"), frames).unwrap()
+}
+
+fn train_config() -> TrainConfig {
+    TrainConfig {
+        epochs: 30,
+        batch_size: 4,
+        lr: 5e-3,
+        lr_min: 1e-4,
+        warmup_steps: 5,
+        schedule: Schedule::Cosine,
+        ema_decay: 0.9,
+        force_weight: 10.0,
+        ..TrainConfig::default()
+    }
+}
+
+#[test]
+fn reference_energies_recover_known_values() {
+    let elements = [1u8, 6, 7, 8];
+    let truth = [-13.6, -1029.8, -1484.2, -2041.5];
+    let frames: Vec<Structure> = (0..12)
+        .map(|k| {
+            let s = random_molecule(3 + k % 9, k as u64);
+            let e: f64 = s
+                .numbers
+                .iter()
+                .map(|z| truth[elements.iter().position(|x| x == z).unwrap()])
+                .sum();
+            Structure {
+                energy: Some(e),
+                ..s
+            }
+        })
+        .collect();
+    let fit = fit_reference_energies(&frames, &elements);
+    for (f, t) in fit.iter().zip(truth) {
+        assert!((f - t).abs() < 1e-6, "fitted {fit:?} vs {truth:?}");
+    }
+    // One composition only (like rMD17): underdetermined, but the fit still reproduces the
+    // mean energy and stays finite.
+    let same: Vec<Structure> = (0..5)
+        .map(|k| Structure {
+            energy: Some(-100.0 - k as f64),
+            ..frames[0].clone()
+        })
+        .collect();
+    let fit = fit_reference_energies(&same, &elements);
+    let counts = mlff_distiller::train::composition(&same[0], &elements);
+    let e: f64 = counts.iter().zip(&fit).map(|(c, e)| c * e).sum();
+    assert!(
+        fit.iter().all(|x| x.is_finite()) && (e + 102.0).abs() < 1e-6,
+        "{fit:?}: {e}"
+    );
+}
+
+#[test]
+fn training_lowers_the_validation_loss() {
+    second_order();
+    let train = dataset(teacher_data(24, 1));
+    let val = dataset(teacher_data(8, 2));
+    let mut t = Trainer::new(
+        &tiny_config(),
+        &train_config(),
+        &train,
+        &val,
+        &Device::Cpu,
+        DType::F32,
+        None,
+    )
+    .unwrap();
+    let before = t.validate().unwrap();
+    for _ in 0..30 {
+        t.train_epoch(|_, _| {}).unwrap();
+    }
+    let after = t.validate().unwrap();
+    assert!(
+        after.loss < 0.5 * before.loss && after.force_mae < 0.8 * before.force_mae,
+        "validation loss {} -> {}, force MAE {} -> {}",
+        before.loss,
+        after.loss,
+        before.force_mae,
+        after.force_mae
+    );
+}
+
+/// d(loss)/d(parameter) from the double backward equals a central finite difference, for the
+/// force term alone (purely second order) and for energy + forces.
+#[test]
+fn force_loss_gradients_match_finite_differences() {
+    second_order();
+    let train = dataset(teacher_data(6, 3));
+    for (ew, fw) in [(0.0, 1.0), (1.0, 10.0)] {
+        let cfg = TrainConfig {
+            energy_weight: ew,
+            force_weight: fw,
+            ..train_config()
+        };
+        let t = Trainer::new(
+            &tiny_config(),
+            &cfg,
+            &train,
+            &train,
+            &Device::Cpu,
+            DType::F64,
+            None,
+        )
+        .unwrap();
+        let idx = [0usize, 2, 5];
+        let (_, grads) = t.loss_and_grads(&idx).unwrap();
+        let probes = [
+            ("filter.weight", 3usize, 2usize),
+            ("blocks.0.message.context1.weight", 1, 4),
+            ("blocks.1.update.mix.weight", 5, 2),
+            ("blocks.1.update.context2.bias", 0, 7),
+            ("embedding.weight", 1, 3),
+        ];
+        for (name, r, c) in probes {
+            let var = t
+                .optimizer()
+                .vars()
+                .iter()
+                .find(|(n, _)| n == name)
+                .unwrap()
+                .1
+                .clone();
+            let base = var.as_tensor().copy().unwrap();
+            let analytic = match var.dims().len() {
+                1 => grads.get(var.as_tensor()).unwrap().i(c).unwrap(),
+                _ => grads.get(var.as_tensor()).unwrap().i((r, c)).unwrap(),
+            }
+            .to_scalar::<f64>()
+            .unwrap();
+            let h = 1e-5;
+            let at = |delta: f64| {
+                let mut v = base.flatten_all().unwrap().to_vec1::<f64>().unwrap();
+                let cols = if var.dims().len() == 1 {
+                    1
+                } else {
+                    var.dims()[1]
+                };
+                let k = if var.dims().len() == 1 {
+                    c
+                } else {
+                    r * cols + c
+                };
+                v[k] += delta;
+                var.set(&Tensor::from_vec(v, var.shape(), &Device::Cpu).unwrap())
+                    .unwrap();
+                t.loss_and_grads(&idx).unwrap().0
+            };
+            let fd = (at(h) - at(-h)) / (2.0 * h);
+            var.set(&base).unwrap();
+            let err = (fd - analytic).abs() / analytic.abs().max(1e-3);
+            assert!(
+                err < 1e-5,
+                "w_E={ew} w_F={fw} {name}[{r},{c}]: fd {fd} vs backprop {analytic}"
+            );
+        }
+    }
+}
+
+#[test]
+fn resume_continues_exactly() {
+    second_order();
+    let train = dataset(teacher_data(12, 4));
+    let val = dataset(teacher_data(4, 5));
+    let cfg = TrainConfig {
+        epochs: 3,
+        ..train_config()
+    };
+    let make = || {
+        Trainer::new(
+            &tiny_config(),
+            &cfg,
+            &train,
+            &val,
+            &Device::Cpu,
+            DType::F32,
+            None,
+        )
+        .unwrap()
+    };
+    let mut straight = make();
+    for _ in 0..3 {
+        straight.train_epoch(|_, _| {}).unwrap();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state.safetensors");
+    let mut first = make();
+    first.train_epoch(|_, _| {}).unwrap();
+    first.save_state(&state).unwrap();
+    drop(first);
+    let mut resumed = make();
+    resumed.load_state(&state).unwrap();
+    assert_eq!(resumed.epoch, 1);
+    for _ in 1..3 {
+        resumed.train_epoch(|_, _| {}).unwrap();
+    }
+    assert_eq!(resumed.step(), straight.step());
+    for ((n, a), (_, b)) in straight
+        .optimizer()
+        .vars()
+        .iter()
+        .zip(resumed.optimizer().vars())
+    {
+        assert_eq!(
+            max_abs_diff(a.as_tensor(), b.as_tensor()),
+            0.0,
+            "{n} differs after resume"
+        );
+    }
+    // A state from other settings is refused with a reason.
+    let other = TrainConfig {
+        lr: 1e-2,
+        ..cfg.clone()
+    };
+    let mut t = Trainer::new(
+        &tiny_config(),
+        &other,
+        &train,
+        &val,
+        &Device::Cpu,
+        DType::F32,
+        None,
+    )
+    .unwrap();
+    let err = t.load_state(&state).unwrap_err().to_string();
+    assert!(err.contains("different training settings"), "{err}");
+}
+
+#[test]
+fn split_is_by_trajectory() {
+    let ds = dataset(teacher_data(20, 6));
+    let (train, val) = split_by_trajectory(&ds, 0.25, 7).unwrap();
+    assert_eq!(train.len() + val.len(), 20);
+    let traj = |s: &Structure| {
+        s.info
+            .iter()
+            .find(|(k, _)| k == "trajectory")
+            .unwrap()
+            .1
+            .clone()
+    };
+    for v in &val {
+        assert!(
+            train.iter().all(|t| traj(t) != traj(v)),
+            "trajectory {} on both sides",
+            traj(v)
+        );
+    }
+    let mut no_traj = teacher_data(4, 8);
+    no_traj[2].info.clear();
+    let err = split_by_trajectory(&dataset(no_traj), 0.25, 7)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("frame 2") && err.contains("trajectory"),
+        "{err}"
+    );
+}
+
+#[test]
+fn bad_data_is_named() {
+    let good = teacher_data(3, 9);
+    let check = |frames: Vec<Structure>, want: &[&str]| {
+        let err = match Dataset::from_frames(Path::new("d.extxyz"), frames) {
+            Err(e) => e.to_string(),
+            Ok(_) => panic!("accepted bad data"),
+        };
+        for w in want {
+            assert!(err.contains(w), "`{err}` lacks `{w}`");
+        }
+    };
+    let mut f = good.clone();
+    f[1].forces = None;
+    check(f, &["d.extxyz", "frame 1", "forces"]);
+    let mut f = good.clone();
+    f[2].energy = Some(f64::NAN);
+    check(f, &["frame 2", "energy label is NaN"]);
+    let mut f = good.clone();
+    f[0].forces.as_mut().unwrap()[1][2] = f64::INFINITY;
+    check(f, &["frame 0", "atom 1", "non-finite force"]);
+    let mut f = good.clone();
+    f[1].forces.as_mut().unwrap().pop();
+    check(f, &["frame 1", "force rows"]);
+    // An element the model does not know.
+    let mut f = good.clone();
+    f[2].numbers[0] = 16;
+    let ds = Dataset::from_frames(Path::new("d.extxyz"), f).unwrap();
+    let err = ds.check_elements(&tiny_config()).unwrap_err();
+    assert!(matches!(err, Error::Data { frame: 2, .. }), "{err}");
+    assert!(err.to_string().contains("atom 0 is element Z=16"), "{err}");
+}
