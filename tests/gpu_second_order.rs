@@ -64,3 +64,67 @@ fn cuda_ops_second_order_matches_cpu() {
     assert!(max_abs_diff(&g_cpu, &g_gpu) <= 1e-12 * scale(&g_cpu));
     assert!(max_abs_diff(&h_cpu, &h_gpu) <= 1e-12 * scale(&h_cpu));
 }
+
+/// One training step's loss and gradients (through the double backward) agree between CUDA
+/// and the CPU, in f64.
+#[test]
+fn cuda_training_gradients_match_cpu() {
+    use mlff_distiller::train::{Dataset, TrainConfig, Trainer};
+    use mlff_distiller::{Batch, Calculator, PainnCalculator};
+    std::env::set_var("CANDLE_GRAD_DO_NOT_DETACH", "1");
+    let cfg = common::small_config();
+    let teacher = PainnCalculator::new(
+        common::model(&cfg, 99, DType::F64, &Device::Cpu),
+        Device::Cpu,
+        DType::F64,
+    );
+    let mut frames: Vec<_> = (0..6)
+        .map(|k| common::random_molecule(5 + k, k as u64))
+        .collect();
+    let pred = teacher
+        .compute(&Batch::new(frames.clone()).unwrap())
+        .unwrap();
+    for (s, (e, f)) in frames
+        .iter_mut()
+        .zip(pred.energies.into_iter().zip(pred.forces))
+    {
+        s.energy = Some(e);
+        s.forces = Some(f);
+    }
+    let ds = Dataset::from_frames(std::path::Path::new("mem"), frames).unwrap();
+    let tc = TrainConfig::default();
+    let grads_on = |dev: &Device| {
+        let t = Trainer::new(&cfg, &tc, &ds, &ds, dev, DType::F64, None).unwrap();
+        let (loss, g) = t.loss_and_grads(&[0, 1, 2, 3, 4, 5]).unwrap();
+        let grads: Vec<Tensor> = t
+            .optimizer()
+            .vars()
+            .iter()
+            .map(|(_, v)| {
+                g.get(v.as_tensor())
+                    .unwrap()
+                    .to_device(&Device::Cpu)
+                    .unwrap()
+            })
+            .collect();
+        (loss, grads)
+    };
+    let (l_cpu, g_cpu) = grads_on(&Device::Cpu);
+    let (l_gpu, g_gpu) = grads_on(&Device::new_cuda(0).unwrap());
+    assert!(
+        (l_cpu - l_gpu).abs() <= 1e-10 * l_cpu.abs(),
+        "{l_cpu} vs {l_gpu}"
+    );
+    for (a, b) in g_cpu.iter().zip(&g_gpu) {
+        let scale = a
+            .abs()
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .max(0)
+            .unwrap()
+            .to_scalar::<f64>()
+            .unwrap();
+        assert!(max_abs_diff(a, b) <= 1e-9 * scale.max(1e-6));
+    }
+}

@@ -2,6 +2,7 @@
 
 mod bench;
 mod check;
+mod eval;
 mod info;
 mod init_model;
 mod predict;
@@ -35,6 +36,8 @@ enum Command {
     InitModel(init_model::InitModelArgs),
     /// Time energy+forces on generated systems, comparing edge-op implementations.
     Bench(bench::BenchArgs),
+    /// Accuracy against labelled frames: tables, JSON, force parity plot.
+    Eval(eval::EvalArgs),
     /// Train a student on labelled frames (energies and forces).
     Train(Box<train::TrainArgs>),
 }
@@ -75,6 +78,7 @@ pub fn run() -> Result<ExitCode> {
         Command::InitModel(a) => init_model::run(a),
         Command::Bench(a) => bench::run(a),
         Command::Train(a) => train::run(*a),
+        Command::Eval(a) => eval::run(a),
     }?;
     Ok(ExitCode::SUCCESS)
 }

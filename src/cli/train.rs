@@ -66,6 +66,10 @@ pub struct TrainArgs {
     ema_decay: Option<f64>,
     #[arg(long)]
     seed: Option<u64>,
+    /// Stop after the epoch during which this many minutes of training have passed (the
+    /// checkpoints and state are saved; --resume continues).
+    #[arg(long)]
+    max_minutes: Option<f64>,
     #[arg(long, default_value = "f32", value_parser = parse_dtype)]
     dtype: DType,
     #[command(flatten)]
@@ -199,6 +203,7 @@ pub fn run(a: TrainArgs) -> Result<()> {
         })
     };
     let steps_per_epoch = t.n_train().div_ceil(cfg.batch_size) as u64;
+    let run_started = Instant::now();
     let style = ProgressStyle::with_template(
         "epoch {prefix} [{bar:30}] {pos}/{len} {msg} ({per_sec}, eta {eta})",
     )
@@ -239,6 +244,15 @@ pub fn run(a: TrainArgs) -> Result<()> {
             t.n_train() as f64 / train_s,
             if improved { "  (best)" } else { "" }
         );
+        if let Some(limit) = a.max_minutes {
+            if run_started.elapsed().as_secs_f64() > 60.0 * limit && t.epoch < cfg.epochs {
+                eprintln!(
+                    "stopping after epoch {}: --max-minutes {limit} reached (--resume continues)",
+                    t.epoch
+                );
+                break;
+            }
+        }
     }
     eprintln!("done: {}", path_list(&a.out));
     Ok(())

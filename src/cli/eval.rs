@@ -1,0 +1,99 @@
+//! `mlff eval MODEL DATA`: accuracy against labelled frames.
+
+use super::{parse_dtype, DeviceArgs};
+use anyhow::Result;
+use candle_core::DType;
+use clap::Args;
+use mlff_distiller::eval::{evaluate, Errors};
+use mlff_distiller::train::Dataset;
+use mlff_distiller::PainnCalculator;
+use std::path::PathBuf;
+
+#[derive(Args)]
+pub struct EvalArgs {
+    /// Checkpoint (.safetensors).
+    model: PathBuf,
+    /// Labelled frames (extended XYZ with energy and forces).
+    data: PathBuf,
+    /// Write the report as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Write a force parity plot (PNG) here.
+    #[arg(long)]
+    plot: Option<PathBuf>,
+    #[arg(long, default_value_t = 32)]
+    batch_size: usize,
+    #[arg(long, default_value = "f32", value_parser = parse_dtype)]
+    dtype: DType,
+    #[command(flatten)]
+    device: DeviceArgs,
+}
+
+fn row(name: &str, e: &Errors) -> String {
+    format!(
+        "| {name} | {} | {} | {:.2} | {:.2} | {:.3} | {:.3} | {:.2} | {:.2} | {:.4} |",
+        e.frames,
+        e.atoms,
+        e.energy_mae * 1e3,
+        e.energy_rmse * 1e3,
+        e.energy_per_atom_mae * 1e3,
+        e.energy_per_atom_rmse * 1e3,
+        e.force_mae * 1e3,
+        e.force_rmse * 1e3,
+        e.force_cosine
+    )
+}
+
+pub fn run(a: EvalArgs) -> Result<()> {
+    let dev = a.device.open()?;
+    let calc = PainnCalculator::from_checkpoint(&a.model, &dev, a.dtype)?;
+    let ds = Dataset::load(&a.data)?;
+    ds.check_elements(calc.model().config())?;
+    let (report, parity) = evaluate(&calc, &ds.frames, a.batch_size)?;
+    println!(
+        "{} on {} ({} frames)",
+        a.model.display(),
+        a.data.display(),
+        ds.frames.len()
+    );
+    println!("| group | frames | atoms | E MAE meV | E RMSE meV | E MAE meV/atom | E RMSE meV/atom | F MAE meV/Å | F RMSE meV/Å | F cos |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("{}", row("all", &report.overall));
+    if report.per_molecule.len() > 1 {
+        for (name, e) in &report.per_molecule {
+            println!("{}", row(name, e));
+        }
+    }
+    println!("\nforces per element:\n| element | atoms | F MAE meV/Å | F RMSE meV/Å | F cos |\n|---|---:|---:|---:|---:|");
+    for (el, e) in &report.per_element {
+        println!(
+            "| {el} | {} | {:.2} | {:.2} | {:.4} |",
+            e.atoms,
+            e.force_mae * 1e3,
+            e.force_rmse * 1e3,
+            e.force_cosine
+        );
+    }
+    if let Some(path) = &a.json {
+        let v = serde_json::json!({
+            "model": a.model, "data": a.data, "data_sha256": ds.sha256,
+            "units": {"energy": "eV", "forces": "eV/Å"}, "report": report,
+        });
+        mlff_distiller::fsutil::write_atomic(path, serde_json::to_string_pretty(&v)?.as_bytes())?;
+    }
+    if let Some(path) = &a.plot {
+        let title = format!(
+            "Forces: MAE {:.1} meV/Å, {} frames",
+            report.overall.force_mae * 1e3,
+            ds.frames.len()
+        );
+        mlff_distiller::plot::parity_png(
+            path,
+            &parity.reference,
+            &parity.predicted,
+            &title,
+            "eV/Å",
+        )?;
+    }
+    Ok(())
+}
