@@ -297,7 +297,7 @@ fn resume_continues_exactly() {
 fn split_is_by_trajectory() {
     let ds = dataset(teacher_data(20, 6));
     let (train, val) = split_by_trajectory(&ds, 0.25, 7).unwrap();
-    assert_eq!(train.len() + val.len(), 20);
+    assert_eq!(train.frames.len() + val.frames.len(), 20);
     let traj = |s: &Structure| {
         s.info
             .iter()
@@ -306,9 +306,9 @@ fn split_is_by_trajectory() {
             .1
             .clone()
     };
-    for v in &val {
+    for v in &val.frames {
         assert!(
-            train.iter().all(|t| traj(t) != traj(v)),
+            train.frames.iter().all(|t| traj(t) != traj(v)),
             "trajectory {} on both sides",
             traj(v)
         );

@@ -13,8 +13,9 @@ use std::path::PathBuf;
 pub struct EvalArgs {
     /// Checkpoint (.safetensors).
     model: PathBuf,
-    /// Labelled frames (extended XYZ with energy and forces).
-    data: PathBuf,
+    /// Labelled frames (extended XYZ with energy and forces), one or more files.
+    #[arg(required = true, num_args = 1..)]
+    data: Vec<PathBuf>,
     /// Write the report as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -47,13 +48,13 @@ fn row(name: &str, e: &Errors) -> String {
 pub fn run(a: EvalArgs) -> Result<()> {
     let dev = a.device.open()?;
     let calc = PainnCalculator::from_checkpoint(&a.model, &dev, a.dtype)?;
-    let ds = Dataset::load(&a.data)?;
+    let ds = Dataset::load_all(&a.data)?;
     ds.check_elements(calc.model().config())?;
     let (report, parity) = evaluate(&calc, &ds.frames, a.batch_size)?;
     println!(
         "{} on {} ({} frames)",
         a.model.display(),
-        a.data.display(),
+        ds.describe(),
         ds.frames.len()
     );
     println!("| group | frames | atoms | E MAE meV | E RMSE meV | E MAE meV/atom | E RMSE meV/atom | F MAE meV/Å | F RMSE meV/Å | F cos |");
@@ -76,7 +77,7 @@ pub fn run(a: EvalArgs) -> Result<()> {
     }
     if let Some(path) = &a.json {
         let v = serde_json::json!({
-            "model": a.model, "data": a.data, "data_sha256": ds.sha256,
+            "model": a.model, "data": ds.sources,
             "units": {"energy": "eV", "forces": "eV/Å"}, "report": report,
         });
         mlff_distiller::fsutil::write_atomic(path, serde_json::to_string_pretty(&v)?.as_bytes())?;

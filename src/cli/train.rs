@@ -17,13 +17,15 @@ use std::time::Instant;
 
 #[derive(Args)]
 pub struct TrainArgs {
-    /// Training frames (extended XYZ with energy and forces).
-    #[arg(long)]
-    train: PathBuf,
-    /// Validation frames. Without it, --val-fraction of the training trajectories (info key
-    /// `trajectory`) are held out, chosen with --seed; frames are never split individually.
-    #[arg(long)]
-    val: Option<PathBuf>,
+    /// Training frames (extended XYZ with energy and forces); several files (e.g. one per
+    /// molecule) are read as one set.
+    #[arg(long, num_args = 1.., required = true)]
+    train: Vec<PathBuf>,
+    /// Validation frames (one or more files). Without them, --val-fraction of the training
+    /// trajectories (info key `trajectory`) are held out, chosen with --seed; frames are never
+    /// split individually.
+    #[arg(long, num_args = 1..)]
+    val: Vec<PathBuf>,
     #[arg(long, default_value_t = 0.1)]
     val_fraction: f64,
     /// Model config JSON (default: 128 features, 3 blocks, 20 Gaussians, 5 Å, H C N O).
@@ -128,27 +130,18 @@ pub fn run(a: TrainArgs) -> Result<()> {
         (None, Some(ck)) => ck.config.clone(),
         (None, None) => PainnConfig::default(),
     };
-    let train_ds = Dataset::load(&a.train)?;
-    let (train_ds, val_ds, split) = match &a.val {
-        Some(v) => (
-            train_ds,
-            Dataset::load(v)?,
-            format!("validation file {}", v.display()),
-        ),
-        None => {
-            let (t, v) = split_by_trajectory(&train_ds, a.val_fraction, cfg.seed)?;
-            let split = format!(
-                "{} of the trajectories of {} held out (seed {})",
-                a.val_fraction,
-                a.train.display(),
-                cfg.seed
-            );
-            let path = train_ds.path.clone();
-            let sha = train_ds.sha256.clone();
-            let mut t = Dataset::from_frames(&path, t)?;
-            t.sha256 = sha;
-            (t, Dataset::from_frames(&path, v)?, split)
-        }
+    let train_ds = Dataset::load_all(&a.train)?;
+    let (train_ds, val_ds, split) = if a.val.is_empty() {
+        let (t, v) = split_by_trajectory(&train_ds, a.val_fraction, cfg.seed)?;
+        let split = format!(
+            "{} of the trajectories of the training files held out (seed {})",
+            a.val_fraction, cfg.seed
+        );
+        (t, v, split)
+    } else {
+        let v = Dataset::load_all(&a.val)?;
+        let split = format!("validation files {}", v.describe());
+        (train_ds, v, split)
     };
     let dev = a.device.open()?;
     std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
@@ -190,8 +183,8 @@ pub fn run(a: TrainArgs) -> Result<()> {
             "created_by": format!("mlff {} train", env!("CARGO_PKG_VERSION")),
             "git_commit": env!("MLFF_GIT_COMMIT"),
             "trained": true,
-            "train_data": {"path": train_ds.path, "sha256": train_ds.sha256, "frames": t.n_train()},
-            "validation": {"how": split, "sha256": val_ds.sha256, "frames": val_ds.frames.len()},
+            "train_data": {"files": train_ds.sources, "frames": t.n_train()},
+            "validation": {"how": split, "files": val_ds.sources, "frames": val_ds.frames.len()},
             "teachers": train_ds.info_values("teacher"),
             "train_config": cfg,
             "init": a.init,
@@ -232,6 +225,7 @@ pub fn run(a: TrainArgs) -> Result<()> {
             "train_loss": train_loss, "val_loss": m.loss, "val_energy_mae": m.energy_mae,
             "val_energy_per_atom_mae": m.energy_per_atom_mae, "val_force_mae": m.force_mae,
             "epoch_train_s": train_s, "structures_per_s": t.n_train() as f64 / train_s,
+            "elapsed_s": run_started.elapsed().as_secs_f64(),
             "best": improved,
         });
         writeln!(log, "{line}").with_context(|| format!("writing {}", log_path.display()))?;

@@ -41,19 +41,23 @@ impl AdamW {
         &self.vars
     }
 
-    /// Global L2 norm of the gradients of the trainable variables.
+    /// Global L2 norm of the gradients of the trainable variables (summed on the device, so
+    /// the host waits once, not once per variable).
     pub fn grad_norm(&self, grads: &GradStore) -> Result<f64> {
-        let mut total = 0.0;
+        let mut total: Option<Tensor> = None;
         for (_, var) in &self.vars {
             if let Some(g) = grads.get(var.as_tensor()) {
-                total += g
-                    .sqr()?
-                    .sum_all()?
-                    .to_dtype(candle_core::DType::F64)?
-                    .to_scalar::<f64>()?;
+                let sq = g.sqr()?.sum_all()?.to_dtype(candle_core::DType::F64)?;
+                total = Some(match total {
+                    None => sq,
+                    Some(t) => (t + sq)?,
+                });
             }
         }
-        Ok(total.sqrt())
+        Ok(match total {
+            Some(t) => t.to_scalar::<f64>()?.sqrt(),
+            None => 0.0,
+        })
     }
 
     /// One update with learning rate `lr`; gradients are multiplied by `grad_scale` first

@@ -8,15 +8,26 @@ use crate::structure::Structure;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
+use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-/// Frames with energy and force labels, read from one file.
-pub struct Dataset {
+/// One file a dataset was read from (kept in checkpoint provenance).
+#[derive(Clone, Debug, Serialize)]
+pub struct DataSource {
     pub path: PathBuf,
-    pub frames: Vec<Structure>,
-    /// SHA-256 of the file's bytes, for provenance.
+    /// SHA-256 of the file's bytes (empty for frames made in memory).
     pub sha256: String,
+    pub frames: usize,
+}
+
+/// Frames with energy and force labels, read from one or more files.
+#[derive(Debug)]
+pub struct Dataset {
+    pub sources: Vec<DataSource>,
+    pub frames: Vec<Structure>,
+    /// (source, frame index within that source) of every frame, for error messages.
+    origin: Vec<(usize, usize)>,
 }
 
 impl Dataset {
@@ -27,30 +38,70 @@ impl Dataset {
             path: path.into(),
             source,
         })?;
-        let frames = read_extxyz(path)?;
-        let ds = Self {
-            path: path.into(),
-            frames,
-            sha256: sha256_hex(&bytes),
-        };
-        ds.check_labels()?;
+        let mut ds = Self::from_frames(path, read_extxyz(path)?)?;
+        ds.sources[0].sha256 = sha256_hex(&bytes);
         Ok(ds)
+    }
+
+    /// Reads several files (e.g. one per molecule) as one dataset.
+    pub fn load_all(paths: &[PathBuf]) -> Result<Self> {
+        let mut all = Self {
+            sources: Vec::new(),
+            frames: Vec::new(),
+            origin: Vec::new(),
+        };
+        for path in paths {
+            let ds = Self::load(path)?;
+            let base = all.sources.len();
+            all.origin
+                .extend(ds.origin.iter().map(|&(s, k)| (base + s, k)));
+            all.sources.extend(ds.sources);
+            all.frames.extend(ds.frames);
+        }
+        if all.frames.is_empty() {
+            return Err(Error::Train("no data files given".into()));
+        }
+        Ok(all)
     }
 
     /// A dataset from frames already in memory (tests, splits).
     pub fn from_frames(path: &Path, frames: Vec<Structure>) -> Result<Self> {
         let ds = Self {
-            path: path.into(),
+            sources: vec![DataSource {
+                path: path.into(),
+                sha256: String::new(),
+                frames: frames.len(),
+            }],
+            origin: (0..frames.len()).map(|k| (0, k)).collect(),
             frames,
-            sha256: String::new(),
         };
         ds.check_labels()?;
         Ok(ds)
     }
 
+    /// The frames `idx`, keeping the sources (for provenance) and each frame's origin.
+    pub fn select(&self, idx: &[usize]) -> Self {
+        Self {
+            sources: self.sources.clone(),
+            frames: idx.iter().map(|&k| self.frames[k].clone()).collect(),
+            origin: idx.iter().map(|&k| self.origin[k]).collect(),
+        }
+    }
+
+    /// The files, joined for messages.
+    pub fn describe(&self) -> String {
+        let names: Vec<String> = self
+            .sources
+            .iter()
+            .map(|s| s.path.display().to_string())
+            .collect();
+        names.join(", ")
+    }
+
     fn err(&self, frame: usize, msg: String) -> Error {
+        let (source, frame) = self.origin.get(frame).copied().unwrap_or((0, frame));
         Error::Data {
-            path: self.path.clone(),
+            path: self.sources[source].path.clone(),
             frame,
             msg,
         }
@@ -117,7 +168,7 @@ pub fn split_by_trajectory(
     ds: &Dataset,
     val_fraction: f64,
     seed: u64,
-) -> Result<(Vec<Structure>, Vec<Structure>)> {
+) -> Result<(Dataset, Dataset)> {
     let mut groups: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
     for (k, s) in ds.frames.iter().enumerate() {
         match s.info.iter().find(|(key, _)| key == "trajectory") {
@@ -147,7 +198,7 @@ pub fn split_by_trajectory(
     let pick = |names: &[&str]| {
         let mut idx: Vec<usize> = names.iter().flat_map(|n| groups[n].clone()).collect();
         idx.sort_unstable();
-        idx.into_iter().map(|k| ds.frames[k].clone()).collect()
+        ds.select(&idx)
     };
     Ok((pick(&names[n_val..]), pick(&names[..n_val])))
 }

@@ -1,4 +1,7 @@
-//! `mlff bench`: energy+forces timings on built-in systems, per edge-op implementation.
+//! `mlff bench`: energy+forces timings on built-in systems, per edge-op implementation, and
+//! the student's speed against its teacher.
+
+mod teacher;
 
 use super::{parse_dtype, DeviceArgs};
 use anyhow::{bail, Context, Result};
@@ -20,7 +23,8 @@ pub struct BenchArgs {
     /// depend on the weights).
     #[arg(long)]
     model: Option<PathBuf>,
-    /// Comma-separated systems: aspirin, aspirin-xB (a batch of B copies), water-N (N atoms).
+    /// Comma-separated systems: aspirin, aspirin-xB (a batch of B copies), water-N (N atoms);
+    /// `none` times only the --teacher-data comparison.
     #[arg(long, default_value = "aspirin,water-1000,water-10000")]
     systems: String,
     /// Comma-separated edge-op implementations to compare: custom, stock.
@@ -35,6 +39,10 @@ pub struct BenchArgs {
     /// Write the results as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Labelled frames whose `teacher_time_s` the student is compared with, per molecule (the
+    /// student timed on whole calls: neighbour list, transfers and energy+forces).
+    #[arg(long, num_args = 1..)]
+    teacher_data: Vec<PathBuf>,
     /// Write each system's model inputs and our energies/forces (first ops listed) as
     /// DIR/SYSTEM.safetensors, for the PyTorch reference (benches/reference/painn_torch.py).
     #[arg(long)]
@@ -110,7 +118,8 @@ pub fn run(a: BenchArgs) -> Result<()> {
         .map(|s| s.trim().parse().map_err(anyhow::Error::msg))
         .collect::<Result<_>>()?;
     let mut cases = Vec::new();
-    for name in a.systems.split(',').map(str::trim) {
+    let systems = a.systems.split(',').map(str::trim).filter(|s| *s != "none");
+    for name in systems {
         let batch = Batch::new(system(name)?)?;
         let mut reference: Option<(Vec<f32>, Vec<f32>)> = None;
         for &op in &ops {
@@ -176,8 +185,10 @@ pub fn run(a: BenchArgs) -> Result<()> {
         a.repeats,
         a.warmup
     );
-    println!("| system | atoms | edges | ops | energy+forces median ms | min ms | neighbour list + upload ms | max dE eV | max dF eV/Å |");
-    println!("|---|---:|---:|---|---:|---:|---:|---:|---:|");
+    if !cases.is_empty() {
+        println!("| system | atoms | edges | ops | energy+forces median ms | min ms | neighbour list + upload ms | max dE eV | max dF eV/Å |");
+        println!("|---|---:|---:|---|---:|---:|---:|---:|---:|");
+    }
     for c in &cases {
         println!(
             "| {} | {} | {} | {} | {:.3} | {:.3} | {:.2} | {:.1e} | {:.1e} |",
@@ -192,8 +203,16 @@ pub fn run(a: BenchArgs) -> Result<()> {
             c.max_df
         );
     }
+    let teacher_cases = if a.teacher_data.is_empty() {
+        Vec::new()
+    } else {
+        let calc = PainnCalculator::new(load_model(&a, &dev)?, dev.clone(), a.dtype);
+        let cases = teacher::compare(&calc, &a.teacher_data, a.warmup, a.repeats)?;
+        teacher::print(&cases);
+        cases
+    };
     if let Some(path) = &a.json {
-        let v = serde_json::json!({"device": device_name(&dev), "dtype": format!("{:?}", a.dtype), "cases": cases});
+        let v = serde_json::json!({"device": device_name(&dev), "dtype": format!("{:?}", a.dtype), "cases": cases, "teacher": teacher_cases});
         mlff_distiller::fsutil::write_atomic(path, serde_json::to_string_pretty(&v)?.as_bytes())?;
     }
     Ok(())
