@@ -344,6 +344,7 @@ impl Trainer {
         for (name, var) in self.opt.vars() {
             let e = self.ema.get_mut(name).expect("ema has every variable");
             *e = ((&*e * d)? + (var.as_tensor().detach() * (1.0 - d))?)?;
+            debug_assert!(!e.track_op(), "the EMA of {name} is recorded in the graph");
         }
         Ok(())
     }
@@ -497,14 +498,15 @@ impl Trainer {
     }
 }
 
-/// Copies of every variable's current value.
+/// Copies of every variable's current value, detached: a copy of a `Var` is otherwise recorded
+/// in the graph, and every EMA update would then keep all earlier EMA tensors alive.
 fn snapshot(varmap: &VarMap) -> Result<BTreeMap<String, Tensor>> {
     varmap
         .data()
         .lock()
         .expect("varmap lock")
         .iter()
-        .map(|(k, v)| Ok((k.clone(), v.as_tensor().copy()?)))
+        .map(|(k, v)| Ok((k.clone(), v.as_tensor().detach().copy()?)))
         .collect()
 }
 
