@@ -6,7 +6,7 @@
 # Results go to $OUT (the device tool brings them back).
 set -uo pipefail
 out=${OUT:-/tmp/mlff-gpu-suite}; mkdir -p "$out"
-model=models/painn-default-untrained.safetensors
+model=models/painn-gfn2.safetensors
 systems=/tmp/mlff-systems; rm -rf "$systems"
 mlff="bash .gpu/run.sh exec mlff"
 {

@@ -18,7 +18,7 @@ fn root() -> &'static Path {
 fn predict_shipped_model_on_shipped_frames() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("pred.extxyz");
-    let model = root().join("models/painn-default-untrained.safetensors");
+    let model = root().join("models/painn-gfn2.safetensors");
     let frames = root().join("data/aspirin_rmd17_10frames.extxyz");
     let o = mlff(&[
         "predict",

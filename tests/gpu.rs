@@ -63,8 +63,8 @@ fn cuda_ops_match_cpu_candle() {
 }
 
 fn shipped_calculator(dev: &Device, dtype: DType, ops: EdgeOps) -> PainnCalculator {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("models/painn-default-untrained.safetensors");
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("models/painn-gfn2.safetensors");
     let ck = checkpoint::load(&path).unwrap();
     PainnCalculator::new(
         ck.model(dev, dtype).unwrap().with_ops(ops),

@@ -188,6 +188,8 @@ pub fn run(a: TrainArgs) -> Result<()> {
             "teachers": train_ds.info_values("teacher"),
             "train_config": cfg,
             "init": a.init,
+            // Fine-tuning keeps the lineage: how the starting weights were made.
+            "init_provenance": init.as_ref().map(|ck| &ck.provenance),
             "epochs": t.epoch,
             "steps": t.step(),
             "validation_metrics": best,

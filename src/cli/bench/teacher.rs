@@ -102,7 +102,7 @@ pub fn print(cases: &[TeacherCase]) {
     println!("|---|---:|---|---:|---:|---:|");
     for c in cases {
         println!(
-            "| {} | {} | {} | {:.2} ({}) | {:.3} | {:.0}x |",
+            "| {} | {} | {} | {:.2} ({}) | {:.3} | {:.2}x |",
             c.molecule, c.atoms, c.teacher, c.teacher_ms, c.teacher_frames, c.student_ms, c.speedup
         );
     }

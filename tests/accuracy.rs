@@ -1,0 +1,90 @@
+//! The shipped student against the shipped GFN2-xTB test split: per molecule, its energy and
+//! force errors stay under what README.md documents (the measured value plus a small margin),
+//! and a deliberately perturbed copy of the model fails the same bounds.
+
+use candle_core::{DType, Device, Tensor};
+use candle_nn::VarBuilder;
+use mlff_distiller::checkpoint;
+use mlff_distiller::eval::{evaluate, Errors, Report};
+use mlff_distiller::model::Painn;
+use mlff_distiller::train::Dataset;
+use mlff_distiller::PainnCalculator;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+const MODEL: &str = "models/painn-gfn2.safetensors";
+
+/// Test-set file, molecule name as `mlff eval` reports it, documented energy MAE (meV per
+/// structure) and force MAE (meV/Å), as in README.md.
+const DOCUMENTED: [(&str, &str, f64, f64); 6] = [
+    ("water8", "H16O8", 23.65, 20.88),
+    ("ethanol", "C2H6O", 22.17, 33.90),
+    ("benzene", "C6H6", 2.78, 13.00),
+    ("aspirin", "C9H8O4", 13.84, 35.95),
+    ("alanine_dipeptide", "C6H12N2O2", 32.60, 30.95),
+    ("trialanine", "C12H22N4O4", 50.90, 44.31),
+];
+
+/// Allowed excess over the documented value: 5% plus round-off of the documented figure.
+fn bound(documented: f64) -> f64 {
+    documented * 1.05 + 0.05
+}
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn test_files() -> Vec<PathBuf> {
+    DOCUMENTED
+        .iter()
+        .map(|(file, ..)| root().join(format!("data/gfn2/{file}_test.extxyz")))
+        .collect()
+}
+
+fn report(model: Painn) -> Report {
+    let ds = Dataset::load_all(&test_files()).unwrap();
+    let calc = PainnCalculator::new(model, Device::Cpu, DType::F32);
+    evaluate(&calc, &ds.frames, 50).unwrap().0
+}
+
+/// Molecules whose energy or force MAE exceeds its bound, with the numbers.
+fn violations(r: &Report) -> Vec<String> {
+    let mut bad = Vec::new();
+    for (file, name, e_doc, f_doc) in DOCUMENTED {
+        let e: &Errors = r
+            .per_molecule
+            .get(name)
+            .unwrap_or_else(|| panic!("{file}: no molecule {name} in the report"));
+        assert_eq!(e.frames, 50, "{file}");
+        let (e_mae, f_mae) = (e.energy_mae * 1e3, e.force_mae * 1e3);
+        if e_mae > bound(e_doc) || f_mae > bound(f_doc) {
+            bad.push(format!(
+                "{file}: energy MAE {e_mae:.2} meV (documented {e_doc}), force MAE {f_mae:.2} meV/Å (documented {f_doc})"
+            ));
+        }
+    }
+    bad
+}
+
+#[test]
+fn shipped_student_meets_its_documented_accuracy() {
+    let ck = checkpoint::load(&root().join(MODEL)).unwrap();
+    let r = report(ck.model(&Device::Cpu, DType::F32).unwrap());
+    let bad = violations(&r);
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
+#[test]
+fn a_perturbed_student_fails_the_same_bounds() {
+    // Guards the check itself: filters 3% too strong must show up as a violation.
+    let ck = checkpoint::load(&root().join(MODEL)).unwrap();
+    let mut tensors: HashMap<String, Tensor> = ck.tensors.clone().into_iter().collect();
+    let w = (&tensors["filter.weight"] * 1.03).unwrap();
+    tensors.insert("filter.weight".into(), w);
+    let model = Painn::new(
+        &ck.config,
+        VarBuilder::from_tensors(tensors, DType::F32, &Device::Cpu),
+    )
+    .unwrap();
+    assert!(!violations(&report(model)).is_empty());
+}
