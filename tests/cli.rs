@@ -175,3 +175,65 @@ fn explicit_cuda_without_the_feature_is_a_clear_error() {
     assert!(o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("using the CPU"));
 }
+
+#[test]
+fn bench_compares_the_student_with_its_teachers_recorded_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("bench.json");
+    let data = root().join("data/gfn2/ethanol_test.extxyz");
+    let o = mlff(&[
+        "bench",
+        "--systems",
+        "none",
+        "--teacher-data",
+        data.to_str().unwrap(),
+        "--warmup",
+        "0",
+        "--repeats",
+        "3",
+        "--device",
+        "cpu",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let cases = v["teacher"].as_array().unwrap();
+    assert_eq!(cases.len(), 1);
+    let c = &cases[0];
+    assert_eq!(c["molecule"], "C2H6O");
+    assert_eq!(c["teacher"], "gfn2");
+    assert_eq!(c["teacher_frames"], 50);
+    // The median of the file's own teacher_time_s values.
+    let mut t: Vec<f64> = mlff_distiller::io::read_extxyz(&data)
+        .unwrap()
+        .iter()
+        .map(|s| {
+            let (_, v) = s.info.iter().find(|(k, _)| k == "teacher_time_s").unwrap();
+            v.parse::<f64>().unwrap() * 1e3
+        })
+        .collect();
+    t.sort_by(f64::total_cmp);
+    assert_eq!(c["teacher_ms"].as_f64().unwrap(), t[25]);
+    let (student, speedup) = (
+        c["student_ms"].as_f64().unwrap(),
+        c["speedup"].as_f64().unwrap(),
+    );
+    assert!(student > 0.0 && (speedup - t[25] / student).abs() < 1e-9 * speedup);
+    // Frames without teacher timings are refused with the file and frame named.
+    let bare = root().join("data/aspirin_rmd17_10frames.extxyz");
+    let o = mlff(&[
+        "bench",
+        "--systems",
+        "none",
+        "--teacher-data",
+        bare.to_str().unwrap(),
+    ]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("aspirin_rmd17_10frames.extxyz frame 0") && err.contains("teacher_time_s"),
+        "{err}"
+    );
+}

@@ -356,3 +356,32 @@ fn bad_data_is_named() {
     assert!(matches!(err, Error::Data { frame: 2, .. }), "{err}");
     assert!(err.to_string().contains("atom 0 is element Z=16"), "{err}");
 }
+
+#[test]
+fn several_files_are_one_dataset_and_errors_name_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (dir.path().join("a.extxyz"), dir.path().join("b.extxyz"));
+    let frames = teacher_data(8, 11);
+    mlff_distiller::io::write_extxyz(&a, &frames[..3]).unwrap();
+    let mut second = frames[3..].to_vec();
+    second[1].numbers[0] = 16; // Z=16 is not among the model's elements
+    mlff_distiller::io::write_extxyz(&b, &second).unwrap();
+    let ds = Dataset::load_all(&[a.clone(), b.clone()]).unwrap();
+    assert_eq!(ds.frames.len(), 8);
+    let files: Vec<_> = ds.sources.iter().map(|s| (&s.path, s.frames)).collect();
+    assert_eq!(files, [(&a, 3), (&b, 5)]);
+    assert!(ds.sources.iter().all(|s| s.sha256.len() == 64));
+    // Frame 4 of the set is frame 1 of b.extxyz, also after a split reorders the frames.
+    for part in [ds.select(&[4]), ds.select(&[7, 4, 0])] {
+        match part.check_elements(&tiny_config()).unwrap_err() {
+            Error::Data { path, frame, .. } => assert_eq!((path, frame), (b.clone(), 1)),
+            e => panic!("{e}"),
+        }
+    }
+    // A bad label in the second file is reported with that file's own frame index.
+    second[1].numbers[0] = 6;
+    second[2].forces = None;
+    mlff_distiller::io::write_extxyz(&b, &second).unwrap();
+    let err = Dataset::load_all(&[a, b]).unwrap_err().to_string();
+    assert!(err.contains("b.extxyz") && err.contains("frame 2"), "{err}");
+}

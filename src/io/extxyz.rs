@@ -88,7 +88,13 @@ pub fn read_extxyz(path: &Path) -> Result<Vec<Structure>> {
         path: path.to_path_buf(),
         source,
     })?;
-    match std::str::from_utf8(&bytes) {
+    parse_extxyz_bytes(&bytes, path)
+}
+
+/// Parses the bytes of an extended XYZ file (already read, e.g. to hash them too);
+/// `path_for_errors` only labels errors.
+pub fn parse_extxyz_bytes(bytes: &[u8], path: &Path) -> Result<Vec<Structure>> {
+    match std::str::from_utf8(bytes) {
         Ok(text) => Parser::new(text, path, None).run(),
         Err(e) => {
             // Parse up to the bad line so the error names its frame.

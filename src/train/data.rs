@@ -2,7 +2,7 @@
 //! trajectory.
 
 use crate::error::{Error, Result};
-use crate::io::read_extxyz;
+use crate::io::parse_extxyz_bytes;
 use crate::model::PainnConfig;
 use crate::structure::Structure;
 use rand::seq::SliceRandom;
@@ -38,7 +38,7 @@ impl Dataset {
             path: path.into(),
             source,
         })?;
-        let mut ds = Self::from_frames(path, read_extxyz(path)?)?;
+        let mut ds = Self::from_frames(path, parse_extxyz_bytes(&bytes, path)?)?;
         ds.sources[0].sha256 = sha256_hex(&bytes);
         Ok(ds)
     }
