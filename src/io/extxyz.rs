@@ -102,7 +102,7 @@ pub fn parse_extxyz_bytes(bytes: &[u8], path: &Path) -> Result<Vec<Structure>> {
                 .iter()
                 .filter(|&&b| b == b'\n')
                 .count();
-            let text = String::from_utf8_lossy(&bytes);
+            let text = String::from_utf8_lossy(bytes);
             Parser::new(&text, path, Some(bad_line)).run()
         }
     }
