@@ -104,8 +104,8 @@ pub struct Parity {
 
 /// Name of a frame's molecule: its `molecule` info value, else its Hill formula.
 pub fn molecule_name(s: &Structure) -> String {
-    if let Some((_, v)) = s.info.iter().find(|(k, _)| k == "molecule") {
-        return v.clone();
+    if let Some(v) = s.info_value("molecule") {
+        return v.to_string();
     }
     let mut counts: BTreeMap<u8, usize> = BTreeMap::new();
     for &z in &s.numbers {

@@ -38,6 +38,14 @@ pub struct ExtraArray {
 }
 
 impl Structure {
+    /// The value of a per-frame info key (as written in the file), if present.
+    pub fn info_value(&self, key: &str) -> Option<&str> {
+        self.info
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+
     /// A non-periodic molecule.
     pub fn molecule(numbers: Vec<u8>, positions: Vec<[f64; 3]>) -> Self {
         Self {

@@ -95,8 +95,10 @@ fn print_summary(frames: &[Structure]) {
             s.energy.unwrap_or(f64::NAN),
             fmax
         );
-        let lookup = |name: &str| s.info.iter().find(|(k, _)| k == name);
-        if let Some(r) = lookup("ref_energy").and_then(|(_, v)| v.parse::<f64>().ok()) {
+        if let Some(r) = s
+            .info_value("ref_energy")
+            .and_then(|v| v.parse::<f64>().ok())
+        {
             e_err += (s.energy.unwrap_or(f64::NAN) - r).abs();
             n_e += 1;
         }

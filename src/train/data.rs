@@ -151,9 +151,9 @@ impl Dataset {
     pub fn info_values(&self, key: &str) -> Vec<String> {
         let mut out: Vec<String> = Vec::new();
         for s in &self.frames {
-            if let Some((_, v)) = s.info.iter().find(|(k, _)| k == key) {
-                if !out.contains(v) {
-                    out.push(v.clone());
+            if let Some(v) = s.info_value(key) {
+                if !out.iter().any(|o| o == v) {
+                    out.push(v.to_string());
                 }
             }
         }
@@ -171,8 +171,8 @@ pub fn split_by_trajectory(
 ) -> Result<(Dataset, Dataset)> {
     let mut groups: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
     for (k, s) in ds.frames.iter().enumerate() {
-        match s.info.iter().find(|(key, _)| key == "trajectory") {
-            Some((_, t)) => groups.entry(t.as_str()).or_default().push(k),
+        match s.info_value("trajectory") {
+            Some(t) => groups.entry(t).or_default().push(k),
             None => {
                 return Err(ds.err(
                     k,

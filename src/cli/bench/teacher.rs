@@ -27,13 +27,6 @@ pub struct TeacherCase {
     pub speedup: f64,
 }
 
-fn info<'a>(s: &'a Structure, key: &str) -> Option<&'a str> {
-    s.info
-        .iter()
-        .find(|(k, _)| k == key)
-        .map(|(_, v)| v.as_str())
-}
-
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
@@ -50,7 +43,7 @@ pub fn compare(
     let mut groups: BTreeMap<String, (Structure, String, Vec<f64>)> = BTreeMap::new();
     for path in files {
         for (k, s) in read_extxyz(path)?.into_iter().enumerate() {
-            let Some(t) = info(&s, "teacher_time_s") else {
+            let Some(t) = s.info_value("teacher_time_s") else {
                 bail!(
                     "{} frame {k}: no `teacher_time_s` (label the frames with teachers/label.py)",
                     path.display()
@@ -62,7 +55,7 @@ pub fn compare(
                     path.display()
                 )
             })?;
-            let teacher = info(&s, "teacher").unwrap_or("unknown").to_string();
+            let teacher = s.info_value("teacher").unwrap_or("unknown").to_string();
             groups
                 .entry(molecule_name(&s))
                 .or_insert_with(|| (s, teacher, Vec::new()))
