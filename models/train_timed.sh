@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Trains a student within a wall-clock budget and still completes its learning-rate schedule:
-# a one-epoch probe measures this machine's throughput, then the real run gets as many epochs
+# a two-epoch probe measures this machine's throughput, then the real run gets as many epochs
 # as fit in what is left. The epoch count is stored in the checkpoint's provenance
 # (`mlff info`), so the run can be repeated exactly with `mlff train --epochs N`.
 #

@@ -93,9 +93,9 @@ pub fn read_extxyz(path: &Path) -> Result<Vec<Structure>> {
 
 /// Parses the bytes of an extended XYZ file (already read, e.g. to hash them too);
 /// `path_for_errors` only labels errors.
-pub fn parse_extxyz_bytes(bytes: &[u8], path: &Path) -> Result<Vec<Structure>> {
+pub fn parse_extxyz_bytes(bytes: &[u8], path_for_errors: &Path) -> Result<Vec<Structure>> {
     match std::str::from_utf8(bytes) {
-        Ok(text) => Parser::new(text, path, None).run(),
+        Ok(text) => Parser::new(text, path_for_errors, None).run(),
         Err(e) => {
             // Parse up to the bad line so the error names its frame.
             let bad_line = 1 + bytes[..e.valid_up_to()]
@@ -103,7 +103,7 @@ pub fn parse_extxyz_bytes(bytes: &[u8], path: &Path) -> Result<Vec<Structure>> {
                 .filter(|&&b| b == b'\n')
                 .count();
             let text = String::from_utf8_lossy(bytes);
-            Parser::new(&text, path, Some(bad_line)).run()
+            Parser::new(&text, path_for_errors, Some(bad_line)).run()
         }
     }
 }
