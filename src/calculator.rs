@@ -4,7 +4,7 @@
 use crate::checkpoint;
 use crate::error::{Error, Result};
 use crate::model::{Painn, PainnInputs};
-use crate::neighbors::{batch_neighbor_list, NeighborList};
+use crate::neighbors::{batch_neighbor_list, image_offset, NeighborList};
 use crate::ops::EdgeOps;
 use crate::structure::Batch;
 use candle_core::{DType, Device, Tensor, Var};
@@ -116,14 +116,19 @@ impl PainnCalculator {
     /// Energies and forces on the device: one forward and one backward for the whole batch.
     pub fn compute_device(&self, inputs: &PainnInputs, positions: &Var) -> Result<DeviceOutput> {
         let energies = self.model.energies(inputs)?;
-        let grads = energies.sum_all()?.backward()?;
-        let forces = match grads.get(positions.as_tensor()) {
-            Some(g) => g.neg()?,
-            // No edges at all: the energy does not depend on positions.
-            None => positions.as_tensor().zeros_like()?,
-        };
+        let forces = forces_from(&energies.sum_all()?, positions)?;
         Ok(DeviceOutput { energies, forces })
     }
+}
+
+/// Forces −∂total/∂positions by one backward pass.
+pub fn forces_from(total: &Tensor, positions: &Var) -> Result<Tensor> {
+    let grads = total.backward()?;
+    Ok(match grads.get(positions.as_tensor()) {
+        Some(g) => g.neg()?,
+        // No edges at all: the energy does not depend on positions.
+        None => positions.as_tensor().zeros_like()?,
+    })
 }
 
 /// Cartesian image offset S·cell of every edge, each with its own structure's cell.
@@ -131,12 +136,7 @@ pub fn edge_offsets(batch: &Batch, nl: &NeighborList) -> Vec<[f64; 3]> {
     nl.edge_structures(&batch.offsets)
         .iter()
         .zip(&nl.shifts)
-        .map(|(&k, s)| match &batch.structures[k as usize].cell {
-            Some(c) if *s != [0; 3] => std::array::from_fn(|d| {
-                s[0] as f64 * c[0][d] + s[1] as f64 * c[1][d] + s[2] as f64 * c[2][d]
-            }),
-            _ => [0.0; 3],
-        })
+        .map(|(&k, &s)| image_offset(s, batch.structures[k as usize].cell.as_ref()))
         .collect()
 }
 

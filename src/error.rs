@@ -54,6 +54,14 @@ pub enum Error {
         kind: CheckpointError,
     },
 
+    /// Molecular dynamics setup or run (bad settings, overlapping atoms, restart files).
+    #[error("md: {0}")]
+    Md(String),
+
+    /// A position, energy or force became NaN or infinite (an MD run that blew up).
+    #[error("non-finite values: {0}")]
+    NonFinite(String),
+
     #[error("device: {0}")]
     Device(String),
 

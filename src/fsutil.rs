@@ -46,3 +46,12 @@ pub fn write_atomic_with(
     }
     result.map_err(io)
 }
+
+/// Lower-case hex SHA-256 of `bytes` (data and model provenance).
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}

@@ -3,10 +3,12 @@
 pub mod calculator;
 pub mod checkpoint;
 pub mod device;
+pub mod elements;
 pub mod error;
 pub mod eval;
 pub mod fsutil;
 pub mod io;
+pub mod md;
 pub mod model;
 pub mod neighbors;
 pub mod ops;
@@ -14,6 +16,7 @@ pub mod plot;
 pub mod structure;
 pub mod systems;
 pub mod train;
+pub mod units;
 
 pub use calculator::{Calculator, PainnCalculator, Prediction};
 pub use error::{Error, Result};

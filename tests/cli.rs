@@ -1,18 +1,8 @@
 //! The `mlff` binary end to end: init-model, info, predict (output read back), check, errors.
 
-use std::path::Path;
-use std::process::Command;
+mod common;
 
-fn mlff(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_mlff"))
-        .args(args)
-        .output()
-        .expect("run mlff")
-}
-
-fn root() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
+use common::{mlff, root};
 
 #[test]
 fn predict_shipped_model_on_shipped_frames() {

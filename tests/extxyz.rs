@@ -3,6 +3,8 @@
 //! Fixtures come from `tests/fixtures/make_fixtures.py` (ASE); each `NAME.expected.json` is
 //! what ASE itself reads from `NAME.xyz`.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -731,13 +733,6 @@ proptest! {
 // ASE reads our output (skipped when python3 with ase is not installed)
 // ---------------------------------------------------------------------------------------
 
-fn ase_available() -> bool {
-    Command::new("python3")
-        .args(["-c", "import ase.io"])
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
-
 /// What ASE reads from `path`, floats as hex bit strings.
 fn ase_dump_bits(path: &Path) -> Vec<Value> {
     let out = Command::new("python3")
@@ -772,12 +767,7 @@ fn rows_bits(v: &Value) -> Vec<[u64; 3]> {
 
 #[test]
 fn ase_reads_our_output_identically() {
-    if !ase_available() {
-        // CI installs ase (.ci/run), so there the check must run.
-        assert!(
-            std::env::var_os("MLFF_REQUIRE_ASE").is_none(),
-            "MLFF_REQUIRE_ASE is set but `python3 -c 'import ase.io'` fails"
-        );
+    if !common::ase_available() {
         eprintln!("skipping ase_reads_our_output_identically: python3 with ase not found");
         return;
     }

@@ -1,12 +1,10 @@
 //! `mlff eval MODEL DATA`: accuracy against labelled frames.
 
-use super::{parse_dtype, DeviceArgs};
+use super::ModelArgs;
 use anyhow::Result;
-use candle_core::DType;
 use clap::Args;
 use mlff_distiller::eval::{evaluate, Errors};
 use mlff_distiller::train::Dataset;
-use mlff_distiller::PainnCalculator;
 use std::path::PathBuf;
 
 #[derive(Args)]
@@ -24,10 +22,8 @@ pub struct EvalArgs {
     plot: Option<PathBuf>,
     #[arg(long, default_value_t = 32)]
     batch_size: usize,
-    #[arg(long, default_value = "f32", value_parser = parse_dtype)]
-    dtype: DType,
     #[command(flatten)]
-    device: DeviceArgs,
+    run: ModelArgs,
 }
 
 fn row(name: &str, e: &Errors) -> String {
@@ -46,8 +42,7 @@ fn row(name: &str, e: &Errors) -> String {
 }
 
 pub fn run(a: EvalArgs) -> Result<()> {
-    let dev = a.device.open()?;
-    let calc = PainnCalculator::from_checkpoint(&a.model, &dev, a.dtype)?;
+    let calc = a.run.calculator(&a.model)?;
     let ds = Dataset::load_all(&a.data)?;
     ds.check_elements(calc.model().config())?;
     let (report, parity) = evaluate(&calc, &ds.frames, a.batch_size)?;

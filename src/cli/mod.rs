@@ -5,6 +5,7 @@ mod check;
 mod eval;
 mod info;
 mod init_model;
+mod md;
 mod predict;
 mod train;
 
@@ -40,6 +41,9 @@ enum Command {
     Eval(eval::EvalArgs),
     /// Train a student on labelled frames (energies and forces).
     Train(Box<train::TrainArgs>),
+    /// Molecular dynamics (NVE or Langevin NVT) with a drift and stability summary; exits
+    /// with status 4 when the run went unstable or non-finite.
+    Md(Box<md::MdArgs>),
 }
 
 /// `--device` shared by every command that computes.
@@ -61,6 +65,29 @@ impl DeviceArgs {
     }
 }
 
+/// How a checkpoint is run: `--dtype`, `--ops`, `--device`.
+#[derive(Args, Clone)]
+pub struct ModelArgs {
+    #[arg(long, default_value = "f32", value_parser = parse_dtype)]
+    pub dtype: candle_core::DType,
+    /// Edge-op implementation: custom (ours) or stock (candle's index_add).
+    #[arg(long, default_value = "custom")]
+    pub ops: mlff_distiller::ops::EdgeOps,
+    #[command(flatten)]
+    pub device: DeviceArgs,
+}
+
+impl ModelArgs {
+    /// Opens the device and loads `model` onto it.
+    pub fn calculator(&self, model: &std::path::Path) -> Result<mlff_distiller::PainnCalculator> {
+        let dev = self.device.open()?;
+        Ok(
+            mlff_distiller::PainnCalculator::from_checkpoint(model, &dev, self.dtype)?
+                .with_ops(self.ops),
+        )
+    }
+}
+
 /// `--dtype f32|f64`.
 pub fn parse_dtype(s: &str) -> std::result::Result<candle_core::DType, String> {
     match s {
@@ -79,6 +106,7 @@ pub fn run() -> Result<ExitCode> {
         Command::Bench(a) => bench::run(a),
         Command::Train(a) => train::run(*a),
         Command::Eval(a) => eval::run(a),
+        Command::Md(a) => return md::run(*a),
     }?;
     Ok(ExitCode::SUCCESS)
 }

@@ -1,13 +1,11 @@
 //! `mlff predict MODEL FILE`: energies and forces for every frame, written as extended XYZ.
 
-use super::{parse_dtype, DeviceArgs};
+use super::ModelArgs;
 use anyhow::{Context, Result};
-use candle_core::DType;
 use clap::Args;
 use mlff_distiller::io::{read_extxyz, write_extxyz};
-use mlff_distiller::ops::EdgeOps;
 use mlff_distiller::structure::ExtraArray;
-use mlff_distiller::{Batch, Calculator, PainnCalculator, Structure};
+use mlff_distiller::{Batch, Calculator, Structure};
 use std::path::PathBuf;
 
 #[derive(Args)]
@@ -23,19 +21,13 @@ pub struct PredictArgs {
     /// Frames per model call.
     #[arg(long, default_value_t = 32)]
     batch_size: usize,
-    #[arg(long, default_value = "f32", value_parser = parse_dtype)]
-    dtype: DType,
-    /// Edge-op implementation: custom (ours) or stock (candle's index_add).
-    #[arg(long, default_value = "custom")]
-    ops: EdgeOps,
     #[command(flatten)]
-    device: DeviceArgs,
+    run: ModelArgs,
 }
 
 pub fn run(a: PredictArgs) -> Result<()> {
     anyhow::ensure!(a.batch_size > 0, "--batch-size must be at least 1");
-    let dev = a.device.open()?;
-    let calc = PainnCalculator::from_checkpoint(&a.model, &dev, a.dtype)?.with_ops(a.ops);
+    let calc = a.run.calculator(&a.model)?;
     let frames = read_extxyz(&a.input)?;
     anyhow::ensure!(!frames.is_empty(), "{}: no frames", a.input.display());
     let mut out = Vec::with_capacity(frames.len());

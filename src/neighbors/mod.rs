@@ -132,6 +132,66 @@ pub fn structure_neighbor_list(s: &Structure, cutoff: f64) -> Result<NeighborLis
     neighbor_list(&s.positions, s.cell.as_ref(), s.pbc, cutoff)
 }
 
+/// Cartesian image offset `S · cell` of an edge shift (zero for `S = 0` or without a cell).
+pub fn image_offset(s: [i32; 3], cell: Option<&Lattice>) -> [f64; 3] {
+    match cell {
+        Some(c) if s != [0; 3] => {
+            std::array::from_fn(|d| (0..3).map(|k| s[k] as f64 * c[k][d]).sum::<f64>())
+        }
+        _ => [0.0; 3],
+    }
+}
+
+/// Wraps positions into the cell along its periodic directions (fractional coordinates in
+/// [0, 1)), as `ase.Atoms.wrap()`. Non-periodic directions and molecules are left alone.
+pub fn wrap_positions(
+    positions: &mut [[f64; 3]],
+    cell: Option<&Lattice>,
+    pbc: [bool; 3],
+) -> Result<()> {
+    let g = Geometry::of_cell(cell, pbc)?;
+    if !g.periodic.iter().any(|&p| p) {
+        return Ok(());
+    }
+    for x in positions.iter_mut() {
+        let mut f = g.frac(x);
+        for (fk, periodic) in f.iter_mut().zip(g.periodic) {
+            if periodic {
+                *fk -= fk.floor();
+            }
+        }
+        *x = std::array::from_fn(|d| (0..3).map(|k| f[k] * g.basis[k][d]).sum());
+    }
+    Ok(())
+}
+
+/// Distances `|x_j - x_i|` of the given pairs under the minimum-image convention along periodic
+/// directions (fractional differences rounded to the nearest integer): exact for pairs closer
+/// than half the smallest perpendicular cell width, which is what bond checks need.
+pub fn minimum_image_distances(
+    pairs: &[(u32, u32)],
+    positions: &[[f64; 3]],
+    cell: Option<&Lattice>,
+    pbc: [bool; 3],
+) -> Result<Vec<f64>> {
+    let g = Geometry::of_cell(cell, pbc)?;
+    Ok(pairs
+        .iter()
+        .map(|&(i, j)| {
+            let (xi, xj) = (&positions[i as usize], &positions[j as usize]);
+            let mut v = [xj[0] - xi[0], xj[1] - xi[1], xj[2] - xi[2]];
+            let f = g.frac(&v);
+            for ((fk, periodic), row) in f.iter().zip(g.periodic).zip(&g.basis) {
+                if periodic {
+                    let n = fk.round();
+                    v.iter_mut().zip(row).for_each(|(vd, b)| *vd -= n * b);
+                }
+            }
+            norm2(&v).sqrt()
+        })
+        .collect())
+}
+
 /// One list over a whole batch: atom indices are offset by `batch.offsets`, shifts are per edge
 /// and refer to each structure's own cell. Edges stay sorted by center, so the structure of an
 /// edge follows from its center ([`NeighborList::edge_structures`]).
@@ -236,6 +296,25 @@ impl Geometry {
                 "atom {i} has a non-finite position {p:?}"
             )));
         }
+        let geometry = Self::of_cell(cell, pbc)?;
+        for k in 0..3 {
+            if geometry.periodic[k] {
+                let ratio = cutoff / geometry.widths[k];
+                if ratio.is_nan() || ratio > MAX_CUTOFF_WIDTH_RATIO {
+                    return Err(Error::NeighborList(format!(
+                        "cutoff {cutoff} Å is {ratio:.1} times the perpendicular width {:.4} Å of \
+                         periodic cell axis {k}: that needs too many periodic images \
+                         (limit {MAX_CUTOFF_WIDTH_RATIO} times)",
+                        geometry.widths[k]
+                    )));
+                }
+            }
+        }
+        Ok(geometry)
+    }
+
+    /// The basis, reciprocal rows and widths of a cell, without the cutoff and position checks.
+    pub fn of_cell(cell: Option<&Lattice>, pbc: [bool; 3]) -> Result<Self> {
         let periodic = match cell {
             Some(_) => pbc,
             None => [false; 3],
@@ -248,17 +327,6 @@ impl Geometry {
         for k in 0..3 {
             recip[k] = scale(&cross(&basis[(k + 1) % 3], &basis[(k + 2) % 3]), 1.0 / vol);
             widths[k] = 1.0 / norm2(&recip[k]).sqrt();
-            if periodic[k] {
-                let ratio = cutoff / widths[k];
-                if ratio.is_nan() || ratio > MAX_CUTOFF_WIDTH_RATIO {
-                    return Err(Error::NeighborList(format!(
-                        "cutoff {cutoff} Å is {ratio:.1} times the perpendicular width {:.4} Å of \
-                         periodic cell axis {k}: that needs too many periodic images \
-                         (limit {MAX_CUTOFF_WIDTH_RATIO} times)",
-                        widths[k]
-                    )));
-                }
-            }
         }
         Ok(Self {
             periodic,

@@ -2,6 +2,7 @@
 //! trajectory.
 
 use crate::error::{Error, Result};
+use crate::fsutil::sha256_hex;
 use crate::io::parse_extxyz_bytes;
 use crate::model::PainnConfig;
 use crate::structure::Structure;
@@ -201,12 +202,4 @@ pub fn split_by_trajectory(
         ds.select(&idx)
     };
     Ok((pick(&names[n_val..]), pick(&names[..n_val])))
-}
-
-fn sha256_hex(bytes: &[u8]) -> String {
-    use sha2::Digest;
-    sha2::Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
 }

@@ -142,3 +142,30 @@ pub fn random_index(n: usize, bound: usize, seed: u64) -> Vec<u32> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     (0..n).map(|_| rng.random_range(0..bound as u32)).collect()
 }
+
+/// Runs the `mlff` binary built for these tests.
+pub fn mlff(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_mlff"))
+        .args(args)
+        .output()
+        .expect("run mlff")
+}
+
+/// The crate root (shipped models and data live under it).
+pub fn root() -> &'static std::path::Path {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Whether `python3` can import ASE. CI installs it (.ci/run) and sets MLFF_REQUIRE_ASE, so
+/// there a missing ASE fails instead of skipping.
+pub fn ase_available() -> bool {
+    let ok = std::process::Command::new("python3")
+        .args(["-c", "import ase.io"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    assert!(
+        ok || std::env::var_os("MLFF_REQUIRE_ASE").is_none(),
+        "MLFF_REQUIRE_ASE is set but `python3 -c 'import ase.io'` fails"
+    );
+    ok
+}

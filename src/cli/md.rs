@@ -1,0 +1,320 @@
+//! `mlff md`: molecular dynamics with a student model, with restarts and a stability summary.
+
+use super::{parse_dtype, ModelArgs};
+use anyhow::{bail, Context, Result};
+use clap::{Args, ValueEnum};
+use indicatif::{ProgressBar, ProgressStyle};
+use mlff_distiller::fsutil::{sha256_hex, write_atomic};
+use mlff_distiller::io::read_extxyz;
+use mlff_distiller::md::{
+    Ensemble, MdOutputs, MdSettings, MdSummary, PainnForces, Progress, Restart, Simulation,
+    StopReason,
+};
+use mlff_distiller::ops::EdgeOps;
+use mlff_distiller::Structure;
+use serde_json::json;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+/// Exit status of a run that went unstable or non-finite (settings errors exit with 1).
+pub const EXIT_UNSTABLE: u8 = 4;
+
+#[derive(Clone, Copy, ValueEnum)]
+enum EnsembleArg {
+    /// Velocity Verlet, constant energy.
+    Nve,
+    /// BAOAB Langevin thermostat at --temperature.
+    Nvt,
+}
+
+#[derive(Args)]
+pub struct MdArgs {
+    /// Checkpoint (.safetensors). With --resume: only needed if the model file moved (its
+    /// SHA-256 must match the one the restart recorded).
+    #[arg(long, required_unless_present = "resume")]
+    model: Option<PathBuf>,
+    /// Starting structure (extended XYZ).
+    #[arg(long, required_unless_present = "resume")]
+    structure: Option<PathBuf>,
+    /// Frame of --structure to start from (negative counts from the end).
+    #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
+    frame: i64,
+    /// Total number of steps (with --resume: continue to this step; default: the original
+    /// run's total).
+    #[arg(long)]
+    steps: Option<u64>,
+    /// Time step in fs.
+    #[arg(long, default_value_t = 0.5)]
+    dt: f64,
+    #[arg(long, value_enum, default_value = "nve")]
+    ensemble: EnsembleArg,
+    /// Thermostat target in K (nvt), and the starting temperature unless --init-temperature.
+    #[arg(long, default_value_t = 300.0)]
+    temperature: f64,
+    /// Maxwell-Boltzmann starting temperature in K (default: --temperature).
+    #[arg(long)]
+    init_temperature: Option<f64>,
+    /// Langevin friction in 1/ps.
+    #[arg(long, default_value_t = 10.0)]
+    friction: f64,
+    /// Seeds the starting velocities and the Langevin noise.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Verlet skin in Å: the neighbour list is rebuilt once an atom has moved half of it.
+    #[arg(long, default_value_t = 1.0)]
+    skin: f64,
+    /// Start from the structure's `momenta` column (as ASE writes it) instead of random
+    /// velocities.
+    #[arg(long)]
+    keep_momenta: bool,
+    /// Trajectory (extended XYZ with energy, forces, momenta), appended and flushed per frame.
+    #[arg(long)]
+    traj: Option<PathBuf>,
+    #[arg(long, default_value_t = 100)]
+    traj_every: u64,
+    /// JSON-lines log: step, time_fs, e_pot, e_kin, e_tot (eV), temperature (K).
+    #[arg(long)]
+    log: Option<PathBuf>,
+    #[arg(long, default_value_t = 10)]
+    log_every: u64,
+    /// Write a restart file every K steps and at the end (0: never).
+    #[arg(long, default_value_t = 0)]
+    restart_every: u64,
+    /// Restart file path (default: <traj>.restart.json, or mlff-md.restart.json).
+    #[arg(long)]
+    restart_file: Option<PathBuf>,
+    /// Continue the run a restart file describes (same settings, same outputs).
+    #[arg(long, conflicts_with_all = [
+        "structure", "frame", "dt", "ensemble", "temperature", "init_temperature", "friction",
+        "seed", "skin", "keep_momenta", "traj", "traj_every", "log", "log_every",
+        "restart_every", "restart_file", "dtype", "ops", "keep_going",
+    ])]
+    resume: Option<PathBuf>,
+    /// Keep running after a bond has stretched more than 0.5 Å (the run still counts as
+    /// unstable).
+    #[arg(long)]
+    keep_going: bool,
+    /// Also write the closing summary as JSON here.
+    #[arg(long)]
+    summary_json: Option<PathBuf>,
+    #[command(flatten)]
+    run: ModelArgs,
+}
+
+pub fn run(a: MdArgs) -> Result<ExitCode> {
+    let summary = match &a.resume {
+        Some(path) => resume(&a, path)?,
+        None => fresh(&a)?,
+    };
+    print_summary(&summary);
+    if let Some(p) = &a.summary_json {
+        write_atomic(p, &serde_json::to_vec_pretty(&summary)?)?;
+    }
+    Ok(if summary.stable && summary.finite {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(EXIT_UNSTABLE)
+    })
+}
+
+fn fresh(a: &MdArgs) -> Result<MdSummary> {
+    let (Some(model), Some(structure)) = (&a.model, &a.structure) else {
+        bail!("--model and --structure are required unless --resume is given");
+    };
+    let start = pick_frame(structure, a.frame)?;
+    let ensemble = match a.ensemble {
+        EnsembleArg::Nve => Ensemble::Nve,
+        EnsembleArg::Nvt => Ensemble::Nvt {
+            temperature: a.temperature,
+            friction: a.friction,
+        },
+    };
+    let restart = (a.restart_every > 0).then(|| {
+        a.restart_file.clone().unwrap_or_else(|| match &a.traj {
+            Some(t) => PathBuf::from(format!("{}.restart.json", t.display())),
+            None => PathBuf::from("mlff-md.restart.json"),
+        })
+    });
+    let settings = MdSettings {
+        dt_fs: a.dt,
+        steps: a.steps.unwrap_or(1000),
+        ensemble,
+        init_temperature: a.init_temperature.unwrap_or(a.temperature),
+        keep_momenta: a.keep_momenta,
+        seed: a.seed,
+        skin: a.skin,
+        log_every: a.log_every,
+        traj_every: a.traj_every,
+        restart_every: a.restart_every,
+        stop_when_unstable: !a.keep_going,
+        outputs: MdOutputs {
+            traj: a.traj.clone(),
+            log: a.log.clone(),
+            restart,
+        },
+    };
+    let calc = a.run.calculator(model)?;
+    let caller = json!({
+        "model": model,
+        "model_sha256": file_sha256(model)?,
+        "dtype": format!("{:?}", a.run.dtype).to_lowercase(),
+        "ops": a.run.ops.name(),
+        "structure": structure,
+        "frame": a.frame,
+    });
+    let forces = PainnForces::new(&calc, &start, settings.skin)?;
+    eprintln!(
+        "md: {} atoms, {} steps of {} fs, {}, on {:?}",
+        start.len(),
+        settings.steps,
+        settings.dt_fs,
+        describe(&settings.ensemble),
+        calc.device()
+    );
+    let mut sim = Simulation::new(forces, &start, settings, caller)
+        .with_context(|| format!("{}: frame {}", structure.display(), a.frame))?;
+    run_with_progress(&mut sim)
+}
+
+fn resume(a: &MdArgs, path: &Path) -> Result<MdSummary> {
+    let mut restart = Restart::load(path)?;
+    let c = &restart.caller;
+    let recorded = |k: &str| c.get(k).and_then(|v| v.as_str()).map(str::to_owned);
+    let model = match (&a.model, recorded("model")) {
+        (Some(m), _) => m.clone(),
+        (None, Some(m)) => PathBuf::from(m),
+        (None, None) => bail!("{}: records no model; pass --model", path.display()),
+    };
+    let sha = file_sha256(&model)?;
+    if recorded("model_sha256").is_some_and(|s| s != sha) {
+        bail!(
+            "{}: SHA-256 differs from the model the restart file {} was written with",
+            model.display(),
+            path.display()
+        );
+    }
+    let dtype = parse_dtype(&recorded("dtype").unwrap_or_else(|| "f32".into()))
+        .map_err(anyhow::Error::msg)?;
+    let ops: EdgeOps = recorded("ops")
+        .unwrap_or_else(|| "custom".into())
+        .parse()
+        .map_err(anyhow::Error::msg)?;
+    if let Some(steps) = a.steps {
+        anyhow::ensure!(
+            steps >= restart.step,
+            "--steps {steps} is before the restart's step {}",
+            restart.step
+        );
+        restart.settings.steps = steps;
+    }
+    let run = ModelArgs {
+        dtype,
+        ops,
+        ..a.run.clone()
+    };
+    let calc = run.calculator(&model)?;
+    let template = Structure {
+        cell: restart.cell,
+        pbc: restart.pbc,
+        ..Structure::molecule(restart.numbers.clone(), restart.positions.clone())
+    };
+    let forces = PainnForces::new(&calc, &template, restart.settings.skin)?;
+    eprintln!(
+        "md: resuming {} at step {} of {}",
+        path.display(),
+        restart.step,
+        restart.settings.steps
+    );
+    let mut sim = Simulation::resume(forces, restart)?;
+    run_with_progress(&mut sim)
+}
+
+fn run_with_progress<F: mlff_distiller::md::ForceProvider>(
+    sim: &mut Simulation<F>,
+) -> Result<MdSummary> {
+    let s = sim.settings();
+    let bar = ProgressBar::new(s.steps);
+    bar.set_style(
+        ProgressStyle::with_template("{bar:30} {pos}/{len} steps {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    bar.set_position(sim.step());
+    let dt = s.dt_fs;
+    let summary = sim.run(&mut |p: &Progress| {
+        bar.set_position(p.step);
+        bar.set_message(format!(
+            "{:.0} steps/s, {:.2} ns/day, E_tot {:.4} eV, T {:.0} K",
+            p.steps_per_s,
+            p.steps_per_s * dt * 0.0864,
+            p.record.e_tot,
+            p.record.temperature
+        ));
+    })?;
+    bar.finish_and_clear();
+    Ok(summary)
+}
+
+/// Frame `k` of a file (negative counts from the end).
+pub fn pick_frame(path: &Path, k: i64) -> Result<Structure> {
+    let frames = read_extxyz(path)?;
+    let n = frames.len() as i64;
+    let idx = if k < 0 { n + k } else { k };
+    if !(0..n).contains(&idx) {
+        bail!("{}: has {n} frames, no frame {k}", path.display());
+    }
+    Ok(frames[idx as usize].clone())
+}
+
+fn file_sha256(path: &Path) -> Result<String> {
+    let bytes = std::fs::read(path).with_context(|| format!("{}", path.display()))?;
+    Ok(sha256_hex(&bytes))
+}
+
+fn describe(e: &Ensemble) -> String {
+    match e {
+        Ensemble::Nve => "NVE (velocity Verlet)".into(),
+        Ensemble::Nvt {
+            temperature,
+            friction,
+        } => format!("NVT (BAOAB Langevin, {temperature} K, friction {friction}/ps)"),
+    }
+}
+
+/// The closing summary for people.
+pub fn print_summary(s: &MdSummary) {
+    println!(
+        "steps {}..{} ({:.3} ps simulated), {} atoms, {}",
+        s.first_step, s.last_step, s.simulated_ps, s.atoms, s.ensemble
+    );
+    println!(
+        "speed: {:.1} steps/s, {:.3} ns/day ({:.1} s wall, {} neighbour-list builds)",
+        s.steps_per_s, s.ns_per_day, s.wall_s, s.neighbor_list_builds
+    );
+    if let Some(d) = s.energy_drift_mev_per_atom_ps {
+        println!(
+            "energy drift: {d:+.4} meV/atom/ps (fitted slope), E_tot std {:.4} meV/atom",
+            s.energy_std_mev_per_atom.unwrap_or(f64::NAN)
+        );
+    }
+    if let (Some(m), Some(sd)) = (s.temperature_mean, s.temperature_std) {
+        println!("temperature: {m:.1} ± {sd:.1} K");
+    }
+    let verdict = match &s.stop {
+        StopReason::Completed if s.stable => "stable".to_string(),
+        StopReason::Completed => "UNSTABLE (kept going)".to_string(),
+        StopReason::Unstable {
+            step,
+            atoms,
+            deviation,
+        } => format!(
+            "UNSTABLE at step {step}: bond {}-{} deviated {deviation:.3} Å",
+            atoms.0, atoms.1
+        ),
+        StopReason::NonFinite { step, what } => format!("NaN at step {step}: {what}"),
+    };
+    println!(
+        "stability (Fu et al. 2023, any of {} bonds > 0.5 Å off): {verdict}; largest bond \
+         deviation {:.3} Å",
+        s.bonds, s.max_bond_deviation
+    );
+}

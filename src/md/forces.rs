@@ -1,0 +1,261 @@
+//! Where MD gets its forces. A [`ForceProvider`] takes positions as a device tensor and returns
+//! the potential energy and forces on the same device, so the MD loop never copies positions to
+//! the host between log steps.
+
+use crate::calculator::{forces_from, Calculator, PainnCalculator};
+use crate::error::{Error, Result};
+use crate::model::PainnInputs;
+use crate::neighbors::{image_offset, wrap_positions, VerletList};
+use crate::structure::{Batch, Structure};
+use candle_core::{DType, Device, Tensor, Var};
+
+/// Potential energy (a scalar) and forces ([N, 3]), f64, on the provider's device.
+pub struct Evaluation {
+    pub energy: Tensor,
+    pub forces: Tensor,
+}
+
+/// Energies and forces for MD, device-resident.
+pub trait ForceProvider {
+    fn device(&self) -> &Device;
+
+    /// Energy and forces at `positions` ([N, 3] f64 on [`device`](Self::device)). A provider
+    /// with a neighbour list may replace `positions` by the same atoms wrapped into the periodic
+    /// cell, only when it rebuilds its list (so the Verlet displacement test stays valid).
+    fn evaluate(&mut self, positions: &mut Tensor) -> Result<Evaluation>;
+
+    /// Positions at the last neighbour-list build (for restart files); `None` without a list.
+    fn list_reference(&self) -> Result<Option<Vec<[f64; 3]>>> {
+        Ok(None)
+    }
+
+    /// Rebuilds the neighbour list from positions a restart file recorded, so that a resumed
+    /// run uses exactly the list the interrupted one had.
+    fn restore_list(&mut self, _reference: &[[f64; 3]]) -> Result<()> {
+        Ok(())
+    }
+
+    /// Neighbour-list builds so far (0 for providers without a list).
+    fn list_builds(&self) -> usize {
+        0
+    }
+}
+
+/// Host positions of an [N, 3] f64 tensor.
+pub fn host_positions(t: &Tensor) -> Result<Vec<[f64; 3]>> {
+    Ok(t.to_dtype(DType::F64)?
+        .to_vec2::<f64>()?
+        .into_iter()
+        .map(|r| [r[0], r[1], r[2]])
+        .collect())
+}
+
+/// An [N, 3] f64 tensor from host rows.
+pub fn device_positions(rows: &[[f64; 3]], device: &Device) -> Result<Tensor> {
+    let flat: Vec<f64> = rows.iter().flatten().copied().collect();
+    Ok(Tensor::from_vec(flat, (rows.len(), 3), device)?)
+}
+
+/// Any [`Calculator`] (analytic potentials, or a model called the host way): positions are
+/// copied to the host every step. For tests and reference runs, not for speed.
+pub struct CalculatorForces<C> {
+    calculator: C,
+    template: Structure,
+    device: Device,
+}
+
+impl<C: Calculator> CalculatorForces<C> {
+    /// `template` gives the atoms, cell and pbc; its positions are replaced at every call.
+    pub fn new(calculator: C, template: &Structure, device: Device) -> Self {
+        let template = Structure {
+            energy: None,
+            forces: None,
+            info: Vec::new(),
+            arrays: Vec::new(),
+            ..template.clone()
+        };
+        Self {
+            calculator,
+            template,
+            device,
+        }
+    }
+}
+
+impl<C: Calculator> ForceProvider for CalculatorForces<C> {
+    fn device(&self) -> &Device {
+        &self.device
+    }
+
+    fn evaluate(&mut self, positions: &mut Tensor) -> Result<Evaluation> {
+        let mut s = self.template.clone();
+        s.positions = host_positions(positions)?;
+        if let Some((i, p)) = s
+            .positions
+            .iter()
+            .enumerate()
+            .find(|(_, p)| p.iter().any(|x| !x.is_finite()))
+        {
+            return Err(Error::NonFinite(format!("atom {i} is at {p:?}")));
+        }
+        let pred = self.calculator.compute(&Batch::from_one(s)?)?;
+        Ok(Evaluation {
+            energy: Tensor::new(pred.energies[0], &self.device)?,
+            forces: device_positions(&pred.forces[0], &self.device)?,
+        })
+    }
+}
+
+/// A PaiNN model with a Verlet neighbour list. Between list builds everything stays on the
+/// device; the only per-step host read is the largest displacement since the last build (one
+/// scalar) that decides whether to rebuild.
+pub struct PainnForces<'a> {
+    calculator: &'a PainnCalculator,
+    template: Structure,
+    species: Tensor,
+    atom_structure: Tensor,
+    verlet: VerletList,
+    /// Device positions at the last build, and the edges built there.
+    reference: Option<Tensor>,
+    edges: Option<ListTensors>,
+}
+
+struct ListTensors {
+    centers: Tensor,
+    neighbors: Tensor,
+    offsets: Tensor,
+}
+
+impl<'a> PainnForces<'a> {
+    /// Forces of `calculator` on the atoms of `template` (its numbers, cell and pbc), with a
+    /// Verlet skin in Å (pairs are listed within cutoff + skin and reused until some atom has
+    /// moved more than skin / 2).
+    pub fn new(calculator: &'a PainnCalculator, template: &Structure, skin: f64) -> Result<Self> {
+        let cfg = calculator.model().config();
+        let species =
+            cfg.species_of(&template.numbers)
+                .map_err(|(atom, z)| Error::UnknownElement {
+                    z,
+                    structure: 0,
+                    atom,
+                    known: cfg.elements.clone(),
+                })?;
+        let dev = calculator.device();
+        let n = template.len();
+        Ok(Self {
+            calculator,
+            template: Structure {
+                cell: template.cell,
+                pbc: template.pbc,
+                ..Structure::molecule(template.numbers.clone(), Vec::new())
+            },
+            species: Tensor::from_vec(species, n, dev)?,
+            atom_structure: Tensor::zeros(n, DType::U32, dev)?,
+            verlet: VerletList::new(cfg.cutoff, skin),
+            reference: None,
+            edges: None,
+        })
+    }
+
+    /// Builds the list at `host` (positions as given, not wrapped again) and uploads it.
+    fn build(&mut self, host: &[[f64; 3]]) -> Result<()> {
+        let (cell, pbc) = (self.template.cell.as_ref(), self.template.pbc);
+        self.verlet.invalidate();
+        self.verlet.update(host, cell, pbc)?;
+        let nl = self.verlet.list();
+        let offsets: Vec<f64> = nl
+            .shifts
+            .iter()
+            .flat_map(|&s| image_offset(s, cell))
+            .collect();
+        let dev = self.calculator.device();
+        let e = nl.len();
+        self.edges = Some(ListTensors {
+            centers: Tensor::from_vec(nl.centers.clone(), e, dev)?,
+            neighbors: Tensor::from_vec(nl.neighbors.clone(), e, dev)?,
+            offsets: Tensor::from_vec(offsets, (e, 3), dev)?.to_dtype(self.calculator.dtype())?,
+        });
+        self.reference = Some(device_positions(host, dev)?);
+        Ok(())
+    }
+
+    /// Largest squared displacement since the last build (NaN when a position is not finite).
+    fn max_displacement2(&self, positions: &Tensor, reference: &Tensor) -> Result<f64> {
+        let d2 = (positions - reference)?.sqr()?.sum(1)?;
+        // max() would skip NaN on some backends; a sum carries it.
+        let total = d2.sum_all()?.to_scalar::<f64>()?;
+        if !total.is_finite() {
+            return Ok(f64::NAN);
+        }
+        Ok(d2.max(0)?.to_scalar::<f64>()?)
+    }
+}
+
+impl ForceProvider for PainnForces<'_> {
+    fn device(&self) -> &Device {
+        self.calculator.device()
+    }
+
+    fn evaluate(&mut self, positions: &mut Tensor) -> Result<Evaluation> {
+        let rebuild = match &self.reference {
+            None => true,
+            Some(r) => {
+                let d2 = self.max_displacement2(positions, r)?;
+                if d2.is_nan() {
+                    let host = host_positions(positions)?;
+                    let (i, p) = host
+                        .iter()
+                        .enumerate()
+                        .find(|(_, p)| p.iter().any(|x| !x.is_finite()))
+                        .map(|(i, p)| (i, *p))
+                        .unwrap_or((0, host.first().copied().unwrap_or_default()));
+                    return Err(Error::NonFinite(format!("atom {i} is at {p:?}")));
+                }
+                let half = 0.5 * self.verlet.skin();
+                d2 > half * half
+            }
+        };
+        if rebuild {
+            let mut host = host_positions(positions)?;
+            wrap_positions(&mut host, self.template.cell.as_ref(), self.template.pbc)?;
+            self.build(&host)?;
+            if self.template.is_periodic() {
+                *positions = device_positions(&host, self.calculator.device())?;
+            }
+        }
+        let Some(edges) = &self.edges else {
+            return Err(Error::Md("neighbour list missing after a build".into()));
+        };
+        let calc = self.calculator;
+        let var = Var::from_tensor(&positions.to_dtype(calc.dtype())?)?;
+        let inputs = PainnInputs {
+            species: self.species.clone(),
+            positions: var.as_tensor().clone(),
+            centers: edges.centers.clone(),
+            neighbors: edges.neighbors.clone(),
+            offsets: edges.offsets.clone(),
+            atom_structure: self.atom_structure.clone(),
+            n_structures: 1,
+        };
+        // Forces from the model-dtype sum; the energy summed in f64, so that an f32 model's
+        // rounding of a large total (ulp 0.015 eV at 2e5 eV) does not swamp drift estimates.
+        let atom_energies = calc.model().atom_energies(&inputs)?;
+        let forces = forces_from(&atom_energies.sum_all()?, &var)?;
+        Ok(Evaluation {
+            energy: atom_energies.to_dtype(DType::F64)?.sum_all()?,
+            forces: forces.to_dtype(DType::F64)?,
+        })
+    }
+
+    fn list_reference(&self) -> Result<Option<Vec<[f64; 3]>>> {
+        self.reference.as_ref().map(host_positions).transpose()
+    }
+
+    fn restore_list(&mut self, reference: &[[f64; 3]]) -> Result<()> {
+        self.build(reference)
+    }
+
+    fn list_builds(&self) -> usize {
+        self.verlet.rebuilds()
+    }
+}

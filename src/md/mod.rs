@@ -1,0 +1,28 @@
+//! Molecular dynamics in ASE units (Å, eV, amu; time steps given in fs): velocity Verlet (NVE)
+//! and BAOAB Langevin (NVT) on the force provider's device, Verlet neighbour lists rebuilt only
+//! when some atom has moved half the skin, JSON-lines logs, extended-XYZ trajectories ASE reads
+//! back (with momenta), exact restarts, and the stability and drift summary.
+
+mod analysis;
+mod forces;
+mod integrator;
+mod output;
+pub mod potentials;
+mod restart;
+mod run;
+mod velocities;
+
+pub use analysis::{
+    check_separation, linear_fit, mean_std, BondDeviation, Bonds, BOND_DEVIATION_LIMIT,
+    BOND_FACTOR, MIN_SEPARATION,
+};
+pub use forces::{
+    device_positions, host_positions, CalculatorForces, Evaluation, ForceProvider, PainnForces,
+};
+pub use integrator::{Ensemble, Integrator, State};
+pub use output::{read_log, LogRecord};
+pub use restart::Restart;
+pub use run::{MdOutputs, MdSettings, MdSummary, Progress, Simulation, StopReason};
+pub use velocities::{
+    degrees_of_freedom, kinetic_energy, masses, maxwell_boltzmann, remove_com_velocity, temperature,
+};

@@ -1,0 +1,606 @@
+//! The MD driver: set-up checks, the device-resident step loop, logging, trajectory frames,
+//! restart files, the stability watch and the closing summary.
+
+use super::analysis::{check_separation, linear_fit, mean_std, Bonds, BOND_DEVIATION_LIMIT};
+use super::forces::{device_positions, host_positions, ForceProvider};
+use super::integrator::{Ensemble, Integrator, State};
+use super::output::{read_log, write_frame, write_log, AppendFile, Frame, LogRecord};
+use super::restart::{Restart, RESTART_FORMAT, RESTART_VERSION};
+use super::velocities::{degrees_of_freedom, masses, maxwell_boltzmann, temperature};
+use crate::error::{Error, Result};
+use crate::structure::Structure;
+use candle_core::{Device, Tensor};
+use rand::SeedableRng;
+use rand_chacha::ChaCha20Rng;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// Where a run writes. Every file is opened (and the restart folder probed) before step 0.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct MdOutputs {
+    pub traj: Option<PathBuf>,
+    pub log: Option<PathBuf>,
+    pub restart: Option<PathBuf>,
+}
+
+/// Everything that defines a run (stored in restart files).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct MdSettings {
+    /// Time step in fs.
+    pub dt_fs: f64,
+    /// Total number of steps (a resumed run continues to this step).
+    pub steps: u64,
+    pub ensemble: Ensemble,
+    /// Maxwell-Boltzmann starting temperature in K (unless `keep_momenta`).
+    pub init_temperature: f64,
+    /// Start from the structure's `momenta` column instead of random velocities.
+    pub keep_momenta: bool,
+    /// Seeds the starting velocities and the Langevin noise.
+    pub seed: u64,
+    /// Verlet skin in Å for neighbour-list providers.
+    pub skin: f64,
+    pub log_every: u64,
+    /// Trajectory frame every k steps (0: none).
+    pub traj_every: u64,
+    /// Restart file every k steps and at the end (0: none).
+    pub restart_every: u64,
+    /// Stop at the first step that breaks the bond-length criterion.
+    pub stop_when_unstable: bool,
+    pub outputs: MdOutputs,
+}
+
+impl Default for MdSettings {
+    fn default() -> Self {
+        Self {
+            dt_fs: 0.5,
+            steps: 1000,
+            ensemble: Ensemble::Nve,
+            init_temperature: 300.0,
+            keep_momenta: false,
+            seed: 0,
+            skin: 1.0,
+            log_every: 10,
+            traj_every: 100,
+            restart_every: 0,
+            stop_when_unstable: true,
+            outputs: MdOutputs::default(),
+        }
+    }
+}
+
+impl MdSettings {
+    fn validate(&self) -> Result<()> {
+        if self.log_every == 0 {
+            return Err(Error::Md("log interval must be at least 1 step".into()));
+        }
+        if !(self.init_temperature.is_finite() && self.init_temperature >= 0.0) {
+            return Err(Error::Md(format!(
+                "starting temperature must be finite and >= 0 K, got {}",
+                self.init_temperature
+            )));
+        }
+        if !(self.skin.is_finite() && self.skin >= 0.0) {
+            return Err(Error::Md(format!(
+                "Verlet skin must be finite and >= 0 Å, got {}",
+                self.skin
+            )));
+        }
+        if self.restart_every > 0 && self.outputs.restart.is_none() {
+            return Err(Error::Md(
+                "restart interval given without a restart file path".into(),
+            ));
+        }
+        self.ensemble.validate()
+    }
+}
+
+/// Reported at every log step, for progress bars.
+#[derive(Clone, Copy, Debug)]
+pub struct Progress {
+    pub step: u64,
+    pub steps: u64,
+    pub record: LogRecord,
+    /// Steps per second since this invocation started.
+    pub steps_per_s: f64,
+}
+
+/// Why a run ended.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum StopReason {
+    Completed,
+    Unstable {
+        step: u64,
+        atoms: (u32, u32),
+        deviation: f64,
+    },
+    NonFinite {
+        step: u64,
+        what: String,
+    },
+}
+
+/// The closing numbers of a run (covering the whole trajectory, resumed parts included, as
+/// far as the log reaches).
+#[derive(Clone, Debug, Serialize)]
+pub struct MdSummary {
+    pub atoms: usize,
+    pub ensemble: String,
+    pub dt_fs: f64,
+    pub first_step: u64,
+    pub last_step: u64,
+    pub simulated_ps: f64,
+    /// This invocation only.
+    pub wall_s: f64,
+    pub steps_per_s: f64,
+    pub ns_per_day: f64,
+    /// Slope of a least-squares line through E_tot(t), meV/atom/ps (NVE only).
+    pub energy_drift_mev_per_atom_ps: Option<f64>,
+    /// Standard deviation of E_tot, meV/atom (NVE only).
+    pub energy_std_mev_per_atom: Option<f64>,
+    /// Kinetic temperature after step 0: mean and standard deviation, K.
+    pub temperature_mean: Option<f64>,
+    pub temperature_std: Option<f64>,
+    pub bonds: usize,
+    pub max_bond_deviation: f64,
+    pub stable: bool,
+    pub finite: bool,
+    pub stop: StopReason,
+    pub neighbor_list_builds: usize,
+}
+
+/// An MD run on one structure.
+pub struct Simulation<F: ForceProvider> {
+    forces: F,
+    settings: MdSettings,
+    system: Structure,
+    masses: Vec<f64>,
+    /// Masses as an [N, 1] device column, for the kinetic energy.
+    mass_column: Tensor,
+    dof: usize,
+    integrator: Integrator,
+    state: State,
+    rng: ChaCha20Rng,
+    bonds: Bonds,
+    records: Vec<LogRecord>,
+    max_bond_deviation: f64,
+    unstable_at_step: Option<u64>,
+    traj: Option<AppendFile>,
+    log: Option<AppendFile>,
+    caller: serde_json::Value,
+    /// Step 0 still to be logged (fresh runs).
+    fresh: bool,
+}
+
+impl<F: ForceProvider> Simulation<F> {
+    /// Checks everything, opens the outputs and evaluates the starting forces. `caller` is
+    /// stored in restart files as given (e.g. the model path and hash).
+    pub fn new(
+        forces: F,
+        structure: &Structure,
+        settings: MdSettings,
+        caller: serde_json::Value,
+    ) -> Result<Self> {
+        settings.validate()?;
+        structure.validate()?;
+        if structure.is_empty() {
+            return Err(Error::Md("the structure has no atoms".into()));
+        }
+        check_separation(structure)?;
+        let masses = masses(&structure.numbers)?;
+        let bonds = Bonds::detect(structure)?;
+        let mut rng = ChaCha20Rng::seed_from_u64(settings.seed);
+        let velocities = if settings.keep_momenta {
+            momenta_velocities(structure, &masses)?
+        } else {
+            maxwell_boltzmann(&masses, settings.init_temperature, &mut rng)
+        };
+        let (traj, log) = open_outputs(&settings.outputs, None)?;
+        let system = Structure {
+            energy: None,
+            forces: None,
+            info: Vec::new(),
+            arrays: Vec::new(),
+            ..structure.clone()
+        };
+        let device = forces.device().clone();
+        let mut positions = device_positions(&structure.positions, &device)?;
+        let mut forces = forces;
+        let start = forces.evaluate(&mut positions)?;
+        let e0 = start.energy.to_scalar::<f64>()?;
+        if !e0.is_finite() {
+            return Err(Error::NonFinite(format!(
+                "the energy of the starting structure is {e0}"
+            )));
+        }
+        let state = State {
+            positions,
+            velocities: device_positions(&velocities, &device)?,
+            forces: start.forces,
+            energy: start.energy,
+            step: 0,
+        };
+        Self::assemble(
+            forces, settings, system, masses, state, rng, bonds, traj, log, caller,
+        )
+        .map(|mut s| {
+            s.fresh = true;
+            s
+        })
+    }
+
+    /// Continues the run a restart file describes, with a force provider the caller rebuilt
+    /// from `restart.caller`. Output files are cut back to the length the restart recorded.
+    pub fn resume(mut forces: F, restart: Restart) -> Result<Self> {
+        let settings = restart.settings.clone();
+        settings.validate()?;
+        let system = Structure {
+            numbers: restart.numbers.clone(),
+            positions: restart.positions.clone(),
+            cell: restart.cell,
+            pbc: restart.pbc,
+            ..Default::default()
+        };
+        let masses = masses(&system.numbers)?;
+        let bonds = Bonds {
+            pairs: restart.bonds.iter().map(|&(i, j, _)| (i, j)).collect(),
+            lengths: restart.bonds.iter().map(|b| b.2).collect(),
+        };
+        let mut rng = ChaCha20Rng::seed_from_u64(settings.seed);
+        // Checked by Restart::load.
+        rng.set_word_pos(restart.rng_word_pos.parse().unwrap_or(0));
+        if let Some(reference) = &restart.list_reference {
+            forces.restore_list(reference)?;
+        }
+        let (traj, log) = open_outputs(
+            &settings.outputs,
+            Some((restart.traj_bytes, restart.log_bytes)),
+        )?;
+        let records = match (&log, restart.log_bytes) {
+            (Some(l), Some(len)) => read_log(l.path(), len)?,
+            _ => Vec::new(),
+        };
+        let device = forces.device().clone();
+        let state = State {
+            positions: device_positions(&restart.positions, &device)?,
+            velocities: device_positions(&restart.velocities, &device)?,
+            forces: device_positions(&restart.forces, &device)?,
+            energy: Tensor::new(restart.energy, &device)?,
+            step: restart.step,
+        };
+        let mut sim = Self::assemble(
+            forces,
+            settings,
+            system,
+            masses,
+            state,
+            rng,
+            bonds,
+            traj,
+            log,
+            restart.caller,
+        )?;
+        sim.records = records;
+        sim.max_bond_deviation = restart.max_bond_deviation;
+        sim.unstable_at_step = restart.unstable_at_step;
+        Ok(sim)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn assemble(
+        forces: F,
+        settings: MdSettings,
+        system: Structure,
+        masses: Vec<f64>,
+        state: State,
+        rng: ChaCha20Rng,
+        bonds: Bonds,
+        traj: Option<AppendFile>,
+        log: Option<AppendFile>,
+        caller: serde_json::Value,
+    ) -> Result<Self> {
+        let device: Device = forces.device().clone();
+        let integrator = Integrator::new(settings.ensemble, settings.dt_fs, &masses, &device)?;
+        let n = masses.len();
+        let mass_column = Tensor::from_vec(masses.clone(), (n, 1), &device)?;
+        // Velocity Verlet from COM-free velocities keeps the momentum at zero; Langevin does not.
+        let com_fixed = settings.ensemble == Ensemble::Nve && !settings.keep_momenta;
+        Ok(Self {
+            dof: degrees_of_freedom(n, com_fixed),
+            forces,
+            settings,
+            system,
+            masses,
+            mass_column,
+            integrator,
+            state,
+            rng,
+            bonds,
+            records: Vec::new(),
+            max_bond_deviation: 0.0,
+            unstable_at_step: None,
+            traj,
+            log,
+            caller,
+            fresh: false,
+        })
+    }
+
+    pub fn settings(&self) -> &MdSettings {
+        &self.settings
+    }
+
+    pub fn step(&self) -> u64 {
+        self.state.step
+    }
+
+    pub fn records(&self) -> &[LogRecord] {
+        &self.records
+    }
+
+    pub fn state(&self) -> &State {
+        &self.state
+    }
+
+    /// Runs to `settings.steps` (or to the first instability or NaN), calling `progress` at
+    /// every log step.
+    pub fn run(&mut self, progress: &mut dyn FnMut(&Progress)) -> Result<MdSummary> {
+        let first_step = self.state.step;
+        let t0 = Instant::now();
+        let mut stop = StopReason::Completed;
+        if self.fresh {
+            self.fresh = false;
+            if let Some(reason) = self.observe(true, self.settings.traj_every > 0)? {
+                stop = reason;
+            }
+        }
+        let s = self.settings.clone();
+        while stop == StopReason::Completed && self.state.step < s.steps {
+            let stepped = self
+                .integrator
+                .step(&mut self.state, &mut self.forces, &mut self.rng);
+            if let Err(Error::NonFinite(what)) = stepped {
+                stop = StopReason::NonFinite {
+                    step: self.state.step + 1,
+                    what,
+                };
+                break;
+            }
+            stepped?;
+            let k = self.state.step;
+            let log_now = k.is_multiple_of(s.log_every) || k == s.steps;
+            let traj_now = s.traj_every > 0 && k.is_multiple_of(s.traj_every);
+            let restart_now =
+                s.restart_every > 0 && (k.is_multiple_of(s.restart_every) || k == s.steps);
+            if !(log_now || traj_now || restart_now) {
+                continue;
+            }
+            if let Some(reason) = self.observe(log_now, traj_now)? {
+                stop = reason;
+            }
+            if restart_now && stop == StopReason::Completed {
+                self.write_restart()?;
+            }
+            if let Some(record) = self.records.last().copied().filter(|_| log_now) {
+                let elapsed = t0.elapsed().as_secs_f64();
+                progress(&Progress {
+                    step: k,
+                    steps: s.steps,
+                    record,
+                    steps_per_s: (k - first_step) as f64 / elapsed.max(1e-9),
+                });
+            }
+        }
+        Ok(self.summary(first_step, t0.elapsed().as_secs_f64(), stop))
+    }
+
+    /// Host-side look at the state: log row, frame, bond check. Returns why to stop, if so.
+    fn observe(&mut self, log_now: bool, traj_now: bool) -> Result<Option<StopReason>> {
+        let step = self.state.step;
+        let e_pot = self.state.energy.to_scalar::<f64>()?;
+        let e_kin = 0.5
+            * self
+                .state
+                .velocities
+                .sqr()?
+                .broadcast_mul(&self.mass_column)?
+                .sum_all()?
+                .to_scalar::<f64>()?;
+        if !(e_pot.is_finite() && e_kin.is_finite()) {
+            return Ok(Some(StopReason::NonFinite {
+                step,
+                what: format!("potential energy {e_pot} eV, kinetic energy {e_kin} eV"),
+            }));
+        }
+        let positions = host_positions(&self.state.positions)?;
+        let worst = self.bonds.deviation(&self.system, &positions)?;
+        self.max_bond_deviation = self.max_bond_deviation.max(worst.max);
+        let mut stop = None;
+        if worst.max > BOND_DEVIATION_LIMIT && self.unstable_at_step.is_none() {
+            self.unstable_at_step = Some(step);
+            if self.settings.stop_when_unstable {
+                stop = Some(StopReason::Unstable {
+                    step,
+                    atoms: worst.pair.unwrap_or((0, 0)),
+                    deviation: worst.max,
+                });
+            }
+        }
+        let time_fs = step as f64 * self.settings.dt_fs;
+        if log_now {
+            let record = LogRecord {
+                step,
+                time_fs,
+                e_pot,
+                e_kin,
+                e_tot: e_pot + e_kin,
+                temperature: temperature(e_kin, self.dof),
+            };
+            if let Some(log) = &mut self.log {
+                write_log(log, &record)?;
+            }
+            self.records.push(record);
+        }
+        if let (true, Some(traj)) = (traj_now, &mut self.traj) {
+            write_frame(
+                traj,
+                Frame {
+                    system: &self.system,
+                    positions,
+                    velocities: host_positions(&self.state.velocities)?,
+                    masses: &self.masses,
+                    energy: e_pot,
+                    forces: host_positions(&self.state.forces)?,
+                    step,
+                    time_fs,
+                },
+            )?;
+        }
+        Ok(stop)
+    }
+
+    /// Writes the restart file atomically, after flushing the outputs it points into.
+    pub fn write_restart(&mut self) -> Result<()> {
+        let Some(path) = self.settings.outputs.restart.clone() else {
+            return Ok(());
+        };
+        let traj_bytes = self.traj.as_mut().map(AppendFile::sync).transpose()?;
+        let log_bytes = self.log.as_mut().map(AppendFile::sync).transpose()?;
+        let restart = Restart {
+            format: RESTART_FORMAT.into(),
+            version: RESTART_VERSION,
+            settings: self.settings.clone(),
+            numbers: self.system.numbers.clone(),
+            cell: self.system.cell,
+            pbc: self.system.pbc,
+            bonds: (self.bonds.pairs.iter().zip(&self.bonds.lengths))
+                .map(|(&(i, j), &d)| (i, j, d))
+                .collect(),
+            step: self.state.step,
+            positions: host_positions(&self.state.positions)?,
+            velocities: host_positions(&self.state.velocities)?,
+            forces: host_positions(&self.state.forces)?,
+            energy: self.state.energy.to_scalar::<f64>()?,
+            list_reference: self.forces.list_reference()?,
+            rng_word_pos: self.rng.get_word_pos().to_string(),
+            traj_bytes,
+            log_bytes,
+            max_bond_deviation: self.max_bond_deviation,
+            unstable_at_step: self.unstable_at_step,
+            list_builds: self.forces.list_builds(),
+            caller: self.caller.clone(),
+        };
+        restart.save(&path)
+    }
+
+    fn summary(&self, first_step: u64, wall_s: f64, stop: StopReason) -> MdSummary {
+        let n = self.masses.len();
+        let s = &self.settings;
+        let steps_run = self.state.step - first_step;
+        let steps_per_s = steps_run as f64 / wall_s.max(1e-9);
+        let nve = s.ensemble == Ensemble::Nve;
+        let t_ps: Vec<f64> = self.records.iter().map(|r| r.time_fs / 1000.0).collect();
+        let e_mev_atom: Vec<f64> = self
+            .records
+            .iter()
+            .map(|r| 1000.0 * r.e_tot / n as f64)
+            .collect();
+        let temps: Vec<f64> = (self.records.iter().filter(|r| r.step > 0))
+            .map(|r| r.temperature)
+            .collect();
+        let t_stats = mean_std(&temps);
+        MdSummary {
+            atoms: n,
+            ensemble: s.ensemble.name().into(),
+            dt_fs: s.dt_fs,
+            first_step,
+            last_step: self.state.step,
+            simulated_ps: self.state.step as f64 * s.dt_fs / 1000.0,
+            wall_s,
+            steps_per_s,
+            ns_per_day: steps_per_s * s.dt_fs * 86_400.0 * 1e-6,
+            energy_drift_mev_per_atom_ps: linear_fit(&t_ps, &e_mev_atom)
+                .map(|(slope, _)| slope)
+                .filter(|_| nve),
+            energy_std_mev_per_atom: mean_std(&e_mev_atom).map(|(_, sd)| sd).filter(|_| nve),
+            temperature_mean: t_stats.map(|t| t.0),
+            temperature_std: t_stats.map(|t| t.1),
+            bonds: self.bonds.pairs.len(),
+            max_bond_deviation: self.max_bond_deviation,
+            stable: self.unstable_at_step.is_none()
+                && !matches!(stop, StopReason::NonFinite { .. }),
+            finite: !matches!(stop, StopReason::NonFinite { .. }),
+            stop,
+            neighbor_list_builds: self.forces.list_builds(),
+        }
+    }
+}
+
+/// Velocities from the structure's `momenta` column (amu·Å per ASE time unit, as ASE writes).
+fn momenta_velocities(s: &Structure, masses: &[f64]) -> Result<Vec<[f64; 3]>> {
+    let col = s
+        .arrays
+        .iter()
+        .find(|a| a.name == "momenta" && a.ncols == 3)
+        .ok_or_else(|| {
+            Error::Md("--keep-momenta: the structure has no `momenta:R:3` column".into())
+        })?;
+    (0..s.len())
+        .map(|i| {
+            let mut v = [0.0; 3];
+            for (vd, t) in v.iter_mut().zip(&col.values[3 * i..3 * i + 3]) {
+                let p: f64 = t.parse().map_err(|_| {
+                    Error::Md(format!(
+                        "atom {i}: momentum component `{t}` is not a number"
+                    ))
+                })?;
+                if !p.is_finite() {
+                    return Err(Error::Md(format!("atom {i}: momentum {p} is not finite")));
+                }
+                *vd = p / masses[i];
+            }
+            Ok(v)
+        })
+        .collect()
+}
+
+/// Opens the trajectory and log (fresh, or cut back to a restart's lengths) and checks that
+/// the restart file's folder can be written, all before step 0.
+fn open_outputs(
+    out: &MdOutputs,
+    resume: Option<(Option<u64>, Option<u64>)>,
+) -> Result<(Option<AppendFile>, Option<AppendFile>)> {
+    let open = |path: &Option<PathBuf>, len: Option<Option<u64>>| -> Result<Option<AppendFile>> {
+        match (path, len) {
+            (None, _) => Ok(None),
+            (Some(p), None) => AppendFile::create(p).map(Some),
+            (Some(p), Some(Some(len))) => AppendFile::resume(p, len).map(Some),
+            (Some(p), Some(None)) => Err(Error::Md(format!(
+                "{}: the restart file records no length for this output",
+                p.display()
+            ))),
+        }
+    };
+    if let Some(r) = &out.restart {
+        probe_writable(r)?;
+    }
+    let traj = open(&out.traj, resume.map(|r| r.0))?;
+    let log = open(&out.log, resume.map(|r| r.1))?;
+    Ok((traj, log))
+}
+
+/// Fails now, naming the path, if a file cannot be created beside `path`.
+fn probe_writable(path: &Path) -> Result<()> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let probe = dir.join(format!(".mlff-probe.{}", std::process::id()));
+    std::fs::File::create(&probe)
+        .and_then(|_| std::fs::remove_file(&probe))
+        .map_err(|source| Error::Io {
+            path: path.into(),
+            source,
+        })
+}
