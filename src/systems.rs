@@ -1,5 +1,7 @@
 //! Built-in systems for tests and benchmarks: aspirin and periodic liquid-water boxes.
 
+use crate::error::{Error, Result};
+use crate::io::parse_extxyz_str;
 use crate::structure::Structure;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -74,6 +76,39 @@ pub fn random_rotation(rng: &mut impl Rng) -> [[f64; 3]; 3] {
             ];
         }
     }
+}
+
+/// The GFN2-xTB-relaxed starting geometries of the shipped data set (data/gfn2/start), built
+/// into the binary so that `mlff validate-md` and the examples run from any folder.
+pub const START_GEOMETRIES: [(&str, &str); 6] = [
+    ("water8", include_str!("../data/gfn2/start/water8.extxyz")),
+    ("ethanol", include_str!("../data/gfn2/start/ethanol.extxyz")),
+    ("benzene", include_str!("../data/gfn2/start/benzene.extxyz")),
+    ("aspirin", include_str!("../data/gfn2/start/aspirin.extxyz")),
+    (
+        "alanine_dipeptide",
+        include_str!("../data/gfn2/start/alanine_dipeptide.extxyz"),
+    ),
+    (
+        "trialanine",
+        include_str!("../data/gfn2/start/trialanine.extxyz"),
+    ),
+];
+
+/// A shipped starting geometry by name (see [`START_GEOMETRIES`]).
+pub fn start_geometry(name: &str) -> Result<Structure> {
+    let Some((_, text)) = START_GEOMETRIES.iter().find(|(n, _)| *n == name) else {
+        let known: Vec<&str> = START_GEOMETRIES.iter().map(|(n, _)| *n).collect();
+        return Err(Error::Structure(format!(
+            "no shipped starting geometry `{name}` (known: {})",
+            known.join(", ")
+        )));
+    };
+    let path = format!("data/gfn2/start/{name}.extxyz");
+    parse_extxyz_str(text, std::path::Path::new(&path))?
+        .into_iter()
+        .next()
+        .ok_or_else(|| Error::Structure(format!("{path} has no frame")))
 }
 
 /// Aspirin (C9H8O4), the first validation frame of rMD17 (PBE/def2-SVP geometry, Å).

@@ -124,3 +124,68 @@ fn md_errors_name_the_cause() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("friction"), "{err}");
 }
+
+#[test]
+fn validate_md_compares_code_paths_in_one_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = root().join("models/painn-gfn2.safetensors");
+    let out = dir.path().join("report");
+    let o = mlff(&[
+        "validate-md",
+        "--model",
+        model.to_str().unwrap(),
+        "--ops",
+        "custom,stock",
+        "--systems",
+        "ethanol",
+        "--nve-steps",
+        "10,20",
+        "--nvt-steps",
+        "10",
+        "--traj-every",
+        "0",
+        "--device",
+        "cpu",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    let rows: Vec<&str> = md
+        .lines()
+        .filter(|l| l.starts_with("| ethanol |"))
+        .collect();
+    // Two variants × (NVE over 10 and 20 steps, NVT over 10).
+    assert_eq!(rows.len(), 6, "{md}");
+    assert!(rows
+        .iter()
+        .any(|r| r.contains("painn-gfn2/stock") && r.contains("20/20")));
+    let json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
+    let runs = json["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 4);
+    // Same model, same seed: the two code paths agree on the trajectory's energies.
+    let drift = |k: usize| {
+        runs[k]["windows"][1]["energy_std_mev_per_atom"]
+            .as_f64()
+            .unwrap()
+    };
+    assert!((drift(0) - drift(2)).abs() < 0.05 * drift(0).abs().max(1e-3));
+    assert!(out.join("etot_ethanol.png").exists());
+    assert!(out
+        .join("runs/ethanol_painn-gfn2-custom_nve.jsonl")
+        .exists());
+
+    let o = mlff(&[
+        "validate-md",
+        "--systems",
+        "unobtainium",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("unobtainium") && err.contains("ethanol"),
+        "{err}"
+    );
+}

@@ -8,6 +8,7 @@ mod init_model;
 mod md;
 mod predict;
 mod train;
+mod validate_md;
 
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
@@ -44,6 +45,9 @@ enum Command {
     /// Molecular dynamics (NVE or Langevin NVT) with a drift and stability summary; exits
     /// with status 4 when the run went unstable or non-finite.
     Md(Box<md::MdArgs>),
+    /// MD stability validation of the shipped systems (NVE and NVT), comparing models or code
+    /// paths: markdown + JSON report and E_tot(t) plots.
+    ValidateMd(Box<validate_md::ValidateMdArgs>),
 }
 
 /// `--device` shared by every command that computes.
@@ -107,6 +111,7 @@ pub fn run() -> Result<ExitCode> {
         Command::Train(a) => train::run(*a),
         Command::Eval(a) => eval::run(a),
         Command::Md(a) => return md::run(*a),
+        Command::ValidateMd(a) => validate_md::run(*a),
     }?;
     Ok(ExitCode::SUCCESS)
 }

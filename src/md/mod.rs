@@ -10,6 +10,7 @@ mod output;
 pub mod potentials;
 mod restart;
 mod run;
+pub mod validate;
 mod velocities;
 
 pub use analysis::{

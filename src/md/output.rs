@@ -10,7 +10,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 
-/// One row of the MD log: energies in eV, time in fs, temperature in K.
+/// One row of the MD log: energies in eV, time in fs, temperature in K, lengths in Å.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct LogRecord {
     pub step: u64,
@@ -19,6 +19,8 @@ pub struct LogRecord {
     pub e_kin: f64,
     pub e_tot: f64,
     pub temperature: f64,
+    /// Largest change of a bond length from the starting structure, Å (the stability watch).
+    pub bond_deviation: f64,
 }
 
 /// A file written only by appending, that knows its length.

@@ -1,11 +1,12 @@
 //! The MD driver: set-up checks, the device-resident step loop, logging, trajectory frames,
 //! restart files, the stability watch and the closing summary.
 
-use super::analysis::{check_separation, linear_fit, mean_std, Bonds, BOND_DEVIATION_LIMIT};
+use super::analysis::{check_separation, Bonds, BOND_DEVIATION_LIMIT};
 use super::forces::{device_positions, host_positions, ForceProvider};
 use super::integrator::{Ensemble, Integrator, State};
 use super::output::{read_log, write_frame, write_log, AppendFile, Frame, LogRecord};
 use super::restart::{Restart, RESTART_FORMAT, RESTART_VERSION};
+use super::validate::window;
 use super::velocities::{degrees_of_freedom, masses, maxwell_boltzmann, temperature};
 use crate::error::{Error, Result};
 use crate::structure::Structure;
@@ -436,6 +437,7 @@ impl<F: ForceProvider> Simulation<F> {
                 e_kin,
                 e_tot: e_pot + e_kin,
                 temperature: temperature(e_kin, self.dof),
+                bond_deviation: worst.max,
             };
             if let Some(log) = &mut self.log {
                 write_log(log, &record)?;
@@ -499,17 +501,13 @@ impl<F: ForceProvider> Simulation<F> {
         let s = &self.settings;
         let steps_run = self.state.step - first_step;
         let steps_per_s = steps_run as f64 / wall_s.max(1e-9);
-        let nve = s.ensemble == Ensemble::Nve;
-        let t_ps: Vec<f64> = self.records.iter().map(|r| r.time_fs / 1000.0).collect();
-        let e_mev_atom: Vec<f64> = self
-            .records
-            .iter()
-            .map(|r| 1000.0 * r.e_tot / n as f64)
-            .collect();
-        let temps: Vec<f64> = (self.records.iter().filter(|r| r.step > 0))
-            .map(|r| r.temperature)
-            .collect();
-        let t_stats = mean_std(&temps);
+        let w = window(
+            &self.records,
+            n,
+            self.state.step,
+            s.ensemble == Ensemble::Nve,
+            None,
+        );
         MdSummary {
             atoms: n,
             ensemble: s.ensemble.name().into(),
@@ -520,12 +518,10 @@ impl<F: ForceProvider> Simulation<F> {
             wall_s,
             steps_per_s,
             ns_per_day: steps_per_s * s.dt_fs * 86_400.0 * 1e-6,
-            energy_drift_mev_per_atom_ps: linear_fit(&t_ps, &e_mev_atom)
-                .map(|(slope, _)| slope)
-                .filter(|_| nve),
-            energy_std_mev_per_atom: mean_std(&e_mev_atom).map(|(_, sd)| sd).filter(|_| nve),
-            temperature_mean: t_stats.map(|t| t.0),
-            temperature_std: t_stats.map(|t| t.1),
+            energy_drift_mev_per_atom_ps: w.energy_drift_mev_per_atom_ps,
+            energy_std_mev_per_atom: w.energy_std_mev_per_atom,
+            temperature_mean: w.temperature_mean,
+            temperature_std: w.temperature_std,
             bonds: self.bonds.pairs.len(),
             max_bond_deviation: self.max_bond_deviation,
             stable: self.unstable_at_step.is_none()

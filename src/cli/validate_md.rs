@@ -1,0 +1,180 @@
+//! `mlff validate-md`: NVE and NVT stability runs of the shipped systems with one or more
+//! models and code paths, reported as markdown, JSON and E_tot(t) plots.
+
+use super::{parse_dtype, DeviceArgs};
+use anyhow::{Context, Result};
+use candle_core::DType;
+use clap::Args;
+use mlff_distiller::fsutil::{sha256_hex, write_atomic};
+use mlff_distiller::io::read_extxyz;
+use mlff_distiller::md::validate::{markdown, plot_energies, run_suite, SuiteSettings, Variant};
+use mlff_distiller::ops::EdgeOps;
+use mlff_distiller::systems::start_geometry;
+use mlff_distiller::{PainnCalculator, Structure};
+use serde_json::json;
+use std::path::{Path, PathBuf};
+
+#[derive(Args)]
+pub struct ValidateMdArgs {
+    /// Model(s) to validate; repeat the flag to compare two in one report.
+    #[arg(long = "model", default_value = "models/painn-gfn2.safetensors")]
+    models: Vec<PathBuf>,
+    /// Code paths to compare, comma separated: custom, stock.
+    #[arg(long, value_delimiter = ',', default_value = "custom")]
+    ops: Vec<EdgeOps>,
+    /// Shipped starting geometries by name (water8, ethanol, benzene, aspirin,
+    /// alanine_dipeptide, trialanine) or extended-XYZ files (first frame), comma separated.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "water8,ethanol,benzene,alanine_dipeptide,trialanine"
+    )]
+    systems: Vec<String>,
+    /// NVE windows in steps: the longest is run, each is judged from its start.
+    #[arg(long, value_delimiter = ',', default_value = "1000,10000")]
+    nve_steps: Vec<u64>,
+    /// Length of the NVT run (0: none).
+    #[arg(long, default_value_t = 10_000)]
+    nvt_steps: u64,
+    /// Time step in fs.
+    #[arg(long, default_value_t = 0.5)]
+    dt: f64,
+    /// Starting (NVE, NVT) and thermostat (NVT) temperature in K.
+    #[arg(long, default_value_t = 300.0)]
+    temperature: f64,
+    /// Langevin friction in 1/ps.
+    #[arg(long, default_value_t = 10.0)]
+    friction: f64,
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Verlet skin in Å.
+    #[arg(long, default_value_t = 1.0)]
+    skin: f64,
+    #[arg(long, default_value_t = 10)]
+    log_every: u64,
+    /// Trajectory frame every k steps (0: no trajectories).
+    #[arg(long, default_value_t = 100)]
+    traj_every: u64,
+    /// Folder for report.md, report.json, etot_<system>.png and runs/.
+    #[arg(long)]
+    out: PathBuf,
+    #[arg(long, default_value = "f32", value_parser = parse_dtype)]
+    dtype: DType,
+    #[command(flatten)]
+    device: DeviceArgs,
+}
+
+/// A shipped geometry by name, else the first frame of a file.
+fn load_system(spec: &str) -> Result<(String, Structure)> {
+    if let Ok(s) = start_geometry(spec) {
+        return Ok((spec.to_string(), s));
+    }
+    let path = Path::new(spec);
+    anyhow::ensure!(
+        path.exists(),
+        "`{spec}` is neither a shipped system nor a file ({})",
+        start_geometry(spec)
+            .err()
+            .map_or(String::new(), |e| e.to_string())
+    );
+    let frame = read_extxyz(path)?
+        .into_iter()
+        .next()
+        .with_context(|| format!("{spec}: no frames"))?;
+    let name = path
+        .file_stem()
+        .map_or(spec.into(), |s| s.to_string_lossy().into_owned());
+    Ok((name, frame))
+}
+
+pub fn run(a: ValidateMdArgs) -> Result<()> {
+    anyhow::ensure!(
+        !a.nve_steps.is_empty(),
+        "--nve-steps needs at least one window"
+    );
+    let dev = a.device.open()?;
+    let systems = a
+        .systems
+        .iter()
+        .map(|s| load_system(s))
+        .collect::<Result<Vec<_>>>()?;
+    let mut calculators = Vec::new();
+    let mut models = Vec::new();
+    for m in &a.models {
+        let bytes = std::fs::read(m).with_context(|| format!("{}", m.display()))?;
+        models.push(json!({"path": m, "sha256": sha256_hex(&bytes)}));
+        for &op in &a.ops {
+            let calc = PainnCalculator::from_checkpoint(m, &dev, a.dtype)?.with_ops(op);
+            let stem = m
+                .file_stem()
+                .map_or("model".into(), |s| s.to_string_lossy());
+            calculators.push((format!("{stem}/{}", op.name()), calc));
+        }
+    }
+    let variants: Vec<Variant> = calculators
+        .iter()
+        .map(|(label, c)| Variant {
+            label: label.clone(),
+            calculator: c,
+        })
+        .collect();
+    let settings = SuiteSettings {
+        nve_windows: a.nve_steps.clone(),
+        nvt_steps: a.nvt_steps,
+        dt_fs: a.dt,
+        temperature: a.temperature,
+        friction: a.friction,
+        seed: a.seed,
+        skin: a.skin,
+        log_every: a.log_every,
+        traj_every: a.traj_every,
+    };
+    std::fs::create_dir_all(&a.out).with_context(|| format!("{}", a.out.display()))?;
+    let reports = run_suite(&variants, &systems, &settings, &a.out, &mut |r| {
+        eprintln!(
+            "{} {} {}: {} steps, {}, {:.1} steps/s",
+            r.system,
+            r.variant,
+            r.ensemble,
+            r.summary.last_step,
+            if r.summary.stable {
+                "stable"
+            } else {
+                "UNSTABLE"
+            },
+            r.summary.steps_per_s
+        );
+    })?;
+    let header = format!(
+        "Models: {}. Device: {:?}, dtype {:?}, mlff {}.",
+        a.models
+            .iter()
+            .map(|m| format!("`{}`", m.display()))
+            .collect::<Vec<_>>()
+            .join(", "),
+        dev,
+        a.dtype,
+        env!("CARGO_PKG_VERSION")
+    );
+    let md = markdown(&reports, &settings, &header);
+    write_atomic(&a.out.join("report.md"), md.as_bytes())?;
+    let report = json!({
+        "models": models,
+        "device": format!("{dev:?}"),
+        "dtype": format!("{:?}", a.dtype),
+        "settings": settings,
+        "runs": reports,
+    });
+    write_atomic(
+        &a.out.join("report.json"),
+        &serde_json::to_vec_pretty(&report)?,
+    )?;
+    let plots = plot_energies(&reports, &a.out)?;
+    print!("{md}");
+    eprintln!(
+        "wrote {}/report.md, report.json and {} plots",
+        a.out.display(),
+        plots.len()
+    );
+    Ok(())
+}
