@@ -1,7 +1,7 @@
 //! Langevin (NVT, 300 K) dynamics of a periodic box of 64 waters with the shipped student:
 //! 1,000 steps of 0.5 fs, periodic wrapping and a Verlet neighbour list with a 1 Å skin.
 //!
-//!     cargo run --release --example md_water_box [-- OUT_DIR [N_WATERS]]
+//!     cargo run --release --example md_water_box [-- OUT_DIR [N_WATERS [STEPS [nve|nvt]]]]
 //!
 //! Writes OUT_DIR/traj.extxyz, OUT_DIR/log.jsonl and OUT_DIR/summary.json; OUT_DIR defaults
 //! to examples-out/md_water_box. The box starts from a lattice of rigid waters, not an
@@ -19,6 +19,15 @@ fn main() -> anyhow::Result<()> {
         .next()
         .map_or_else(|| PathBuf::from("examples-out/md_water_box"), PathBuf::from);
     let n_waters: usize = args.next().map_or(Ok(64), |s| s.parse())?;
+    let steps: u64 = args.next().map_or(Ok(1000), |s| s.parse())?;
+    let ensemble = match args.next().as_deref() {
+        None | Some("nvt") => Ensemble::Nvt {
+            temperature: 300.0,
+            friction: 10.0,
+        },
+        Some("nve") => Ensemble::Nve,
+        Some(other) => anyhow::bail!("ensemble `{other}`: expected nve or nvt"),
+    };
     std::fs::create_dir_all(&out)?;
     let device = select(DeviceSpec::Auto)?.device;
     let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/painn-gfn2.safetensors");
@@ -26,11 +35,8 @@ fn main() -> anyhow::Result<()> {
     let water = water_box(n_waters, 0);
     let settings = MdSettings {
         dt_fs: 0.5,
-        steps: 1000,
-        ensemble: Ensemble::Nvt {
-            temperature: 300.0,
-            friction: 10.0,
-        },
+        steps,
+        ensemble,
         log_every: 10,
         traj_every: 50,
         outputs: MdOutputs {

@@ -129,11 +129,14 @@ fn fresh(a: &MdArgs) -> Result<MdSummary> {
             friction: a.friction,
         },
     };
+    // Absolute paths in the restart file, so a resume works from any folder.
+    let absolute = |p: &PathBuf| std::path::absolute(p).unwrap_or_else(|_| p.clone());
+    let traj = a.traj.as_ref().map(absolute);
     let restart = (a.restart_every > 0).then(|| {
-        a.restart_file.clone().unwrap_or_else(|| match &a.traj {
+        absolute(&a.restart_file.clone().unwrap_or_else(|| match &traj {
             Some(t) => PathBuf::from(format!("{}.restart.json", t.display())),
             None => PathBuf::from("mlff-md.restart.json"),
-        })
+        }))
     });
     let settings = MdSettings {
         dt_fs: a.dt,
@@ -148,14 +151,14 @@ fn fresh(a: &MdArgs) -> Result<MdSummary> {
         restart_every: a.restart_every,
         stop_when_unstable: !a.keep_going,
         outputs: MdOutputs {
-            traj: a.traj.clone(),
-            log: a.log.clone(),
+            traj,
+            log: a.log.as_ref().map(absolute),
             restart,
         },
     };
     let calc = a.run.calculator(model)?;
     let caller = json!({
-        "model": model,
+        "model": absolute(model),
         "model_sha256": file_sha256(model)?,
         "dtype": format!("{:?}", a.run.dtype).to_lowercase(),
         "ops": a.run.ops.name(),

@@ -182,12 +182,13 @@ impl<'a> PainnForces<'a> {
     /// Largest squared displacement since the last build (NaN when a position is not finite).
     fn max_displacement2(&self, positions: &Tensor, reference: &Tensor) -> Result<f64> {
         let d2 = (positions - reference)?.sqr()?.sum(1)?;
-        // max() would skip NaN on some backends; a sum carries it.
-        let total = d2.sum_all()?.to_scalar::<f64>()?;
-        if !total.is_finite() {
-            return Ok(f64::NAN);
-        }
-        Ok(d2.max(0)?.to_scalar::<f64>()?)
+        // max() may skip NaN on the GPU; the sum carries it. One host read for both.
+        let both = Tensor::stack(&[d2.sum_all()?, d2.max(0)?], 0)?.to_vec1::<f64>()?;
+        Ok(if both[0].is_finite() {
+            both[1]
+        } else {
+            f64::NAN
+        })
     }
 }
 
