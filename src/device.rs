@@ -92,6 +92,17 @@ fn cuda_ordinal(_dev: &Device) -> usize {
     0
 }
 
+/// The same device with a stream of its own (CUDA), so that work queued there runs alongside
+/// other streams' work; the CPU is returned as is.
+pub fn with_own_stream(dev: &Device) -> Result<Device> {
+    match dev {
+        #[cfg(feature = "cuda")]
+        Device::Cuda(_) => Device::new_cuda_with_stream(cuda_ordinal(dev))
+            .map_err(|e| Error::Device(format!("cannot open a CUDA stream: {e}"))),
+        other => Ok(other.clone()),
+    }
+}
+
 /// Waits for queued device work, so host clocks measure finished work.
 pub fn synchronize(dev: &Device) -> Result<()> {
     Ok(dev.synchronize()?)

@@ -137,7 +137,9 @@ fn validate_md_compares_code_paths_in_one_report() {
         "--ops",
         "custom,stock",
         "--systems",
-        "ethanol",
+        "ethanol,water8",
+        "--jobs",
+        "2",
         "--nve-steps",
         "10,20",
         "--nvt-steps",
@@ -163,7 +165,7 @@ fn validate_md_compares_code_paths_in_one_report() {
     let json: serde_json::Value =
         serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
     let runs = json["runs"].as_array().unwrap();
-    assert_eq!(runs.len(), 4);
+    assert_eq!(runs.len(), 8);
     // Same model, same seed: the two code paths agree on the trajectory's energies.
     let drift = |k: usize| {
         runs[k]["windows"][1]["energy_std_mev_per_atom"]

@@ -5,9 +5,10 @@ use super::{parse_dtype, DeviceArgs};
 use anyhow::{Context, Result};
 use candle_core::DType;
 use clap::Args;
+use mlff_distiller::device::with_own_stream;
 use mlff_distiller::fsutil::{sha256_hex, write_atomic};
 use mlff_distiller::io::read_extxyz;
-use mlff_distiller::md::validate::{markdown, plot_energies, run_suite, SuiteSettings, Variant};
+use mlff_distiller::md::validate::{markdown, plot_energies, run_suite, SuiteSettings};
 use mlff_distiller::ops::EdgeOps;
 use mlff_distiller::systems::start_geometry;
 use mlff_distiller::{PainnCalculator, Structure};
@@ -55,6 +56,9 @@ pub struct ValidateMdArgs {
     /// Trajectory frame every k steps (0: no trajectories).
     #[arg(long, default_value_t = 100)]
     traj_every: u64,
+    /// Systems run at once, each on its own CUDA stream (or CPU thread).
+    #[arg(long, default_value_t = 1)]
+    jobs: usize,
     /// Folder for report.md, report.json, etot_<system>.png and runs/.
     #[arg(long)]
     out: PathBuf,
@@ -98,26 +102,29 @@ pub fn run(a: ValidateMdArgs) -> Result<()> {
         .iter()
         .map(|s| load_system(s))
         .collect::<Result<Vec<_>>>()?;
-    let mut calculators = Vec::new();
     let mut models = Vec::new();
     for m in &a.models {
         let bytes = std::fs::read(m).with_context(|| format!("{}", m.display()))?;
         models.push(json!({"path": m, "sha256": sha256_hex(&bytes)}));
-        for &op in &a.ops {
-            let calc = PainnCalculator::from_checkpoint(m, &dev, a.dtype)?.with_ops(op);
+    }
+    let make_variants = |dev: &candle_core::Device| {
+        let mut out = Vec::new();
+        for m in &a.models {
             let stem = m
                 .file_stem()
                 .map_or("model".into(), |s| s.to_string_lossy());
-            calculators.push((format!("{stem}/{}", op.name()), calc));
+            for &op in &a.ops {
+                let calc = PainnCalculator::from_checkpoint(m, dev, a.dtype)?.with_ops(op);
+                out.push((format!("{stem}/{}", op.name()), calc));
+            }
         }
-    }
-    let variants: Vec<Variant> = calculators
-        .iter()
-        .map(|(label, c)| Variant {
-            label: label.clone(),
-            calculator: c,
-        })
-        .collect();
+        Ok(out)
+    };
+    // Fail on a bad model before starting any worker.
+    make_variants(&dev)?;
+    let devices = (0..a.jobs.max(1))
+        .map(|_| with_own_stream(&dev))
+        .collect::<mlff_distiller::Result<Vec<_>>>()?;
     let settings = SuiteSettings {
         nve_windows: a.nve_steps.clone(),
         nvt_steps: a.nvt_steps,
@@ -130,21 +137,28 @@ pub fn run(a: ValidateMdArgs) -> Result<()> {
         traj_every: a.traj_every,
     };
     std::fs::create_dir_all(&a.out).with_context(|| format!("{}", a.out.display()))?;
-    let reports = run_suite(&variants, &systems, &settings, &a.out, &mut |r| {
-        eprintln!(
-            "{} {} {}: {} steps, {}, {:.1} steps/s",
-            r.system,
-            r.variant,
-            r.ensemble,
-            r.summary.last_step,
-            if r.summary.stable {
-                "stable"
-            } else {
-                "UNSTABLE"
-            },
-            r.summary.steps_per_s
-        );
-    })?;
+    let reports = run_suite(
+        &devices,
+        &make_variants,
+        &systems,
+        &settings,
+        &a.out,
+        &|r| {
+            eprintln!(
+                "{} {} {}: {} steps, {}, {:.1} steps/s",
+                r.system,
+                r.variant,
+                r.ensemble,
+                r.summary.last_step,
+                if r.summary.stable {
+                    "stable"
+                } else {
+                    "UNSTABLE"
+                },
+                r.summary.steps_per_s
+            );
+        },
+    )?;
     let header = format!(
         "Models: {}. Device: {:?}, dtype {:?}, mlff {}.",
         a.models

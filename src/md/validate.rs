@@ -11,9 +11,12 @@ use crate::calculator::PainnCalculator;
 use crate::error::{Error, Result};
 use crate::plot::{lines_png, Line};
 use crate::structure::Structure;
+use candle_core::Device;
 use serde::Serialize;
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
 
 /// Metrics of a run's first `steps` steps, from its log.
 #[derive(Clone, Debug, Serialize)]
@@ -89,11 +92,8 @@ pub struct SuiteSettings {
     pub traj_every: u64,
 }
 
-/// A model and code path under test.
-pub struct Variant<'a> {
-    pub label: String,
-    pub calculator: &'a PainnCalculator,
-}
+/// Builds the variants under test (label, calculator) on a worker's device.
+pub type VariantFactory<'a> = dyn Fn(&Device) -> Result<Vec<(String, PainnCalculator)>> + Sync + 'a;
 
 /// One run of the suite.
 #[derive(Clone, Debug, Serialize)]
@@ -109,86 +109,131 @@ pub struct RunReport {
     pub records: Vec<LogRecord>,
 }
 
-/// Runs every system with every variant; logs and trajectories go under `out/runs/`.
-/// `progress` hears a line per finished run.
+/// Runs every system with every variant; logs and trajectories go under `out/runs/`. One
+/// worker thread per device (e.g. several CUDA streams of one GPU: small systems are
+/// launch-bound, so they share a GPU well), each taking the next system. `progress` hears each
+/// finished run. Reports come back in system, variant, ensemble order whatever the timing.
 pub fn run_suite(
-    variants: &[Variant],
+    devices: &[Device],
+    make_variants: &VariantFactory,
     systems: &[(String, Structure)],
     s: &SuiteSettings,
     out: &Path,
-    progress: &mut dyn FnMut(&RunReport),
+    progress: &(dyn Fn(&RunReport) + Sync),
 ) -> Result<Vec<RunReport>> {
     let runs_dir = out.join("runs");
     std::fs::create_dir_all(&runs_dir).map_err(|source| Error::Io {
         path: runs_dir.clone(),
         source,
     })?;
-    let nve_steps = s.nve_windows.iter().copied().max().unwrap_or(0);
-    let mut reports = Vec::new();
-    for (name, structure) in systems {
-        for v in variants {
-            let mut plan = vec![(Ensemble::Nve, nve_steps)];
-            if s.nvt_steps > 0 {
-                plan.push((
-                    Ensemble::Nvt {
-                        temperature: s.temperature,
-                        friction: s.friction,
-                    },
-                    s.nvt_steps,
-                ));
-            }
-            for (ensemble, steps) in plan.into_iter().filter(|p| p.1 > 0) {
-                let stem = format!("{}_{}_{}", name, slug(&v.label), ensemble.name());
-                let log = runs_dir.join(format!("{stem}.jsonl"));
-                let settings = MdSettings {
-                    dt_fs: s.dt_fs,
-                    steps,
-                    ensemble,
-                    init_temperature: s.temperature,
-                    seed: s.seed,
-                    skin: s.skin,
-                    log_every: s.log_every,
-                    traj_every: s.traj_every,
-                    stop_when_unstable: true,
-                    outputs: MdOutputs {
-                        traj: (s.traj_every > 0).then(|| runs_dir.join(format!("{stem}.extxyz"))),
-                        log: Some(log.clone()),
-                        restart: None,
-                    },
-                    ..Default::default()
-                };
-                let forces = PainnForces::new(v.calculator, structure, s.skin)?;
-                let mut sim = Simulation::new(forces, structure, settings, serde_json::Value::Null)
-                    .map_err(|e| Error::Md(format!("{name} with {}: {e}", v.label)))?;
-                let summary = sim.run(&mut |_| {})?;
-                let nonfinite_at = match &summary.stop {
-                    StopReason::NonFinite { step, .. } => Some(*step),
-                    _ => None,
-                };
-                let conserved = ensemble == Ensemble::Nve;
-                let lengths = if conserved {
-                    s.nve_windows.clone()
-                } else {
-                    vec![steps]
-                };
-                let windows = lengths
-                    .iter()
-                    .map(|&w| window(sim.records(), structure.len(), w, conserved, nonfinite_at))
-                    .collect();
-                let report = RunReport {
-                    system: name.clone(),
-                    variant: v.label.clone(),
-                    ensemble: ensemble.name().into(),
-                    atoms: structure.len(),
-                    summary,
-                    windows,
-                    log,
-                    records: sim.records().to_vec(),
-                };
-                progress(&report);
-                reports.push(report);
+    let next = AtomicUsize::new(0);
+    let done = Mutex::new(Vec::new());
+    let worker = |dev: &Device| -> Result<()> {
+        let variants = make_variants(dev)?;
+        loop {
+            let k = next.fetch_add(1, Ordering::SeqCst);
+            let Some((name, structure)) = systems.get(k) else {
+                return Ok(());
+            };
+            for (v, (label, calc)) in variants.iter().enumerate() {
+                for (e, report) in run_one(name, structure, label, calc, s, &runs_dir)?
+                    .into_iter()
+                    .enumerate()
+                {
+                    progress(&report);
+                    done.lock()
+                        .map_err(|_| Error::Md("a validation worker panicked".into()))?
+                        .push(((k, v, e), report));
+                }
             }
         }
+    };
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = devices.iter().map(|d| scope.spawn(|| worker(d))).collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(Error::Md("a validation worker panicked".into())))
+            })
+            .collect::<Result<Vec<()>>>()
+    })?;
+    let mut done = done
+        .into_inner()
+        .map_err(|_| Error::Md("a validation worker panicked".into()))?;
+    done.sort_by_key(|(key, _)| *key);
+    Ok(done.into_iter().map(|(_, r)| r).collect())
+}
+
+/// The NVE and NVT runs of one system with one variant.
+fn run_one(
+    name: &str,
+    structure: &Structure,
+    label: &str,
+    calc: &PainnCalculator,
+    s: &SuiteSettings,
+    runs_dir: &Path,
+) -> Result<Vec<RunReport>> {
+    let nve_steps = s.nve_windows.iter().copied().max().unwrap_or(0);
+    let mut plan = vec![(Ensemble::Nve, nve_steps)];
+    if s.nvt_steps > 0 {
+        plan.push((
+            Ensemble::Nvt {
+                temperature: s.temperature,
+                friction: s.friction,
+            },
+            s.nvt_steps,
+        ));
+    }
+    let mut reports = Vec::new();
+    for (ensemble, steps) in plan.into_iter().filter(|p| p.1 > 0) {
+        let stem = format!("{}_{}_{}", name, slug(label), ensemble.name());
+        let log = runs_dir.join(format!("{stem}.jsonl"));
+        let settings = MdSettings {
+            dt_fs: s.dt_fs,
+            steps,
+            ensemble,
+            init_temperature: s.temperature,
+            seed: s.seed,
+            skin: s.skin,
+            log_every: s.log_every,
+            traj_every: s.traj_every,
+            stop_when_unstable: true,
+            outputs: MdOutputs {
+                traj: (s.traj_every > 0).then(|| runs_dir.join(format!("{stem}.extxyz"))),
+                log: Some(log.clone()),
+                restart: None,
+            },
+            ..Default::default()
+        };
+        let forces = PainnForces::new(calc, structure, s.skin)?;
+        let mut sim = Simulation::new(forces, structure, settings, serde_json::Value::Null)
+            .map_err(|e| Error::Md(format!("{name} with {label}: {e}")))?;
+        let summary = sim.run(&mut |_| {})?;
+        let nonfinite_at = match &summary.stop {
+            StopReason::NonFinite { step, .. } => Some(*step),
+            _ => None,
+        };
+        let conserved = ensemble == Ensemble::Nve;
+        let lengths = if conserved {
+            s.nve_windows.clone()
+        } else {
+            vec![steps]
+        };
+        let windows = lengths
+            .iter()
+            .map(|&w| window(sim.records(), structure.len(), w, conserved, nonfinite_at))
+            .collect();
+        reports.push(RunReport {
+            system: name.to_string(),
+            variant: label.to_string(),
+            ensemble: ensemble.name().into(),
+            atoms: structure.len(),
+            summary,
+            windows,
+            log,
+            records: sim.records().to_vec(),
+        });
     }
     Ok(reports)
 }
