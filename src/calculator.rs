@@ -6,6 +6,7 @@ use crate::error::{Error, Result};
 use crate::model::{Painn, PainnInputs};
 use crate::neighbors::{batch_neighbor_list, image_offset, NeighborList};
 use crate::ops::EdgeOps;
+use crate::profiler::{NoClock, Phase, PhaseClock};
 use crate::structure::Batch;
 use candle_core::{DType, Device, Tensor, Var};
 use std::path::Path;
@@ -21,6 +22,14 @@ pub struct Prediction {
 /// Anything that gives energies and forces for a batch of structures.
 pub trait Calculator {
     fn compute(&self, batch: &Batch) -> Result<Prediction>;
+
+    /// [`compute`](Self::compute), marking its phases on `clock` (for the profiler). The
+    /// default reports the whole call as one phase.
+    fn compute_phased(&self, batch: &Batch, clock: &mut dyn PhaseClock) -> Result<Prediction> {
+        clock.mark(Phase::Call)?;
+        self.compute(batch)
+    }
+
     /// Interaction range in Å (for neighbour lists built by the caller).
     fn cutoff(&self) -> f64;
 }
@@ -142,8 +151,20 @@ pub fn edge_offsets(batch: &Batch, nl: &NeighborList) -> Vec<[f64; 3]> {
 
 impl Calculator for PainnCalculator {
     fn compute(&self, batch: &Batch) -> Result<Prediction> {
-        let (inputs, positions) = self.prepare(batch)?;
-        let out = self.compute_device(&inputs, &positions)?;
+        self.compute_phased(batch, &mut NoClock)
+    }
+
+    fn compute_phased(&self, batch: &Batch, clock: &mut dyn PhaseClock) -> Result<Prediction> {
+        clock.mark(Phase::NeighborList)?;
+        let nl = batch_neighbor_list(batch, self.model.config().cutoff)?;
+        clock.mark(Phase::Upload)?;
+        let (inputs, positions) = self.prepare_with(batch, &nl)?;
+        clock.mark(Phase::Forward)?;
+        let energies = self.model.energies(&inputs)?;
+        clock.mark(Phase::Backward)?;
+        let forces = forces_from(&energies.sum_all()?, &positions)?;
+        clock.mark(Phase::Download)?;
+        let out = DeviceOutput { energies, forces };
         let energies = out.energies.to_dtype(DType::F64)?.to_vec1::<f64>()?;
         let forces = out.forces.to_dtype(DType::F64)?.to_vec2::<f64>()?;
         let forces = batch

@@ -13,6 +13,7 @@ pub mod model;
 pub mod neighbors;
 pub mod ops;
 pub mod plot;
+pub mod profiler;
 pub mod structure;
 pub mod systems;
 pub mod train;

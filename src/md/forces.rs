@@ -6,6 +6,7 @@ use crate::calculator::{forces_from, Calculator, PainnCalculator};
 use crate::error::{Error, Result};
 use crate::model::PainnInputs;
 use crate::neighbors::{image_offset, wrap_positions, VerletList};
+use crate::profiler::{NoClock, Phase, PhaseClock};
 use crate::structure::{Batch, Structure};
 use candle_core::{DType, Device, Tensor, Var};
 
@@ -23,6 +24,17 @@ pub trait ForceProvider {
     /// with a neighbour list may replace `positions` by the same atoms wrapped into the periodic
     /// cell, only when it rebuilds its list (so the Verlet displacement test stays valid).
     fn evaluate(&mut self, positions: &mut Tensor) -> Result<Evaluation>;
+
+    /// [`evaluate`](Self::evaluate), marking its phases on `clock` (for the profiler). The
+    /// default reports the whole call as one phase.
+    fn evaluate_phased(
+        &mut self,
+        positions: &mut Tensor,
+        clock: &mut dyn PhaseClock,
+    ) -> Result<Evaluation> {
+        clock.mark(Phase::Call)?;
+        self.evaluate(positions)
+    }
 
     /// Positions at the last neighbour-list build (for restart files); `None` without a list.
     fn list_reference(&self) -> Result<Option<Vec<[f64; 3]>>> {
@@ -198,6 +210,15 @@ impl ForceProvider for PainnForces<'_> {
     }
 
     fn evaluate(&mut self, positions: &mut Tensor) -> Result<Evaluation> {
+        self.evaluate_phased(positions, &mut NoClock)
+    }
+
+    fn evaluate_phased(
+        &mut self,
+        positions: &mut Tensor,
+        clock: &mut dyn PhaseClock,
+    ) -> Result<Evaluation> {
+        clock.mark(Phase::NeighborList)?;
         let rebuild = match &self.reference {
             None => true,
             Some(r) => {
@@ -240,8 +261,11 @@ impl ForceProvider for PainnForces<'_> {
         };
         // Forces from the model-dtype sum; the energy summed in f64, so that an f32 model's
         // rounding of a large total (ulp 0.015 eV at 2e5 eV) does not swamp drift estimates.
+        clock.mark(Phase::Forward)?;
         let atom_energies = calc.model().atom_energies(&inputs)?;
-        let forces = forces_from(&atom_energies.sum_all()?, &var)?;
+        let total = atom_energies.sum_all()?;
+        clock.mark(Phase::Backward)?;
+        let forces = forces_from(&total, &var)?;
         Ok(Evaluation {
             energy: atom_energies.to_dtype(DType::F64)?.sum_all()?,
             forces: forces.to_dtype(DType::F64)?,

@@ -344,6 +344,11 @@ impl<F: ForceProvider> Simulation<F> {
         &self.state
     }
 
+    /// The force provider (e.g. to read a profiler it carries).
+    pub fn forces(&self) -> &F {
+        &self.forces
+    }
+
     /// Runs to `settings.steps` (or to the first instability or NaN), calling `progress` at
     /// every log step.
     pub fn run(&mut self, progress: &mut dyn FnMut(&Progress)) -> Result<MdSummary> {

@@ -1,0 +1,170 @@
+//! Phase timing of calculator calls and MD steps: CUDA events on candle's stream on the GPU
+//! (the device timeline of queued work), the host monotonic clock on the CPU.
+
+#[cfg(feature = "cuda")]
+use crate::error::Error;
+use crate::error::Result;
+use candle_core::Device;
+use serde::{Deserialize, Serialize};
+use std::time::Instant;
+
+/// The components of a call or step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// Neighbour list on the host (for MD: the skin check and any rebuild).
+    NeighborList,
+    /// Host → device copies of the inputs.
+    Upload,
+    /// Model forward pass (energies).
+    Forward,
+    /// Backward pass (forces).
+    Backward,
+    /// Device → host copies of the results.
+    Download,
+    /// MD: the integrator, logging and output between force calls.
+    Integrate,
+    /// A calculator that reports no finer phases.
+    Call,
+}
+
+impl Phase {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::NeighborList => "neighbor_list",
+            Self::Upload => "upload",
+            Self::Forward => "forward",
+            Self::Backward => "backward",
+            Self::Download => "download",
+            Self::Integrate => "integrate",
+            Self::Call => "call",
+        }
+    }
+}
+
+/// Receives phase boundaries from a calculator.
+pub trait PhaseClock {
+    /// Marks the start of `phase`, ending the phase before it.
+    fn mark(&mut self, phase: Phase) -> Result<()>;
+}
+
+/// A clock that records nothing (unprofiled calls).
+pub struct NoClock;
+
+impl PhaseClock for NoClock {
+    fn mark(&mut self, _: Phase) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// The phases of one call or step: start (µs since the clock started) and durations (µs).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Segment {
+    pub start_us: f64,
+    pub total_us: f64,
+    pub phases: Vec<(Phase, f64)>,
+}
+
+enum Stamp {
+    Host(Instant),
+    #[cfg(feature = "cuda")]
+    Event(candle_core::cuda_backend::cudarc::driver::CudaEvent),
+}
+
+/// Timestamps phase boundaries on a device.
+pub struct DeviceClock {
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    device: Device,
+    origin: Stamp,
+    marks: Vec<(Phase, Stamp)>,
+}
+
+impl DeviceClock {
+    pub fn new(device: &Device) -> Result<Self> {
+        let mut c = Self {
+            device: device.clone(),
+            origin: Stamp::Host(Instant::now()),
+            marks: Vec::new(),
+        };
+        c.origin = c.stamp()?;
+        Ok(c)
+    }
+
+    fn stamp(&self) -> Result<Stamp> {
+        #[cfg(feature = "cuda")]
+        if let Device::Cuda(c) = &self.device {
+            use candle_core::cuda_backend::cudarc::driver::sys::CUevent_flags;
+            let ev = c
+                .cuda_stream()
+                .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+                .map_err(|e| Error::Device(format!("recording a CUDA event: {e}")))?;
+            return Ok(Stamp::Event(ev));
+        }
+        Ok(Stamp::Host(Instant::now()))
+    }
+
+    /// Milliseconds from `a` to `b` (waits for the device to reach `b`).
+    fn between(a: &Stamp, b: &Stamp) -> Result<f64> {
+        match (a, b) {
+            (Stamp::Host(a), Stamp::Host(b)) => Ok(b.duration_since(*a).as_secs_f64() * 1e3),
+            #[cfg(feature = "cuda")]
+            (Stamp::Event(a), Stamp::Event(b)) => a
+                .elapsed_ms(b)
+                .map(f64::from)
+                .map_err(|e| Error::Device(format!("reading CUDA event times: {e}"))),
+            #[cfg(feature = "cuda")]
+            _ => Err(Error::Device("mixed host and CUDA clock stamps".into())),
+        }
+    }
+
+    /// Ends the current phase and returns the segment marked since the last cut. With
+    /// `then = Some(p)`, phase `p` starts right away (MD: the integrator after a force call).
+    pub fn cut(&mut self, then: Option<Phase>) -> Result<Segment> {
+        let end = self.stamp()?;
+        let mut seg = Segment::default();
+        if let Some((_, first)) = self.marks.first() {
+            seg.start_us = 1e3 * Self::between(&self.origin, first)?;
+            for (k, (phase, at)) in self.marks.iter().enumerate() {
+                let next = self.marks.get(k + 1).map_or(&end, |m| &m.1);
+                seg.phases.push((*phase, 1e3 * Self::between(at, next)?));
+            }
+            seg.total_us = seg.phases.iter().map(|p| p.1).sum();
+        }
+        self.marks.clear();
+        if let Some(p) = then {
+            self.marks.push((p, end));
+        }
+        Ok(seg)
+    }
+}
+
+impl PhaseClock for DeviceClock {
+    fn mark(&mut self, phase: Phase) -> Result<()> {
+        let s = self.stamp()?;
+        self.marks.push((phase, s));
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_clock_splits_a_call_into_its_phases() {
+        let mut c = DeviceClock::new(&Device::Cpu).unwrap();
+        c.mark(Phase::NeighborList).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        c.mark(Phase::Forward).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        let seg = c.cut(Some(Phase::Integrate)).unwrap();
+        assert_eq!(seg.phases.len(), 2);
+        assert!(seg.phases[0].1 >= 20_000.0 && seg.phases[1].1 >= 5_000.0, "{seg:?}");
+        assert!((seg.total_us - seg.phases[0].1 - seg.phases[1].1).abs() < 1e-9);
+        // The next segment starts with the phase the cut opened.
+        let next = c.cut(None).unwrap();
+        assert_eq!(next.phases[0].0, Phase::Integrate);
+        assert!(next.start_us >= seg.start_us + seg.total_us - 1.0);
+        assert_eq!(c.cut(None).unwrap(), Segment::default());
+    }
+}

@@ -1,0 +1,190 @@
+//! The profiler: wraps a [`Calculator`] (or an MD [`ForceProvider`]) and records every call
+//! without the caller doing anything else — per-phase timings (CUDA events on the GPU, the host
+//! clock on the CPU), memory every N calls, then statistics, a leak check, hotspots with advice,
+//! JSON export/import and a Chrome trace.
+
+mod clock;
+mod memory;
+mod report;
+mod stats;
+
+pub use clock::{DeviceClock, NoClock, Phase, PhaseClock, Segment};
+pub use memory::{leak_check, reset_peak, rss_bytes, sample, LeakCheck, MemorySample};
+pub use report::{Hotspot, PhaseStats, ProfileReport};
+pub use stats::{quantile, Stats};
+
+use crate::calculator::{Calculator, Prediction};
+use crate::error::Result;
+use crate::md::{Evaluation, ForceProvider};
+use crate::structure::Batch;
+use candle_core::{Device, Tensor};
+use std::cell::RefCell;
+
+/// One profiled call (or MD step).
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct CallRecord {
+    pub index: usize,
+    pub atoms: usize,
+    pub structures: usize,
+    pub segment: Segment,
+}
+
+/// What a profiler has collected.
+#[derive(Default)]
+struct Collected {
+    calls: Vec<CallRecord>,
+    memory: Vec<MemorySample>,
+}
+
+/// Records calls on one device.
+pub struct Profiler {
+    device: Device,
+    clock: RefCell<DeviceClock>,
+    collected: RefCell<Collected>,
+    memory_every: usize,
+}
+
+impl Profiler {
+    /// A profiler for work on `device`, sampling memory every `memory_every` calls (0: never).
+    pub fn new(device: &Device, memory_every: usize) -> Result<Self> {
+        Ok(Self {
+            device: device.clone(),
+            clock: RefCell::new(DeviceClock::new(device)?),
+            collected: RefCell::new(Collected::default()),
+            memory_every,
+        })
+    }
+
+    /// Times `f`, which marks its phases on the clock it is given.
+    fn record<T>(
+        &self,
+        atoms: usize,
+        structures: usize,
+        then: Option<Phase>,
+        f: impl FnOnce(&mut dyn PhaseClock) -> Result<T>,
+    ) -> Result<T> {
+        let mut clock = self.clock.borrow_mut();
+        let out = f(&mut *clock)?;
+        let segment = clock.cut(then)?;
+        drop(clock);
+        let mut c = self.collected.borrow_mut();
+        let index = c.calls.len();
+        c.calls.push(CallRecord {
+            index,
+            atoms,
+            structures,
+            segment,
+        });
+        if self.memory_every > 0 && index % self.memory_every == 0 {
+            c.memory.push(sample(&self.device, index));
+        }
+        Ok(out)
+    }
+
+    /// Number of calls recorded so far.
+    pub fn calls(&self) -> usize {
+        self.collected.borrow().calls.len()
+    }
+
+    /// Forgets what was recorded (e.g. after warm-up).
+    pub fn clear(&self) {
+        *self.collected.borrow_mut() = Collected::default();
+    }
+
+    /// Statistics, hotspots and the leak check over everything recorded.
+    pub fn report(&self, label: &str, leak_tolerance_bytes: f64) -> ProfileReport {
+        let c = self.collected.borrow();
+        ProfileReport::build(
+            label,
+            &crate::device::device_name(&self.device),
+            &c.calls,
+            &c.memory,
+            leak_tolerance_bytes,
+        )
+    }
+}
+
+/// A calculator whose every call is profiled; returns exactly what the inner one returns.
+pub struct Profiled<C> {
+    inner: C,
+    profiler: Profiler,
+}
+
+impl<C: Calculator> Profiled<C> {
+    pub fn new(inner: C, profiler: Profiler) -> Self {
+        Self { inner, profiler }
+    }
+
+    pub fn profiler(&self) -> &Profiler {
+        &self.profiler
+    }
+
+    pub fn inner(&self) -> &C {
+        &self.inner
+    }
+}
+
+impl<C: Calculator> Calculator for Profiled<C> {
+    fn compute(&self, batch: &Batch) -> Result<Prediction> {
+        self.profiler
+            .record(batch.n_atoms(), batch.n_structures(), None, |clock| {
+                self.inner.compute_phased(batch, clock)
+            })
+    }
+
+    fn compute_phased(&self, batch: &Batch, _clock: &mut dyn PhaseClock) -> Result<Prediction> {
+        self.compute(batch)
+    }
+
+    fn cutoff(&self) -> f64 {
+        self.inner.cutoff()
+    }
+}
+
+/// MD forces whose every evaluation is profiled, the time until the next one counted as the
+/// step's integrator phase: one record per MD step.
+pub struct ProfiledForces<F> {
+    inner: F,
+    profiler: Profiler,
+    atoms: usize,
+}
+
+impl<F: ForceProvider> ProfiledForces<F> {
+    pub fn new(inner: F, profiler: Profiler, atoms: usize) -> Self {
+        Self {
+            inner,
+            profiler,
+            atoms,
+        }
+    }
+
+    pub fn profiler(&self) -> &Profiler {
+        &self.profiler
+    }
+}
+
+impl<F: ForceProvider> ForceProvider for ProfiledForces<F> {
+    fn device(&self) -> &Device {
+        self.inner.device()
+    }
+
+    fn evaluate(&mut self, positions: &mut Tensor) -> Result<Evaluation> {
+        let inner = &mut self.inner;
+        self.profiler
+            .record(self.atoms, 1, Some(Phase::Integrate), |clock| {
+                inner.evaluate_phased(positions, clock)
+            })
+    }
+
+    fn list_reference(&self) -> Result<Option<Vec<[f64; 3]>>> {
+        self.inner.list_reference()
+    }
+
+    fn restore_list(&mut self, reference: &[[f64; 3]]) -> Result<()> {
+        self.inner.restore_list(reference)
+    }
+
+    fn list_builds(&self) -> usize {
+        self.inner.list_builds()
+    }
+}
