@@ -1,5 +1,6 @@
 //! mlff-distiller: PaiNN student force fields on candle, CPU and CUDA.
 
+pub mod bench;
 pub mod calculator;
 pub mod checkpoint;
 pub mod device;

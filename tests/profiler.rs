@@ -5,7 +5,7 @@ mod common;
 
 use candle_core::{DType, Device};
 use mlff_distiller::md::{Ensemble, MdSettings, PainnForces, Simulation};
-use mlff_distiller::profiler::{Phase, Profiled, ProfiledForces, ProfileReport, Profiler};
+use mlff_distiller::profiler::{Phase, ProfileReport, Profiled, ProfiledForces, Profiler};
 use mlff_distiller::{Batch, Calculator};
 
 #[test]

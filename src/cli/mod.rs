@@ -107,7 +107,7 @@ pub fn run() -> Result<ExitCode> {
         Command::Info(a) => info::run(a),
         Command::Predict(a) => predict::run(a),
         Command::InitModel(a) => init_model::run(a),
-        Command::Bench(a) => bench::run(a),
+        Command::Bench(a) => return bench::run(a),
         Command::Train(a) => train::run(*a),
         Command::Eval(a) => eval::run(a),
         Command::Md(a) => return md::run(*a),

@@ -159,7 +159,10 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(5));
         let seg = c.cut(Some(Phase::Integrate)).unwrap();
         assert_eq!(seg.phases.len(), 2);
-        assert!(seg.phases[0].1 >= 20_000.0 && seg.phases[1].1 >= 5_000.0, "{seg:?}");
+        assert!(
+            seg.phases[0].1 >= 20_000.0 && seg.phases[1].1 >= 5_000.0,
+            "{seg:?}"
+        );
         assert!((seg.total_us - seg.phases[0].1 - seg.phases[1].1).abs() < 1e-9);
         // The next segment starts with the phase the cut opened.
         let next = c.cut(None).unwrap();

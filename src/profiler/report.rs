@@ -141,7 +141,11 @@ impl ProfileReport {
             calls_per_s: per_s(calls.len() as f64),
             structures_per_s: per_s(structures),
             atom_steps_per_s: per_s(atom_total),
-            us_per_atom: if atom_total > 0.0 { grand / atom_total } else { 0.0 },
+            us_per_atom: if atom_total > 0.0 {
+                grand / atom_total
+            } else {
+                0.0
+            },
             memory: memory.to_vec(),
             leak: leak_check(memory, leak_tolerance_bytes),
             hotspots,

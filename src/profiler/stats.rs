@@ -71,7 +71,10 @@ mod tests {
     #[test]
     fn hand_computed_values() {
         let s = Stats::of(&[4.0, 1.0, 3.0, 2.0, 5.0]).unwrap();
-        assert_eq!((s.n, s.min, s.max, s.median, s.mean), (5, 1.0, 5.0, 3.0, 3.0));
+        assert_eq!(
+            (s.n, s.min, s.max, s.median, s.mean),
+            (5, 1.0, 5.0, 3.0, 3.0)
+        );
         // Sample variance (1+4+0+1+4... ) = (4+1+0+1+4)/4 = 2.5.
         assert_relative_eq!(s.std, 2.5f64.sqrt(), epsilon = 1e-15);
         assert_relative_eq!(s.cv, 2.5f64.sqrt() / 3.0, epsilon = 1e-15);

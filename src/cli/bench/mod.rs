@@ -4,17 +4,19 @@
 mod teacher;
 
 use super::{parse_dtype, DeviceArgs};
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use candle_core::{DType, Device};
 use clap::Args;
+use mlff_distiller::bench::{BenchCase, BenchReport};
 use mlff_distiller::calculator::DeviceOutput;
 use mlff_distiller::device::{device_name, synchronize};
 use mlff_distiller::model::{init_varmap, Painn, PainnConfig, PainnInputs};
 use mlff_distiller::ops::EdgeOps;
-use mlff_distiller::systems::{aspirin, water_box};
+use mlff_distiller::profiler::{reset_peak, sample, Stats};
+use mlff_distiller::systems::{aspirin, start_geometry, water_box};
 use mlff_distiller::{checkpoint, Batch, PainnCalculator, Structure};
-use serde::Serialize;
 use std::path::PathBuf;
+use std::process::ExitCode;
 use std::time::Instant;
 
 #[derive(Args)]
@@ -23,27 +25,50 @@ pub struct BenchArgs {
     /// depend on the weights).
     #[arg(long)]
     model: Option<PathBuf>,
-    /// Comma-separated systems: aspirin, aspirin-xB (a batch of B copies), water-N (N atoms);
-    /// `none` times only the --teacher-data comparison.
-    #[arg(long, default_value = "aspirin,water-1000,water-10000")]
+    /// Comma-separated systems: a shipped molecule (ethanol, benzene, aspirin, alanine_dipeptide,
+    /// trialanine, water8), NAME-xB (a batch of B copies), water-N (a periodic box of about N
+    /// atoms); `none` times only the --teacher-data comparison.
+    #[arg(
+        long,
+        default_value = "ethanol,benzene,aspirin,alanine_dipeptide,trialanine,water-300,\
+                         water-1000,water-3000,water-10000,aspirin-x4,aspirin-x16,aspirin-x64"
+    )]
     systems: String,
-    /// Comma-separated edge-op implementations to compare: custom, stock.
+    /// Comma-separated code paths to compare (the first is the accuracy reference): custom
+    /// (our edge ops), stock (candle's index_select/index_add).
     #[arg(long, default_value = "custom,stock")]
     ops: String,
     #[arg(long, default_value_t = 5)]
     warmup: usize,
+    /// Timed calls per case (fewer when --max-seconds runs out, at least 3).
     #[arg(long, default_value_t = 20)]
     repeats: usize,
+    /// Time budget per case in seconds, warm-up excluded.
+    #[arg(long, default_value_t = 10.0)]
+    max_seconds: f64,
     #[arg(long, default_value = "f32", value_parser = parse_dtype)]
     dtype: DType,
     /// Write the results as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Write report.md, report.json and the plots (latency vs atoms, throughput vs batch,
+    /// memory vs atoms) into this folder.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// A previous report.json: every case more than --tolerance slower is listed.
+    #[arg(long)]
+    baseline: Option<PathBuf>,
+    /// Slowdown that counts as a regression (0.05: 5%).
+    #[arg(long, default_value_t = 0.05)]
+    tolerance: f64,
+    /// Exit with status 3 when a case regressed against --baseline.
+    #[arg(long, requires = "baseline")]
+    fail_on_regression: bool,
     /// Labelled frames whose `teacher_time_s` the student is compared with, per molecule (the
     /// student timed on whole calls: neighbour list, transfers and energy+forces).
     #[arg(long, num_args = 1..)]
     teacher_data: Vec<PathBuf>,
-    /// Write each system's model inputs and our energies/forces (first ops listed) as
+    /// Write each system's model inputs and our energies/forces (first path listed) as
     /// DIR/SYSTEM.safetensors, for the PyTorch reference (benches/reference/painn_torch.py).
     #[arg(long)]
     export: Option<PathBuf>,
@@ -51,41 +76,34 @@ pub struct BenchArgs {
     device: DeviceArgs,
 }
 
-#[derive(Serialize)]
-struct Case {
-    system: String,
-    atoms: usize,
-    structures: usize,
-    edges: usize,
-    ops: &'static str,
-    /// Neighbour list on the host plus upload, ms.
-    prepare_ms: f64,
-    /// Forward + backward on the device, ms per call (median, min, mean).
-    step_median_ms: f64,
-    step_min_ms: f64,
-    step_mean_ms: f64,
-    /// Largest |ΔE| (eV) and |ΔF| (eV/Å) against the first ops listed.
-    max_de: f64,
-    max_df: f64,
-}
+/// Exit status when --fail-on-regression finds a regression.
+pub const EXIT_REGRESSION: u8 = 3;
 
-fn system(name: &str) -> Result<Vec<Structure>> {
-    if name == "aspirin" {
-        return Ok(vec![aspirin()]);
-    }
-    if let Some(b) = name.strip_prefix("aspirin-x") {
-        let b: usize = b
-            .parse()
-            .with_context(|| format!("batch size in `{name}`"))?;
-        return Ok(vec![aspirin(); b]);
-    }
+/// The structures of a system name, and how many copies of one molecule it batches.
+fn system(name: &str) -> Result<(Vec<Structure>, usize)> {
     if let Some(n) = name.strip_prefix("water-") {
         let n: usize = n
             .parse()
             .with_context(|| format!("atom count in `{name}`"))?;
-        return Ok(vec![water_box((n / 3).max(1), 0)]);
+        return Ok((vec![water_box((n / 3).max(1), 0)], 1));
     }
-    bail!("unknown system `{name}` (aspirin, aspirin-xB, water-N)")
+    let (base, copies) = match name.rsplit_once("-x") {
+        Some((base, b)) => (
+            base,
+            b.parse::<usize>()
+                .with_context(|| format!("batch size in `{name}`"))?,
+        ),
+        None => (name, 1),
+    };
+    anyhow::ensure!(copies > 0, "batch size in `{name}` must be at least 1");
+    // The rMD17 geometry, as in the first timing tables; other molecules are shipped starts.
+    let one = if base == "aspirin" {
+        aspirin()
+    } else {
+        start_geometry(base)
+            .map_err(|e| anyhow::anyhow!("unknown system `{name}`: {e}; or NAME-xB, water-N"))?
+    };
+    Ok((vec![one; copies], copies))
 }
 
 fn load_model(a: &BenchArgs, dev: &Device) -> Result<Painn> {
@@ -106,12 +124,79 @@ fn load_model(a: &BenchArgs, dev: &Device) -> Result<Painn> {
     })
 }
 
-pub fn run(a: BenchArgs) -> Result<()> {
+/// Device energies and forces of the last timed call, as f32 on the host.
+type Outputs = (Vec<f32>, Vec<f32>);
+
+/// Times one system with one code path.
+fn time_case(
+    a: &BenchArgs,
+    calc: &PainnCalculator,
+    name: &str,
+    batch: &Batch,
+    copies: usize,
+    reference: &mut Option<Outputs>,
+) -> Result<BenchCase> {
+    let dev = calc.device();
+    let t = Instant::now();
+    let (inputs, positions) = calc.prepare(batch)?;
+    synchronize(dev)?;
+    let prepare_ms = t.elapsed().as_secs_f64() * 1e3;
+    for _ in 0..a.warmup {
+        calc.compute_device(&inputs, &positions)?;
+    }
+    synchronize(dev)?;
+    reset_peak(dev);
+    let mut times = Vec::with_capacity(a.repeats);
+    let budget = Instant::now();
+    let mut last = None;
+    while times.len() < a.repeats.max(1)
+        && (times.len() < 3 || budget.elapsed().as_secs_f64() < a.max_seconds)
+    {
+        let t = Instant::now();
+        let out = calc.compute_device(&inputs, &positions)?;
+        synchronize(dev)?;
+        times.push(t.elapsed().as_secs_f64() * 1e3);
+        last = Some(out);
+    }
+    let mem = sample(dev, times.len());
+    let out = last.context("no timed call")?;
+    let e = out.energies.to_dtype(DType::F32)?.to_vec1::<f32>()?;
+    let f = (out.forces.to_dtype(DType::F32)?.flatten_all()?).to_vec1::<f32>()?;
+    let (max_de, max_df) = match reference.as_ref() {
+        None => {
+            if let Some(dir) = &a.export {
+                export(&dir.join(format!("{name}.safetensors")), &inputs, &out)?;
+            }
+            (0.0, 0.0)
+        }
+        Some((re, rf)) => (max_diff(re, &e), max_diff(rf, &f)),
+    };
+    reference.get_or_insert((e, f));
+    let latency_ms = Stats::of(&times).context("no finite timing")?;
+    let per_s = 1e3 / latency_ms.median;
+    Ok(BenchCase {
+        system: name.to_string(),
+        batch: copies,
+        atoms: batch.n_atoms(),
+        edges: inputs.centers.dim(0)?,
+        path: calc.model().ops().name().to_string(),
+        latency_ms,
+        structures_per_s: batch.n_structures() as f64 * per_s,
+        atom_steps_per_s: batch.n_atoms() as f64 * per_s,
+        prepare_ms,
+        peak_memory_bytes: mem.pool_high_bytes.or(mem.rss_bytes),
+        max_de,
+        max_df,
+    })
+}
+
+pub fn run(a: BenchArgs) -> Result<ExitCode> {
     anyhow::ensure!(a.repeats > 0, "--repeats must be at least 1");
     let dev = a.device.open()?;
-    if let Some(dir) = &a.export {
+    for dir in [&a.export, &a.out].into_iter().flatten() {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
+    let baseline = a.baseline.as_deref().map(BenchReport::load).transpose()?;
     let ops: Vec<EdgeOps> = a
         .ops
         .split(',')
@@ -120,102 +205,75 @@ pub fn run(a: BenchArgs) -> Result<()> {
     let mut cases = Vec::new();
     let systems = a.systems.split(',').map(str::trim).filter(|s| *s != "none");
     for name in systems {
-        let batch = Batch::new(system(name)?)?;
-        let mut reference: Option<(Vec<f32>, Vec<f32>)> = None;
+        let (structures, copies) = system(name)?;
+        let batch = Batch::new(structures)?;
+        let mut reference = None;
         for &op in &ops {
             let calc =
                 PainnCalculator::new(load_model(&a, &dev)?.with_ops(op), dev.clone(), a.dtype);
-            let t = Instant::now();
-            let (inputs, positions) = calc.prepare(&batch)?;
-            synchronize(&dev)?;
-            let prepare_ms = t.elapsed().as_secs_f64() * 1e3;
-            let mut times = Vec::with_capacity(a.repeats);
-            let mut last = None;
-            for k in 0..a.warmup + a.repeats {
-                let t = Instant::now();
-                let out = calc.compute_device(&inputs, &positions)?;
-                synchronize(&dev)?;
-                if k >= a.warmup {
-                    times.push(t.elapsed().as_secs_f64() * 1e3);
-                }
-                last = Some(out);
-            }
-            let out = last.expect("at least one call");
-            let e = out.energies.to_dtype(DType::F32)?.to_vec1::<f32>()?;
-            let f = out
-                .forces
-                .to_dtype(DType::F32)?
-                .flatten_all()?
-                .to_vec1::<f32>()?;
-            let (max_de, max_df) = match &reference {
-                None => {
-                    if let Some(dir) = &a.export {
-                        export(&dir.join(format!("{name}.safetensors")), &inputs, &out)?;
-                    }
-                    (0.0, 0.0)
-                }
-                Some((re, rf)) => (max_diff(re, &e), max_diff(rf, &f)),
-            };
-            reference.get_or_insert((e, f));
-            times.sort_by(f64::total_cmp);
-            let case = Case {
-                system: name.to_string(),
-                atoms: batch.n_atoms(),
-                structures: batch.n_structures(),
-                edges: inputs.centers.dim(0)?,
-                ops: op.name(),
-                prepare_ms,
-                step_median_ms: times[times.len() / 2],
-                step_min_ms: times[0],
-                step_mean_ms: times.iter().sum::<f64>() / times.len() as f64,
-                max_de,
-                max_df,
-            };
+            let case = time_case(&a, &calc, name, &batch, copies, &mut reference)?;
             eprintln!(
                 "{} {}: {:.3} ms",
-                case.system, case.ops, case.step_median_ms
+                case.system, case.path, case.latency_ms.median
             );
             cases.push(case);
         }
     }
-    println!(
-        "device: {}, dtype {:?}, {} timed calls after {} warm-up",
-        device_name(&dev),
-        a.dtype,
-        a.repeats,
-        a.warmup
-    );
-    if !cases.is_empty() {
-        println!("| system | atoms | edges | ops | energy+forces median ms | min ms | neighbour list + upload ms | max dE eV | max dF eV/Å |");
-        println!("|---|---:|---:|---|---:|---:|---:|---:|---:|");
-    }
-    for c in &cases {
-        println!(
-            "| {} | {} | {} | {} | {:.3} | {:.3} | {:.2} | {:.1e} | {:.1e} |",
-            c.system,
-            c.atoms,
-            c.edges,
-            c.ops,
-            c.step_median_ms,
-            c.step_min_ms,
-            c.prepare_ms,
-            c.max_de,
-            c.max_df
-        );
-    }
-    let teacher_cases = if a.teacher_data.is_empty() {
-        Vec::new()
+    let teacher = if a.teacher_data.is_empty() {
+        serde_json::Value::Null
     } else {
         let calc = PainnCalculator::new(load_model(&a, &dev)?, dev.clone(), a.dtype);
         let cases = teacher::compare(&calc, &a.teacher_data, a.warmup, a.repeats)?;
         teacher::print(&cases);
-        cases
+        serde_json::to_value(&cases)?
     };
-    if let Some(path) = &a.json {
-        let v = serde_json::json!({"device": device_name(&dev), "dtype": format!("{:?}", a.dtype), "cases": cases, "teacher": teacher_cases});
-        mlff_distiller::fsutil::write_atomic(path, serde_json::to_string_pretty(&v)?.as_bytes())?;
+    let report = BenchReport {
+        device: device_name(&dev),
+        dtype: format!("{:?}", a.dtype),
+        cases,
+        teacher,
+    };
+    if !report.cases.is_empty() {
+        print!("{}", report.markdown());
     }
-    Ok(())
+    if let Some(path) = &a.json {
+        report.save(path)?;
+    }
+    if let Some(dir) = &a.out {
+        report.save(&dir.join("report.json"))?;
+        mlff_distiller::fsutil::write_atomic(&dir.join("report.md"), report.markdown().as_bytes())?;
+        let plots = report.plots(dir)?;
+        eprintln!(
+            "wrote {}/report.md, report.json and {} plots",
+            dir.display(),
+            plots.len()
+        );
+    }
+    let Some(baseline) = baseline else {
+        return Ok(ExitCode::SUCCESS);
+    };
+    let regressions = report.regressions(&baseline, a.tolerance);
+    for r in &regressions {
+        println!(
+            "REGRESSION {} {}: {:.3} ms vs {:.3} ms baseline ({:+.1}%)",
+            r.system,
+            r.path,
+            r.current_ms,
+            r.baseline_ms,
+            100.0 * (r.ratio - 1.0)
+        );
+    }
+    if regressions.is_empty() {
+        println!(
+            "no case more than {:.0}% slower than the baseline",
+            100.0 * a.tolerance
+        );
+    }
+    Ok(if a.fail_on_regression && !regressions.is_empty() {
+        ExitCode::from(EXIT_REGRESSION)
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
 /// Inputs and outputs of one system, on the CPU, for an external reference to reproduce.
