@@ -191,3 +191,48 @@ fn validate_md_compares_code_paths_in_one_report() {
         "{err}"
     );
 }
+
+#[test]
+fn profile_writes_its_report_plots_and_trace() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("profile");
+    let trace = dir.path().join("trace.json");
+    let model = root().join("models/painn-gfn2.safetensors");
+    let start = root().join("data/gfn2/start/ethanol.extxyz");
+    let o = mlff(&[
+        "profile",
+        model.to_str().unwrap(),
+        start.to_str().unwrap(),
+        "--steps",
+        "20",
+        "--warmup",
+        "2",
+        "--memory-every",
+        "5",
+        "--device",
+        "cpu",
+        "--out",
+        out.to_str().unwrap(),
+        "--trace",
+        trace.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    for want in [
+        "whole call",
+        "backward",
+        "Hotspots",
+        "Profiler overhead",
+        "no leak",
+    ] {
+        assert!(stdout.contains(want), "`{want}` missing:\n{stdout}");
+    }
+    let report = mlff_distiller::profiler::ProfileReport::load(&out.join("profile.json")).unwrap();
+    assert_eq!(report.calls, 21, "the starting forces and 20 steps");
+    assert_eq!(report.memory.len(), 5, "steps 0, 5, .., 20");
+    for f in ["report.md", "latency_histogram.png", "memory.png"] {
+        assert!(out.join(f).exists(), "{f}");
+    }
+    let t: serde_json::Value = serde_json::from_slice(&std::fs::read(&trace).unwrap()).unwrap();
+    assert!(t["traceEvents"].as_array().unwrap().len() > 21 * 4);
+}

@@ -7,6 +7,7 @@ mod info;
 mod init_model;
 mod md;
 mod predict;
+mod profile;
 mod train;
 mod validate_md;
 
@@ -45,6 +46,9 @@ enum Command {
     /// Molecular dynamics (NVE or Langevin NVT) with a drift and stability summary; exits
     /// with status 4 when the run went unstable or non-finite.
     Md(Box<md::MdArgs>),
+    /// Profile an MD trajectory: step latency distribution, phases, memory, hotspots,
+    /// the profiler's overhead; markdown, JSON, PNG and a Chrome trace.
+    Profile(Box<profile::ProfileArgs>),
     /// MD stability validation of the shipped systems (NVE and NVT), comparing models or code
     /// paths: markdown + JSON report and E_tot(t) plots.
     ValidateMd(Box<validate_md::ValidateMdArgs>),
@@ -112,6 +116,7 @@ pub fn run() -> Result<ExitCode> {
         Command::Eval(a) => eval::run(a),
         Command::Md(a) => return md::run(*a),
         Command::ValidateMd(a) => validate_md::run(*a),
+        Command::Profile(a) => profile::run(*a),
     }?;
     Ok(ExitCode::SUCCESS)
 }

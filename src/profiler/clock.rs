@@ -77,6 +77,8 @@ pub struct DeviceClock {
     device: Device,
     origin: Stamp,
     marks: Vec<(Phase, Stamp)>,
+    /// Host time spent taking stamps since the last [`take_mark_time_us`](Self::take_mark_time_us).
+    mark_time_us: f64,
 }
 
 impl DeviceClock {
@@ -85,6 +87,7 @@ impl DeviceClock {
             device: device.clone(),
             origin: Stamp::Host(Instant::now()),
             marks: Vec::new(),
+            mark_time_us: 0.0,
         };
         c.origin = c.stamp()?;
         Ok(c)
@@ -117,6 +120,11 @@ impl DeviceClock {
         }
     }
 
+    /// Host time spent in [`mark`](PhaseClock::mark) since the last call, µs.
+    pub fn take_mark_time_us(&mut self) -> f64 {
+        std::mem::take(&mut self.mark_time_us)
+    }
+
     /// Ends the current phase and returns the segment marked since the last cut. With
     /// `then = Some(p)`, phase `p` starts right away (MD: the integrator after a force call).
     pub fn cut(&mut self, then: Option<Phase>) -> Result<Segment> {
@@ -140,8 +148,10 @@ impl DeviceClock {
 
 impl PhaseClock for DeviceClock {
     fn mark(&mut self, phase: Phase) -> Result<()> {
+        let t = Instant::now();
         let s = self.stamp()?;
         self.marks.push((phase, s));
+        self.mark_time_us += 1e6 * t.elapsed().as_secs_f64();
         Ok(())
     }
 }

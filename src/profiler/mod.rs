@@ -19,6 +19,7 @@ use crate::md::{Evaluation, ForceProvider};
 use crate::structure::Batch;
 use candle_core::{Device, Tensor};
 use std::cell::RefCell;
+use std::time::Instant;
 
 /// One profiled call (or MD step).
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -27,6 +28,8 @@ pub struct CallRecord {
     pub atoms: usize,
     pub structures: usize,
     pub segment: Segment,
+    /// Host time spent in the profiler for this call, µs.
+    pub profiler_us: f64,
 }
 
 /// What a profiler has collected.
@@ -65,19 +68,22 @@ impl Profiler {
     ) -> Result<T> {
         let mut clock = self.clock.borrow_mut();
         let out = f(&mut *clock)?;
+        let t = Instant::now();
         let segment = clock.cut(then)?;
+        let marks_us = clock.take_mark_time_us();
         drop(clock);
         let mut c = self.collected.borrow_mut();
         let index = c.calls.len();
+        if self.memory_every > 0 && index.is_multiple_of(self.memory_every) {
+            c.memory.push(sample(&self.device, index));
+        }
         c.calls.push(CallRecord {
             index,
             atoms,
             structures,
             segment,
+            profiler_us: marks_us + 1e6 * t.elapsed().as_secs_f64(),
         });
-        if self.memory_every > 0 && index % self.memory_every == 0 {
-            c.memory.push(sample(&self.device, index));
-        }
         Ok(out)
     }
 

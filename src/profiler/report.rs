@@ -43,6 +43,10 @@ pub struct ProfileReport {
     pub structures_per_s: f64,
     pub atom_steps_per_s: f64,
     pub us_per_atom: f64,
+    /// Host time spent in the profiler itself per call (stamps, reading them, bookkeeping,
+    /// memory samples), µs, and as a share of the mean call.
+    pub profiler_us_per_call: f64,
+    pub profiler_share: f64,
     pub memory: Vec<MemorySample>,
     pub leak: Option<LeakCheck>,
     pub hotspots: Vec<Hotspot>,
@@ -98,8 +102,10 @@ impl ProfileReport {
         let phases: Vec<PhaseStats> = phase_list
             .into_iter()
             .filter_map(|phase| {
+                // Over the calls that have the phase (the first MD step has no integrator).
                 let v: Vec<f64> = calls
                     .iter()
+                    .filter(|c| c.segment.phases.iter().any(|p| p.0 == phase))
                     .map(|c| {
                         (c.segment.phases.iter())
                             .filter(|p| p.0 == phase)
@@ -119,6 +125,7 @@ impl ProfileReport {
         let atoms_mean = calls.iter().map(|c| c.atoms as f64).sum::<f64>() / n;
         let structures: f64 = calls.iter().map(|c| c.structures as f64).sum();
         let atom_total: f64 = calls.iter().map(|c| c.atoms as f64).sum();
+        let self_us: f64 = calls.iter().map(|c| c.profiler_us).sum();
         let seconds = grand * 1e-6;
         let per_s = |x: f64| if seconds > 0.0 { x / seconds } else { 0.0 };
         let mut hotspots: Vec<Hotspot> = phases
@@ -146,6 +153,8 @@ impl ProfileReport {
             } else {
                 0.0
             },
+            profiler_us_per_call: self_us / n,
+            profiler_share: if grand > 0.0 { self_us / grand } else { 0.0 },
             memory: memory.to_vec(),
             leak: leak_check(memory, leak_tolerance_bytes),
             hotspots,
@@ -195,6 +204,12 @@ impl ProfileReport {
             md,
             "\nThroughput: {:.1} calls/s, {:.1} structures/s, {:.3e} atom-steps/s, {:.3} µs/atom.",
             self.calls_per_s, self.structures_per_s, self.atom_steps_per_s, self.us_per_atom
+        );
+        let _ = writeln!(
+            md,
+            "Profiler's own host time: {:.1} µs per call ({:.2}% of a call).",
+            self.profiler_us_per_call,
+            100.0 * self.profiler_share
         );
         if let Some(l) = &self.leak {
             let _ = writeln!(

@@ -1,0 +1,151 @@
+//! `mlff profile MODEL STRUCTURE --steps N`: an MD trajectory under the profiler — per-step
+//! latency distribution, memory over time, the split into phases, hotspots and the profiler's
+//! own overhead; markdown, JSON, PNG plots and an optional Chrome trace.
+
+use super::md::pick_frame;
+use super::ModelArgs;
+use anyhow::Result;
+use clap::Args;
+use mlff_distiller::fsutil::write_atomic;
+use mlff_distiller::md::{Ensemble, ForceProvider, MdSettings, PainnForces, Simulation};
+use mlff_distiller::plot::{histogram_png, lines_png, Line};
+use mlff_distiller::profiler::{ProfiledForces, Profiler};
+use mlff_distiller::{PainnCalculator, Structure};
+use std::path::PathBuf;
+use std::time::Instant;
+
+#[derive(Args)]
+pub struct ProfileArgs {
+    /// Checkpoint (.safetensors).
+    model: PathBuf,
+    /// Starting structure (extended XYZ, first frame).
+    structure: PathBuf,
+    /// Profiled MD steps (NVE, 0.5 fs, from 300 K).
+    #[arg(long, default_value_t = 1000)]
+    steps: u64,
+    /// Unprofiled steps first (device warm-up, kernels loaded), not reported.
+    #[arg(long, default_value_t = 20)]
+    warmup: u64,
+    /// Sample memory every N steps.
+    #[arg(long, default_value_t = 10)]
+    memory_every: usize,
+    /// Memory growth over the run that counts as a leak, MiB.
+    #[arg(long, default_value_t = 8.0)]
+    leak_tolerance_mib: f64,
+    /// Skip the overhead measurement (the same trajectory run once without the profiler).
+    #[arg(long)]
+    no_overhead: bool,
+    /// Folder for report.md, profile.json, latency_histogram.png, memory.png.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Chrome trace of every step's phases (open in chrome://tracing or ui.perfetto.dev).
+    #[arg(long)]
+    trace: Option<PathBuf>,
+    #[command(flatten)]
+    run: ModelArgs,
+}
+
+fn settings(steps: u64) -> MdSettings {
+    MdSettings {
+        steps,
+        ensemble: Ensemble::Nve,
+        log_every: steps.max(1),
+        traj_every: 0,
+        stop_when_unstable: false,
+        ..Default::default()
+    }
+}
+
+/// Runs `steps` MD steps with `forces`; returns the wall time and the simulation.
+fn timed<F: ForceProvider>(forces: F, s: &Structure, steps: u64) -> Result<(f64, Simulation<F>)> {
+    let t = Instant::now();
+    let mut sim = Simulation::new(forces, s, settings(steps), serde_json::Value::Null)?;
+    sim.run(&mut |_| {})?;
+    Ok((t.elapsed().as_secs_f64(), sim))
+}
+
+pub fn run(a: ProfileArgs) -> Result<()> {
+    let calc: PainnCalculator = a.run.calculator(&a.model)?;
+    let s = pick_frame(&a.structure, 0)?;
+    let dev = calc.device().clone();
+    let skin = settings(0).skin;
+    if a.warmup > 0 {
+        timed(PainnForces::new(&calc, &s, skin)?, &s, a.warmup)?;
+    }
+    let plain_s = if a.no_overhead {
+        None
+    } else {
+        Some(timed(PainnForces::new(&calc, &s, skin)?, &s, a.steps)?.0)
+    };
+    let profiler = Profiler::new(&dev, a.memory_every)?;
+    let forces = ProfiledForces::new(PainnForces::new(&calc, &s, skin)?, profiler, s.len());
+    let (profiled_s, sim) = timed(forces, &s, a.steps)?;
+    let label = format!(
+        "{} on {} ({} MD steps)",
+        a.model.display(),
+        a.structure.display(),
+        a.steps
+    );
+    let report = sim
+        .forces()
+        .profiler()
+        .report(&label, a.leak_tolerance_mib * 1048576.0);
+    let mut md = report.markdown();
+    if let Some(plain) = plain_s {
+        md.push_str(&format!(
+            "\nProfiler overhead: {:.2} ms per step ({:+.2}%): the same {} steps took {:.3} s \
+             unprofiled and {:.3} s profiled.\n",
+            1e3 * (profiled_s - plain) / a.steps as f64,
+            100.0 * (profiled_s / plain - 1.0),
+            a.steps,
+            plain,
+            profiled_s
+        ));
+    }
+    print!("{md}");
+    if let Some(dir) = &a.out {
+        std::fs::create_dir_all(dir)?;
+        write_atomic(&dir.join("report.md"), md.as_bytes())?;
+        report.save(&dir.join("profile.json"))?;
+        let latencies: Vec<f64> = (report.records.iter().skip(1))
+            .map(|r| r.segment.total_us / 1e3)
+            .collect();
+        histogram_png(
+            &dir.join("latency_histogram.png"),
+            &format!("MD step latency ({})", report.device),
+            "step (ms)",
+            &latencies,
+            50,
+        )?;
+        let series =
+            |name: &str, get: fn(&mlff_distiller::profiler::MemorySample) -> Option<u64>| Line {
+                label: name.into(),
+                points: (report.memory.iter())
+                    .filter_map(|m| get(m).map(|b| (m.call as f64, b as f64 / 1048576.0)))
+                    .collect(),
+            };
+        let lines: Vec<Line> = [
+            series("process RSS", |m| m.rss_bytes),
+            series("CUDA pool in use", |m| m.pool_used_bytes),
+        ]
+        .into_iter()
+        .filter(|l| !l.points.is_empty())
+        .collect();
+        lines_png(
+            &dir.join("memory.png"),
+            "memory over the run",
+            "MD step",
+            "MiB",
+            &lines,
+        )?;
+        eprintln!(
+            "wrote {}/report.md, profile.json, latency_histogram.png, memory.png",
+            dir.display()
+        );
+    }
+    if let Some(path) = &a.trace {
+        report.write_trace(path)?;
+        eprintln!("wrote the Chrome trace {}", path.display());
+    }
+    Ok(())
+}
