@@ -1,4 +1,4 @@
-//! CPU hot paths: neighbour list, energy, energy+forces (`cargo bench`).
+//! CPU hot paths: neighbour list, energy, energy+forces, one MD step (`cargo bench`).
 
 use candle_core::{DType, Device};
 use candle_nn::VarBuilder;
@@ -35,9 +35,35 @@ fn benches(c: &mut Criterion) {
     }
 }
 
+/// One velocity-Verlet step of aspirin: forces (Verlet list, usually no rebuild) and the update.
+fn md_step(c: &mut Criterion) {
+    use mlff_distiller::md::{
+        device_positions, masses, Ensemble, ForceProvider, Integrator, PainnForces, State,
+    };
+    use rand::SeedableRng;
+    let calc = default_calculator();
+    let s = aspirin();
+    let mut forces = PainnForces::new(&calc, &s, 1.0).unwrap();
+    let mut positions = device_positions(&s.positions, &Device::Cpu).unwrap();
+    let start = forces.evaluate(&mut positions).unwrap();
+    let mut state = State {
+        velocities: positions.zeros_like().unwrap(),
+        positions,
+        forces: start.forces,
+        energy: start.energy,
+        step: 0,
+    };
+    let m = masses(&s.numbers).unwrap();
+    let integrator = Integrator::new(Ensemble::Nve, 0.5, &m, &Device::Cpu).unwrap();
+    let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(0);
+    c.bench_function("md_step/aspirin_nve", |b| {
+        b.iter(|| integrator.step(&mut state, &mut forces, &mut rng).unwrap())
+    });
+}
+
 criterion_group! {
     name = cpu;
     config = Criterion::default().sample_size(10);
-    targets = benches
+    targets = benches, md_step
 }
 criterion_main!(cpu);

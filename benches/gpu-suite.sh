@@ -1,26 +1,31 @@
 #!/usr/bin/env bash
 # One GPU session's checks and timings, on the GPU machine, from the repository root, after
-# `GPU_TESTS="gpu gpu_second_order" ../shared/gpu/bundle.sh` here (see ../shared/gpu/README.md):
-#   CUDA-vs-CPU tests, mlff check, predict on CUDA, mlff bench (our ops vs candle's stock ops)
-#   and the PyTorch reference of the same model and weights, all in one device command.
-# Results go to $OUT (the device tool brings them back).
+# `GPU_TESTS="gpu gpu_second_order" GPU_BINS=mlff ../shared/gpu/bundle.sh` here (see
+# ../shared/gpu/README.md): CUDA-vs-CPU tests, mlff check, mlff bench (every system size and
+# batch, our ops vs candle's stock ops) and the PyTorch reference of the same model, weights and
+# inputs, then mlff profile of an aspirin MD run — all in one device command.
+# Results: $OUT/suite.tar.gz (everything) plus the markdown summaries beside it.
 set -uo pipefail
 out=${OUT:-/tmp/mlff-gpu-suite}; mkdir -p "$out"
+work=/tmp/mlff-suite; rm -rf "$work"; mkdir -p "$work"
 model=models/painn-gfn2.safetensors
-systems=/tmp/mlff-systems; rm -rf "$systems"
-mlff="bash .gpu/run.sh exec mlff"
 {
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
   git log -1 --format='commit %H' 2>/dev/null || true
-  timeout 300 bash .gpu/run.sh test
+  timeout 240 bash .gpu/run.sh test
   echo "tests exit code: $?"
-} 2>&1 | tee "$out/tests.log"
-$mlff check --json "$out/check.json" --device cuda
-timeout 60 $mlff predict "$model" data/aspirin_rmd17_10frames.extxyz --device cuda -o "$out/predict_cuda.extxyz"
-{
-  timeout 120 $mlff bench --model "$model" --device cuda --systems aspirin,aspirin-x64,water-1000 \
-    --ops custom,stock --warmup 10 --repeats 50 --export "$systems" --json "$out/bench_small.json"
-  timeout 180 $mlff bench --model "$model" --device cuda --systems water-10000 \
-    --ops custom,stock --warmup 2 --repeats 5 --export "$systems" --json "$out/bench_large.json"
-  timeout 120 python3 benches/reference/painn_torch.py "$model" "$systems" --json "$out/torch.json"
-} 2>&1 | tee "$out/bench.md"
+} > "$work/tests.log" 2>&1
+grep -E "^(===|test result)|FAILED|panicked|exit code" "$work/tests.log" > "$out/tests.log"
+bin=/tmp/gpu-bundle/bin   # unpacked by run.sh above
+export LD_LIBRARY_PATH=/usr/local/cuda-13.0/targets/x86_64-linux/lib:/usr/local/nvidia/lib64:${LD_LIBRARY_PATH:-}
+"$bin/mlff" check --json "$work/check.json" --device cuda > "$work/check.txt" 2>&1
+timeout 300 "$bin/mlff" bench --model "$model" --device cuda --ops custom,stock --warmup 5 \
+  --repeats 30 --max-seconds 5 --export "$work/systems" --out "$work/bench" \
+  > "$out/bench.md" 2> "$work/bench.err"
+timeout 180 python3 benches/reference/painn_torch.py "$model" "$work/systems" \
+  --json "$work/torch.json" > "$out/torch.md" 2> "$work/torch.err"
+timeout 120 "$bin/mlff" profile "$model" data/gfn2/start/aspirin.extxyz --device cuda \
+  --steps 1000 --out "$work/profile" --trace "$work/profile/trace.json" \
+  > "$out/profile.md" 2> "$work/profile.err"
+rm -rf "$work/systems"
+tar -C "$work" -czf "$out/suite.tar.gz" .
