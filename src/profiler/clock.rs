@@ -77,6 +77,8 @@ pub struct DeviceClock {
     device: Device,
     origin: Stamp,
     marks: Vec<(Phase, Stamp)>,
+    /// The end stamp [`finish`](Self::finish) took, for the next cut.
+    end: Option<Stamp>,
     /// Host time spent taking stamps since the last [`take_mark_time_us`](Self::take_mark_time_us).
     mark_time_us: f64,
 }
@@ -87,6 +89,7 @@ impl DeviceClock {
             device: device.clone(),
             origin: Stamp::Host(Instant::now()),
             marks: Vec::new(),
+            end: None,
             mark_time_us: 0.0,
         };
         c.origin = c.stamp()?;
@@ -125,10 +128,27 @@ impl DeviceClock {
         std::mem::take(&mut self.mark_time_us)
     }
 
+    /// Stamps the end of the current phase and waits until the device has reached it (so that
+    /// the following [`cut`](Self::cut) only reads times: waiting is the work's time, not the
+    /// profiler's).
+    pub fn finish(&mut self) -> Result<()> {
+        let end = self.stamp()?;
+        #[cfg(feature = "cuda")]
+        if let Stamp::Event(e) = &end {
+            e.synchronize()
+                .map_err(|e| Error::Device(format!("waiting for a CUDA event: {e}")))?;
+        }
+        self.end = Some(end);
+        Ok(())
+    }
+
     /// Ends the current phase and returns the segment marked since the last cut. With
     /// `then = Some(p)`, phase `p` starts right away (MD: the integrator after a force call).
     pub fn cut(&mut self, then: Option<Phase>) -> Result<Segment> {
-        let end = self.stamp()?;
+        let end = match self.end.take() {
+            Some(e) => e,
+            None => self.stamp()?,
+        };
         let mut seg = Segment::default();
         if let Some((_, first)) = self.marks.first() {
             seg.start_us = 1e3 * Self::between(&self.origin, first)?;
