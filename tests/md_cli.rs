@@ -222,7 +222,8 @@ fn profile_writes_its_report_plots_and_trace() {
         "whole call",
         "backward",
         "Hotspots",
-        "Profiler overhead",
+        "own host time",
+        "End to end",
         "no leak",
     ] {
         assert!(stdout.contains(want), "`{want}` missing:\n{stdout}");

@@ -161,14 +161,21 @@ pub fn run(a: ValidateMdArgs) -> Result<()> {
             );
         },
     )?;
+    let gpu = mlff_distiller::device::gpu_infos()
+        .ok()
+        .and_then(|g| g.into_iter().next())
+        .filter(|_| dev.is_cuda())
+        .map_or(String::new(), |g| {
+            format!(" ({}, driver CUDA {})", g.name, g.driver_cuda_version)
+        });
     let header = format!(
-        "Models: {}. Device: {:?}, dtype {:?}, mlff {}.",
+        "Models: {}. Device: {}{gpu}, dtype {:?}, mlff {}.",
         a.models
             .iter()
             .map(|m| format!("`{}`", m.display()))
             .collect::<Vec<_>>()
             .join(", "),
-        dev,
+        mlff_distiller::device::device_name(&dev),
         a.dtype,
         env!("CARGO_PKG_VERSION")
     );
@@ -176,7 +183,7 @@ pub fn run(a: ValidateMdArgs) -> Result<()> {
     write_atomic(&a.out.join("report.md"), md.as_bytes())?;
     let report = json!({
         "models": models,
-        "device": format!("{dev:?}"),
+        "device": mlff_distiller::device::device_name(&dev),
         "dtype": format!("{:?}", a.dtype),
         "settings": settings,
         "runs": reports,
