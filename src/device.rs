@@ -2,7 +2,7 @@
 //! `mlff check`.
 
 use crate::error::{Error, Result};
-use candle_core::Device;
+use candle_core::{DType, Device};
 use serde::Serialize;
 
 /// What the user asked for with `--device`.
@@ -101,6 +101,20 @@ pub fn with_own_stream(dev: &Device) -> Result<Device> {
             .map_err(|e| Error::Device(format!("cannot open a CUDA stream: {e}"))),
         other => Ok(other.clone()),
     }
+}
+
+/// Warms a device up: runs the model's kinds of kernels once (matmul, elementwise, our gather
+/// and scatter, a backward pass) so that later timings exclude kernel loading (PTX compiled on
+/// first use) and first allocations. Returns how long that took.
+pub fn warm_up(dev: &Device) -> Result<std::time::Duration> {
+    let t = std::time::Instant::now();
+    let x = candle_core::Var::from_tensor(&candle_core::Tensor::ones((64, 128), DType::F32, dev)?)?;
+    let idx = candle_core::Tensor::arange(0u32, 64, dev)?;
+    let y = crate::ops::gather(&x.matmul(&x.t()?)?.silu()?, &idx)?;
+    let s = crate::ops::scatter_add(&y, &idx, 64)?;
+    s.sum_all()?.backward()?;
+    dev.synchronize()?;
+    Ok(t.elapsed())
 }
 
 /// Waits for queued device work, so host clocks measure finished work.

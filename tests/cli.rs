@@ -150,6 +150,8 @@ fn check_writes_json() {
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert_eq!(v["cuda_feature"], cfg!(feature = "cuda"));
     assert!(v["cpu_threads"].as_u64().unwrap() >= 1);
+    assert_eq!(v["selected_device"], "cpu");
+    assert!(v["warm_up_ms"].as_f64().unwrap() > 0.0);
 }
 
 #[cfg(not(feature = "cuda"))]

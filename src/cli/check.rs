@@ -39,7 +39,18 @@ pub fn run(a: CheckArgs) -> Result<()> {
     }
     let dev = a.device.open()?;
     println!("selected device: {}", device::device_name(&dev));
+    let warm_up = device::warm_up(&dev)?;
+    let again = device::warm_up(&dev)?;
+    println!(
+        "warm-up: {:.1} ms the first time (kernel loading, first allocations), {:.2} ms after",
+        warm_up.as_secs_f64() * 1e3,
+        again.as_secs_f64() * 1e3
+    );
     if let Some(path) = a.json {
+        let mut report = serde_json::to_value(&report)?;
+        report["selected_device"] = device::device_name(&dev).into();
+        report["warm_up_ms"] = (warm_up.as_secs_f64() * 1e3).into();
+        report["warm_up_again_ms"] = (again.as_secs_f64() * 1e3).into();
         let text = serde_json::to_string_pretty(&report)?;
         mlff_distiller::fsutil::write_atomic(&path, text.as_bytes())
             .with_context(|| format!("writing {}", path.display()))?;
