@@ -64,7 +64,50 @@ pub fn select(spec: DeviceSpec) -> Result<Selected> {
 
 #[cfg(feature = "cuda")]
 fn open_cuda(n: usize) -> Result<Device> {
-    Device::new_cuda(n).map_err(|e| Error::Device(format!("cannot open CUDA device {n}: {e}")))
+    let dev = Device::new_cuda(n)
+        .map_err(|e| Error::Device(format!("cannot open CUDA device {n}: {e}")))?;
+    keep_pool_memory(&dev);
+    Ok(dev)
+}
+
+/// The device's default memory pool, which candle's stream-ordered allocations
+/// (`cuMemAllocAsync`) come from.
+#[cfg(feature = "cuda")]
+pub fn default_mem_pool(
+    c: &candle_core::CudaDevice,
+) -> Option<candle_core::cuda_backend::cudarc::driver::sys::CUmemoryPool> {
+    use candle_core::cuda_backend::cudarc::driver::sys;
+    let ctx = c.cuda_stream().context().clone();
+    ctx.bind_to_thread().ok()?;
+    let mut pool = std::mem::MaybeUninit::uninit();
+    // SAFETY: a query that writes one handle for a device of this live context.
+    let r = unsafe { sys::cuDeviceGetDefaultMemPool(pool.as_mut_ptr(), ctx.cu_device()) };
+    // SAFETY: written by the successful call.
+    (r == sys::cudaError_enum::CUDA_SUCCESS).then(|| unsafe { pool.assume_init() })
+}
+
+/// Keeps freed memory in the default pool instead of handing it back to the driver at every
+/// synchronisation (the pool's default release threshold is 0), so that each step does not map
+/// its ~1,000 allocations afresh: a caching allocator, as PyTorch has. Set the environment
+/// variable MLFF_CUDA_POOL_RELEASE to keep the driver's default (for comparisons).
+#[cfg(feature = "cuda")]
+fn keep_pool_memory(dev: &Device) {
+    use candle_core::cuda_backend::cudarc::driver::sys;
+    let Device::Cuda(c) = dev else { return };
+    if std::env::var_os("MLFF_CUDA_POOL_RELEASE").is_some() {
+        return;
+    }
+    if let Some(pool) = default_mem_pool(c) {
+        let mut keep = u64::MAX;
+        // SAFETY: the release threshold is a 64-bit integer read from `keep`.
+        unsafe {
+            sys::cuMemPoolSetAttribute(
+                pool,
+                sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                &mut keep as *mut u64 as *mut _,
+            )
+        };
+    }
 }
 
 #[cfg(not(feature = "cuda"))]
@@ -97,8 +140,12 @@ fn cuda_ordinal(_dev: &Device) -> usize {
 pub fn with_own_stream(dev: &Device) -> Result<Device> {
     match dev {
         #[cfg(feature = "cuda")]
-        Device::Cuda(_) => Device::new_cuda_with_stream(cuda_ordinal(dev))
-            .map_err(|e| Error::Device(format!("cannot open a CUDA stream: {e}"))),
+        Device::Cuda(_) => {
+            let d = Device::new_cuda_with_stream(cuda_ordinal(dev))
+                .map_err(|e| Error::Device(format!("cannot open a CUDA stream: {e}")))?;
+            keep_pool_memory(&d);
+            Ok(d)
+        }
         other => Ok(other.clone()),
     }
 }

@@ -66,12 +66,7 @@ mod cuda {
     use candle_core::CudaDevice;
 
     fn pool(c: &CudaDevice) -> Option<sys::CUmemoryPool> {
-        let ctx = c.cuda_stream().context().clone();
-        ctx.bind_to_thread().ok()?;
-        let mut pool = std::mem::MaybeUninit::uninit();
-        // SAFETY: a query that writes one handle for a device of this live context.
-        let r = unsafe { sys::cuDeviceGetDefaultMemPool(pool.as_mut_ptr(), ctx.cu_device()) };
-        (r == sys::cudaError_enum::CUDA_SUCCESS).then(|| unsafe { pool.assume_init() })
+        crate::device::default_mem_pool(c)
     }
 
     fn attr(pool: sys::CUmemoryPool, a: sys::CUmemPool_attribute) -> Option<u64> {
