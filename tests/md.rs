@@ -480,3 +480,59 @@ fn stretched_bond_is_reported_unstable() {
     }
     assert!(summary.last_step < 400);
 }
+
+#[test]
+fn a_written_frame_restarts_with_its_momenta() {
+    // Run, then start a new run from the last trajectory frame with keep_momenta: same
+    // positions, same kinetic energy (momenta read back exactly as ASE would).
+    let calc = small_painn(DType::F64);
+    let s = common::random_molecule(7, 9);
+    let dir = tempfile::tempdir().unwrap();
+    let st = outputs_in(
+        dir.path(),
+        MdSettings {
+            traj_every: 10,
+            log_every: 10,
+            ..settings(0.5, 40, Ensemble::Nve)
+        },
+    );
+    let f = PainnForces::new(&calc, &s, 1.0).unwrap();
+    let mut sim = Simulation::new(f, &s, st, serde_json::Value::Null).unwrap();
+    sim.run(&mut quiet()).unwrap();
+    let last = sim.records().last().copied().unwrap();
+    let frames = mlff_distiller::io::read_extxyz(&dir.path().join("traj.extxyz")).unwrap();
+    let frame = frames.last().unwrap();
+    assert_eq!(frame.info_value("step"), Some("40"));
+    let again = MdSettings {
+        keep_momenta: true,
+        ..settings(0.5, 1, Ensemble::Nve)
+    };
+    let f = PainnForces::new(&calc, frame, 1.0).unwrap();
+    let mut next = Simulation::new(f, frame, again, serde_json::Value::Null).unwrap();
+    next.run(&mut quiet()).unwrap();
+    let first = next.records()[0];
+    assert!(
+        (first.e_kin - last.e_kin).abs() < 1e-12 * last.e_kin.max(1.0),
+        "{first:?} vs {last:?}"
+    );
+    assert!(
+        (first.e_pot - last.e_pot).abs() < 1e-9,
+        "{first:?} vs {last:?}"
+    );
+
+    // A frame without momenta is refused with the reason.
+    let f = PainnForces::new(&calc, &s, 1.0).unwrap();
+    let err = Simulation::new(
+        f,
+        &s,
+        MdSettings {
+            keep_momenta: true,
+            ..settings(0.5, 1, Ensemble::Nve)
+        },
+        serde_json::Value::Null,
+    )
+    .err()
+    .unwrap()
+    .to_string();
+    assert!(err.contains("momenta"), "{err}");
+}
