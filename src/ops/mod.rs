@@ -10,10 +10,12 @@
 //! baseline that benchmarks compare against.
 
 mod gather;
+mod message;
 mod rows;
 mod scatter_add;
 
 pub use gather::{gather, Gather};
+pub use message::{message, Message};
 pub use scatter_add::{scatter_add, ScatterAdd};
 
 use candle_core::{Result, Tensor};
