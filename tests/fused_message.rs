@@ -191,3 +191,37 @@ fn bad_inputs_are_named() {
     let err = message(phi, v, w, dir, &c.ci, &bad).unwrap_err();
     assert!(err.to_string().contains("neighbors[5] = 9"), "{err}");
 }
+
+/// The whole model with the fused message equals the model without it: energies and forces of
+/// a molecule, a batch and a periodic box.
+#[test]
+fn model_with_fused_message_matches_unfused() {
+    use mlff_distiller::{Batch, Calculator};
+    let batch = Batch::new(vec![
+        common::random_molecule(9, 21),
+        common::random_molecule(4, 22),
+        common::random_box(30, 0.2, 23),
+    ])
+    .unwrap();
+    for (dtype, tol) in [(DType::F64, 1e-10), (DType::F32, 2e-4)] {
+        let plain = common::calculator(dtype, &Device::Cpu)
+            .compute(&batch)
+            .unwrap();
+        let fused = common::calculator(dtype, &Device::Cpu)
+            .with_ops(EdgeOps::Fused)
+            .compute(&batch)
+            .unwrap();
+        for k in 0..3 {
+            let de = (plain.energies[k] - fused.energies[k]).abs();
+            assert!(
+                de < tol * plain.energies[k].abs().max(1.0),
+                "{dtype:?} structure {k}: ΔE {de}"
+            );
+            let df = common::max_force_diff(&plain.forces[k], &fused.forces[k]);
+            assert!(
+                df < tol * common::max_abs(&plain.forces[k]).max(1.0),
+                "{dtype:?} structure {k}: ΔF {df}"
+            );
+        }
+    }
+}

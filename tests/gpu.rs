@@ -216,3 +216,100 @@ fn cuda_profiled_calculator_is_transparent() {
         "{m:?}"
     );
 }
+
+/// The fused message op on CUDA against its CPU twin (forward and every input's gradient), and
+/// the whole model with it, f32 and f64.
+#[test]
+fn cuda_fused_message_matches_cpu() {
+    use mlff_distiller::ops::message;
+    let gpu = cuda();
+    for dtype in [DType::F32, DType::F64] {
+        for &(n, e, f) in &[(5usize, 0usize, 4usize), (13, 40, 8), (2_000, 60_000, 128)] {
+            let r = |shape: &[usize]| {
+                Tensor::randn(0f32, 1.0, shape, &Device::Cpu)
+                    .unwrap()
+                    .to_dtype(dtype)
+                    .unwrap()
+            };
+            let (phi, v, w, dir) = (r(&[n, 3 * f]), r(&[n, 3, f]), r(&[e, 3 * f]), r(&[e, 3]));
+            let ci = Tensor::new(random_index(e, n, 1), &Device::Cpu).unwrap();
+            let nj = Tensor::new(random_index(e, n, 2), &Device::Cpu).unwrap();
+            let weights = r(&[n, 4 * f]);
+            let run = |dev: &Device| {
+                let vars: Vec<candle_core::Var> = [&phi, &v, &w, &dir]
+                    .iter()
+                    .map(|t| candle_core::Var::from_tensor(&t.to_device(dev).unwrap()).unwrap())
+                    .collect();
+                let out = message(
+                    vars[0].as_tensor(),
+                    vars[1].as_tensor(),
+                    vars[2].as_tensor(),
+                    vars[3].as_tensor(),
+                    &ci.to_device(dev).unwrap(),
+                    &nj.to_device(dev).unwrap(),
+                )
+                .unwrap();
+                let loss = (&out * weights.to_device(dev).unwrap())
+                    .unwrap()
+                    .sum_all()
+                    .unwrap();
+                let g = loss.backward().unwrap();
+                let grads: Vec<Tensor> = vars
+                    .iter()
+                    .map(|x| {
+                        g.get(x.as_tensor())
+                            .cloned()
+                            .unwrap_or_else(|| x.as_tensor().zeros_like().unwrap())
+                    })
+                    .collect();
+                (out, grads)
+            };
+            let (out_c, g_c) = run(&Device::Cpu);
+            let (out_g, g_g) = run(&gpu);
+            let scale = |t: &Tensor| {
+                t.to_dtype(DType::F64)
+                    .unwrap()
+                    .abs()
+                    .unwrap()
+                    .flatten_all()
+                    .unwrap()
+                    .max(0)
+                    .unwrap()
+                    .to_scalar::<f64>()
+                    .unwrap_or(0.0)
+                    .max(1.0)
+            };
+            let tol = if dtype == DType::F32 { 2e-5 } else { 1e-12 };
+            let what = format!("{dtype:?} N={n} E={e} F={f}");
+            let d = max_abs_diff(&out_g, &out_c);
+            assert!(d <= tol * scale(&out_c), "{what} forward: {d}");
+            for (k, (a, b)) in g_g.iter().zip(&g_c).enumerate() {
+                let d = max_abs_diff(a, b);
+                assert!(d <= tol * scale(b), "{what} gradient {k}: {d}");
+            }
+        }
+        // The whole model with the fused message, CUDA against CPU.
+        let batch = Batch::new(vec![aspirin(), water_box(300, 4)]).unwrap();
+        let cpu = calculator(dtype, &Device::Cpu)
+            .with_ops(EdgeOps::Fused)
+            .compute(&batch)
+            .unwrap();
+        let cuda = calculator(dtype, &gpu)
+            .with_ops(EdgeOps::Fused)
+            .compute(&batch)
+            .unwrap();
+        for k in 0..2 {
+            let tol = if dtype == DType::F32 { 2e-5 } else { 1e-12 };
+            let df = max_force_diff(&cuda.forces[k], &cpu.forces[k]);
+            assert!(
+                df <= tol * max_abs(&cpu.forces[k]).max(1.0),
+                "{dtype:?} model forces {k}: {df}"
+            );
+            let de = (cuda.energies[k] - cpu.energies[k]).abs();
+            assert!(
+                de <= tol * cpu.energies[k].abs().max(1.0),
+                "{dtype:?} model energy {k}: {de}"
+            );
+        }
+    }
+}

@@ -78,7 +78,7 @@ impl DeviceArgs {
 pub struct ModelArgs {
     #[arg(long, default_value = "f32", value_parser = parse_dtype)]
     pub dtype: candle_core::DType,
-    /// Edge-op implementation: custom (ours) or stock (candle's index_add).
+    /// Edge ops: custom (ours), stock (candle's index_add) or fused (ours plus the fused message).
     #[arg(long, default_value = "custom")]
     pub ops: mlff_distiller::ops::EdgeOps,
     #[command(flatten)]

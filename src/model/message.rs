@@ -1,6 +1,6 @@
 //! The PaiNN message block: continuous-filter convolution of neighbour features.
 
-use crate::ops::EdgeOps;
+use crate::ops::{message, EdgeOps};
 use candle_core::{Module, Result, Tensor};
 use candle_nn::{linear, Linear, VarBuilder};
 
@@ -43,6 +43,19 @@ impl Message {
         let (n, f) = (s.dim(0)?, self.hidden);
         let e = filter.dim(0)?;
         let phi = self.context2.forward(&self.context1.forward(s)?.silu()?)?;
+        if edges.ops == EdgeOps::Fused {
+            let out = message(
+                &phi,
+                v,
+                filter,
+                edges.directions,
+                edges.centers,
+                edges.neighbors,
+            )?;
+            let ds = out.narrow(1, 0, f)?;
+            let dv = out.narrow(1, f, 3 * f)?.reshape((n, 3, f))?;
+            return Ok(((s + ds)?, (v + dv)?));
+        }
         let x = (edges.ops.gather(&phi, edges.neighbors)? * filter)?;
         let ds = x.narrow(1, 0, f)?;
         let dv_dir = x.narrow(1, f, f)?.unsqueeze(1)?;

@@ -8,15 +8,19 @@
 //! Δv[i, c] += x_d · r̂_e[c] + x_v · v_j[c]     (c = x, y, z)
 //! ```
 //!
-//! This file holds the CPU implementation (the oracle the CUDA kernel is tested against) and the
-//! backward, composed of our differentiable gather/scatter so that the force loss can be
-//! differentiated again in training. The CUDA forward kernel is the next step (issue 6).
+//! The CPU loop here is the oracle for the CUDA kernel (kernels/message.cu, one thread per edge
+//! and feature with atomic adds). The backward is composed of our differentiable gather and
+//! scatter, so the force loss can be differentiated again in training; a fused backward kernel
+//! is the next step.
 
 use super::gather::gather;
 use super::rows::contiguous;
 use super::scatter_add::scatter_add;
 use candle_core::backend::BackendStorage;
 use candle_core::{bail, CpuStorage, CustomOp3, Layout, Result, Shape, Tensor, D};
+
+#[cfg(feature = "cuda")]
+const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/message.ptx"));
 
 /// The fused message op for `hidden` features into `n_atoms` rows; use [`message`].
 pub struct Message {
@@ -148,6 +152,80 @@ impl CustomOp3 for Message {
                 s2.dtype(),
                 s3.dtype()
             ),
+        };
+        Ok((out, Shape::from((n, 4 * f))))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+        s3: &candle_core::CudaStorage,
+        l3: &Layout,
+    ) -> Result<(candle_core::CudaStorage, Shape)> {
+        use candle_core::cuda_backend::cudarc::driver::{LaunchConfig, PushKernelArg};
+        use candle_core::cuda_backend::{CudaStorage, CudaStorageSlice};
+        use candle_core::{DType, Storage};
+        let (f, n) = (self.hidden, self.n_atoms);
+        let dev = s1.device.clone();
+        let (ci_g, ci_l) = self.centers.storage_and_layout();
+        let (nj_g, nj_l) = self.neighbors.storage_and_layout();
+        fn index<'a>(
+            g: &'a Storage,
+            l: &Layout,
+            what: &str,
+        ) -> Result<candle_core::cuda_backend::cudarc::driver::CudaView<'a, u32>> {
+            let (a, b) = contiguous(l, "mlff-message", what)?;
+            match g {
+                Storage::Cuda(CudaStorage {
+                    slice: CudaStorageSlice::U32(s),
+                    ..
+                }) => Ok(s.slice(a..b)),
+                _ => bail!("mlff-message: {what} must be u32 on the same CUDA device"),
+            }
+        }
+        let ci = index(&ci_g, ci_l, "centers")?;
+        let nj = index(&nj_g, nj_l, "neighbors")?;
+        let n_edges = self.centers.dim(0)?;
+        let (pa, pb) = contiguous(l1, self.name(), "phi")?;
+        let (va, vb) = contiguous(l2, self.name(), "v")?;
+        let (wa, wb) = contiguous(l3, self.name(), "edge data")?;
+        let threads = (n_edges * f) as u32;
+        let cfg = LaunchConfig {
+            grid_dim: (threads.div_ceil(256).clamp(1, 65535 * 8), 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        macro_rules! run {
+            ($t:ty, $variant:ident, $kernel:literal) => {{
+                let (
+                    CudaStorageSlice::$variant(p),
+                    CudaStorageSlice::$variant(v),
+                    CudaStorageSlice::$variant(w),
+                ) = (&s1.slice, &s2.slice, &s3.slice)
+                else {
+                    bail!("mlff-message: inputs must share one dtype")
+                };
+                let (p, v, w) = (p.slice(pa..pb), v.slice(va..vb), w.slice(wa..wb));
+                let out = dev.alloc_zeros::<$t>(n * 4 * f)?;
+                if threads > 0 {
+                    let func = dev.get_or_load_custom_func($kernel, "mlff_message", PTX)?;
+                    let mut b = func.builder();
+                    b.arg(&p).arg(&v).arg(&w).arg(&ci).arg(&nj).arg(&out);
+                    b.arg(&n_edges).arg(&f).arg(&n);
+                    // SAFETY: argument types match the kernel's signature.
+                    unsafe { b.launch(cfg) }.map_err(|e| candle_core::Error::Cuda(Box::new(e)))?;
+                }
+                CudaStorage::wrap_cuda_slice(out, dev.clone())
+            }};
+        }
+        let out = match s1.dtype() {
+            DType::F32 => run!(f32, F32, "message_f32"),
+            DType::F64 => run!(f64, F64, "message_f64"),
+            d => bail!("mlff-message: dtype {d:?} is not supported (f32, f64)"),
         };
         Ok((out, Shape::from((n, 4 * f))))
     }

@@ -28,13 +28,15 @@ pub enum EdgeOps {
     Custom,
     /// candle's `index_select` / `index_add` (serial scatter on CUDA).
     Stock,
+    /// Our ops, and the message block as one fused op ([`message`]).
+    Fused,
 }
 
 impl EdgeOps {
     /// `out[e, ...] = x[idx[e], ...]` along dimension 0; `idx` is u32.
     pub fn gather(self, x: &Tensor, idx: &Tensor) -> Result<Tensor> {
         match self {
-            Self::Custom => gather(x, idx),
+            Self::Custom | Self::Fused => gather(x, idx),
             Self::Stock => x.contiguous()?.index_select(idx, 0),
         }
     }
@@ -42,7 +44,7 @@ impl EdgeOps {
     /// `out[idx[e], ...] += src[e, ...]` into `n` zero rows; `idx` is u32.
     pub fn scatter_add(self, src: &Tensor, idx: &Tensor, n: usize) -> Result<Tensor> {
         match self {
-            Self::Custom => scatter_add(src, idx, n),
+            Self::Custom | Self::Fused => scatter_add(src, idx, n),
             Self::Stock => {
                 let mut dims = src.dims().to_vec();
                 dims[0] = n;
@@ -60,6 +62,7 @@ impl EdgeOps {
         match self {
             Self::Custom => "custom",
             Self::Stock => "stock",
+            Self::Fused => "fused",
         }
     }
 }
@@ -70,7 +73,10 @@ impl std::str::FromStr for EdgeOps {
         match s {
             "custom" | "ours" => Ok(Self::Custom),
             "stock" => Ok(Self::Stock),
-            _ => Err(format!("unknown ops `{s}` (expected custom or stock)")),
+            "fused" => Ok(Self::Fused),
+            _ => Err(format!(
+                "unknown ops `{s}` (expected custom, stock or fused)"
+            )),
         }
     }
 }

@@ -35,7 +35,8 @@ pub struct BenchArgs {
     )]
     systems: String,
     /// Comma-separated code paths to compare (the first is the accuracy reference): custom
-    /// (our edge ops), stock (candle's index_select/index_add).
+    /// (our edge ops), stock (candle's index_select/index_add), fused (ours plus the fused
+    /// message op).
     #[arg(long, default_value = "custom,stock")]
     ops: String,
     #[arg(long, default_value_t = 5)]
