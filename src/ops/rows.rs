@@ -55,16 +55,6 @@ pub(super) mod cuda {
     use candle_core::cuda_backend::{CudaStorage, CudaStorageSlice};
     use candle_core::DType;
 
-    /// 256-thread blocks for a grid-stride loop over `threads` elements (the grid is capped;
-    /// the kernels loop over the rest).
-    pub(crate) fn grid_stride_config(threads: u32) -> LaunchConfig {
-        LaunchConfig {
-            grid_dim: (threads.div_ceil(256).clamp(1, 65535 * 8), 1, 1),
-            block_dim: (256, 1, 1),
-            shared_mem_bytes: 0,
-        }
-    }
-
     /// Launches `{kernel}_{f32|f64}(src, idx, out, n_idx, row, n_rows_other)` over
     /// `n_idx * row` threads. `out_rows` rows are allocated for the output, zeroed when
     /// `zero_init` (scatter) and left uninitialised otherwise (gather writes every element).
@@ -92,7 +82,11 @@ pub(super) mod cuda {
         let n_idx = ib - ia;
         let n_out = out_rows * row;
         let threads = (n_idx * row) as u32;
-        let cfg = grid_stride_config(threads);
+        let cfg = LaunchConfig {
+            grid_dim: (threads.div_ceil(256).clamp(1, 65535 * 8), 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
         macro_rules! run {
             ($t:ty, $variant:ident, $suffix:literal) => {{
                 let s = match &src.slice {
