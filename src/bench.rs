@@ -1,8 +1,8 @@
 //! Benchmark reports (`mlff bench`): cases, regression checks against a baseline, markdown and
 //! plots (latency vs atoms, throughput vs batch size, peak memory vs atoms).
 
-use crate::error::{Error, Result};
-use crate::fsutil::write_atomic;
+use crate::error::Result;
+use crate::fsutil::{read_json, write_json};
 use crate::plot::{lines_png, Line};
 use crate::profiler::Stats;
 use serde::{Deserialize, Serialize};
@@ -55,17 +55,11 @@ pub struct Regression {
 
 impl BenchReport {
     pub fn save(&self, path: &Path) -> Result<()> {
-        let json = serde_json::to_vec_pretty(self).map_err(|e| Error::Md(e.to_string()))?;
-        write_atomic(path, &json)
+        write_json(path, self)
     }
 
     pub fn load(path: &Path) -> Result<Self> {
-        let bytes = std::fs::read(path).map_err(|source| Error::Io {
-            path: path.into(),
-            source,
-        })?;
-        serde_json::from_slice(&bytes)
-            .map_err(|e| Error::Md(format!("bench report {}: {e}", path.display())))
+        read_json(path, "a bench report")
     }
 
     /// Cases whose median latency is more than `tolerance` (0.05: 5%) above the baseline case

@@ -20,6 +20,10 @@ pub enum Error {
         msg: String,
     },
 
+    /// A JSON file (report, restart) that cannot be written or read as what it should hold.
+    #[error("{path}: {msg}")]
+    Json { path: PathBuf, msg: String },
+
     #[error("invalid structure: {0}")]
     Structure(String),
 

@@ -55,3 +55,25 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
         .map(|b| format!("{b:02x}"))
         .collect()
 }
+
+/// Writes `value` as pretty-printed JSON, atomically (see [`write_atomic`]).
+pub fn write_json<T: serde::Serialize>(path: &Path, value: &T) -> Result<()> {
+    let json = serde_json::to_vec_pretty(value).map_err(|e| Error::Json {
+        path: path.into(),
+        msg: e.to_string(),
+    })?;
+    write_atomic(path, &json)
+}
+
+/// Reads a JSON file that should hold `what` (e.g. "a bench report"), naming the file and the
+/// place of any error.
+pub fn read_json<T: serde::de::DeserializeOwned>(path: &Path, what: &str) -> Result<T> {
+    let bytes = std::fs::read(path).map_err(|source| Error::Io {
+        path: path.into(),
+        source,
+    })?;
+    serde_json::from_slice(&bytes).map_err(|e| Error::Json {
+        path: path.into(),
+        msg: format!("not {what}: {e}"),
+    })
+}

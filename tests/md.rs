@@ -536,3 +536,15 @@ fn a_written_frame_restarts_with_its_momenta() {
     .to_string();
     assert!(err.contains("momenta"), "{err}");
 }
+
+#[test]
+fn a_corrupt_restart_file_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("broken.json");
+    std::fs::write(&path, b"{\"format\": \"mlff-md-restart\", \"version\": 1,").unwrap();
+    let err = Restart::load(&path).unwrap_err().to_string();
+    assert!(
+        err.contains("broken.json") && err.contains("not an mlff md restart file"),
+        "{err}"
+    );
+}

@@ -1,7 +1,7 @@
 //! `mlff check`: what this build and machine can run.
 
 use super::DeviceArgs;
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::Args;
 use mlff_distiller::device::{self, system_report};
 use std::path::PathBuf;
@@ -51,9 +51,7 @@ pub fn run(a: CheckArgs) -> Result<()> {
         report["selected_device"] = device::device_name(&dev).into();
         report["warm_up_ms"] = (warm_up.as_secs_f64() * 1e3).into();
         report["warm_up_again_ms"] = (again.as_secs_f64() * 1e3).into();
-        let text = serde_json::to_string_pretty(&report)?;
-        mlff_distiller::fsutil::write_atomic(&path, text.as_bytes())
-            .with_context(|| format!("writing {}", path.display()))?;
+        mlff_distiller::fsutil::write_json(&path, &report)?;
     }
     Ok(())
 }

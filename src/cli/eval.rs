@@ -75,7 +75,7 @@ pub fn run(a: EvalArgs) -> Result<()> {
             "model": a.model, "data": ds.sources,
             "units": {"energy": "eV", "forces": "eV/Å"}, "report": report,
         });
-        mlff_distiller::fsutil::write_atomic(path, serde_json::to_string_pretty(&v)?.as_bytes())?;
+        mlff_distiller::fsutil::write_json(path, &v)?;
     }
     if let Some(path) = &a.plot {
         let title = format!(

@@ -4,7 +4,7 @@ use super::{parse_dtype, ModelArgs};
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
-use mlff_distiller::fsutil::{sha256_hex, write_atomic};
+use mlff_distiller::fsutil::{sha256_hex, write_json};
 use mlff_distiller::io::read_extxyz;
 use mlff_distiller::md::{
     Ensemble, MdOutputs, MdSettings, MdSummary, PainnForces, Progress, Restart, Simulation,
@@ -108,7 +108,7 @@ pub fn run(a: MdArgs) -> Result<ExitCode> {
     };
     print_summary(&summary);
     if let Some(p) = &a.summary_json {
-        write_atomic(p, &serde_json::to_vec_pretty(&summary)?)?;
+        write_json(p, &summary)?;
     }
     Ok(if summary.stable && summary.finite {
         ExitCode::SUCCESS

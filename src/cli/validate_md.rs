@@ -6,7 +6,7 @@ use anyhow::{Context, Result};
 use candle_core::DType;
 use clap::Args;
 use mlff_distiller::device::with_own_stream;
-use mlff_distiller::fsutil::{sha256_hex, write_atomic};
+use mlff_distiller::fsutil::{sha256_hex, write_atomic, write_json};
 use mlff_distiller::io::read_extxyz;
 use mlff_distiller::md::validate::{markdown, plot_energies, run_suite, SuiteSettings};
 use mlff_distiller::ops::EdgeOps;
@@ -188,10 +188,7 @@ pub fn run(a: ValidateMdArgs) -> Result<()> {
         "settings": settings,
         "runs": reports,
     });
-    write_atomic(
-        &a.out.join("report.json"),
-        &serde_json::to_vec_pretty(&report)?,
-    )?;
+    write_json(&a.out.join("report.json"), &report)?;
     let plots = plot_energies(&reports, &a.out)?;
     print!("{md}");
     eprintln!(

@@ -4,7 +4,7 @@
 
 use super::run::MdSettings;
 use crate::error::{Error, Result};
-use crate::fsutil::write_atomic;
+use crate::fsutil::{read_json, write_json};
 use crate::structure::Lattice;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -41,18 +41,13 @@ pub struct Restart {
 
 impl Restart {
     pub fn save(&self, path: &Path) -> Result<()> {
-        let json = serde_json::to_vec_pretty(self).map_err(|e| Error::Md(e.to_string()))?;
-        write_atomic(path, &json)
+        write_json(path, self)
     }
 
     /// Reads and checks a restart file: format, version, array lengths, finite values.
     pub fn load(path: &Path) -> Result<Self> {
-        let bytes = std::fs::read(path).map_err(|source| Error::Io {
-            path: path.into(),
-            source,
-        })?;
+        let r: Restart = read_json(path, "an mlff md restart file")?;
         let bad = |msg: String| Error::Md(format!("restart file {}: {msg}", path.display()));
-        let r: Restart = serde_json::from_slice(&bytes).map_err(|e| bad(e.to_string()))?;
         if r.format != RESTART_FORMAT || r.version != RESTART_VERSION {
             return Err(bad(format!(
                 "format `{}` version {}, this build reads `{RESTART_FORMAT}` version \

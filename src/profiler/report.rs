@@ -5,8 +5,8 @@ use super::clock::Phase;
 use super::memory::{leak_check, LeakCheck, MemorySample};
 use super::stats::Stats;
 use super::CallRecord;
-use crate::error::{Error, Result};
-use crate::fsutil::write_atomic;
+use crate::error::Result;
+use crate::fsutil::{read_json, write_json};
 use serde::{Deserialize, Serialize};
 use std::fmt::Write;
 use std::path::Path;
@@ -163,17 +163,11 @@ impl ProfileReport {
     }
 
     pub fn save(&self, path: &Path) -> Result<()> {
-        let json = serde_json::to_vec_pretty(self).map_err(|e| Error::Md(e.to_string()))?;
-        write_atomic(path, &json)
+        write_json(path, self)
     }
 
     pub fn load(path: &Path) -> Result<Self> {
-        let bytes = std::fs::read(path).map_err(|source| Error::Io {
-            path: path.into(),
-            source,
-        })?;
-        serde_json::from_slice(&bytes)
-            .map_err(|e| Error::Md(format!("profile {}: {e}", path.display())))
+        read_json(path, "a profile report")
     }
 
     /// The report for people.
@@ -259,9 +253,7 @@ impl ProfileReport {
     }
 
     pub fn write_trace(&self, path: &Path) -> Result<()> {
-        let json =
-            serde_json::to_vec(&self.chrome_trace()).map_err(|e| Error::Md(e.to_string()))?;
-        write_atomic(path, &json)
+        write_json(path, &self.chrome_trace())
     }
 }
 
