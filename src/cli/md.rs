@@ -1,6 +1,6 @@
 //! `mlff md`: molecular dynamics with a student model, with restarts and a stability summary.
 
-use super::{parse_dtype, ModelArgs};
+use super::{parse_dtype, DynamicsArgs, ModelArgs};
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -43,26 +43,13 @@ pub struct MdArgs {
     /// run's total).
     #[arg(long)]
     steps: Option<u64>,
-    /// Time step in fs.
-    #[arg(long, default_value_t = 0.5)]
-    dt: f64,
     #[arg(long, value_enum, default_value = "nve")]
     ensemble: EnsembleArg,
-    /// Thermostat target in K (nvt), and the starting temperature unless --init-temperature.
-    #[arg(long, default_value_t = 300.0)]
-    temperature: f64,
+    #[command(flatten)]
+    dynamics: DynamicsArgs,
     /// Maxwell-Boltzmann starting temperature in K (default: --temperature).
     #[arg(long)]
     init_temperature: Option<f64>,
-    /// Langevin friction in 1/ps.
-    #[arg(long, default_value_t = 10.0)]
-    friction: f64,
-    /// Seeds the starting velocities and the Langevin noise.
-    #[arg(long, default_value_t = 0)]
-    seed: u64,
-    /// Verlet skin in Å: the neighbour list is rebuilt once an atom has moved half of it.
-    #[arg(long, default_value_t = 1.0)]
-    skin: f64,
     /// Start from the structure's `momenta` column (as ASE writes it) instead of random
     /// velocities.
     #[arg(long)]
@@ -72,7 +59,8 @@ pub struct MdArgs {
     traj: Option<PathBuf>,
     #[arg(long, default_value_t = 100)]
     traj_every: u64,
-    /// JSON-lines log: step, time_fs, e_pot, e_kin, e_tot (eV), temperature (K).
+    /// JSON-lines log: step, time_fs, e_pot, e_kin, e_tot (eV), temperature (K),
+    /// bond_deviation (Å).
     #[arg(long)]
     log: Option<PathBuf>,
     #[arg(long, default_value_t = 10)]
@@ -125,8 +113,8 @@ fn fresh(a: &MdArgs) -> Result<MdSummary> {
     let ensemble = match a.ensemble {
         EnsembleArg::Nve => Ensemble::Nve,
         EnsembleArg::Nvt => Ensemble::Nvt {
-            temperature: a.temperature,
-            friction: a.friction,
+            temperature: a.dynamics.temperature,
+            friction: a.dynamics.friction,
         },
     };
     // Absolute paths in the restart file, so a resume works from any folder.
@@ -139,13 +127,13 @@ fn fresh(a: &MdArgs) -> Result<MdSummary> {
         }))
     });
     let settings = MdSettings {
-        dt_fs: a.dt,
+        dt_fs: a.dynamics.dt,
         steps: a.steps.unwrap_or(1000),
         ensemble,
-        init_temperature: a.init_temperature.unwrap_or(a.temperature),
+        init_temperature: a.init_temperature.unwrap_or(a.dynamics.temperature),
         keep_momenta: a.keep_momenta,
-        seed: a.seed,
-        skin: a.skin,
+        seed: a.dynamics.seed,
+        skin: a.dynamics.skin,
         log_every: a.log_every,
         traj_every: a.traj_every,
         restart_every: a.restart_every,

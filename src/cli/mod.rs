@@ -73,6 +73,26 @@ impl DeviceArgs {
     }
 }
 
+/// Integration settings shared by `mlff md` and `mlff validate-md`.
+#[derive(Args, Clone)]
+pub struct DynamicsArgs {
+    /// Time step in fs.
+    #[arg(long, default_value_t = 0.5)]
+    pub dt: f64,
+    /// Thermostat target in K (NVT), and the Maxwell-Boltzmann starting temperature.
+    #[arg(long, default_value_t = 300.0)]
+    pub temperature: f64,
+    /// Langevin friction in 1/ps.
+    #[arg(long, default_value_t = 10.0)]
+    pub friction: f64,
+    /// Seeds the starting velocities and the Langevin noise.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Verlet skin in Å: the neighbour list is rebuilt once an atom has moved half of it.
+    #[arg(long, default_value_t = 1.0)]
+    pub skin: f64,
+}
+
 /// How a checkpoint is run: `--dtype`, `--ops`, `--device`.
 #[derive(Args, Clone)]
 pub struct ModelArgs {

@@ -1,7 +1,7 @@
 //! `mlff validate-md`: NVE and NVT stability runs of the shipped systems with one or more
 //! models and code paths, reported as markdown, JSON and E_tot(t) plots.
 
-use super::{parse_dtype, DeviceArgs};
+use super::{parse_dtype, DeviceArgs, DynamicsArgs};
 use anyhow::{Context, Result};
 use candle_core::DType;
 use clap::Args;
@@ -37,20 +37,8 @@ pub struct ValidateMdArgs {
     /// Length of the NVT run (0: none).
     #[arg(long, default_value_t = 10_000)]
     nvt_steps: u64,
-    /// Time step in fs.
-    #[arg(long, default_value_t = 0.5)]
-    dt: f64,
-    /// Starting (NVE, NVT) and thermostat (NVT) temperature in K.
-    #[arg(long, default_value_t = 300.0)]
-    temperature: f64,
-    /// Langevin friction in 1/ps.
-    #[arg(long, default_value_t = 10.0)]
-    friction: f64,
-    #[arg(long, default_value_t = 0)]
-    seed: u64,
-    /// Verlet skin in Å.
-    #[arg(long, default_value_t = 1.0)]
-    skin: f64,
+    #[command(flatten)]
+    dynamics: DynamicsArgs,
     #[arg(long, default_value_t = 10)]
     log_every: u64,
     /// Trajectory frame every k steps (0: no trajectories).
@@ -130,11 +118,11 @@ pub fn run(a: ValidateMdArgs) -> Result<()> {
     let settings = SuiteSettings {
         nve_windows: a.nve_steps.clone(),
         nvt_steps: a.nvt_steps,
-        dt_fs: a.dt,
-        temperature: a.temperature,
-        friction: a.friction,
-        seed: a.seed,
-        skin: a.skin,
+        dt_fs: a.dynamics.dt,
+        temperature: a.dynamics.temperature,
+        friction: a.dynamics.friction,
+        seed: a.dynamics.seed,
+        skin: a.dynamics.skin,
         log_every: a.log_every,
         traj_every: a.traj_every,
     };
