@@ -1,5 +1,7 @@
 //! Langevin (NVT, 300 K) dynamics of a periodic box of 64 waters with the shipped student:
-//! 1,000 steps of 0.5 fs, periodic wrapping and a Verlet neighbour list with a 1 Å skin.
+//! 200 steps of 0.5 fs, periodic wrapping and a Verlet neighbour list with a 1 Å skin. On 2 CPU
+//! cores a step of this 192-atom box takes about 1.7 s (measured): build with `--features cuda`
+//! for longer runs.
 //!
 //!     cargo run --release --example md_water_box [-- OUT_DIR [N_WATERS [STEPS [nve|nvt]]]]
 //!
@@ -19,7 +21,7 @@ fn main() -> anyhow::Result<()> {
         .next()
         .map_or_else(|| PathBuf::from("examples-out/md_water_box"), PathBuf::from);
     let n_waters: usize = args.next().map_or(Ok(64), |s| s.parse())?;
-    let steps: u64 = args.next().map_or(Ok(1000), |s| s.parse())?;
+    let steps: u64 = args.next().map_or(Ok(200), |s| s.parse())?;
     let ensemble = match args.next().as_deref() {
         None | Some("nvt") => Ensemble::Nvt {
             temperature: 300.0,
