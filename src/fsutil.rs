@@ -56,6 +56,15 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
         .collect()
 }
 
+/// Lower-case hex SHA-256 of a file's contents (model provenance in restarts and reports).
+pub fn sha256_file(path: &Path) -> Result<String> {
+    let bytes = std::fs::read(path).map_err(|source| Error::Io {
+        path: path.into(),
+        source,
+    })?;
+    Ok(sha256_hex(&bytes))
+}
+
 /// Writes `value` as pretty-printed JSON, atomically (see [`write_atomic`]).
 pub fn write_json<T: serde::Serialize>(path: &Path, value: &T) -> Result<()> {
     let json = serde_json::to_vec_pretty(value).map_err(|e| Error::Json {

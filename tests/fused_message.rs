@@ -127,6 +127,13 @@ fn forward_matches_the_composed_ops() {
     assert!(max_abs_diff(&a, &run(&c, false)) < 1e-4);
 }
 
+/// The gradient of `x` in `g`, zeros where nothing depended on it.
+fn grad_or_zero(g: &candle_core::backprop::GradStore, x: &Var) -> Tensor {
+    g.get(x.as_tensor())
+        .cloned()
+        .unwrap_or_else(|| x.as_tensor().zeros_like().unwrap())
+}
+
 /// ∂L/∂(phi, v, filter, dir) of L = Σ weights ⊙ out, then the second order: ∂/∂(phi, filter)
 /// of Σ (∂L/∂dir)², the shape of a force loss (forces come from the direction gradients).
 #[test]
@@ -137,23 +144,12 @@ fn first_and_second_order_gradients_match() {
             let loss = (run(&c, fused) * &c.weights).unwrap().sum_all().unwrap();
             let g = loss.backward().unwrap();
             let vars = [&c.phi, &c.v, &c.w, &c.dir];
-            let first: Vec<Tensor> = vars
-                .iter()
-                .map(|x| {
-                    g.get(x.as_tensor())
-                        .cloned()
-                        .unwrap_or_else(|| x.as_tensor().zeros_like().unwrap())
-                })
-                .collect();
+            let first: Vec<Tensor> = vars.iter().map(|x| grad_or_zero(&g, x)).collect();
             let force_loss = first[3].sqr().unwrap().sum_all().unwrap();
             let g2 = force_loss.backward().unwrap();
             let second: Vec<Tensor> = [&c.phi, &c.w]
                 .iter()
-                .map(|x| {
-                    g2.get(x.as_tensor())
-                        .cloned()
-                        .unwrap_or_else(|| x.as_tensor().zeros_like().unwrap())
-                })
+                .map(|x| grad_or_zero(&g2, x))
                 .collect();
             (first, second)
         };

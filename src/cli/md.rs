@@ -4,7 +4,7 @@ use super::{parse_dtype, DynamicsArgs, ModelArgs};
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
-use mlff_distiller::fsutil::{sha256_hex, write_json};
+use mlff_distiller::fsutil::{sha256_file, write_json};
 use mlff_distiller::io::read_extxyz;
 use mlff_distiller::md::{
     Ensemble, MdOutputs, MdSettings, MdSummary, PainnForces, Progress, Restart, Simulation,
@@ -147,7 +147,7 @@ fn fresh(a: &MdArgs) -> Result<MdSummary> {
     let calc = a.run.calculator(model)?;
     let caller = json!({
         "model": absolute(model),
-        "model_sha256": file_sha256(model)?,
+        "model_sha256": sha256_file(model)?,
         "dtype": format!("{:?}", a.run.dtype).to_lowercase(),
         "ops": a.run.ops.name(),
         "structure": structure,
@@ -176,7 +176,7 @@ fn resume(a: &MdArgs, path: &Path) -> Result<MdSummary> {
         (None, Some(m)) => PathBuf::from(m),
         (None, None) => bail!("{}: records no model; pass --model", path.display()),
     };
-    let sha = file_sha256(&model)?;
+    let sha = sha256_file(&model)?;
     if recorded("model_sha256").is_some_and(|s| s != sha) {
         bail!(
             "{}: SHA-256 differs from the model the restart file {} was written with",
@@ -254,11 +254,6 @@ pub fn pick_frame(path: &Path, k: i64) -> Result<Structure> {
         bail!("{}: has {n} frames, no frame {k}", path.display());
     }
     Ok(frames[idx as usize].clone())
-}
-
-fn file_sha256(path: &Path) -> Result<String> {
-    let bytes = std::fs::read(path).with_context(|| format!("{}", path.display()))?;
-    Ok(sha256_hex(&bytes))
 }
 
 fn describe(e: &Ensemble) -> String {

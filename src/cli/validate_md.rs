@@ -6,7 +6,7 @@ use anyhow::{Context, Result};
 use candle_core::DType;
 use clap::Args;
 use mlff_distiller::device::with_own_stream;
-use mlff_distiller::fsutil::{sha256_hex, write_atomic, write_json};
+use mlff_distiller::fsutil::{sha256_file, write_atomic, write_json};
 use mlff_distiller::io::read_extxyz;
 use mlff_distiller::md::validate::{markdown, plot_energies, run_suite, SuiteSettings};
 use mlff_distiller::ops::EdgeOps;
@@ -94,8 +94,7 @@ pub fn run(a: ValidateMdArgs) -> Result<()> {
         .collect::<Result<Vec<_>>>()?;
     let mut models = Vec::new();
     for m in &a.models {
-        let bytes = std::fs::read(m).with_context(|| format!("{}", m.display()))?;
-        models.push(json!({"path": m, "sha256": sha256_hex(&bytes)}));
+        models.push(json!({"path": m, "sha256": sha256_file(m)?}));
     }
     let make_variants = |dev: &candle_core::Device| {
         let mut out = Vec::new();
