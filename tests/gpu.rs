@@ -91,7 +91,7 @@ fn assert_agree(label: &str, a: &Prediction, b: &Prediction, e_rel: f64, f_rel: 
 
 /// The shipped default-size model gives the same energies and forces on CUDA as on the CPU:
 /// aspirin, a batch of 64 different molecules, a 5,000-atom periodic water box; f32 and f64;
-/// our ops and candle's stock ops.
+/// our ops, candle's stock ops and the fused kernels (F = 128: the warp-reduction path).
 #[test]
 fn cuda_model_matches_cpu() {
     let gpu = cuda();
@@ -109,7 +109,7 @@ fn cuda_model_matches_cpu() {
             let cpu = shipped_calculator(&Device::Cpu, dtype, EdgeOps::Custom)
                 .compute(&batch)
                 .unwrap();
-            for ops in [EdgeOps::Custom, EdgeOps::Stock] {
+            for ops in [EdgeOps::Custom, EdgeOps::Stock, EdgeOps::Fused] {
                 let got = shipped_calculator(&gpu, dtype, ops)
                     .compute(&batch)
                     .unwrap();
@@ -313,6 +313,42 @@ fn cuda_fused_message_matches_cpu() {
                 de <= tol * cpu.energies[k].abs().max(1.0),
                 "{dtype:?} model energy {k}: {de}"
             );
+        }
+    }
+}
+
+/// Every fused kernel (forward and adjoint) on CUDA equals its CPU twin: the test shapes (zero
+/// edges, one edge, isolated atoms, F below and at a multiple of 32) and a large one.
+#[test]
+fn cuda_fused_kernels_match_cpu() {
+    use common::fused::{fused_outputs, inputs, Shape, SHAPES};
+    let gpu = cuda();
+    let large = Shape {
+        n: 2_000,
+        e: 60_000,
+        f: 128,
+        r: 20,
+    };
+    for (dtype, tol) in [(DType::F32, 2e-5), (DType::F64, 1e-12)] {
+        for (k, shape) in SHAPES.iter().chain([&large]).enumerate() {
+            let x = inputs(*shape, dtype, 300 + k as u64);
+            let cpu = fused_outputs(&x, &Device::Cpu).unwrap();
+            let cuda = fused_outputs(&x, &gpu).unwrap();
+            for ((name, a), (_, b)) in cuda.iter().zip(&cpu) {
+                let scale = if b.elem_count() == 0 {
+                    1.0
+                } else {
+                    b.to_dtype(DType::F64)
+                        .and_then(|t| t.abs()?.flatten_all()?.max(0)?.to_scalar::<f64>())
+                        .unwrap()
+                        .max(1.0)
+                };
+                let d = max_abs_diff(a, b);
+                assert!(
+                    d <= tol * scale,
+                    "{dtype:?} {shape:?} {name}: {d} (scale {scale})"
+                );
+            }
         }
     }
 }

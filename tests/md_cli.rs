@@ -135,7 +135,7 @@ fn validate_md_compares_code_paths_in_one_report() {
         "--model",
         model.to_str().unwrap(),
         "--ops",
-        "custom,stock",
+        "stock,fused",
         "--systems",
         "ethanol,water8",
         "--jobs",
@@ -174,9 +174,7 @@ fn validate_md_compares_code_paths_in_one_report() {
     };
     assert!((drift(0) - drift(2)).abs() < 0.05 * drift(0).abs().max(1e-3));
     assert!(out.join("etot_ethanol.png").exists());
-    assert!(out
-        .join("runs/ethanol_painn-gfn2-custom_nve.jsonl")
-        .exists());
+    assert!(out.join("runs/ethanol_painn-gfn2-fused_nve.jsonl").exists());
 
     let o = mlff(&[
         "validate-md",

@@ -98,8 +98,9 @@ pub struct DynamicsArgs {
 pub struct ModelArgs {
     #[arg(long, default_value = "f32", value_parser = parse_dtype)]
     pub dtype: candle_core::DType,
-    /// Edge ops: custom (ours), stock (candle's index_add) or fused (ours plus the fused message).
-    #[arg(long, default_value = "custom")]
+    /// Code path: fused (fused kernels and an explicit force pass: the fastest), custom (our
+    /// edge ops and candle's backprop) or stock (candle's index_select/index_add).
+    #[arg(long, default_value = "fused")]
     pub ops: mlff_distiller::ops::EdgeOps,
     #[command(flatten)]
     pub device: DeviceArgs,

@@ -20,8 +20,8 @@ pub struct ValidateMdArgs {
     /// Model(s) to validate; repeat the flag to compare two in one report.
     #[arg(long = "model", default_value = "models/painn-gfn2.safetensors")]
     models: Vec<PathBuf>,
-    /// Code paths to compare, comma separated: custom, stock, fused.
-    #[arg(long, value_delimiter = ',', default_value = "custom")]
+    /// Code paths to compare, comma separated: fused, custom, stock.
+    #[arg(long, value_delimiter = ',', default_value = "fused")]
     ops: Vec<EdgeOps>,
     /// Shipped starting geometries by name (water8, ethanol, benzene, aspirin,
     /// alanine_dipeptide, trialanine) or extended-XYZ files (first frame), comma separated.

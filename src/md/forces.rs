@@ -2,7 +2,7 @@
 //! the potential energy and forces on the same device, so the MD loop never copies positions to
 //! the host between log steps.
 
-use crate::calculator::{forces_from, Calculator, PainnCalculator};
+use crate::calculator::{atom_energies_and_forces, Calculator, PainnCalculator};
 use crate::error::{Error, Result};
 use crate::model::PainnInputs;
 use crate::neighbors::{image_offset, wrap_positions, VerletList};
@@ -261,11 +261,7 @@ impl ForceProvider for PainnForces<'_> {
         };
         // Forces from the model-dtype sum; the energy summed in f64, so that an f32 model's
         // rounding of a large total (ulp 0.015 eV at 2e5 eV) does not swamp drift estimates.
-        clock.mark(Phase::Forward)?;
-        let atom_energies = calc.model().atom_energies(&inputs)?;
-        let total = atom_energies.sum_all()?;
-        clock.mark(Phase::Backward)?;
-        let forces = forces_from(&total, &var)?;
+        let (atom_energies, forces) = atom_energies_and_forces(calc.model(), &inputs, &var, clock)?;
         Ok(Evaluation {
             energy: atom_energies.to_dtype(DType::F64)?.sum_all()?,
             forces: forces.to_dtype(DType::F64)?,

@@ -5,8 +5,8 @@ use candle_core::{Module, Result, Tensor};
 use candle_nn::{linear, Linear, VarBuilder};
 
 pub struct Message {
-    context1: Linear,
-    context2: Linear,
+    pub(super) context1: Linear,
+    pub(super) context2: Linear,
     hidden: usize,
 }
 

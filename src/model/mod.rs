@@ -1,6 +1,7 @@
 //! The PaiNN student (Schütt, Unke, Gastegger, ICML 2021).
 
 mod config;
+mod fused;
 mod init;
 mod message;
 mod painn;
@@ -9,6 +10,7 @@ mod readout;
 mod update;
 
 pub use config::PainnConfig;
+pub use fused::FusedPainn;
 pub use init::init_varmap;
 pub use painn::{Painn, PainnInputs};
 pub use radial::{cosine_cutoff, gaussian_rbf};

@@ -1,6 +1,7 @@
 //! The whole PaiNN model: edge geometry, filters, blocks, readout, per-structure energies.
 
 use super::config::PainnConfig;
+use super::fused::FusedPainn;
 use super::message::{Edges, Message};
 use super::radial::{cosine_cutoff, gaussian_rbf};
 use super::readout::Readout;
@@ -28,12 +29,14 @@ pub struct PainnInputs {
 
 pub struct Painn {
     cfg: PainnConfig,
-    embedding: Tensor,
-    filter: Linear,
-    messages: Vec<Message>,
-    updates: Vec<Update>,
-    readout: Readout,
+    pub(super) embedding: Tensor,
+    pub(super) filter: Linear,
+    pub(super) messages: Vec<Message>,
+    pub(super) updates: Vec<Update>,
+    pub(super) readout: Readout,
     ops: EdgeOps,
+    /// Weights arranged for the fused path, built on its first use.
+    fused: std::sync::OnceLock<FusedPainn>,
 }
 
 impl Painn {
@@ -66,6 +69,7 @@ impl Painn {
             updates,
             readout,
             ops: EdgeOps::default(),
+            fused: std::sync::OnceLock::new(),
         })
     }
 
@@ -80,6 +84,15 @@ impl Painn {
 
     pub fn ops(&self) -> EdgeOps {
         self.ops
+    }
+
+    /// The fused-kernel form of this model (weights read once, on first use: for inference).
+    pub fn fused(&self) -> Result<&FusedPainn> {
+        if let Some(f) = self.fused.get() {
+            return Ok(f);
+        }
+        let built = FusedPainn::new(self)?;
+        Ok(self.fused.get_or_init(|| built))
     }
 
     /// Per-atom energies [N] in eV.

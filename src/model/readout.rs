@@ -5,13 +5,13 @@ use candle_core::{Module, Result, Tensor};
 use candle_nn::{linear, Init, Linear, VarBuilder};
 
 pub struct Readout {
-    hidden: Linear,
-    out: Linear,
+    pub(super) hidden: Linear,
+    pub(super) out: Linear,
     /// Per-element reference energy (eV), [n_elements].
-    atom_ref: Tensor,
+    pub(super) atom_ref: Tensor,
     /// Scale and shift (eV) of the network output, [1] each.
-    scale: Tensor,
-    shift: Tensor,
+    pub(super) scale: Tensor,
+    pub(super) shift: Tensor,
 }
 
 impl Readout {

@@ -10,9 +10,9 @@ use candle_nn::{linear, linear_no_bias, Linear, VarBuilder};
 const NORM_EPS: f64 = 1e-8;
 
 pub struct Update {
-    mix: Linear,
-    context1: Linear,
-    context2: Linear,
+    pub(super) mix: Linear,
+    pub(super) context1: Linear,
+    pub(super) context2: Linear,
     hidden: usize,
 }
 

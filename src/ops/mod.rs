@@ -8,15 +8,31 @@
 //!
 //! [`EdgeOps::Stock`] runs the same maths through candle's `index_select`/`index_add`, as the
 //! baseline that benchmarks compare against.
+//!
+//! The fused kernels (`edge_basis`, `interaction`, `update`, `activation`, launched through
+//! [`kernel`]) are the forward and adjoint pieces of `model::FusedPainn`, the inference path of
+//! [`EdgeOps::Fused`]; each has a CPU twin that is its test oracle.
 
+mod activation;
+mod edge_basis;
 mod gather;
+mod interaction;
+pub mod kernel;
 mod message;
 mod rows;
 mod scatter_add;
+mod update;
 
+pub use activation::{bias_silu, bias_silu_adjoint};
+pub use edge_basis::{basis_width, edge_basis, edge_basis_adjoint};
 pub use gather::{gather, Gather};
+pub use interaction::{interaction, interaction_adjoint, InteractionInputs};
 pub use message::{message, Message};
 pub use scatter_add::{scatter_add, ScatterAdd};
+pub use update::{
+    act_grad, update_combine, update_combine_adjoint, update_context, update_context_adjoint,
+    StateGrad, NORM_EPS,
+};
 
 use candle_core::{Result, Tensor};
 
@@ -28,7 +44,9 @@ pub enum EdgeOps {
     Custom,
     /// candle's `index_select` / `index_add` (serial scatter on CUDA).
     Stock,
-    /// Our ops, and the message block as one fused op ([`message`]).
+    /// Fused kernels: energies and forces by `model::FusedPainn`'s explicit adjoint
+    /// (inference). The model's autograd graph, which training differentiates, then uses the
+    /// differentiable fused message op ([`message`]).
     Fused,
 }
 

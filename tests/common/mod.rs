@@ -1,6 +1,8 @@
 //! Shared test fixtures: small random models and random molecules/boxes.
 #![allow(dead_code)]
 
+pub mod fused;
+
 use candle_core::{DType, Device};
 use candle_nn::VarBuilder;
 use mlff_distiller::model::{init_varmap, Painn, PainnConfig};

@@ -35,9 +35,9 @@ pub struct BenchArgs {
     )]
     systems: String,
     /// Comma-separated code paths to compare (the first is the accuracy reference): custom
-    /// (our edge ops), stock (candle's index_select/index_add), fused (ours plus the fused
-    /// message op).
-    #[arg(long, default_value = "custom,stock")]
+    /// (our edge ops), stock (candle's index_select/index_add), fused (fused kernels and an
+    /// explicit force pass).
+    #[arg(long, default_value = "custom,fused,stock")]
     ops: String,
     #[arg(long, default_value_t = 5)]
     warmup: usize,

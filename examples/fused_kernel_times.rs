@@ -1,0 +1,238 @@
+//! Times every kernel of the fused path (and the cuBLAS products between them) alone, on the
+//! shapes of real systems, and sets each beside its FLOP and byte floors.
+//!
+//!     cargo run --release --features cuda --example fused_kernel_times -- [DEVICE] [SYSTEMS]
+//!
+//! DEVICE is `cuda` (default) or `cpu`; SYSTEMS a comma list of `aspirin` and `water-N`
+//! (default `aspirin,water-10000`). Each op runs 20 times to warm up, then REPEATS times back
+//! to back between two device synchronisations: the mean is the op's device time where the
+//! kernel is longer than a launch, and the launch cost where it is not. Floors assume f32 and
+//! the peak FP32 rate and memory bandwidth given by MLFF_PEAK_TFLOPS / MLFF_PEAK_TBS (defaults:
+//! H100 SXM, 67 TFLOP/s and 3.35 TB/s); bytes count each tensor read or written once (the
+//! edge basis and weights read per edge are counted once per edge, assumed cached).
+
+use anyhow::Result;
+use candle_core::{DType, Device, Tensor};
+use mlff_distiller::neighbors::batch_neighbor_list;
+use mlff_distiller::ops::{self, InteractionInputs, StateGrad};
+use mlff_distiller::systems::{aspirin, water_box};
+use mlff_distiller::Batch;
+use std::time::Instant;
+
+const REPEATS: usize = 200;
+const F: usize = 128;
+const R: usize = 20;
+const CUTOFF: f64 = 5.0;
+
+struct Row {
+    name: &'static str,
+    micros: f64,
+    flop: f64,
+    bytes: f64,
+}
+
+fn time(dev: &Device, mut op: impl FnMut() -> candle_core::Result<Tensor>) -> Result<f64> {
+    for _ in 0..20 {
+        op()?;
+    }
+    dev.synchronize()?;
+    let t = Instant::now();
+    for _ in 0..REPEATS {
+        op()?;
+    }
+    dev.synchronize()?;
+    Ok(t.elapsed().as_secs_f64() * 1e6 / REPEATS as f64)
+}
+
+fn system(name: &str) -> Result<Batch> {
+    let s = match name.strip_prefix("water-") {
+        Some(n) => water_box(n.parse::<usize>()? / 3, 0),
+        None if name == "aspirin" => aspirin(),
+        None => anyhow::bail!("unknown system {name} (aspirin or water-N)"),
+    };
+    Ok(Batch::new(vec![s])?)
+}
+
+fn rows(dev: &Device, batch: &Batch) -> Result<Vec<Row>> {
+    let nl = batch_neighbor_list(batch, CUTOFF)?;
+    let (n, e, f) = (batch.n_atoms(), nl.len(), F);
+    let (nf, ef) = ((n * f) as f64, (e * f) as f64);
+    let r = |shape: &[usize]| Tensor::randn(0f32, 1.0, shape, dev);
+    let pos: Vec<f32> = batch
+        .positions()
+        .iter()
+        .flatten()
+        .map(|&x| x as f32)
+        .collect();
+    let pos = Tensor::from_vec(pos, (n, 3), dev)?;
+    let off = Tensor::zeros((e, 3), DType::F32, dev)?;
+    let ci = Tensor::new(nl.centers.as_slice(), dev)?;
+    let nj = Tensor::new(nl.neighbors.as_slice(), dev)?;
+    let basis = ops::edge_basis(&pos, &off, &ci, &nj, R, CUTOFF)?;
+    let (phi, pb, filter, state) = (
+        r(&[n, 3 * f])?,
+        r(&[3 * f])?,
+        r(&[R + 1, 3 * f])?,
+        r(&[4 * n, f])?,
+    );
+    let (mixed, act, g_rows, g_s) = (
+        r(&[3 * n, 2 * f])?,
+        r(&[n, 3 * f])?,
+        r(&[3 * n, f])?,
+        r(&[n, f])?,
+    );
+    let (g_ctx, g_basis, w) = (r(&[n, 2 * f])?, r(&[e, R + 4])?, r(&[3 * f, 3 * f])?);
+    let x = InteractionInputs {
+        phi: &phi,
+        phi_bias: &pb,
+        filter: &filter,
+        basis: &basis,
+        state: &state,
+        centers: &ci,
+        neighbors: &nj,
+    };
+    let grad = StateGrad {
+        gx: &g_s,
+        next: Some((&state, &g_rows, &g_rows)),
+    };
+    let packed = ops::update_combine_adjoint(&mixed, &act, &pb, &grad)?;
+    let s = state.narrow(0, 0, n)?;
+    let v = state.narrow(0, n, 3 * n)?;
+    let (ed, bw) = (e as f64, (R + 4) as f64);
+    let filter_flop = 2.0 * 3.0 * (R + 1) as f64;
+    let mut out = vec![
+        Row {
+            name: "edge basis",
+            micros: time(dev, || ops::edge_basis(&pos, &off, &ci, &nj, R, CUTOFF))?,
+            flop: ed * (R as f64 * 12.0 + 30.0),
+            bytes: ed * (4.0 * (9.0 + 2.0 + bw)),
+        },
+        Row {
+            name: "edge basis adjoint",
+            micros: time(dev, || {
+                ops::edge_basis_adjoint(&pos, &off, &g_basis, &ci, &nj, R, CUTOFF)
+            })?,
+            flop: ed * (R as f64 * 16.0 + 60.0),
+            bytes: ed * 4.0 * (9.0 + 2.0 + bw + 6.0),
+        },
+        Row {
+            name: "interaction (filter in kernel)",
+            micros: time(dev, || ops::interaction(&x))?,
+            flop: ef * (filter_flop + 15.0),
+            bytes: 4.0 * (ef * 10.0 + ed * (bw + 2.0) + nf * 8.0),
+        },
+        Row {
+            name: "interaction adjoint",
+            micros: time(dev, || {
+                ops::interaction_adjoint(&x, &state, &g_rows).map(|t| t.0)
+            })?,
+            flop: ef * (2.0 * filter_flop + 2.0 * (R + 4) as f64 + 30.0),
+            bytes: 4.0 * (ef * 19.0 + ed * 2.0 * (bw + 1.0) + nf * 13.0),
+        },
+        Row {
+            name: "update context",
+            micros: time(dev, || ops::update_context(&state, &mixed))?,
+            flop: nf * 8.0,
+            bytes: 4.0 * nf * 6.0,
+        },
+        Row {
+            name: "update combine",
+            micros: time(dev, || ops::update_combine(&state, &mixed, &act, &pb))?,
+            flop: nf * 16.0,
+            bytes: 4.0 * nf * 17.0,
+        },
+        Row {
+            name: "update combine adjoint",
+            micros: time(dev, || {
+                ops::update_combine_adjoint(&mixed, &act, &pb, &grad)
+            })?,
+            flop: nf * 30.0,
+            bytes: 4.0 * nf * 33.0,
+        },
+        Row {
+            name: "update context adjoint",
+            micros: time(dev, || {
+                ops::update_context_adjoint(&mixed, &g_ctx, &packed).map(|t| t.0)
+            })?,
+            flop: nf * 14.0,
+            bytes: 4.0 * nf * 25.0,
+        },
+        Row {
+            name: "bias + silu [N, F]",
+            micros: time(dev, || {
+                ops::bias_silu(&s, &g_s.narrow(0, 0, 1)?.squeeze(0)?)
+            })?,
+            flop: nf * 6.0,
+            bytes: 4.0 * nf * 2.0,
+        },
+        Row {
+            name: "bias + silu adjoint [N, F]",
+            micros: time(dev, || {
+                ops::bias_silu_adjoint(&s, &g_s.narrow(0, 0, 1)?.squeeze(0)?, &g_s)
+            })?,
+            flop: nf * 10.0,
+            bytes: 4.0 * nf * 3.0,
+        },
+    ];
+    let products: [(&'static str, &Tensor, usize); 4] = [
+        ("matmul [N,F]x[F,F]", &s, f),
+        ("matmul [N,F]x[F,3F]", &s, 3 * f),
+        ("matmul [3N,F]x[F,2F]", &v, 2 * f),
+        ("matmul [N,2F]x[2F,F]", &g_ctx, f),
+    ];
+    for (name, lhs, cols) in products {
+        let (m, k) = lhs.dims2()?;
+        let rhs = w.narrow(0, 0, k)?.narrow(1, 0, cols)?.contiguous()?;
+        out.push(Row {
+            name,
+            micros: time(dev, || lhs.matmul(&rhs))?,
+            flop: 2.0 * (m * k * cols) as f64,
+            bytes: 4.0 * (m * k + k * cols + m * cols) as f64,
+        });
+    }
+    Ok(out)
+}
+
+fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    let dev = match args.get(1).map(String::as_str) {
+        Some("cpu") => Device::Cpu,
+        _ => Device::new_cuda(0)?,
+    };
+    let systems = args
+        .get(2)
+        .map(String::as_str)
+        .unwrap_or("aspirin,water-10000");
+    let env = |k: &str, d: f64| {
+        std::env::var(k)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(d)
+    };
+    let (tflops, tbs) = (env("MLFF_PEAK_TFLOPS", 67.0), env("MLFF_PEAK_TBS", 3.35));
+    for name in systems.split(',') {
+        let batch = system(name)?;
+        let nl = batch_neighbor_list(&batch, CUTOFF)?;
+        println!(
+            "\n### {name}: {} atoms, {} edges, F = {F}, R = {R}, f32\n",
+            batch.n_atoms(),
+            nl.len()
+        );
+        println!("| op | µs | GFLOP | MB | floor µs (FLOP) | floor µs (bytes) | % of floor |");
+        println!("|---|---:|---:|---:|---:|---:|---:|");
+        for r in rows(&dev, &batch)? {
+            let (tf, tb) = (r.flop / (tflops * 1e6), r.bytes / (tbs * 1e6));
+            println!(
+                "| {} | {:.1} | {:.4} | {:.2} | {:.2} | {:.2} | {:.0} |",
+                r.name,
+                r.micros,
+                r.flop / 1e9,
+                r.bytes / 1e6,
+                tf,
+                tb,
+                100.0 * tf.max(tb) / r.micros
+            );
+        }
+    }
+    Ok(())
+}

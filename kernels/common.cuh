@@ -1,0 +1,21 @@
+// Helpers shared by the fused kernels (included, not compiled on its own).
+#pragma once
+#include <cstddef>
+
+// Grid-stride loop over `total` work items; the host launches blocks of 256 threads.
+#define FOR_EACH(k, total)                                                             \
+    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < (total);        \
+         k += (size_t)gridDim.x * blockDim.x)
+
+// Sum over the 32 lanes of a warp; every lane must take part.
+template <typename T>
+__device__ __forceinline__ T warp_sum(T x) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) x += __shfl_down_sync(0xffffffffu, x, o);
+    return x;
+}
+
+template <typename T>
+__device__ __forceinline__ T sigmoid(T z) {
+    return T(1) / (T(1) + exp(-z));
+}

@@ -1,0 +1,164 @@
+//! Edge basis of the filter network, fused: from positions, image offsets and the edge list to
+//! `[rbf_0 f_c, ..., rbf_{R-1} f_c, f_c, r̂]` per edge (R + 4 columns) in one kernel, and the
+//! adjoint back to positions in another (kernels/edge_basis.cu). The same Gaussians and cosine
+//! cutoff as `model::radial`; the filter network's bias multiplies the `f_c` column.
+
+use super::kernel::{kernel_source, launch, Init, Kernel, Real};
+use candle_core::{Result, Tensor};
+
+/// Basis columns per edge for `n_rbf` Gaussians.
+pub fn basis_width(n_rbf: usize) -> usize {
+    n_rbf + 4
+}
+
+struct Geometry {
+    n_edges: usize,
+    n_rbf: usize,
+    cutoff: f64,
+}
+
+impl Geometry {
+    /// r_ij = x_j − x_i + offset, |r_ij|.
+    fn edge<T: Real>(&self, pos: &[T], off: &[T], i: usize, j: usize, e: usize) -> ([T; 3], T) {
+        let mut r = [T::zero(); 3];
+        let mut d2 = T::zero();
+        for a in 0..3 {
+            r[a] = pos[3 * j + a] - pos[3 * i + a] + off[3 * e + a];
+            d2 += r[a] * r[a];
+        }
+        (r, d2.sqrt())
+    }
+
+    /// Gaussian k at distance d, and the cutoff f_c and its derivative.
+    fn radial<T: Real>(&self, d: T) -> (T, T, T) {
+        let rc = T::of(self.cutoff);
+        let w = rc / T::of((self.n_rbf - 1) as f64);
+        let pi = T::of(std::f64::consts::PI);
+        let half = T::of(0.5);
+        if d < rc {
+            let fc = half * ((pi * d / rc).cos() + T::one());
+            let dfc = -half * pi / rc * (pi * d / rc).sin();
+            (w, fc, dfc)
+        } else {
+            (w, T::zero(), T::zero())
+        }
+    }
+}
+
+struct Forward(Geometry);
+
+impl Kernel for Forward {
+    kernel_source!("edge_basis_fwd", "edge_basis");
+    fn work(&self) -> usize {
+        self.0.n_edges
+    }
+    fn sizes(&self) -> Vec<usize> {
+        vec![self.0.n_edges, self.0.n_rbf]
+    }
+    fn reals(&self) -> Vec<f64> {
+        vec![self.0.cutoff]
+    }
+    fn cpu<T: Real>(&self, x: &[&[T]], idx: &[&[u32]], out: &mut [T]) {
+        let (g, bw) = (&self.0, basis_width(self.0.n_rbf));
+        for (e, (&i, &j)) in idx[0].iter().zip(idx[1]).enumerate() {
+            let (r, d) = g.edge(x[0], x[1], i as usize, j as usize, e);
+            let (w, fc, _) = g.radial(d);
+            let o = &mut out[e * bw..(e + 1) * bw];
+            for (k, o) in o[..g.n_rbf].iter_mut().enumerate() {
+                let z = (d - T::of(k as f64) * w) / w;
+                *o = (T::of(-0.5) * z * z).exp() * fc;
+            }
+            o[g.n_rbf] = fc;
+            for a in 0..3 {
+                o[g.n_rbf + 1 + a] = r[a] / d;
+            }
+        }
+    }
+}
+
+struct Adjoint(Geometry);
+
+impl Kernel for Adjoint {
+    kernel_source!("edge_basis_adj", "edge_basis");
+    fn work(&self) -> usize {
+        self.0.n_edges
+    }
+    fn sizes(&self) -> Vec<usize> {
+        vec![self.0.n_edges, self.0.n_rbf]
+    }
+    fn reals(&self) -> Vec<f64> {
+        vec![self.0.cutoff]
+    }
+    fn cpu<T: Real>(&self, x: &[&[T]], idx: &[&[u32]], out: &mut [T]) {
+        let (g, bw) = (&self.0, basis_width(self.0.n_rbf));
+        for (e, (&i, &j)) in idx[0].iter().zip(idx[1]).enumerate() {
+            let (i, j) = (i as usize, j as usize);
+            let (r, d) = g.edge(x[0], x[1], i, j, e);
+            let (w, fc, dfc) = g.radial(d);
+            let ge = &x[2][e * bw..(e + 1) * bw];
+            let mut gd = ge[g.n_rbf] * dfc;
+            for (k, &gk) in ge[..g.n_rbf].iter().enumerate() {
+                let z = (d - T::of(k as f64) * w) / w;
+                let rbf = (T::of(-0.5) * z * z).exp();
+                gd += gk * (rbf * dfc - rbf * z / w * fc);
+            }
+            let u = [r[0] / d, r[1] / d, r[2] / d];
+            let gu = &ge[g.n_rbf + 1..];
+            let gu_u = gu[0] * u[0] + gu[1] * u[1] + gu[2] * u[2];
+            for a in 0..3 {
+                let gr = gd * u[a] + (gu[a] - gu_u * u[a]) / d;
+                out[3 * j + a] += gr;
+                out[3 * i + a] -= gr;
+            }
+        }
+    }
+}
+
+/// Edge basis [E, R + 4] of edges i ← j (`centers`, `neighbors`, u32) with image `offsets`
+/// [E, 3] from `positions` [N, 3].
+pub fn edge_basis(
+    positions: &Tensor,
+    offsets: &Tensor,
+    centers: &Tensor,
+    neighbors: &Tensor,
+    n_rbf: usize,
+    cutoff: f64,
+) -> Result<Tensor> {
+    let n_edges = centers.dim(0)?;
+    let k = Forward(Geometry {
+        n_edges,
+        n_rbf,
+        cutoff,
+    });
+    launch(
+        k,
+        &[positions, offsets],
+        &[centers, neighbors],
+        (n_edges, basis_width(n_rbf)),
+        Init::Uninit,
+    )
+}
+
+/// dL/d(positions) [N, 3] from dL/d(basis) `grad` [E, R + 4].
+pub fn edge_basis_adjoint(
+    positions: &Tensor,
+    offsets: &Tensor,
+    grad: &Tensor,
+    centers: &Tensor,
+    neighbors: &Tensor,
+    n_rbf: usize,
+    cutoff: f64,
+) -> Result<Tensor> {
+    let k = Adjoint(Geometry {
+        n_edges: centers.dim(0)?,
+        n_rbf,
+        cutoff,
+    });
+    launch(
+        k,
+        &[positions, offsets, grad],
+        &[centers, neighbors],
+        positions.shape(),
+        Init::Zero,
+    )
+}

@@ -1,0 +1,323 @@
+//! One launcher for the fused kernels: a [`Kernel`] names its CUDA function and its CPU twin,
+//! and [`launch`] runs whichever the tensors' device needs, into a fresh output tensor.
+//!
+//! CUDA functions follow one signature convention: the float inputs, the u32 index inputs, the
+//! output pointer, then the `sizes` (size_t) and the `reals` (double), each in the order the
+//! kernel lists them; `{NAME}_f32` and `{NAME}_f64` are the two instantiations. Every launch
+//! is a grid-stride loop over `work` items in blocks of [`BLOCK`] threads.
+//!
+//! The outputs carry no autograd history: these kernels serve the explicit adjoint of
+//! `model::fused`, which does its own backward pass.
+
+use candle_core::{bail, CpuStorage, CustomOp1, DType, Layout, Result, Shape, Storage, Tensor};
+
+/// Threads per block of every fused kernel (a multiple of the warp size, which the per-edge
+/// warp reductions rely on).
+pub const BLOCK: u32 = 256;
+
+/// Float element types the kernels are instantiated for.
+pub trait Real:
+    num_traits::Float + std::ops::AddAssign + std::ops::SubAssign + candle_core::WithDType + Send + Sync
+{
+    fn of(x: f64) -> Self;
+}
+
+impl Real for f32 {
+    fn of(x: f64) -> Self {
+        x as f32
+    }
+}
+
+impl Real for f64 {
+    fn of(x: f64) -> Self {
+        x
+    }
+}
+
+/// A kernel of kernels/ with its CPU twin.
+pub trait Kernel: Send + Sync {
+    /// Function stem in the PTX module (`{NAME}_f32`, `{NAME}_f64`).
+    const NAME: &'static str;
+    /// The PTX module, i.e. the .cu file's stem.
+    const MODULE: &'static str;
+    #[cfg(feature = "cuda")]
+    const PTX: &'static str;
+    /// Number of grid-stride work items.
+    fn work(&self) -> usize;
+    /// size_t arguments after the output pointer.
+    fn sizes(&self) -> Vec<usize>;
+    /// double arguments after the sizes.
+    fn reals(&self) -> Vec<f64> {
+        Vec::new()
+    }
+    /// The CPU twin: same inputs, writing (or adding into) `out`, which starts as [`Init`] says.
+    fn cpu<T: Real>(&self, x: &[&[T]], idx: &[&[u32]], out: &mut [T]);
+}
+
+/// The `NAME`, `MODULE` and `PTX` items of a [`Kernel`] impl for function stem `$name` of
+/// kernels/`$module`.cu.
+macro_rules! kernel_source {
+    ($name:literal, $module:literal) => {
+        const NAME: &'static str = $name;
+        const MODULE: &'static str = $module;
+        #[cfg(feature = "cuda")]
+        const PTX: &'static str = include_str!(concat!(env!("OUT_DIR"), "/", $module, ".ptx"));
+    };
+}
+pub(crate) use kernel_source;
+
+/// What the output holds before the kernel runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Init {
+    /// Nothing: the kernel writes every element.
+    Uninit,
+    /// Zeros: the kernel accumulates.
+    Zero,
+    /// A copy of float input `k` (same length): the kernel adds to it.
+    Copy(usize),
+}
+
+/// Runs `kernel` on `inputs` (f32 or f64, contiguous, one dtype) and the u32 `index` tensors,
+/// into a new tensor of `shape`.
+pub fn launch<K: Kernel>(
+    kernel: K,
+    inputs: &[&Tensor],
+    index: &[&Tensor],
+    shape: impl Into<Shape>,
+    init: Init,
+) -> Result<Tensor> {
+    let shape = shape.into();
+    let Some(first) = inputs.first() else {
+        bail!("{}: a kernel needs at least one float input", K::NAME)
+    };
+    let dtype = first.dtype();
+    if !matches!(dtype, DType::F32 | DType::F64) {
+        bail!("{}: dtype {dtype:?} is not supported (f32, f64)", K::NAME)
+    }
+    for (k, t) in inputs.iter().enumerate() {
+        if t.dtype() != dtype || !t.device().same_device(first.device()) {
+            bail!(
+                "{}: float input {k} is {:?} on {:?}, expected {dtype:?} on {:?}",
+                K::NAME,
+                t.dtype(),
+                t.device().location(),
+                first.device().location()
+            )
+        }
+    }
+    for (k, t) in index.iter().enumerate() {
+        if t.dtype() != DType::U32 || t.rank() != 1 {
+            bail!(
+                "{}: index input {k} must be 1-D u32, got {:?} {:?}",
+                K::NAME,
+                t.dtype(),
+                t.dims()
+            )
+        }
+    }
+    if let Init::Copy(k) = init {
+        if inputs.get(k).map(|t| t.elem_count()) != Some(shape.elem_count()) {
+            bail!("{}: cannot start the output from input {k}", K::NAME)
+        }
+    }
+    let op = Launch {
+        kernel,
+        inputs: inputs
+            .iter()
+            .map(|t| t.contiguous())
+            .collect::<Result<_>>()?,
+        index: index
+            .iter()
+            .map(|t| t.contiguous())
+            .collect::<Result<_>>()?,
+        shape,
+        init,
+        dtype,
+    };
+    op.inputs[0].apply_op1_no_bwd(&op)
+}
+
+struct Launch<K> {
+    kernel: K,
+    inputs: Vec<Tensor>,
+    index: Vec<Tensor>,
+    shape: Shape,
+    init: Init,
+    dtype: DType,
+}
+
+/// The element range of a contiguous tensor's storage.
+fn range(t: &Tensor, what: &str) -> Result<(usize, usize)> {
+    match t.layout().contiguous_offsets() {
+        Some(r) => Ok(r),
+        None => bail!("{what} must be contiguous"),
+    }
+}
+
+impl<K: Kernel> Launch<K> {
+    fn run_cpu<T: Real>(&self) -> Result<Vec<T>> {
+        let guards: Vec<_> = self.inputs.iter().map(|t| t.storage_and_layout()).collect();
+        let mut x = Vec::with_capacity(guards.len());
+        for (t, (g, _)) in self.inputs.iter().zip(&guards) {
+            let (a, b) = range(t, K::NAME)?;
+            match &**g {
+                Storage::Cpu(s) => x.push(&s.as_slice::<T>()?[a..b]),
+                _ => bail!("{}: inputs must all be on the CPU", K::NAME),
+            }
+        }
+        let iguards: Vec<_> = self.index.iter().map(|t| t.storage_and_layout()).collect();
+        let mut idx = Vec::with_capacity(iguards.len());
+        for (t, (g, _)) in self.index.iter().zip(&iguards) {
+            let (a, b) = range(t, K::NAME)?;
+            match &**g {
+                Storage::Cpu(s) => idx.push(&s.as_slice::<u32>()?[a..b]),
+                _ => bail!("{}: indices must be on the CPU", K::NAME),
+            }
+        }
+        let mut out = match self.init {
+            Init::Copy(k) => x[k].to_vec(),
+            Init::Zero | Init::Uninit => vec![T::zero(); self.shape.elem_count()],
+        };
+        self.kernel.cpu(&x, &idx, &mut out);
+        Ok(out)
+    }
+
+    #[cfg(feature = "cuda")]
+    fn run_cuda<T>(
+        &self,
+        dev: &candle_core::CudaDevice,
+    ) -> Result<candle_core::cuda_backend::cudarc::driver::CudaSlice<T>>
+    where
+        T: candle_core::cuda_backend::CudaDType
+            + candle_core::WithDType
+            + candle_core::cuda_backend::cudarc::driver::DeviceRepr
+            + candle_core::cuda_backend::cudarc::driver::ValidAsZeroBits,
+    {
+        use candle_core::cuda_backend::cudarc::driver::{CudaView, PushKernelArg};
+        let guards: Vec<_> = self.inputs.iter().map(|t| t.storage_and_layout()).collect();
+        let mut x: Vec<CudaView<T>> = Vec::with_capacity(guards.len());
+        for (t, (g, _)) in self.inputs.iter().zip(&guards) {
+            let (a, b) = range(t, K::NAME)?;
+            match &**g {
+                Storage::Cuda(s) => x.push(s.as_cuda_slice::<T>()?.slice(a..b)),
+                _ => bail!("{}: inputs must all be on the CUDA device", K::NAME),
+            }
+        }
+        let iguards: Vec<_> = self.index.iter().map(|t| t.storage_and_layout()).collect();
+        let mut idx: Vec<CudaView<u32>> = Vec::with_capacity(iguards.len());
+        for (t, (g, _)) in self.index.iter().zip(&iguards) {
+            let (a, b) = range(t, K::NAME)?;
+            match &**g {
+                Storage::Cuda(s) => idx.push(s.as_cuda_slice::<u32>()?.slice(a..b)),
+                _ => bail!("{}: indices must be on the CUDA device", K::NAME),
+            }
+        }
+        let len = self.shape.elem_count();
+        let mut out = match self.init {
+            Init::Zero => dev.alloc_zeros::<T>(len)?,
+            // SAFETY: Uninit kernels write every element; Copy fills it right below.
+            Init::Uninit | Init::Copy(_) => unsafe { dev.alloc::<T>(len)? },
+        };
+        if let Init::Copy(k) = self.init {
+            dev.memcpy_dtod(&x[k], &mut out)?;
+        }
+        let work = self.kernel.work();
+        if work == 0 || len == 0 {
+            return Ok(out);
+        }
+        let func = cached_function(dev, K::NAME, K::MODULE, K::PTX, T::DTYPE)?;
+        let stream = dev.cuda_stream();
+        let (sizes, reals) = (self.kernel.sizes(), self.kernel.reals());
+        let mut b = stream.launch_builder(&func);
+        for v in &x {
+            b.arg(v);
+        }
+        for v in &idx {
+            b.arg(v);
+        }
+        b.arg(&mut out);
+        for s in &sizes {
+            b.arg(s);
+        }
+        for r in &reals {
+            b.arg(r);
+        }
+        // SAFETY: the argument list follows the convention documented at the top of this file,
+        // which every kernel in kernels/ declares.
+        unsafe { b.launch(grid_stride(work)) }
+            .map_err(|e| candle_core::Error::Cuda(Box::new(e)))?;
+        drop(b);
+        Ok(out)
+    }
+}
+
+/// The kernel `{name}_{f32|f64}` of a device, loaded once: looking it up per launch (a name
+/// string and a driver query) costs about a microsecond, which small-molecule steps feel.
+#[cfg(feature = "cuda")]
+fn cached_function(
+    dev: &candle_core::CudaDevice,
+    name: &'static str,
+    module: &'static str,
+    ptx: &'static str,
+    dtype: DType,
+) -> Result<candle_core::cuda_backend::cudarc::driver::CudaFunction> {
+    use candle_core::cuda_backend::cudarc::driver::CudaFunction;
+    use candle_core::cuda_backend::DeviceId;
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    type Cache = Mutex<HashMap<(DeviceId, &'static str, DType), CudaFunction>>;
+    static CACHE: OnceLock<Cache> = OnceLock::new();
+    let key = (dev.id(), name, dtype);
+    let cache = CACHE.get_or_init(Default::default);
+    if let Some(f) = cache.lock().ok().and_then(|c| c.get(&key).cloned()) {
+        return Ok(f);
+    }
+    let suffix = if dtype == DType::F32 { "f32" } else { "f64" };
+    let f = dev
+        .get_or_load_custom_func(&format!("{name}_{suffix}"), module, ptx)?
+        .clone();
+    if let Ok(mut c) = cache.lock() {
+        c.insert(key, f.clone());
+    }
+    Ok(f)
+}
+
+/// Launch shape for a grid-stride loop over `work` items.
+#[cfg(feature = "cuda")]
+pub fn grid_stride(work: usize) -> candle_core::cuda_backend::cudarc::driver::LaunchConfig {
+    let blocks = work.div_ceil(BLOCK as usize).clamp(1, 65535 * 8) as u32;
+    candle_core::cuda_backend::cudarc::driver::LaunchConfig {
+        grid_dim: (blocks, 1, 1),
+        block_dim: (BLOCK, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+impl<K: Kernel> CustomOp1 for Launch<K> {
+    fn name(&self) -> &'static str {
+        K::NAME
+    }
+
+    fn cpu_fwd(&self, _: &CpuStorage, _: &Layout) -> Result<(CpuStorage, Shape)> {
+        let out = match self.dtype {
+            DType::F32 => CpuStorage::F32(self.run_cpu::<f32>()?),
+            _ => CpuStorage::F64(self.run_cpu::<f64>()?),
+        };
+        Ok((out, self.shape.clone()))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s: &candle_core::CudaStorage,
+        _: &Layout,
+    ) -> Result<(candle_core::CudaStorage, Shape)> {
+        use candle_core::CudaStorage;
+        let dev = s.device.clone();
+        let out = match self.dtype {
+            DType::F32 => CudaStorage::wrap_cuda_slice(self.run_cuda::<f32>(&dev)?, dev),
+            _ => CudaStorage::wrap_cuda_slice(self.run_cuda::<f64>(&dev)?, dev),
+        };
+        Ok((out, self.shape.clone()))
+    }
+}
