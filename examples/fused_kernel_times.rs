@@ -14,7 +14,7 @@
 use anyhow::Result;
 use candle_core::{DType, Device, Tensor};
 use mlff_distiller::neighbors::batch_neighbor_list;
-use mlff_distiller::ops::{self, InteractionInputs, StateGrad};
+use mlff_distiller::ops::{self, EdgeFilter, InteractionInputs, StateGrad};
 use mlff_distiller::systems::{aspirin, water_box};
 use mlff_distiller::Batch;
 use std::time::Instant;
@@ -85,7 +85,7 @@ fn rows(dev: &Device, batch: &Batch) -> Result<Vec<Row>> {
     let x = InteractionInputs {
         phi: &phi,
         phi_bias: &pb,
-        filter: &filter,
+        filter: EdgeFilter::Weights(&filter),
         basis: &basis,
         state: &state,
         centers: &ci,
@@ -96,6 +96,13 @@ fn rows(dev: &Device, batch: &Batch) -> Result<Vec<Row>> {
         next: Some((&state, &g_rows, &g_rows)),
     };
     let packed = ops::update_combine_adjoint(&mixed, &act, &pb, &grad)?;
+    let filter_basis = r(&[R + 4, 3 * f])?;
+    let filter_rows = basis.matmul(&filter_basis)?;
+    let g_filter_rows = r(&[e, 3 * f])?;
+    let x_rows = InteractionInputs {
+        filter: EdgeFilter::Rows(&filter_rows),
+        ..x
+    };
     let s = state.narrow(0, 0, n)?;
     let v = state.narrow(0, n, 3 * n)?;
     let (ed, bw) = (e as f64, (R + 4) as f64);
@@ -124,10 +131,36 @@ fn rows(dev: &Device, batch: &Batch) -> Result<Vec<Row>> {
         Row {
             name: "interaction adjoint",
             micros: time(dev, || {
-                ops::interaction_adjoint(&x, &state, &g_rows).map(|t| t.0)
+                ops::interaction_adjoint(&x, &state, &g_rows).map(|t| t.v)
             })?,
             flop: ef * (2.0 * filter_flop + 2.0 * (R + 4) as f64 + 30.0),
             bytes: 4.0 * (ef * 19.0 + ed * 2.0 * (bw + 1.0) + nf * 13.0),
+        },
+        Row {
+            name: "filter rows: matmul [E,R+4]x[R+4,3F]",
+            micros: time(dev, || basis.matmul(&filter_basis))?,
+            flop: ef * filter_flop,
+            bytes: 4.0 * (ed * bw + ef * 3.0),
+        },
+        Row {
+            name: "interaction (filter rows)",
+            micros: time(dev, || ops::interaction(&x_rows))?,
+            flop: ef * 15.0,
+            bytes: 4.0 * (ef * 13.0 + ed * 5.0 + nf * 8.0),
+        },
+        Row {
+            name: "interaction adjoint (filter rows)",
+            micros: time(dev, || {
+                ops::interaction_adjoint(&x_rows, &state, &g_rows).map(|t| t.v)
+            })?,
+            flop: ef * 30.0,
+            bytes: 4.0 * (ef * 22.0 + ed * 2.0 * 5.0 + nf * 13.0),
+        },
+        Row {
+            name: "filter rows adjoint: matmul [E,3F]x[3F,R+4]",
+            micros: time(dev, || g_filter_rows.matmul(&filter_basis.t()?))?,
+            flop: ef * filter_flop,
+            bytes: 4.0 * (ef * 3.0 + ed * bw),
         },
         Row {
             name: "update context",

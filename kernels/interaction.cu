@@ -9,6 +9,51 @@
 // src/ops/interaction.rs.
 #include "common.cuh"
 
+// Adds edge e's message for feature c to atom i: the filter (ws, wd, wv) times the context of
+// atom j, along the unit vector u and j's vector features.
+template <typename T>
+__device__ __forceinline__ void add_message(T* out, const T* phi, const T* pb, const T* sv,
+                                            const T* u, T ws, T wd, T wv, size_t n, size_t f,
+                                            size_t i, size_t j, size_t c) {
+    const T* p = phi + j * 3 * f;
+    const T xd = (p[f + c] + pb[f + c]) * wd;
+    const T xv = (p[2 * f + c] + pb[2 * f + c]) * wv;
+    atomicAdd(out + i * f + c, (p[c] + pb[c]) * ws);
+#pragma unroll
+    for (int a = 0; a < 3; ++a) {
+        const size_t row = (1 + a) * n;
+        atomicAdd(out + (row + i) * f + c, xd * u[a] + xv * sv[(row + j) * f + c]);
+    }
+}
+
+// The gradient arriving at edge e's message for feature c: g_a = dL/d(dv_a[i]) (gm plus the
+// mixing term gve), and its projections on u (gxd) and on v_j (gxv).
+template <typename T>
+__device__ __forceinline__ void message_grad(const T* gm, const T* gve, const T* sv, const T* u,
+                                             size_t n, size_t f, size_t i, size_t j, size_t c,
+                                             T g[3], T& gxd, T& gxv) {
+    gxd = gxv = T(0);
+#pragma unroll
+    for (int a = 0; a < 3; ++a) {
+        g[a] = gm[((1 + a) * n + i) * f + c] + gve[(a * n + i) * f + c];
+        gxd += g[a] * u[a];
+        gxv += g[a] * sv[((1 + a) * n + j) * f + c];
+    }
+}
+
+// Adds edge e's gradients for feature c to its sending atom j: dL/dφ_j and, through
+// x_v = φ_v w_v (xv), dL/dv_j.
+template <typename T>
+__device__ __forceinline__ void add_sender_grads(T* gphi, T* gv, const T g[3], T gs, T gxd,
+                                                 T gxv, T ws, T wd, T wv, T xv, size_t n,
+                                                 size_t f, size_t j, size_t c) {
+    atomicAdd(gphi + j * 3 * f + c, gs * ws);
+    atomicAdd(gphi + j * 3 * f + f + c, gxd * wd);
+    atomicAdd(gphi + j * 3 * f + 2 * f + c, gxv * wv);
+#pragma unroll
+    for (int a = 0; a < 3; ++a) atomicAdd(gv + (a * n + j) * f + c, g[a] * xv);
+}
+
 // Forward, one thread per (edge, feature); out holds a copy of the input state sv and the
 // messages are added to it with atomic adds. (Keeping each feature's filter column in registers
 // over many edges, blocks of (F, edges), measured 2.6x slower at 10,000 atoms on an H100.)
@@ -27,16 +72,7 @@ __device__ void interaction_fwd(const T* phi, const T* pb, const T* wt, const T*
             wd += b[r] * w[f + c];
             wv += b[r] * w[2 * f + c];
         }
-        const T* p = phi + j * 3 * f;
-        const T xs = (p[c] + pb[c]) * ws;
-        const T xd = (p[f + c] + pb[f + c]) * wd;
-        const T xv = (p[2 * f + c] + pb[2 * f + c]) * wv;
-        atomicAdd(out + i * f + c, xs);
-#pragma unroll
-        for (int a = 0; a < 3; ++a) {
-            const size_t row = (1 + a) * n;
-            atomicAdd(out + (row + i) * f + c, xd * b[nb + a] + xv * sv[(row + j) * f + c]);
-        }
+        add_message(out, phi, pb, sv, b + nb, ws, wd, wv, n, f, i, j, c);
     }
 }
 
@@ -81,13 +117,8 @@ __device__ void interaction_adj(const T* phi, const T* pb, const T* wt, const T*
             const T ps = p[c] + pb[c], pd = p[f + c] + pb[f + c];
             const T pv = p[2 * f + c] + pb[2 * f + c];
             const T gs = gm[i * f + c];
-            T g[3], gxd = 0, gxv = 0;
-#pragma unroll
-            for (int a = 0; a < 3; ++a) {
-                g[a] = gm[((1 + a) * n + i) * f + c] + gve[(a * n + i) * f + c];
-                gxd += g[a] * b[nb + a];
-                gxv += g[a] * sv[((1 + a) * n + j) * f + c];
-            }
+            T g[3], gxd, gxv;
+            message_grad(gm, gve, sv, b + nb, n, f, i, j, c, g, gxd, gxv);
             // dL/dw does not depend on w: one pass over the weights forms the filter and the
             // basis gradient together.
             const T gws = gs * ps, gwd = gxd * pd, gwv = gxv * pv;
@@ -103,12 +134,8 @@ __device__ void interaction_adj(const T* phi, const T* pb, const T* wt, const T*
                     acc[r] += gws * w_s + gwd * w_d + gwv * w_v;
                 }
             }
-            atomicAdd(gphi + j * 3 * f + c, gs * ws);
-            atomicAdd(gphi + j * 3 * f + f + c, gxd * wd);
-            atomicAdd(gphi + j * 3 * f + 2 * f + c, gxv * wv);
-            const T xd = pd * wd, xv = pv * wv;
-#pragma unroll
-            for (int a = 0; a < 3; ++a) atomicAdd(gv + (a * n + j) * f + c, g[a] * xv);
+            add_sender_grads(gphi, gv, g, gs, gxd, gxv, ws, wd, wv, pv * wv, n, f, j, c);
+            const T xd = pd * wd;
 #pragma unroll
             for (int r = 0; r < MAX_BASIS; ++r) {
                 const int a = r - (int)nb;  // selected without indexing: g stays in registers
@@ -127,18 +154,81 @@ __device__ void interaction_adj(const T* phi, const T* pb, const T* wt, const T*
     }
 }
 
-#define INTERACTION(T, S)                                                                    \
-    extern "C" __global__ void interaction_fwd_##S(                                          \
-        const T* phi, const T* pb, const T* wt, const T* basis, const T* sv,                 \
+// The same two kernels with the filter rows precomputed, w = basis . Wt (cuBLAS, [E, 3F]), for
+// large edge counts: no 21-term dot products per thread. The adjoint writes dL/dw [E, 3F] for
+// the caller's product back to the basis, and only the unit-vector columns of dL/d(basis).
+// out = [g_v (3NF) | g_phi (3NF) | g_basis (E (R+4), zeroed) | g_w (E 3F)].
+template <typename T>
+__device__ void interaction_rows_fwd(const T* phi, const T* pb, const T* w, const T* basis,
+                                     const T* sv, const unsigned int* ci,
+                                     const unsigned int* nj, T* out, size_t n_edges, size_t f,
+                                     size_t n, size_t n_rbf) {
+    const size_t nb = n_rbf + 1, bw = n_rbf + 4;
+    FOR_EACH(k, n_edges * f) {
+        const size_t e = k / f, c = k - e * f, i = ci[e], j = nj[e];
+        const T* b = basis + e * bw;
+        const T* we = w + e * 3 * f;
+        add_message(out, phi, pb, sv, b + nb, we[c], we[f + c], we[2 * f + c], n, f, i, j, c);
+    }
+}
+
+template <typename T>
+__device__ void interaction_rows_adj(const T* phi, const T* pb, const T* w, const T* basis,
+                                     const T* sv, const T* gm, const T* gve,
+                                     const unsigned int* ci, const unsigned int* nj, T* out,
+                                     size_t n_edges, size_t f, size_t n, size_t n_rbf) {
+    const size_t nb = n_rbf + 1, bw = n_rbf + 4;
+    T* gv = out;
+    T* gphi = out + 3 * n * f;
+    T* gb = out + 6 * n * f;
+    T* gw = gb + n_edges * bw;
+    // With F a multiple of 32 a warp holds features of one edge: per-edge sums by shuffles.
+    const bool warp_edges = f % 32 == 0;
+    FOR_EACH(k, n_edges * f) {
+        const size_t e = k / f, c = k - e * f, i = ci[e], j = nj[e];
+        const T* b = basis + e * bw;
+        const T* we = w + e * 3 * f;
+        const T* p = phi + j * 3 * f;
+        const T ps = p[c] + pb[c], pd = p[f + c] + pb[f + c], pv = p[2 * f + c] + pb[2 * f + c];
+        const T ws = we[c], wd = we[f + c], wv = we[2 * f + c];
+        const T gs = gm[i * f + c];
+        T g[3], gxd, gxv;
+        message_grad(gm, gve, sv, b + nb, n, f, i, j, c, g, gxd, gxv);
+        add_sender_grads(gphi, gv, g, gs, gxd, gxv, ws, wd, wv, pv * wv, n, f, j, c);
+        const T xd = pd * wd;
+        T* gwe = gw + e * 3 * f;
+        gwe[c] = gs * ps;
+        gwe[f + c] = gxd * pd;
+        gwe[2 * f + c] = gxv * pv;
+#pragma unroll
+        for (int a = 0; a < 3; ++a) {
+            T x = g[a] * xd;
+            if (warp_edges) {
+                x = warp_sum(x);
+                if ((threadIdx.x & 31) == 0) atomicAdd(gb + e * bw + nb + a, x);
+            } else {
+                atomicAdd(gb + e * bw + nb + a, x);
+            }
+        }
+    }
+}
+
+// extern "C" entry points {stem}_fwd_{f32,f64} and {stem}_adj_{f32,f64}; w is the filter
+// weights [R + 1, 3F] or rows [E, 3F].
+#define INTERACTION(T, S, stem)                                                              \
+    extern "C" __global__ void stem##_fwd_##S(                                               \
+        const T* phi, const T* pb, const T* w, const T* basis, const T* sv,                  \
         const unsigned int* ci, const unsigned int* nj, T* out, size_t n_edges, size_t f,    \
         size_t n, size_t n_rbf) {                                                            \
-        interaction_fwd(phi, pb, wt, basis, sv, ci, nj, out, n_edges, f, n, n_rbf);          \
+        stem##_fwd(phi, pb, w, basis, sv, ci, nj, out, n_edges, f, n, n_rbf);                \
     }                                                                                        \
-    extern "C" __global__ void interaction_adj_##S(                                          \
-        const T* phi, const T* pb, const T* wt, const T* basis, const T* sv, const T* gm,    \
+    extern "C" __global__ void stem##_adj_##S(                                               \
+        const T* phi, const T* pb, const T* w, const T* basis, const T* sv, const T* gm,     \
         const T* gve, const unsigned int* ci, const unsigned int* nj, T* out,                \
         size_t n_edges, size_t f, size_t n, size_t n_rbf) {                                  \
-        interaction_adj(phi, pb, wt, basis, sv, gm, gve, ci, nj, out, n_edges, f, n, n_rbf); \
+        stem##_adj(phi, pb, w, basis, sv, gm, gve, ci, nj, out, n_edges, f, n, n_rbf);       \
     }
-INTERACTION(float, f32)
-INTERACTION(double, f64)
+INTERACTION(float, f32, interaction)
+INTERACTION(double, f64, interaction)
+INTERACTION(float, f32, interaction_rows)
+INTERACTION(double, f64, interaction_rows)

@@ -87,6 +87,32 @@ fn fused_model_matches_autograd_model() {
     }
 }
 
+/// The filter-rows path (a matrix product per block, used for large systems) gives the same
+/// energies and forces as forming the filter inside the kernels, and as candle's backprop.
+#[test]
+fn filter_rows_path_matches() {
+    use mlff_distiller::calculator::forces_from;
+    let batch = batch();
+    let calc = common::calculator(DType::F64, &Device::Cpu).with_ops(EdgeOps::Fused);
+    let (inputs, positions) = calc.prepare(&batch).unwrap();
+    let fused = calc.model().fused().unwrap();
+    let run = |edges: usize| {
+        let model = fused.clone().with_filter_rows_from(edges);
+        let pass = model.forward(&inputs).unwrap();
+        (pass.atom_energies.clone(), pass.forces().unwrap())
+    };
+    let (e_in, f_in) = run(usize::MAX);
+    let (e_rows, f_rows) = run(0);
+    let graph = common::calculator(DType::F64, &Device::Cpu);
+    let e_graph = graph.model().atom_energies(&inputs).unwrap();
+    let f_graph = forces_from(&e_graph.sum_all().unwrap(), &positions).unwrap();
+    for (what, e, f) in [("in kernel", &e_in, &f_in), ("rows", &e_rows, &f_rows)] {
+        assert!(max_abs_diff(e, &e_graph) < 1e-10, "{what}: energies");
+        assert!(max_abs_diff(f, &f_graph) < 1e-10, "{what}: forces");
+    }
+    assert!(max_abs_diff(&f_in, &f_rows) < 1e-12);
+}
+
 #[test]
 fn fused_forces_are_minus_the_energy_gradient() {
     let calc = common::calculator(DType::F64, &Device::Cpu).with_ops(EdgeOps::Fused);
@@ -173,4 +199,52 @@ fn md_with_fused_kernels_follows_the_autograd_trajectory() {
         );
     }
     assert!((spread(&plain) - spread(&fused)).abs() < 1e-9);
+}
+
+/// Bad edge lists and shapes are errors that name the tensor and the edge, not panics.
+#[test]
+fn bad_inputs_are_named() {
+    use mlff_distiller::ops::{edge_basis, interaction, EdgeFilter, InteractionInputs};
+    let x = inputs(SHAPES[2], DType::F64, 7);
+    let bad = Tensor::new(vec![x.shape.n as u32; x.shape.e], &Device::Cpu).unwrap();
+    let err = edge_basis(&x.positions, &x.offsets, &x.centers, &bad, x.shape.r, 4.0).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("neighbors[0] = 40 is out of range for 40 atoms"),
+        "{err}"
+    );
+    let err = edge_basis(
+        &x.positions,
+        &x.positions,
+        &x.centers,
+        &x.neighbors,
+        x.shape.r,
+        4.0,
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("offsets [40, 3]"), "{err}");
+    let basis = edge_basis(
+        &x.positions,
+        &x.offsets,
+        &x.centers,
+        &x.neighbors,
+        x.shape.r,
+        4.0,
+    )
+    .unwrap();
+    let args = |centers| InteractionInputs {
+        phi: &x.phi,
+        phi_bias: &x.phi_bias,
+        filter: EdgeFilter::Weights(&x.filter),
+        basis: &basis,
+        state: &x.state,
+        centers,
+        neighbors: &x.neighbors,
+    };
+    let err = interaction(&args(&bad)).unwrap_err();
+    assert!(
+        err.to_string().contains("interaction: centers[0] = 40"),
+        "{err}"
+    );
+    assert!(interaction(&args(&x.centers)).is_ok());
 }

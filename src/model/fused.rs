@@ -4,8 +4,9 @@
 //! written out by hand: edge basis → (φ MLP, interaction, mixing, context MLP, combine) × blocks
 //! → readout, then back. candle's backprop would add a zeros + add pair for every input of every
 //! op and compute weight gradients that inference never uses; here a step is ~90 launches
-//! instead of ~1,000, and no [E, F]-sized tensor exists at all (the filter is formed inside the
-//! interaction kernel). Forces only: the weights are read once (`FusedPainn::new`), so this
+//! instead of ~1,000. Below [`FILTER_ROWS_FROM_EDGES`] edges no [E, F]-sized tensor exists at
+//! all (the filter is formed inside the interaction kernels); from there on each block's filter
+//! rows W(r) [E, 3F] are one cuBLAS product, made again in the adjoint rather than kept. Forces only: the weights are read once (`FusedPainn::new`), so this
 //! path is for inference; training differentiates the graph of `Painn::atom_energies`.
 //!
 //! State tensors are component-major [4N, F] (s, then v_x, v_y, v_z), so that s and v are
@@ -15,7 +16,7 @@ use super::painn::{Painn, PainnInputs};
 use crate::ops::{
     act_grad, bias_silu, bias_silu_adjoint, edge_basis, edge_basis_adjoint, gather, interaction,
     interaction_adjoint, update_combine, update_combine_adjoint, update_context,
-    update_context_adjoint, InteractionInputs, StateGrad,
+    update_context_adjoint, EdgeFilter, InteractionInputs, StateGrad,
 };
 use candle_core::{Result, Tensor};
 use candle_nn::Linear;
@@ -50,10 +51,22 @@ impl Dense {
     }
 }
 
+/// Edge count from which the filter rows are a matrix product instead of being formed per
+/// edge and feature inside the interaction kernels: 12-15% faster at 54,000-541,000 edges on
+/// an H100, for a transient [E, 3F] buffer (BENCHMARKS.md).
+pub const FILTER_ROWS_FROM_EDGES: usize = 32_768;
+
+/// Largest filter-rows buffer made (bytes); beyond it the kernels form the filter themselves,
+/// so that very large systems keep the O(N·F + E·R) memory of that path.
+pub const FILTER_ROWS_MAX_BYTES: usize = 2 << 30;
+
 #[derive(Clone)]
 struct Block {
     /// Filter weights transposed, bias as last row: [R + 1, 3F].
     filter: Tensor,
+    /// The same with three zero rows for the unit-vector columns of the basis, [R + 4, 3F]:
+    /// basis · this = the filter rows.
+    filter_basis: Tensor,
     phi1: Dense,
     phi2: Dense,
     /// W_mix [2F, F] (no bias).
@@ -75,6 +88,8 @@ pub struct FusedPainn {
     readout_out: Tensor,
     /// Per element: atom reference + output bias × scale + shift, [n_elements].
     atom_constant: Tensor,
+    /// Filter rows by a matrix product from this many edges on.
+    rows_from_edges: usize,
 }
 
 /// What one block's adjoint reads from its forward.
@@ -96,8 +111,11 @@ impl FusedPainn {
         for (k, (m, u)) in model.messages.iter().zip(&model.updates).enumerate() {
             let w = filter.weight.narrow(0, 3 * f * k, 3 * f)?; // [3F, R]
             let b = filter.bias.narrow(0, 3 * f * k, 3 * f)?.unsqueeze(0)?;
+            let filter = Tensor::cat(&[&w.t()?, &b], 0)?.contiguous()?;
+            let zeros = Tensor::zeros((3, 3 * f), filter.dtype(), filter.device())?;
             blocks.push(Block {
-                filter: Tensor::cat(&[&w.t()?, &b], 0)?.contiguous()?,
+                filter_basis: Tensor::cat(&[&filter, &zeros], 0)?.contiguous()?,
+                filter,
                 phi1: Dense::of(&m.context1)?,
                 phi2: Dense::of(&m.context2)?,
                 mix: u.mix.weight().detach(),
@@ -124,7 +142,33 @@ impl FusedPainn {
             readout_hidden: Dense::of(&ro.hidden)?,
             readout_out,
             atom_constant,
+            rows_from_edges: FILTER_ROWS_FROM_EDGES,
         })
+    }
+
+    /// Uses filter rows (a matrix product) from `edges` edges on instead of
+    /// [`FILTER_ROWS_FROM_EDGES`] (0: always, `usize::MAX`: never), up to
+    /// [`FILTER_ROWS_MAX_BYTES`]; both paths give the same forces.
+    pub fn with_filter_rows_from(mut self, edges: usize) -> Self {
+        self.rows_from_edges = edges;
+        self
+    }
+
+    /// Block `b`'s filter for `basis`: the weights, or rows made into `rows`.
+    fn filter<'a>(
+        &self,
+        b: &'a Block,
+        basis: &Tensor,
+        rows: &'a mut Option<Tensor>,
+    ) -> Result<EdgeFilter<'a>> {
+        let e = basis.dim(0)?;
+        let bytes = e * b.filter.dim(1)? * basis.dtype().size_in_bytes();
+        if e < self.rows_from_edges || bytes > FILTER_ROWS_MAX_BYTES {
+            return Ok(EdgeFilter::Weights(&b.filter));
+        }
+        Ok(EdgeFilter::Rows(
+            rows.insert(basis.matmul(&b.filter_basis)?),
+        ))
     }
 
     /// The forward pass: per-atom energies (eV) and what [`FusedForward::forces`] needs.
@@ -147,10 +191,11 @@ impl FusedPainn {
         for b in &self.blocks {
             let phi_pre = b.phi1.product(&state.narrow(0, 0, n)?)?;
             let phi = b.phi2.product(&bias_silu(&phi_pre, &b.phi1.bias)?)?;
+            let mut rows = None;
             let messaged = interaction(&InteractionInputs {
                 phi: &phi,
                 phi_bias: &b.phi2.bias,
-                filter: &b.filter,
+                filter: self.filter(b, &basis, &mut rows)?,
                 basis: &basis,
                 state: &state,
                 centers: &x.centers,
@@ -220,16 +265,22 @@ impl FusedForward<'_> {
             let g_ctx = b.ctx1.product_adjoint(&g_ctx_pre)?;
             let (g_messaged, g_mixed) = update_context_adjoint(&t.mixed, &g_ctx, &combined)?;
             let g_mix = g_mixed.matmul(&b.mix)?;
+            let mut rows = None;
             let inputs = InteractionInputs {
                 phi: &t.phi,
                 phi_bias: &b.phi2.bias,
-                filter: &b.filter,
+                filter: m.filter(b, basis, &mut rows)?,
                 basis,
                 state: &t.state,
                 centers: &x.centers,
                 neighbors: &x.neighbors,
             };
-            let (g_v, g_phi, g_b) = interaction_adjoint(&inputs, &g_messaged, &g_mix)?;
+            let grads = interaction_adjoint(&inputs, &g_messaged, &g_mix)?;
+            let (g_v, g_phi) = (grads.v, grads.phi);
+            let mut g_b = grads.basis;
+            if let Some(g_rows) = grads.filter_rows {
+                g_b = (g_b + g_rows.matmul(&b.filter_basis.t()?)?)?;
+            }
             g_basis = Some(match g_basis {
                 Some(acc) => (acc + g_b)?,
                 None => g_b,

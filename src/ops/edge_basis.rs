@@ -3,7 +3,8 @@
 //! adjoint back to positions in another (kernels/edge_basis.cu). The same Gaussians and cosine
 //! cutoff as `model::radial`; the filter network's bias multiplies the `f_c` column.
 
-use super::kernel::{kernel_source, launch, Init, Kernel, Real};
+use super::kernel::{check_edges, kernel_source, launch, Init, Kernel, Real};
+use candle_core::bail;
 use candle_core::{Result, Tensor};
 
 /// Basis columns per edge for `n_rbf` Gaussians.
@@ -124,7 +125,7 @@ pub fn edge_basis(
     n_rbf: usize,
     cutoff: f64,
 ) -> Result<Tensor> {
-    let n_edges = centers.dim(0)?;
+    let n_edges = check_geometry(positions, offsets, centers, neighbors, n_rbf)?;
     let k = Forward(Geometry {
         n_edges,
         n_rbf,
@@ -139,6 +140,28 @@ pub fn edge_basis(
     )
 }
 
+/// Checks shapes and indices; returns the number of edges.
+fn check_geometry(
+    positions: &Tensor,
+    offsets: &Tensor,
+    centers: &Tensor,
+    neighbors: &Tensor,
+    n_rbf: usize,
+) -> Result<usize> {
+    let n = positions.dim(0)?;
+    check_edges(centers, neighbors, n, "edge basis")?;
+    let e = centers.dim(0)?;
+    if positions.dims() != [n, 3] || offsets.dims() != [e, 3] || n_rbf < 2 {
+        bail!(
+            "edge basis: positions {:?}, offsets {:?} and {n_rbf} radial functions do not fit \
+             [N, 3], [E, 3] with E = {e}, n_rbf >= 2",
+            positions.dims(),
+            offsets.dims()
+        )
+    }
+    Ok(e)
+}
+
 /// dL/d(positions) [N, 3] from dL/d(basis) `grad` [E, R + 4].
 pub fn edge_basis_adjoint(
     positions: &Tensor,
@@ -149,8 +172,15 @@ pub fn edge_basis_adjoint(
     n_rbf: usize,
     cutoff: f64,
 ) -> Result<Tensor> {
+    let n_edges = check_geometry(positions, offsets, centers, neighbors, n_rbf)?;
+    if grad.dims() != [n_edges, basis_width(n_rbf)] {
+        bail!(
+            "edge basis adjoint: gradient {:?} is not [E, R + 4]",
+            grad.dims()
+        )
+    }
     let k = Adjoint(Geometry {
-        n_edges: centers.dim(0)?,
+        n_edges,
         n_rbf,
         cutoff,
     });

@@ -1,16 +1,18 @@
-//! The PaiNN interaction (message) block with the filter network inside the kernel: for each
-//! edge the filter W·[rbf f_c, f_c] is formed on the fly from the edge basis, multiplied with
-//! the neighbour's context φ_j and direction or vector features, and summed onto the receiving
-//! atom — no [E, 3F] tensor exists, forward or adjoint (kernels/interaction.cu). State tensors
-//! are component-major [4N, F]: s, then v_x, v_y, v_z.
+//! The PaiNN interaction (message) block: for each edge the filter W·[rbf f_c, f_c] is
+//! multiplied with the neighbour's context φ_j and direction or vector features and summed onto
+//! the receiving atom (kernels/interaction.cu). The filter is either formed inside the kernel
+//! from the edge basis ([`EdgeFilter::Weights`]: no [E, 3F] tensor, forward or adjoint) or read
+//! from rows a matrix product made ([`EdgeFilter::Rows`]: fewer instructions per edge, for large
+//! systems). State tensors are component-major [4N, F]: s, then v_x, v_y, v_z.
 
 use super::edge_basis::basis_width;
-use super::kernel::{kernel_source, launch, Init, Kernel, Real};
+use super::kernel::{check_edges, launch, Init, Kernel, Real};
+
+use candle_core::{bail, Result, Tensor};
 
 /// Basis columns the CUDA adjoint keeps per lane in registers (MAX_BASIS in
 /// kernels/interaction.cu).
 const MAX_BASIS: usize = 32;
-use candle_core::{bail, Result, Tensor};
 
 #[derive(Clone, Copy)]
 struct Sizes {
@@ -37,6 +39,24 @@ impl Sizes {
         }
     }
 
+    /// Edge e's filter row [3F]: row e of `x2` when it holds rows, else formed from the basis
+    /// row `b` and the weights `x2` into `formed`.
+    fn filter_row<'a, T: Real>(
+        &self,
+        rows: bool,
+        x2: &'a [T],
+        b: &[T],
+        e: usize,
+        formed: &'a mut [T],
+    ) -> &'a [T] {
+        let len = formed.len();
+        if rows {
+            return &x2[e * len..(e + 1) * len];
+        }
+        self.filter(b, x2, formed);
+        formed
+    }
+
     /// φ_j + bias for the three parts of feature c.
     fn context<T: Real>(&self, phi: &[T], pb: &[T], j: usize, c: usize) -> [T; 3] {
         let f = self.hidden;
@@ -44,10 +64,91 @@ impl Sizes {
     }
 }
 
-struct Forward(Sizes);
+/// The per-edge loops of the CPU twins; `rows` says whether x[2] holds filter rows [E, 3F]
+/// (else the weights [R + 1, 3F], the filter formed per edge).
+fn forward_cpu<T: Real>(z: Sizes, rows: bool, x: &[&[T]], idx: &[&[u32]], out: &mut [T]) {
+    let (f, n, bw, nb) = (z.hidden, z.n_atoms, basis_width(z.n_rbf), z.n_rbf + 1);
+    let sv = x[4];
+    let mut formed = vec![T::zero(); 3 * f];
+    for (e, (&i, &j)) in idx[0].iter().zip(idx[1]).enumerate() {
+        let (i, j) = (i as usize, j as usize);
+        let b = &x[3][e * bw..(e + 1) * bw];
+        let w = z.filter_row(rows, x[2], b, e, &mut formed);
+        for c in 0..f {
+            let (ws, wd, wv) = (w[c], w[f + c], w[2 * f + c]);
+            let [ps, pd, pv] = z.context(x[0], x[1], j, c);
+            let (xd, xv) = (pd * wd, pv * wv);
+            out[i * f + c] += ps * ws;
+            for a in 0..3 {
+                let row = (1 + a) * n;
+                out[(row + i) * f + c] += xd * b[nb + a] + xv * sv[(row + j) * f + c];
+            }
+        }
+    }
+}
 
-impl Kernel for Forward {
-    kernel_source!("interaction_fwd", "interaction");
+/// out (zeroed) = [g_v | g_phi | g_basis] and, with `rows`, then g_w [E, 3F] (g_basis then
+/// only holds the unit-vector columns).
+fn adjoint_cpu<T: Real>(z: Sizes, rows: bool, x: &[&[T]], idx: &[&[u32]], out: &mut [T]) {
+    let (f, n, bw, nb) = (z.hidden, z.n_atoms, basis_width(z.n_rbf), z.n_rbf + 1);
+    let (sv, gm, gve) = (x[4], x[5], x[6]);
+    let (gv, rest) = out.split_at_mut(3 * n * f);
+    let (gphi, rest) = rest.split_at_mut(3 * n * f);
+    let (gb, g_rows) = rest.split_at_mut(z.n_edges * bw);
+    let (mut formed, mut gw) = (vec![T::zero(); 3 * f], vec![T::zero(); 3 * f]);
+    for (e, (&i, &j)) in idx[0].iter().zip(idx[1]).enumerate() {
+        let (i, j) = (i as usize, j as usize);
+        let b = &x[3][e * bw..(e + 1) * bw];
+        let gbe = &mut gb[e * bw..(e + 1) * bw];
+        let w = z.filter_row(rows, x[2], b, e, &mut formed);
+        for c in 0..f {
+            let (ws, wd, wv) = (w[c], w[f + c], w[2 * f + c]);
+            let [ps, pd, pv] = z.context(x[0], x[1], j, c);
+            let gs = gm[i * f + c];
+            let (mut g, mut gxd, mut gxv) = ([T::zero(); 3], T::zero(), T::zero());
+            for a in 0..3 {
+                g[a] = gm[((1 + a) * n + i) * f + c] + gve[(a * n + i) * f + c];
+                gxd += g[a] * b[nb + a];
+                gxv += g[a] * sv[((1 + a) * n + j) * f + c];
+            }
+            gphi[j * 3 * f + c] += gs * ws;
+            gphi[j * 3 * f + f + c] += gxd * wd;
+            gphi[j * 3 * f + 2 * f + c] += gxv * wv;
+            let (xd, xv) = (pd * wd, pv * wv);
+            for a in 0..3 {
+                gv[(a * n + j) * f + c] += g[a] * xv;
+                gbe[nb + a] += g[a] * xd;
+            }
+            (gw[c], gw[f + c], gw[2 * f + c]) = (gs * ps, gxd * pd, gxv * pv);
+        }
+        if rows {
+            g_rows[e * 3 * f..(e + 1) * 3 * f].copy_from_slice(&gw);
+            continue;
+        }
+        // dL/db_r = Σ_c dL/dw_c · Wt[r, c], a dot product per basis column.
+        for (r, gbr) in gbe[..nb].iter_mut().enumerate() {
+            let row = &x[2][r * 3 * f..(r + 1) * 3 * f];
+            *gbr += row
+                .iter()
+                .zip(&gw)
+                .fold(T::zero(), |acc, (&a, &b)| acc + a * b);
+        }
+    }
+}
+
+/// The forward and adjoint kernels for either filter source (`ROWS`).
+struct Forward<const ROWS: bool>(Sizes);
+struct Adjoint<const ROWS: bool>(Sizes);
+
+impl<const ROWS: bool> Kernel for Forward<ROWS> {
+    const NAME: &'static str = if ROWS {
+        "interaction_rows_fwd"
+    } else {
+        "interaction_fwd"
+    };
+    const MODULE: &'static str = "interaction";
+    #[cfg(feature = "cuda")]
+    const PTX: &'static str = include_str!(concat!(env!("OUT_DIR"), "/interaction.ptx"));
     /// One thread per (edge, feature).
     fn work(&self) -> usize {
         self.0.n_edges * self.0.hidden
@@ -55,84 +156,43 @@ impl Kernel for Forward {
     fn sizes(&self) -> Vec<usize> {
         self.0.list()
     }
-    /// x = [phi, phi_bias, wt, basis, sv]; out starts as sv.
+    /// x = [phi, phi_bias, weights or rows, basis, sv]; out starts as sv.
     fn cpu<T: Real>(&self, x: &[&[T]], idx: &[&[u32]], out: &mut [T]) {
-        let z = self.0;
-        let (f, n, bw, nb) = (z.hidden, z.n_atoms, basis_width(z.n_rbf), z.n_rbf + 1);
-        let sv = x[4];
-        let mut w = vec![T::zero(); 3 * f];
-        for (e, (&i, &j)) in idx[0].iter().zip(idx[1]).enumerate() {
-            let (i, j) = (i as usize, j as usize);
-            let b = &x[3][e * bw..(e + 1) * bw];
-            z.filter(b, x[2], &mut w);
-            for c in 0..f {
-                let (ws, wd, wv) = (w[c], w[f + c], w[2 * f + c]);
-                let [ps, pd, pv] = z.context(x[0], x[1], j, c);
-                let (xd, xv) = (pd * wd, pv * wv);
-                out[i * f + c] += ps * ws;
-                for a in 0..3 {
-                    let row = (1 + a) * n;
-                    out[(row + i) * f + c] += xd * b[nb + a] + xv * sv[(row + j) * f + c];
-                }
-            }
-        }
+        forward_cpu(self.0, ROWS, x, idx, out)
     }
 }
 
-struct Adjoint(Sizes);
-
-impl Kernel for Adjoint {
-    kernel_source!("interaction_adj", "interaction");
-    /// One warp per edge.
+impl<const ROWS: bool> Kernel for Adjoint<ROWS> {
+    const NAME: &'static str = if ROWS {
+        "interaction_rows_adj"
+    } else {
+        "interaction_adj"
+    };
+    const MODULE: &'static str = "interaction";
+    #[cfg(feature = "cuda")]
+    const PTX: &'static str = include_str!(concat!(env!("OUT_DIR"), "/interaction.ptx"));
+    /// One thread per (edge, feature) with rows, one warp per edge without.
     fn work(&self) -> usize {
-        self.0.n_edges * 32
+        self.0.n_edges * if ROWS { self.0.hidden } else { 32 }
     }
     fn sizes(&self) -> Vec<usize> {
         self.0.list()
     }
-    /// x = [phi, phi_bias, wt, basis, sv, gm, gve]; out (zeroed) = [g_v | g_phi | g_basis].
+    /// x = [phi, phi_bias, weights or rows, basis, sv, gm, gve]; out = [g_v | g_phi | g_basis]
+    /// and, with rows, g_w after it (g_basis then holds the unit-vector columns only).
     fn cpu<T: Real>(&self, x: &[&[T]], idx: &[&[u32]], out: &mut [T]) {
-        let z = self.0;
-        let (f, n, bw, nb) = (z.hidden, z.n_atoms, basis_width(z.n_rbf), z.n_rbf + 1);
-        let (sv, gm, gve) = (x[4], x[5], x[6]);
-        let (gv, rest) = out.split_at_mut(3 * n * f);
-        let (gphi, gb) = rest.split_at_mut(3 * n * f);
-        let (mut w, mut gw) = (vec![T::zero(); 3 * f], vec![T::zero(); 3 * f]);
-        for (e, (&i, &j)) in idx[0].iter().zip(idx[1]).enumerate() {
-            let (i, j) = (i as usize, j as usize);
-            let b = &x[3][e * bw..(e + 1) * bw];
-            let gbe = &mut gb[e * bw..(e + 1) * bw];
-            z.filter(b, x[2], &mut w);
-            for c in 0..f {
-                let (ws, wd, wv) = (w[c], w[f + c], w[2 * f + c]);
-                let [ps, pd, pv] = z.context(x[0], x[1], j, c);
-                let gs = gm[i * f + c];
-                let (mut g, mut gxd, mut gxv) = ([T::zero(); 3], T::zero(), T::zero());
-                for a in 0..3 {
-                    g[a] = gm[((1 + a) * n + i) * f + c] + gve[(a * n + i) * f + c];
-                    gxd += g[a] * b[nb + a];
-                    gxv += g[a] * sv[((1 + a) * n + j) * f + c];
-                }
-                gphi[j * 3 * f + c] += gs * ws;
-                gphi[j * 3 * f + f + c] += gxd * wd;
-                gphi[j * 3 * f + 2 * f + c] += gxv * wv;
-                let (xd, xv) = (pd * wd, pv * wv);
-                for a in 0..3 {
-                    gv[(a * n + j) * f + c] += g[a] * xv;
-                    gbe[nb + a] += g[a] * xd;
-                }
-                (gw[c], gw[f + c], gw[2 * f + c]) = (gs * ps, gxd * pd, gxv * pv);
-            }
-            // dL/db_r = Σ_c dL/dw_c · Wt[r, c], a dot product per basis column.
-            for (r, gbr) in gbe[..nb].iter_mut().enumerate() {
-                let row = &x[2][r * 3 * f..(r + 1) * 3 * f];
-                *gbr += row
-                    .iter()
-                    .zip(&gw)
-                    .fold(T::zero(), |acc, (&a, &b)| acc + a * b);
-            }
-        }
+        adjoint_cpu(self.0, ROWS, x, idx, out)
     }
+}
+
+/// Where the interaction takes each edge's filter W(r_e) [3F] from.
+#[derive(Clone, Copy)]
+pub enum EdgeFilter<'a> {
+    /// The block's filter weights transposed, bias as last row, [R + 1, 3F]: the kernels form
+    /// W(r_e) from the edge basis themselves.
+    Weights(&'a Tensor),
+    /// Precomputed rows [E, 3F] (basis · weights, a cuBLAS product).
+    Rows(&'a Tensor),
 }
 
 /// The block's inputs that forward and adjoint share.
@@ -141,8 +201,8 @@ pub struct InteractionInputs<'a> {
     pub phi: &'a Tensor,
     /// That bias, [3F].
     pub phi_bias: &'a Tensor,
-    /// Filter weights of this block, transposed with the bias as last row: [R + 1, 3F].
-    pub filter: &'a Tensor,
+    /// The block's filter, as weights or precomputed rows.
+    pub filter: EdgeFilter<'a>,
     /// Edge basis [E, R + 4] (`edge_basis`).
     pub basis: &'a Tensor,
     /// State entering the block, [4N, F].
@@ -152,6 +212,19 @@ pub struct InteractionInputs<'a> {
 }
 
 impl InteractionInputs<'_> {
+    fn filter_tensor(&self) -> &Tensor {
+        match self.filter {
+            EdgeFilter::Weights(t) | EdgeFilter::Rows(t) => t,
+        }
+    }
+
+    fn filter_dims(&self, e: usize, n_rbf: usize, f: usize) -> [usize; 2] {
+        match self.filter {
+            EdgeFilter::Weights(_) => [n_rbf + 1, 3 * f],
+            EdgeFilter::Rows(_) => [e, 3 * f],
+        }
+    }
+
     fn sizes(&self) -> Result<Sizes> {
         let (n4, f) = self.state.dims2()?;
         let (e, bw) = self.basis.dims2()?;
@@ -160,23 +233,24 @@ impl InteractionInputs<'_> {
         if n4 % 4 != 0
             || self.phi.dims() != [n, 3 * f]
             || self.phi_bias.dims() != [3 * f]
-            || self.filter.dims() != [n_rbf + 1, 3 * f]
+            || self.filter_tensor().dims() != self.filter_dims(e, n_rbf, f)
             || bw < 5
             || self.centers.dims() != [e]
             || self.neighbors.dims() != [e]
         {
             bail!(
                 "interaction: shapes state {:?}, phi {:?}, phi bias {:?}, filter {:?}, basis \
-                 {:?}, edges {:?}/{:?} do not fit [4N, F], [N, 3F], [3F], [R+1, 3F], [E, R+4], [E]",
+                 {:?}, edges {:?}/{:?} do not fit [4N, F], [N, 3F], [3F], [R+1 or E, 3F], [E, R+4], [E]",
                 self.state.dims(),
                 self.phi.dims(),
                 self.phi_bias.dims(),
-                self.filter.dims(),
+                self.filter_tensor().dims(),
                 self.basis.dims(),
                 self.centers.dims(),
                 self.neighbors.dims()
             )
         }
+        check_edges(self.centers, self.neighbors, n, "interaction")?;
         if bw > MAX_BASIS {
             bail!(
                 "interaction: {n_rbf} radial functions; the fused kernels take at most {}",
@@ -195,23 +269,34 @@ impl InteractionInputs<'_> {
 /// The state after the block's messages: `state` + Σ_j messages, [4N, F].
 pub fn interaction(x: &InteractionInputs) -> Result<Tensor> {
     let z = x.sizes()?;
-    launch(
-        Forward(z),
-        &[x.phi, x.phi_bias, x.filter, x.basis, x.state],
-        &[x.centers, x.neighbors],
-        x.state.shape(),
-        Init::Copy(4),
-    )
+    let inputs = [x.phi, x.phi_bias, x.filter_tensor(), x.basis, x.state];
+    let (idx, shape) = ([x.centers, x.neighbors], x.state.shape());
+    match x.filter {
+        EdgeFilter::Weights(_) => launch(Forward::<false>(z), &inputs, &idx, shape, Init::Copy(4)),
+        EdgeFilter::Rows(_) => launch(Forward::<true>(z), &inputs, &idx, shape, Init::Copy(4)),
+    }
+}
+
+/// What [`interaction_adjoint`] returns.
+pub struct InteractionGrads {
+    /// dL/dv through the messages, [3N, F] (the identity part is not included).
+    pub v: Tensor,
+    /// dL/dφ, [N, 3F].
+    pub phi: Tensor,
+    /// dL/d(basis), [E, R + 4]: complete for [`EdgeFilter::Weights`]; for
+    /// [`EdgeFilter::Rows`] only its unit-vector columns, the rest being `filter_rows` · Wtᵀ.
+    pub basis: Tensor,
+    /// dL/d(filter rows) [E, 3F], for [`EdgeFilter::Rows`].
+    pub filter_rows: Option<Tensor>,
 }
 
 /// Adjoint of [`interaction`] for the output gradient `gm` [4N, F] plus `gve` [3N, F] on its
-/// vector rows. Returns (dL/dv through the messages [3N, F] — the identity part is not
-/// included —, dL/dφ [N, 3F], dL/d(basis) [E, R + 4]).
+/// vector rows.
 pub fn interaction_adjoint(
     x: &InteractionInputs,
     gm: &Tensor,
     gve: &Tensor,
-) -> Result<(Tensor, Tensor, Tensor)> {
+) -> Result<InteractionGrads> {
     let z = x.sizes()?;
     let (n, f, e) = (z.n_atoms, z.hidden, z.n_edges);
     if gm.dims() != [4 * n, f] || gve.dims() != [3 * n, f] {
@@ -223,16 +308,38 @@ pub fn interaction_adjoint(
     }
     let bw = basis_width(z.n_rbf);
     let nf = n * f;
-    let out = launch(
-        Adjoint(z),
-        &[x.phi, x.phi_bias, x.filter, x.basis, x.state, gm, gve],
-        &[x.centers, x.neighbors],
-        6 * nf + e * bw,
-        Init::Zero,
-    )?;
-    Ok((
-        out.narrow(0, 0, 3 * nf)?.reshape((3 * n, f))?,
-        out.narrow(0, 3 * nf, 3 * nf)?.reshape((n, 3 * f))?,
-        out.narrow(0, 6 * nf, e * bw)?.reshape((e, bw))?,
-    ))
+    let inputs = [
+        x.phi,
+        x.phi_bias,
+        x.filter_tensor(),
+        x.basis,
+        x.state,
+        gm,
+        gve,
+    ];
+    let idx = [x.centers, x.neighbors];
+    let zeroed = 6 * nf + e * bw;
+    let out = match x.filter {
+        EdgeFilter::Weights(_) => launch(Adjoint::<false>(z), &inputs, &idx, zeroed, Init::Zero)?,
+        EdgeFilter::Rows(_) => {
+            let len = zeroed + 3 * e * f;
+            launch(
+                Adjoint::<true>(z),
+                &inputs,
+                &idx,
+                len,
+                Init::ZeroPrefix(zeroed),
+            )?
+        }
+    };
+    let filter_rows = match x.filter {
+        EdgeFilter::Weights(_) => None,
+        EdgeFilter::Rows(_) => Some(out.narrow(0, zeroed, 3 * e * f)?.reshape((e, 3 * f))?),
+    };
+    Ok(InteractionGrads {
+        v: out.narrow(0, 0, 3 * nf)?.reshape((3 * n, f))?,
+        phi: out.narrow(0, 3 * nf, 3 * nf)?.reshape((n, 3 * f))?,
+        basis: out.narrow(0, 6 * nf, e * bw)?.reshape((e, bw))?,
+        filter_rows,
+    })
 }

@@ -75,6 +75,36 @@ pub enum Init {
     Zero,
     /// A copy of float input `k` (same length): the kernel adds to it.
     Copy(usize),
+    /// Zeros in the first `len` elements (accumulated), nothing after (written).
+    ZeroPrefix(usize),
+}
+
+/// Checks an edge list i ← j (u32 `centers`, `neighbors`, both [E]) against `n_atoms`, naming
+/// the first bad edge. On the CPU every index is checked (an out-of-range one would index past
+/// a slice); CUDA tensors are trusted, as reading them back would stall every call, and the
+/// calculator and MD build them from checked neighbour lists.
+pub fn check_edges(centers: &Tensor, neighbors: &Tensor, n_atoms: usize, op: &str) -> Result<()> {
+    let e = centers.dim(0)?;
+    if centers.dims() != [e] || neighbors.dims() != [e] {
+        bail!(
+            "{op}: centers {:?} and neighbors {:?} must both be [E]",
+            centers.dims(),
+            neighbors.dims()
+        )
+    }
+    if !centers.device().is_cpu() {
+        return Ok(());
+    }
+    for (what, t) in [("centers", centers), ("neighbors", neighbors)] {
+        let idx = t.to_vec1::<u32>()?;
+        if let Some(k) = idx.iter().position(|&a| a as usize >= n_atoms) {
+            bail!(
+                "{op}: {what}[{k}] = {} is out of range for {n_atoms} atoms",
+                idx[k]
+            )
+        }
+    }
+    Ok(())
 }
 
 /// Runs `kernel` on `inputs` (f32 or f64, contiguous, one dtype) and the u32 `index` tensors,
@@ -115,10 +145,14 @@ pub fn launch<K: Kernel>(
             )
         }
     }
-    if let Init::Copy(k) = init {
-        if inputs.get(k).map(|t| t.elem_count()) != Some(shape.elem_count()) {
+    match init {
+        Init::Copy(k) if inputs.get(k).map(|t| t.elem_count()) != Some(shape.elem_count()) => {
             bail!("{}: cannot start the output from input {k}", K::NAME)
         }
+        Init::ZeroPrefix(n) if n > shape.elem_count() => {
+            bail!("{}: zeroed prefix {n} is longer than the output", K::NAME)
+        }
+        _ => {}
     }
     let op = Launch {
         kernel,
@@ -176,7 +210,9 @@ impl<K: Kernel> Launch<K> {
         }
         let mut out = match self.init {
             Init::Copy(k) => x[k].to_vec(),
-            Init::Zero | Init::Uninit => vec![T::zero(); self.shape.elem_count()],
+            Init::Zero | Init::Uninit | Init::ZeroPrefix(_) => {
+                vec![T::zero(); self.shape.elem_count()]
+            }
         };
         self.kernel.cpu(&x, &idx, &mut out);
         Ok(out)
@@ -215,11 +251,19 @@ impl<K: Kernel> Launch<K> {
         let len = self.shape.elem_count();
         let mut out = match self.init {
             Init::Zero => dev.alloc_zeros::<T>(len)?,
-            // SAFETY: Uninit kernels write every element; Copy fills it right below.
-            Init::Uninit | Init::Copy(_) => unsafe { dev.alloc::<T>(len)? },
+            // SAFETY: Uninit kernels write every element; Copy and ZeroPrefix fill it right
+            // below, up to the part their kernels write.
+            Init::Uninit | Init::Copy(_) | Init::ZeroPrefix(_) => unsafe { dev.alloc::<T>(len)? },
         };
-        if let Init::Copy(k) = self.init {
-            dev.memcpy_dtod(&x[k], &mut out)?;
+        match self.init {
+            Init::Copy(k) => dev.memcpy_dtod(&x[k], &mut out)?,
+            Init::ZeroPrefix(n) if n > 0 => {
+                let mut head = out.slice_mut(0..n.min(len));
+                dev.cuda_stream()
+                    .memset_zeros(&mut head)
+                    .map_err(|e| candle_core::Error::Cuda(Box::new(e)))?;
+            }
+            _ => {}
         }
         let work = self.kernel.work();
         if work == 0 || len == 0 {

@@ -26,7 +26,9 @@ mod update;
 pub use activation::{bias_silu, bias_silu_adjoint};
 pub use edge_basis::{basis_width, edge_basis, edge_basis_adjoint};
 pub use gather::{gather, Gather};
-pub use interaction::{interaction, interaction_adjoint, InteractionInputs};
+pub use interaction::{
+    interaction, interaction_adjoint, EdgeFilter, InteractionGrads, InteractionInputs,
+};
 pub use message::{message, Message};
 pub use scatter_add::{scatter_add, ScatterAdd};
 pub use update::{

@@ -4,7 +4,7 @@
 
 use candle_core::{DType, Device, Result, Tensor, Var};
 use mlff_distiller::model::{cosine_cutoff, gaussian_rbf};
-use mlff_distiller::ops::{self, InteractionInputs, StateGrad};
+use mlff_distiller::ops::{self, EdgeFilter, InteractionInputs, StateGrad};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -136,14 +136,25 @@ pub fn fused_outputs(x: &Inputs, dev: &Device) -> Result<Vec<(&'static str, Tens
     let inter = InteractionInputs {
         phi: &phi,
         phi_bias: &pb,
-        filter: &filter,
+        filter: EdgeFilter::Weights(&filter),
         basis: &ref_basis,
         state: &state,
         centers: &ci,
         neighbors: &nj,
     };
     let messaged = ops::interaction(&inter)?;
-    let (g_v, g_phi, g_b) = ops::interaction_adjoint(&inter, &d(&x.g_state)?, &d(&x.g_rows)?)?;
+    let grads = ops::interaction_adjoint(&inter, &d(&x.g_state)?, &d(&x.g_rows)?)?;
+    // The same with precomputed filter rows: basis · [weights; 0] (the unit-vector columns
+    // of the basis have zero weights), and dL/d(basis) completed from dL/d(rows).
+    let filter_basis = Tensor::cat(&[&filter, &filter.zeros_like()?.narrow(0, 0, 3)?], 0)?;
+    let filter_rows = ref_basis.matmul(&filter_basis)?;
+    let with_rows = InteractionInputs {
+        filter: EdgeFilter::Rows(&filter_rows),
+        ..inter
+    };
+    let messaged_rows = ops::interaction(&with_rows)?;
+    let rows = ops::interaction_adjoint(&with_rows, &d(&x.g_state)?, &d(&x.g_rows)?)?;
+    let g_b_rows = (rows.basis + rows.filter_rows.unwrap().matmul(&filter_basis.t()?)?)?;
     let (mixed, act, ab) = (d(&x.mixed)?, d(&x.act)?, d(&x.act_bias)?);
     let ctx = ops::update_context(&state, &mixed)?;
     let combined = ops::update_combine(&state, &mixed, &act, &ab)?;
@@ -173,9 +184,13 @@ pub fn fused_outputs(x: &Inputs, dev: &Device) -> Result<Vec<(&'static str, Tens
         ("edge basis", basis),
         ("edge basis adjoint", g_pos),
         ("interaction", messaged),
-        ("interaction adjoint v", g_v),
-        ("interaction adjoint phi", g_phi),
-        ("interaction adjoint basis", g_b),
+        ("interaction adjoint v", grads.v),
+        ("interaction adjoint phi", grads.phi),
+        ("interaction adjoint basis", grads.basis),
+        ("interaction, filter rows", messaged_rows),
+        ("interaction adjoint v, filter rows", rows.v),
+        ("interaction adjoint phi, filter rows", rows.phi),
+        ("interaction adjoint basis, filter rows", g_b_rows),
         ("update context", ctx),
         ("update combine", combined),
         ("update combine adjoint", packed),
@@ -300,6 +315,19 @@ pub fn reference_outputs(x: &Inputs) -> Result<Vec<(&'static str, Tensor)>> {
         out.push(("interaction adjoint phi", g(&phi)));
         out.push(("interaction adjoint basis", g(&bvar)));
     }
+
+    // The filter-rows path computes the same four quantities.
+    let same: Vec<(&'static str, Tensor)> = out[out.len() - 4..]
+        .iter()
+        .zip([
+            "interaction, filter rows",
+            "interaction adjoint v, filter rows",
+            "interaction adjoint phi, filter rows",
+            "interaction adjoint basis, filter rows",
+        ])
+        .map(|((_, t), name)| (name, t.clone()))
+        .collect();
+    out.extend(same);
 
     // Update: context [s, ‖Vv‖] and combine, with their adjoints.
     let mixed = Var::from_tensor(&x.mixed)?;
