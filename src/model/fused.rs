@@ -129,10 +129,6 @@ impl FusedPainn {
         let readout_out = out.weight.broadcast_mul(&scale)?.contiguous()?;
         let constant = ((&out.bias * &scale)? + ro.shift.detach())?;
         let atom_constant = ro.atom_ref.detach().broadcast_add(&constant)?;
-        debug_assert_eq!(
-            blocks.first().map(|b| b.filter.dim(0).ok()),
-            Some(Some(r + 1))
-        );
         Ok(Self {
             hidden: f,
             n_rbf: r,
