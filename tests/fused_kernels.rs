@@ -87,26 +87,35 @@ fn fused_model_matches_autograd_model() {
     }
 }
 
-/// The filter-rows path (a matrix product per block, used for large systems) gives the same
-/// energies and forces as forming the filter inside the kernels, and as candle's backprop.
+/// The filter-rows path (a matrix product per block, used for large systems) and the dense
+/// kernels (used for small ones on CUDA) give the same energies and forces as forming the
+/// filter inside the kernels with candle matmuls, and as candle's backprop.
 #[test]
-fn filter_rows_path_matches() {
+fn filter_rows_and_dense_kernel_paths_match() {
     use mlff_distiller::calculator::forces_from;
     let batch = batch();
     let calc = common::calculator(DType::F64, &Device::Cpu).with_ops(EdgeOps::Fused);
     let (inputs, positions) = calc.prepare(&batch).unwrap();
     let fused = calc.model().fused().unwrap();
-    let run = |edges: usize| {
-        let model = fused.clone().with_filter_rows_from(edges);
+    let run = |edges: usize, dense_rows: usize| {
+        let model = fused
+            .clone()
+            .with_filter_rows_from(edges)
+            .with_dense_kernels_up_to(dense_rows);
         let pass = model.forward(&inputs).unwrap();
         (pass.atom_energies.clone(), pass.forces().unwrap())
     };
-    let (e_in, f_in) = run(usize::MAX);
-    let (e_rows, f_rows) = run(0);
+    let (e_in, f_in) = run(usize::MAX, 0);
+    let (e_rows, f_rows) = run(0, 0);
+    let (e_dense, f_dense) = run(usize::MAX, usize::MAX);
     let graph = common::calculator(DType::F64, &Device::Cpu);
     let e_graph = graph.model().atom_energies(&inputs).unwrap();
     let f_graph = forces_from(&e_graph.sum_all().unwrap(), &positions).unwrap();
-    for (what, e, f) in [("in kernel", &e_in, &f_in), ("rows", &e_rows, &f_rows)] {
+    for (what, e, f) in [
+        ("in kernel", &e_in, &f_in),
+        ("rows", &e_rows, &f_rows),
+        ("dense kernels", &e_dense, &f_dense),
+    ] {
         assert!(max_abs_diff(e, &e_graph) < 1e-10, "{what}: energies");
         assert!(max_abs_diff(f, &f_graph) < 1e-10, "{what}: forces");
     }

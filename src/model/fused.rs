@@ -14,9 +14,10 @@
 
 use super::painn::{Painn, PainnInputs};
 use crate::ops::{
-    act_grad, bias_silu, bias_silu_adjoint, edge_basis, edge_basis_adjoint, gather, interaction,
-    interaction_adjoint, update_combine, update_combine_adjoint, update_context,
-    update_context_adjoint, EdgeFilter, InteractionInputs, StateGrad,
+    act_grad, bias_silu, bias_silu_adjoint, dense, dense_silu, dense_silu_adjoint, edge_basis,
+    edge_basis_adjoint, gather, interaction, interaction_adjoint, update_combine,
+    update_combine_adjoint, update_context, update_context_adjoint, EdgeFilter, InteractionInputs,
+    StateGrad,
 };
 use candle_core::{Result, Tensor};
 use candle_nn::Linear;
@@ -51,6 +52,65 @@ impl Dense {
     }
 }
 
+/// Two linear layers with SiLU between them, out(silu(hidden(x))); the output's bias is left to
+/// the kernel that consumes it.
+#[derive(Clone)]
+struct Mlp {
+    hidden: Dense,
+    out: Dense,
+    /// The weights transposed, [in, H] and [H, out], for the dense kernels.
+    hidden_t: Tensor,
+    out_t: Tensor,
+}
+
+impl Mlp {
+    fn new(hidden: Dense, out: Dense) -> Result<Self> {
+        Ok(Self {
+            hidden_t: hidden.weight.t()?.contiguous()?,
+            out_t: out.weight.t()?.contiguous()?,
+            hidden,
+            out,
+        })
+    }
+
+    /// (pre-activation x W₁ᵀ, output before its bias). `small`: our dense kernels (two
+    /// launches), else cuBLAS and the bias+SiLU kernel (three).
+    fn forward(&self, x: &Tensor, small: bool) -> Result<(Tensor, Tensor)> {
+        if small {
+            let n = x.dim(0)?;
+            let packed = dense_silu(x, &self.hidden_t, &self.hidden.bias)?;
+            let out = dense(&packed.narrow(0, n, n)?, &self.out_t)?;
+            return Ok((packed.narrow(0, 0, n)?, out));
+        }
+        let pre = self.hidden.product(x)?;
+        let out = self.out.product(&bias_silu(&pre, &self.hidden.bias)?)?;
+        Ok((pre, out))
+    }
+
+    /// dL/dx for dL/d(hidden activation) `g_h` ([N, H] or one row for all).
+    fn adjoint_from_hidden(&self, pre: &Tensor, g_h: &Tensor, small: bool) -> Result<Tensor> {
+        if small {
+            return dense_silu_adjoint(g_h, pre, &self.hidden.bias, &self.hidden.weight);
+        }
+        self.hidden
+            .product_adjoint(&bias_silu_adjoint(pre, &self.hidden.bias, g_h)?)
+    }
+
+    /// dL/dx for dL/d(output) `g_out`.
+    fn adjoint(&self, pre: &Tensor, g_out: &Tensor, small: bool) -> Result<Tensor> {
+        let g_h = match small {
+            true => dense(g_out, &self.out.weight)?,
+            false => self.out.product_adjoint(g_out)?,
+        };
+        self.adjoint_from_hidden(pre, &g_h, small)
+    }
+}
+
+/// Rows up to which the dense layers run as our single kernels on CUDA; above it cuBLAS, and
+/// always candle's matmul on the CPU, whose gemm beats the kernels' CPU twins. The environment
+/// variable MLFF_DENSE_KERNEL_ROWS overrides it (0 turns the kernels off, for comparisons).
+pub const DENSE_KERNEL_MAX_ROWS: usize = 256;
+
 /// Edge count from which the filter rows are a matrix product instead of being formed per
 /// edge and feature inside the interaction kernels: 12-15% faster at 54,000-541,000 edges on
 /// an H100, for a transient [E, 3F] buffer (BENCHMARKS.md).
@@ -67,12 +127,13 @@ struct Block {
     /// The same with three zero rows for the unit-vector columns of the basis, [R + 4, 3F]:
     /// basis · this = the filter rows.
     filter_basis: Tensor,
-    phi1: Dense,
-    phi2: Dense,
-    /// W_mix [2F, F] (no bias).
+    /// φ: F → F → 3F.
+    phi: Mlp,
+    /// W_mix [2F, F] (no bias), and transposed.
     mix: Tensor,
-    ctx1: Dense,
-    ctx2: Dense,
+    mix_t: Tensor,
+    /// The update's context network: 2F → F → 3F.
+    ctx: Mlp,
 }
 
 /// The weights of a [`Painn`] arranged for the fused kernels.
@@ -83,13 +144,16 @@ pub struct FusedPainn {
     cutoff: f64,
     embedding: Tensor,
     blocks: Vec<Block>,
-    readout_hidden: Dense,
-    /// Output weights times the scale, [1, F/2].
-    readout_out: Tensor,
+    /// Readout F → F/2 → 1, its output weights times the scale (its bias is in
+    /// `atom_constant`).
+    readout: Mlp,
     /// Per element: atom reference + output bias × scale + shift, [n_elements].
     atom_constant: Tensor,
     /// Filter rows by a matrix product from this many edges on.
     rows_from_edges: usize,
+    /// Our dense kernels for layers of at most this many rows (CUDA, and the CPU when set).
+    dense_kernel_rows: usize,
+    dense_on_cpu: bool,
 }
 
 /// What one block's adjoint reads from its forward.
@@ -116,17 +180,19 @@ impl FusedPainn {
             blocks.push(Block {
                 filter_basis: Tensor::cat(&[&filter, &zeros], 0)?.contiguous()?,
                 filter,
-                phi1: Dense::of(&m.context1)?,
-                phi2: Dense::of(&m.context2)?,
+                phi: Mlp::new(Dense::of(&m.context1)?, Dense::of(&m.context2)?)?,
                 mix: u.mix.weight().detach(),
-                ctx1: Dense::of(&u.context1)?,
-                ctx2: Dense::of(&u.context2)?,
+                mix_t: u.mix.weight().t()?.contiguous()?,
+                ctx: Mlp::new(Dense::of(&u.context1)?, Dense::of(&u.context2)?)?,
             });
         }
         let ro = &model.readout;
         let out = Dense::of(&ro.out)?;
         let scale = ro.scale.detach();
-        let readout_out = out.weight.broadcast_mul(&scale)?.contiguous()?;
+        let readout_out = Dense {
+            weight: out.weight.broadcast_mul(&scale)?.contiguous()?,
+            bias: out.bias.zeros_like()?,
+        };
         let constant = ((&out.bias * &scale)? + ro.shift.detach())?;
         let atom_constant = ro.atom_ref.detach().broadcast_add(&constant)?;
         Ok(Self {
@@ -135,11 +201,45 @@ impl FusedPainn {
             cutoff: cfg.cutoff,
             embedding: model.embedding.detach(),
             blocks,
-            readout_hidden: Dense::of(&ro.hidden)?,
-            readout_out,
+            readout: Mlp::new(Dense::of(&ro.hidden)?, readout_out)?,
             atom_constant,
             rows_from_edges: FILTER_ROWS_FROM_EDGES,
+            dense_kernel_rows: std::env::var("MLFF_DENSE_KERNEL_ROWS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(DENSE_KERNEL_MAX_ROWS),
+            dense_on_cpu: false,
         })
+    }
+
+    /// Runs dense layers of at most `rows` rows with our kernels, on any device (0: never);
+    /// by default [`DENSE_KERNEL_MAX_ROWS`] on CUDA and never on the CPU. Both ways give the
+    /// same forces.
+    pub fn with_dense_kernels_up_to(mut self, rows: usize) -> Self {
+        self.dense_kernel_rows = rows;
+        self.dense_on_cpu = true;
+        self
+    }
+
+    /// Whether a layer of `rows` rows on `dev` uses the dense kernels.
+    fn small(&self, rows: usize, dev: &candle_core::Device) -> bool {
+        (dev.is_cuda() || self.dense_on_cpu) && rows <= self.dense_kernel_rows
+    }
+
+    /// mixed = v W_mixᵀ [3N, 2F].
+    fn mix(&self, b: &Block, v: &Tensor) -> Result<Tensor> {
+        match self.small(v.dim(0)?, v.device()) {
+            true => dense(v, &b.mix_t),
+            false => v.matmul(&b.mix.t()?),
+        }
+    }
+
+    /// dL/dv [3N, F] of [`mix`](Self::mix) for dL/d(mixed).
+    fn mix_adjoint(&self, b: &Block, g: &Tensor) -> Result<Tensor> {
+        match self.small(g.dim(0)?, g.device()) {
+            true => dense(g, &b.mix),
+            false => g.matmul(&b.mix),
+        }
     }
 
     /// Uses filter rows (a matrix product) from `edges` edges on instead of
@@ -184,23 +284,22 @@ impl FusedPainn {
         let v0 = Tensor::zeros((3 * n, f), s0.dtype(), s0.device())?;
         let mut state = Tensor::cat(&[&s0, &v0], 0)?;
         let mut tape = Vec::with_capacity(self.blocks.len());
+        let small = self.small(n, x.positions.device());
         for b in &self.blocks {
-            let phi_pre = b.phi1.product(&state.narrow(0, 0, n)?)?;
-            let phi = b.phi2.product(&bias_silu(&phi_pre, &b.phi1.bias)?)?;
+            let (phi_pre, phi) = b.phi.forward(&state.narrow(0, 0, n)?, small)?;
             let mut rows = None;
             let messaged = interaction(&InteractionInputs {
                 phi: &phi,
-                phi_bias: &b.phi2.bias,
+                phi_bias: &b.phi.out.bias,
                 filter: self.filter(b, &basis, &mut rows)?,
                 basis: &basis,
                 state: &state,
                 centers: &x.centers,
                 neighbors: &x.neighbors,
             })?;
-            let mixed = messaged.narrow(0, n, 3 * n)?.matmul(&b.mix.t()?)?;
-            let ctx_pre = b.ctx1.product(&update_context(&messaged, &mixed)?)?;
-            let act = b.ctx2.product(&bias_silu(&ctx_pre, &b.ctx1.bias)?)?;
-            let next = update_combine(&messaged, &mixed, &act, &b.ctx2.bias)?;
+            let mixed = self.mix(b, &messaged.narrow(0, n, 3 * n)?)?;
+            let (ctx_pre, act) = b.ctx.forward(&update_context(&messaged, &mixed)?, small)?;
+            let next = update_combine(&messaged, &mixed, &act, &b.ctx.out.bias)?;
             tape.push(Tape {
                 state,
                 phi_pre,
@@ -211,10 +310,8 @@ impl FusedPainn {
             });
             state = next;
         }
-        let ro_pre = self.readout_hidden.product(&state.narrow(0, 0, n)?)?;
-        let ro = bias_silu(&ro_pre, &self.readout_hidden.bias)?;
-        let atom_energies = (ro.matmul(&self.readout_out.t()?)?.squeeze(1)?
-            + gather(&self.atom_constant, &x.species)?)?;
+        let (ro_pre, ro) = self.readout.forward(&state.narrow(0, 0, n)?, small)?;
+        let atom_energies = (ro.squeeze(1)? + gather(&self.atom_constant, &x.species)?)?;
         Ok(FusedForward {
             model: self,
             inputs: x,
@@ -245,9 +342,11 @@ impl FusedForward<'_> {
         let (m, x, basis) = (self.model, self.inputs, &self.basis);
         let (n, f) = (self.positions.dim(0)?, m.hidden);
         // Every atom energy has gradient 1.
-        let ro_pre = &self.readout_pre;
-        let g_ro = bias_silu_adjoint(ro_pre, &m.readout_hidden.bias, &m.readout_out)?;
-        let mut gx = m.readout_hidden.product_adjoint(&g_ro)?;
+        let small = m.small(n, self.positions.device());
+        let g_hidden = &m.readout.out.weight; // one row, for every atom
+        let mut gx = m
+            .readout
+            .adjoint_from_hidden(&self.readout_pre, g_hidden, small)?;
         let mut next: Option<(Tensor, Tensor, Tensor)> = None;
         let mut g_basis: Option<Tensor> = None;
         for (k, (b, t)) in m.blocks.iter().zip(&self.tape).enumerate().rev() {
@@ -255,16 +354,16 @@ impl FusedForward<'_> {
                 gx: &gx,
                 next: next.as_ref().map(|(a, b, c)| (a, b, c)),
             };
-            let combined = update_combine_adjoint(&t.mixed, &t.act, &b.ctx2.bias, &grad)?;
-            let g_ctx_h = b.ctx2.product_adjoint(&act_grad(&combined, n, f)?)?;
-            let g_ctx_pre = bias_silu_adjoint(&t.ctx_pre, &b.ctx1.bias, &g_ctx_h)?;
-            let g_ctx = b.ctx1.product_adjoint(&g_ctx_pre)?;
+            let combined = update_combine_adjoint(&t.mixed, &t.act, &b.ctx.out.bias, &grad)?;
+            let g_ctx = b
+                .ctx
+                .adjoint(&t.ctx_pre, &act_grad(&combined, n, f)?, small)?;
             let (g_messaged, g_mixed) = update_context_adjoint(&t.mixed, &g_ctx, &combined)?;
-            let g_mix = g_mixed.matmul(&b.mix)?;
+            let g_mix = m.mix_adjoint(b, &g_mixed)?;
             let mut rows = None;
             let inputs = InteractionInputs {
                 phi: &t.phi,
-                phi_bias: &b.phi2.bias,
+                phi_bias: &b.phi.out.bias,
                 filter: m.filter(b, basis, &mut rows)?,
                 basis,
                 state: &t.state,
@@ -283,9 +382,7 @@ impl FusedForward<'_> {
             });
             if k > 0 {
                 // The first block's state is the embedding: nothing upstream needs its gradient.
-                let g_phi_h = b.phi2.product_adjoint(&g_phi)?;
-                let g_phi_pre = bias_silu_adjoint(&t.phi_pre, &b.phi1.bias, &g_phi_h)?;
-                gx = b.phi1.product_adjoint(&g_phi_pre)?;
+                gx = b.phi.adjoint(&t.phi_pre, &g_phi, small)?;
                 next = Some((g_messaged, g_mix, g_v));
             }
         }

@@ -14,6 +14,7 @@
 //! [`EdgeOps::Fused`]; each has a CPU twin that is its test oracle.
 
 mod activation;
+mod dense;
 mod edge_basis;
 mod gather;
 mod interaction;
@@ -24,6 +25,7 @@ mod scatter_add;
 mod update;
 
 pub use activation::{bias_silu, bias_silu_adjoint};
+pub use dense::{dense, dense_silu, dense_silu_adjoint};
 pub use edge_basis::{basis_width, edge_basis, edge_basis_adjoint};
 pub use gather::{gather, Gather};
 pub use interaction::{

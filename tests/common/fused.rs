@@ -70,6 +70,8 @@ pub struct Inputs {
     pub g_s: Tensor,
     pub g_basis: Tensor,
     pub g_ctx: Tensor,
+    /// Weights of a dense layer F → 3F, as [F, 3F].
+    pub dense_w: Tensor,
 }
 
 fn random(rng: &mut ChaCha8Rng, shape: &[usize], scale: f64, dtype: DType) -> Tensor {
@@ -115,6 +117,7 @@ pub fn inputs(shape: Shape, dtype: DType, seed: u64) -> Inputs {
         g_s: g(&[n, f], 1.0),
         g_basis: g(&[e, r + 4], 1.0),
         g_ctx: g(&[n, 2 * f], 1.0),
+        dense_w: g(&[f, 3 * f], 0.5),
     }
 }
 
@@ -180,6 +183,18 @@ pub fn fused_outputs(x: &Inputs, dev: &Device) -> Result<Vec<(&'static str, Tens
     let silu = ops::bias_silu(&pre, &bias)?;
     let g_silu = ops::bias_silu_adjoint(&pre, &bias, &g_s)?;
     let g_silu_row = ops::bias_silu_adjoint(&pre, &bias, &g_s.narrow(0, 0, 1.min(n))?)?;
+    // Dense layers: x [N, F] times w [F, 3F]; the adjoint takes the layer's weight wᵀ [3F, F].
+    let (xd, dense_w, dense_wt) = (
+        d(&x.g_s)?,
+        d(&x.dense_w)?,
+        d(&x.dense_w.t()?.contiguous()?)?,
+    );
+    let dense_out = ops::dense(&xd, &dense_w)?;
+    let dense_silu = ops::dense_silu(&xd, &dense_w, &pb)?;
+    let pre = dense_silu.narrow(0, 0, n)?;
+    let g3 = d(&x.act)?;
+    let dense_adj = ops::dense_silu_adjoint(&g3, &pre, &pb, &dense_wt)?;
+    let dense_adj_row = ops::dense_silu_adjoint(&g3.narrow(0, 0, 1)?, &pre, &pb, &dense_wt)?;
     Ok(vec![
         ("edge basis", basis),
         ("edge basis adjoint", g_pos),
@@ -200,6 +215,10 @@ pub fn fused_outputs(x: &Inputs, dev: &Device) -> Result<Vec<(&'static str, Tens
         ("bias silu", silu),
         ("bias silu adjoint", g_silu),
         ("bias silu adjoint (row)", g_silu_row),
+        ("dense", dense_out),
+        ("dense silu", dense_silu),
+        ("dense silu adjoint", dense_adj),
+        ("dense silu adjoint (row)", dense_adj_row),
     ])
 }
 
@@ -390,6 +409,18 @@ pub fn reference_outputs(x: &Inputs) -> Result<Vec<(&'static str, Tensor)>> {
     out.push((
         "bias silu adjoint (row)",
         grad(&silu.broadcast_mul(&row)?.sum_all()?, &pre)?,
+    ));
+    // Dense layers: candle's matmul, silu and backprop of Σ silu(x w + b) ⊙ g for x.
+    let xv = Var::from_tensor(&x.g_s)?;
+    let pre = xv.as_tensor().matmul(&x.dense_w)?;
+    let act = pre.broadcast_add(&x.phi_bias)?.silu()?;
+    out.push(("dense", pre.clone()));
+    out.push(("dense silu", Tensor::cat(&[&pre, &act], 0)?));
+    out.push(("dense silu adjoint", grad(&dot(&act, &x.act)?, &xv)?));
+    let row = x.act.narrow(0, 0, 1)?;
+    out.push((
+        "dense silu adjoint (row)",
+        grad(&act.broadcast_mul(&row)?.sum_all()?, &xv)?,
     ));
     Ok(out)
 }
