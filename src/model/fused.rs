@@ -106,10 +106,11 @@ impl Mlp {
     }
 }
 
-/// Rows up to which the dense layers run as our single kernels on CUDA; above it cuBLAS, and
-/// always candle's matmul on the CPU, whose gemm beats the kernels' CPU twins. The environment
-/// variable MLFF_DENSE_KERNEL_ROWS overrides it (0 turns the kernels off, for comparisons).
-pub const DENSE_KERNEL_MAX_ROWS: usize = 256;
+/// Rows up to which the dense layers run as our single kernels on CUDA (on an H100 they were
+/// faster up to ~1,000 rows for 16 aspirins and slower at 1,000-4,000: BENCHMARKS.md); above it
+/// cuBLAS, and always candle's matmul on the CPU, whose gemm beats the kernels' CPU twins. The
+/// environment variable MLFF_DENSE_KERNEL_ROWS overrides it (0: off, for comparisons).
+pub const DENSE_KERNEL_MAX_ROWS: usize = 512;
 
 /// Edge count from which the filter rows are a matrix product instead of being formed per
 /// edge and feature inside the interaction kernels: 12-15% faster at 54,000-541,000 edges on
