@@ -12,17 +12,7 @@ use mlff_distiller::ops::EdgeOps;
 use mlff_distiller::{Batch, Calculator, Structure};
 
 fn scale(t: &Tensor) -> f64 {
-    if t.elem_count() == 0 {
-        return 1.0;
-    }
-    let m = t
-        .to_dtype(DType::F64)
-        .unwrap()
-        .abs()
-        .unwrap()
-        .flatten_all()
-        .unwrap();
-    m.max(0).unwrap().to_scalar::<f64>().unwrap().max(1.0)
+    common::max_abs_tensor(t).max(1.0)
 }
 
 #[test]

@@ -266,22 +266,7 @@ fn cuda_fused_message_matches_cpu() {
             };
             let (out_c, g_c) = run(&Device::Cpu);
             let (out_g, g_g) = run(&gpu);
-            let scale = |t: &Tensor| {
-                if t.elem_count() == 0 {
-                    return 1.0;
-                }
-                t.to_dtype(DType::F64)
-                    .unwrap()
-                    .abs()
-                    .unwrap()
-                    .flatten_all()
-                    .unwrap()
-                    .max(0)
-                    .unwrap()
-                    .to_scalar::<f64>()
-                    .unwrap_or(0.0)
-                    .max(1.0)
-            };
+            let scale = |t: &Tensor| max_abs_tensor(t).max(1.0);
             let tol = if dtype == DType::F32 { 2e-5 } else { 1e-12 };
             let what = format!("{dtype:?} N={n} E={e} F={f}");
             let d = max_abs_diff(&out_g, &out_c);
@@ -335,14 +320,7 @@ fn cuda_fused_kernels_match_cpu() {
             let cpu = fused_outputs(&x, &Device::Cpu).unwrap();
             let cuda = fused_outputs(&x, &gpu).unwrap();
             for ((name, a), (_, b)) in cuda.iter().zip(&cpu) {
-                let scale = if b.elem_count() == 0 {
-                    1.0
-                } else {
-                    b.to_dtype(DType::F64)
-                        .and_then(|t| t.abs()?.flatten_all()?.max(0)?.to_scalar::<f64>())
-                        .unwrap()
-                        .max(1.0)
-                };
+                let scale = max_abs_tensor(b).max(1.0);
                 let d = max_abs_diff(a, b);
                 assert!(
                     d <= tol * scale,

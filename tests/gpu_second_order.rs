@@ -51,16 +51,7 @@ fn cuda_ops_second_order_matches_cpu() {
     };
     let (g_cpu, h_cpu) = run(&Device::Cpu);
     let (g_gpu, h_gpu) = run(&Device::new_cuda(0).expect("a CUDA device"));
-    let scale = |t: &Tensor| {
-        t.abs()
-            .unwrap()
-            .flatten_all()
-            .unwrap()
-            .max(0)
-            .unwrap()
-            .to_scalar::<f64>()
-            .unwrap()
-    };
+    let scale = common::max_abs_tensor;
     assert!(max_abs_diff(&g_cpu, &g_gpu) <= 1e-12 * scale(&g_cpu));
     assert!(max_abs_diff(&h_cpu, &h_gpu) <= 1e-12 * scale(&h_cpu));
 }
@@ -116,15 +107,7 @@ fn cuda_training_gradients_match_cpu() {
         "{l_cpu} vs {l_gpu}"
     );
     for (a, b) in g_cpu.iter().zip(&g_gpu) {
-        let scale = a
-            .abs()
-            .unwrap()
-            .flatten_all()
-            .unwrap()
-            .max(0)
-            .unwrap()
-            .to_scalar::<f64>()
-            .unwrap();
+        let scale = common::max_abs_tensor(a);
         assert!(max_abs_diff(a, b) <= 1e-9 * scale.max(1e-6));
     }
 }

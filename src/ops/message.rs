@@ -166,7 +166,7 @@ impl CustomOp3 for Message {
         s3: &candle_core::CudaStorage,
         l3: &Layout,
     ) -> Result<(candle_core::CudaStorage, Shape)> {
-        use candle_core::cuda_backend::cudarc::driver::{LaunchConfig, PushKernelArg};
+        use candle_core::cuda_backend::cudarc::driver::PushKernelArg;
         use candle_core::cuda_backend::{CudaStorage, CudaStorageSlice};
         use candle_core::{DType, Storage};
         let (f, n) = (self.hidden, self.n_atoms);
@@ -193,12 +193,8 @@ impl CustomOp3 for Message {
         let (pa, pb) = contiguous(l1, self.name(), "phi")?;
         let (va, vb) = contiguous(l2, self.name(), "v")?;
         let (wa, wb) = contiguous(l3, self.name(), "edge data")?;
-        let threads = (n_edges * f) as u32;
-        let cfg = LaunchConfig {
-            grid_dim: (threads.div_ceil(256).clamp(1, 65535 * 8), 1, 1),
-            block_dim: (256, 1, 1),
-            shared_mem_bytes: 0,
-        };
+        let threads = n_edges * f;
+        let cfg = crate::ops::kernel::grid_stride(threads);
         macro_rules! run {
             ($t:ty, $variant:ident, $kernel:literal) => {{
                 let (

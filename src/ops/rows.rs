@@ -51,7 +51,7 @@ pub(super) fn cpu_index<'a>(
 #[cfg(feature = "cuda")]
 pub(super) mod cuda {
     use super::*;
-    use candle_core::cuda_backend::cudarc::driver::{LaunchConfig, PushKernelArg};
+    use candle_core::cuda_backend::cudarc::driver::PushKernelArg;
     use candle_core::cuda_backend::{CudaStorage, CudaStorageSlice};
     use candle_core::DType;
 
@@ -81,12 +81,8 @@ pub(super) mod cuda {
         };
         let n_idx = ib - ia;
         let n_out = out_rows * row;
-        let threads = (n_idx * row) as u32;
-        let cfg = LaunchConfig {
-            grid_dim: (threads.div_ceil(256).clamp(1, 65535 * 8), 1, 1),
-            block_dim: (256, 1, 1),
-            shared_mem_bytes: 0,
-        };
+        let threads = n_idx * row;
+        let cfg = crate::ops::kernel::grid_stride(threads);
         macro_rules! run {
             ($t:ty, $variant:ident, $suffix:literal) => {{
                 let s = match &src.slice {

@@ -134,6 +134,16 @@ pub fn max_abs_diff(a: &candle_core::Tensor, b: &candle_core::Tensor) -> f64 {
         .unwrap()
 }
 
+/// Largest |element| of a tensor on any device and dtype, 0 for an empty one.
+pub fn max_abs_tensor(t: &candle_core::Tensor) -> f64 {
+    if t.elem_count() == 0 {
+        return 0.0;
+    }
+    t.to_dtype(DType::F64)
+        .and_then(|t| t.abs()?.flatten_all()?.max(0)?.to_scalar::<f64>())
+        .unwrap()
+}
+
 /// Largest |component| of a set of force rows.
 pub fn max_abs(a: &[[f64; 3]]) -> f64 {
     a.iter().flatten().fold(0.0f64, |m, x| m.max(x.abs()))
