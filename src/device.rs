@@ -62,12 +62,34 @@ pub fn select(spec: DeviceSpec) -> Result<Selected> {
     }
 }
 
+/// Opens CUDA device `n` with a stream of its own (CUDA graphs cannot capture the per-thread
+/// default stream candle would use), a caching memory pool and no per-buffer events.
 #[cfg(feature = "cuda")]
 fn open_cuda(n: usize) -> Result<Device> {
-    let dev = Device::new_cuda(n)
+    let dev = Device::new_cuda_with_stream(n)
         .map_err(|e| Error::Device(format!("cannot open CUDA device {n}: {e}")))?;
     keep_pool_memory(&dev);
+    single_stream_without_events(&dev);
     Ok(dev)
+}
+
+/// Stops cudarc from creating two CUDA events for every allocation (and destroying them on
+/// free) and from recording them at every launch: they order a buffer's uses across streams,
+/// and each device we open queues all its work on its one stream, in order, with
+/// stream-ordered frees. At molecule size a step makes ~80 allocations, so this saves ~320
+/// driver calls per step (aspirin 0.78-0.83 -> 0.65-0.77 ms on an H100), and graph capture
+/// needs it (a wait on an event recorded outside the capture is illegal inside it). The
+/// environment variable MLFF_CUDA_EVENT_TRACKING keeps the tracking (for comparisons).
+#[cfg(feature = "cuda")]
+fn single_stream_without_events(dev: &Device) {
+    let Device::Cuda(c) = dev else { return };
+    if std::env::var_os("MLFF_CUDA_EVENT_TRACKING").is_some() {
+        return;
+    }
+    // SAFETY: every tensor of this device is made and used on its single stream (candle
+    // refuses to mix devices, and each device object has its own stream), and host reads
+    // synchronise that stream.
+    unsafe { c.disable_event_tracking() };
 }
 
 /// The device's default memory pool, which candle's stream-ordered allocations
@@ -135,17 +157,11 @@ fn cuda_ordinal(_dev: &Device) -> usize {
     0
 }
 
-/// The same device with a stream of its own (CUDA), so that work queued there runs alongside
-/// other streams' work; the CPU is returned as is.
+/// The same device with another stream of its own (CUDA), so that work queued there runs
+/// alongside other streams' work; the CPU is returned as is.
 pub fn with_own_stream(dev: &Device) -> Result<Device> {
     match dev {
-        #[cfg(feature = "cuda")]
-        Device::Cuda(_) => {
-            let d = Device::new_cuda_with_stream(cuda_ordinal(dev))
-                .map_err(|e| Error::Device(format!("cannot open a CUDA stream: {e}")))?;
-            keep_pool_memory(&d);
-            Ok(d)
-        }
+        Device::Cuda(_) => open_cuda(cuda_ordinal(dev)),
         other => Ok(other.clone()),
     }
 }
