@@ -91,9 +91,11 @@ __device__ __forceinline__ void reduce_scatter_step(T* v, size_t lane) {
 // reduction (n_rbf + 4 <= MAX_BASIS; the host checks).
 #define MAX_BASIS 32
 
-// Adjoint, one warp per edge: lane l handles features l, l + 32, ... and sums its share of the
-// edge's basis gradient in registers; a reduce-scatter over the warp (31 shuffles) then gives
-// the sums over all features, stored without atomics. The sending atom's gradients use atomic adds.
+// Adjoint, one warp per (edge, 32 features): lane l handles feature 32 q + l of chunk q and
+// its share of the edge's basis gradient in registers; a reduce-scatter over the warp (31
+// shuffles) then gives the chunk's sums, added to the edge's basis gradient with one atomic add
+// per value. The sending atom's gradients use atomic adds too. (One warp per edge looping over
+// the features left a molecule's few hundred edges a few warps per SM: 2-3x slower there.)
 // gm = dL/d(output state) without the mixing term gve [3N, F] (added here). out is zeroed and
 // packed [g_v (3NF) | g_phi (3NF) | g_basis (E (R+4))]: g_v = dL/dv[j] through the messages
 // only (the identity part is added by the caller's next kernel).
@@ -102,17 +104,19 @@ __device__ void interaction_adj(const T* phi, const T* pb, const T* wt, const T*
                                 const T* sv, const T* gm, const T* gve, const unsigned int* ci,
                                 const unsigned int* nj, T* out, size_t n_edges, size_t f,
                                 size_t n, size_t n_rbf) {
-    const size_t nb = n_rbf + 1, bw = n_rbf + 4;
+    const size_t nb = n_rbf + 1, bw = n_rbf + 4, chunks = (f + 31) / 32;
     T* gv = out;
     T* gphi = out + 3 * n * f;
     T* gb = out + 6 * n * f;
-    FOR_EACH(k, n_edges * 32) {
-        const size_t e = k / 32, lane = k % 32, i = ci[e], j = nj[e];
+    FOR_EACH(k, n_edges * chunks * 32) {
+        const size_t e = k / (chunks * 32), lane = k % 32, i = ci[e], j = nj[e];
         const T* b = basis + e * bw;
         T acc[MAX_BASIS];
 #pragma unroll
         for (int r = 0; r < MAX_BASIS; ++r) acc[r] = T(0);
-        for (size_t c = lane; c < f; c += 32) {
+        // Lanes past F add nothing but take part in the shuffles below.
+        const size_t c = (k / 32) % chunks * 32 + lane;
+        if (c < f) {
             const T* p = phi + j * 3 * f;
             const T ps = p[c] + pb[c], pd = p[f + c] + pb[f + c];
             const T pv = p[2 * f + c] + pb[2 * f + c];
@@ -150,7 +154,7 @@ __device__ void interaction_adj(const T* phi, const T* pb, const T* wt, const T*
         reduce_scatter_step<4>(acc, lane);
         reduce_scatter_step<2>(acc, lane);
         reduce_scatter_step<1>(acc, lane);
-        if (lane < bw) gb[e * bw + lane] = acc[0];
+        if (lane < bw) atomicAdd(gb + e * bw + lane, acc[0]);
     }
 }
 

@@ -17,7 +17,7 @@ use crate::ops::{
     act_grad, bias_silu, bias_silu_adjoint, dense, dense_silu, dense_silu_adjoint, edge_basis,
     edge_basis_adjoint, gather, interaction, interaction_adjoint, update_combine,
     update_combine_adjoint, update_context, update_context_adjoint, EdgeFilter, InteractionInputs,
-    StateGrad,
+    StateGrad, DENSE_MAX_WIDTH,
 };
 use candle_core::{Result, Tensor};
 use candle_nn::Linear;
@@ -222,9 +222,12 @@ impl FusedPainn {
         self
     }
 
-    /// Whether a layer of `rows` rows on `dev` uses the dense kernels.
+    /// Whether a layer of `rows` rows on `dev` uses the dense kernels (the widest reduction
+    /// is the adjoint of a 3F-wide output layer).
     fn small(&self, rows: usize, dev: &candle_core::Device) -> bool {
-        (dev.is_cuda() || self.dense_on_cpu) && rows <= self.dense_kernel_rows
+        (dev.is_cuda() || self.dense_on_cpu)
+            && rows <= self.dense_kernel_rows
+            && 3 * self.hidden <= DENSE_MAX_WIDTH
     }
 
     /// mixed = v W_mixᵀ [3N, 2F].

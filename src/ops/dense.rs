@@ -1,6 +1,9 @@
 //! Small dense layers as single kernels (kernels/dense.cu): for molecule-sized inputs a cuBLAS
 //! call plus a separate bias+SiLU kernel cost more in launch overhead than their arithmetic.
 //! `model::fused` uses them below a row count and cuBLAS above it.
+//!
+//! On CUDA each block computes [`ROWS`] rows × 32 output columns, its eight warps each summing a
+//! slice of the reduction (see the .cu file); the CPU twins are plain loops.
 
 use super::kernel::{kernel_source, launch, Init, Kernel, Real};
 use candle_core::{bail, Result, Tensor};
@@ -8,6 +11,32 @@ use candle_core::{bail, Result, Tensor};
 fn silu_and_slope<T: Real>(z: T) -> (T, T) {
     let s = T::one() / (T::one() + (-z).exp());
     (z * s, s * (T::one() + z * (T::one() - s)))
+}
+
+/// Rows per CUDA block (DENSE_ROWS in kernels/dense.cu).
+#[cfg(feature = "cuda")]
+const ROWS: usize = 4;
+/// Warps per CUDA block, each summing a slice of the reduction (DENSE_SPLIT).
+#[cfg(feature = "cuda")]
+const SPLIT: usize = 8;
+
+/// Longest reduction (input width, or output width for the adjoint) the CUDA kernels take:
+/// their staged rows must fit the 48 KiB of shared memory a launch gets without opting in.
+pub const DENSE_MAX_WIDTH: usize = 1024;
+
+/// Launch shape of the CUDA kernels for `n` rows, reduction length `l` and `j` outputs per row.
+#[cfg(feature = "cuda")]
+fn dense_launch(
+    n: usize,
+    l: usize,
+    j: usize,
+    elem_bytes: usize,
+) -> candle_core::cuda_backend::cudarc::driver::LaunchConfig {
+    candle_core::cuda_backend::cudarc::driver::LaunchConfig {
+        grid_dim: (n.div_ceil(ROWS) as u32, j.div_ceil(32) as u32, 1),
+        block_dim: (32 * SPLIT as u32, 1, 1),
+        shared_mem_bytes: ((ROWS * l + SPLIT * ROWS * 32) * elem_bytes) as u32,
+    }
 }
 
 #[derive(Clone, Copy)]
@@ -37,6 +66,10 @@ impl Kernel for Plain {
     fn work(&self) -> usize {
         self.0.n * self.0.m
     }
+    #[cfg(feature = "cuda")]
+    fn launch_config(&self, b: usize) -> candle_core::cuda_backend::cudarc::driver::LaunchConfig {
+        dense_launch(self.0.n, self.0.k, self.0.m, b)
+    }
     fn sizes(&self) -> Vec<usize> {
         self.0.sizes()
     }
@@ -53,6 +86,10 @@ impl Kernel for Silu {
     kernel_source!("dense_silu", "dense");
     fn work(&self) -> usize {
         self.0.n * self.0.m
+    }
+    #[cfg(feature = "cuda")]
+    fn launch_config(&self, b: usize) -> candle_core::cuda_backend::cudarc::driver::LaunchConfig {
+        dense_launch(self.0.n, self.0.k, self.0.m, b)
     }
     fn sizes(&self) -> Vec<usize> {
         self.0.sizes()
@@ -76,6 +113,10 @@ impl Kernel for SiluAdjoint {
     kernel_source!("dense_silu_adj", "dense");
     fn work(&self) -> usize {
         self.dims.n * self.dims.k
+    }
+    #[cfg(feature = "cuda")]
+    fn launch_config(&self, b: usize) -> candle_core::cuda_backend::cudarc::driver::LaunchConfig {
+        dense_launch(self.dims.n, self.dims.m, self.dims.k, b)
     }
     fn sizes(&self) -> Vec<usize> {
         let mut s = self.dims.sizes();
@@ -106,7 +147,15 @@ fn dims(x: &Tensor, w: &Tensor) -> Result<Dims> {
             w.dims()
         )
     }
+    check_width(k)?;
     Ok(Dims { n, k, m })
+}
+
+fn check_width(l: usize) -> Result<()> {
+    if l > DENSE_MAX_WIDTH {
+        bail!("dense: a reduction over {l} values is longer than the kernels' {DENSE_MAX_WIDTH}")
+    }
+    Ok(())
 }
 
 /// x w for x [N, K] and w [K, M].
@@ -139,6 +188,7 @@ pub fn dense_silu_adjoint(g: &Tensor, pre: &Tensor, b: &Tensor, w: &Tensor) -> R
             w.dims()
         )
     }
+    check_width(m)?;
     let kernel = SiluAdjoint {
         dims: Dims { n, k, m },
         rows_g,

@@ -171,9 +171,13 @@ impl<const ROWS: bool> Kernel for Adjoint<ROWS> {
     const MODULE: &'static str = "interaction";
     #[cfg(feature = "cuda")]
     const PTX: &'static str = include_str!(concat!(env!("OUT_DIR"), "/interaction.ptx"));
-    /// One thread per (edge, feature) with rows, one warp per edge without.
+    /// One thread per (edge, feature) with rows; without, one warp per (edge, 32 features).
     fn work(&self) -> usize {
-        self.0.n_edges * if ROWS { self.0.hidden } else { 32 }
+        self.0.n_edges
+            * match ROWS {
+                true => self.0.hidden,
+                false => self.0.hidden.div_ceil(32) * 32,
+            }
     }
     fn sizes(&self) -> Vec<usize> {
         self.0.list()

@@ -52,6 +52,15 @@ pub trait Kernel: Send + Sync {
     }
     /// The CPU twin: same inputs, writing (or adding into) `out`, which starts as [`Init`] says.
     fn cpu<T: Real>(&self, x: &[&[T]], idx: &[&[u32]], out: &mut [T]);
+    /// Launch shape on CUDA for elements of `elem_bytes`; by default a grid-stride loop over
+    /// [`work`](Self::work) items without shared memory.
+    #[cfg(feature = "cuda")]
+    fn launch_config(
+        &self,
+        _elem_bytes: usize,
+    ) -> candle_core::cuda_backend::cudarc::driver::LaunchConfig {
+        grid_stride(self.work())
+    }
 }
 
 /// The `NAME`, `MODULE` and `PTX` items of a [`Kernel`] impl for function stem `$name` of
@@ -288,7 +297,7 @@ impl<K: Kernel> Launch<K> {
         }
         // SAFETY: the argument list follows the convention documented at the top of this file,
         // which every kernel in kernels/ declares.
-        unsafe { b.launch(grid_stride(work)) }
+        unsafe { b.launch(self.kernel.launch_config(std::mem::size_of::<T>())) }
             .map_err(|e| candle_core::Error::Cuda(Box::new(e)))?;
         drop(b);
         Ok(out)

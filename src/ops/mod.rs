@@ -25,7 +25,7 @@ mod scatter_add;
 mod update;
 
 pub use activation::{bias_silu, bias_silu_adjoint};
-pub use dense::{dense, dense_silu, dense_silu_adjoint};
+pub use dense::{dense, dense_silu, dense_silu_adjoint, DENSE_MAX_WIDTH};
 pub use edge_basis::{basis_width, edge_basis, edge_basis_adjoint};
 pub use gather::{gather, Gather};
 pub use interaction::{
