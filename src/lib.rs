@@ -8,6 +8,7 @@ pub mod elements;
 pub mod error;
 pub mod eval;
 pub mod fsutil;
+pub mod graph;
 pub mod io;
 pub mod md;
 pub mod model;

@@ -5,6 +5,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use mlff_distiller::fsutil::{sha256_file, write_json};
+use mlff_distiller::graph::Graphs;
 use mlff_distiller::io::read_extxyz;
 use mlff_distiller::md::{
     Ensemble, MdOutputs, MdSettings, MdSummary, PainnForces, Progress, Restart, Simulation,
@@ -78,6 +79,10 @@ pub struct MdArgs {
         "restart_every", "restart_file", "dtype", "ops", "keep_going",
     ])]
     resume: Option<PathBuf>,
+    /// auto: replay each force call as a CUDA graph where possible (a CUDA device and
+    /// --ops fused); on: the same, an error elsewhere; off: launch every kernel.
+    #[arg(long, default_value = "auto")]
+    graphs: Graphs,
     /// Keep running after a bond has stretched more than 0.5 Å (the run still counts as
     /// unstable).
     #[arg(long)]
@@ -153,7 +158,8 @@ fn fresh(a: &MdArgs) -> Result<MdSummary> {
         "structure": structure,
         "frame": a.frame,
     });
-    let forces = PainnForces::new(&calc, &start, settings.skin)?;
+    let forces =
+        PainnForces::new(&calc, &start, settings.skin)?.with_graphs(a.graphs.wanted(&calc)?);
     eprintln!(
         "md: {} atoms, {} steps of {} fs, {}, on {:?}",
         start.len(),
@@ -209,7 +215,8 @@ fn resume(a: &MdArgs, path: &Path) -> Result<MdSummary> {
         pbc: restart.pbc,
         ..Structure::molecule(restart.numbers.clone(), restart.positions.clone())
     };
-    let forces = PainnForces::new(&calc, &template, restart.settings.skin)?;
+    let forces = PainnForces::new(&calc, &template, restart.settings.skin)?
+        .with_graphs(a.graphs.wanted(&calc)?);
     eprintln!(
         "md: resuming {} at step {} of {}",
         path.display(),

@@ -7,6 +7,7 @@ use super::ModelArgs;
 use anyhow::Result;
 use clap::Args;
 use mlff_distiller::fsutil::write_atomic;
+use mlff_distiller::graph::Graphs;
 use mlff_distiller::md::{Ensemble, ForceProvider, MdSettings, PainnForces, Simulation};
 use mlff_distiller::plot::{histogram_png, lines_png, Line};
 use mlff_distiller::profiler::{ProfiledForces, Profiler};
@@ -42,6 +43,10 @@ pub struct ProfileArgs {
     /// Chrome trace of every step's phases (open in chrome://tracing or ui.perfetto.dev).
     #[arg(long)]
     trace: Option<PathBuf>,
+    /// auto: the force calls replayed as CUDA graphs where possible (CUDA, --ops fused);
+    /// on: the same, an error elsewhere; off: every kernel launched.
+    #[arg(long, default_value = "auto")]
+    graphs: Graphs,
     #[command(flatten)]
     run: ModelArgs,
 }
@@ -65,25 +70,35 @@ fn timed<F: ForceProvider>(forces: F, s: &Structure, steps: u64) -> Result<(f64,
     Ok((t.elapsed().as_secs_f64(), sim))
 }
 
+fn provider<'a>(
+    calc: &'a PainnCalculator,
+    s: &Structure,
+    skin: f64,
+    graphs: bool,
+) -> Result<PainnForces<'a>> {
+    Ok(PainnForces::new(calc, s, skin)?.with_graphs(graphs))
+}
+
 pub fn run(a: ProfileArgs) -> Result<()> {
     let calc: PainnCalculator = a.run.calculator(&a.model)?;
     let s = pick_frame(&a.structure, 0)?;
     let dev = calc.device().clone();
     let skin = settings(0).skin;
+    let graphs = a.graphs.wanted(&calc)?;
     if a.warmup > 0 {
-        timed(PainnForces::new(&calc, &s, skin)?, &s, a.warmup)?;
+        timed(provider(&calc, &s, skin, graphs)?, &s, a.warmup)?;
     }
     let plain = |calc: &PainnCalculator| -> Result<Option<f64>> {
         if a.no_overhead {
             return Ok(None);
         }
         Ok(Some(
-            timed(PainnForces::new(calc, &s, skin)?, &s, a.steps)?.0,
+            timed(provider(calc, &s, skin, graphs)?, &s, a.steps)?.0,
         ))
     };
     let before = plain(&calc)?;
     let profiler = Profiler::new(&dev, a.memory_every)?;
-    let forces = ProfiledForces::new(PainnForces::new(&calc, &s, skin)?, profiler, s.len());
+    let forces = ProfiledForces::new(provider(&calc, &s, skin, graphs)?, profiler, s.len());
     let (profiled_s, sim) = timed(forces, &s, a.steps)?;
     let label = format!(
         "{} on {} ({} MD steps)",

@@ -7,6 +7,7 @@ use candle_core::DType;
 use clap::Args;
 use mlff_distiller::device::with_own_stream;
 use mlff_distiller::fsutil::{sha256_file, write_atomic, write_json};
+use mlff_distiller::graph::Graphs;
 use mlff_distiller::io::read_extxyz;
 use mlff_distiller::md::validate::{markdown, plot_energies, run_suite, SuiteSettings};
 use mlff_distiller::ops::EdgeOps;
@@ -54,6 +55,10 @@ pub struct ValidateMdArgs {
     out: PathBuf,
     #[arg(long, default_value = "f32", value_parser = parse_dtype)]
     dtype: DType,
+    /// auto: the fused path's force calls replayed as CUDA graphs on a CUDA device (its
+    /// variant labelled `fused+graph`); on: the same, an error elsewhere; off: never.
+    #[arg(long, default_value = "auto")]
+    graphs: Graphs,
     #[command(flatten)]
     device: DeviceArgs,
 }
@@ -124,6 +129,7 @@ pub fn run(a: ValidateMdArgs) -> Result<()> {
         skin: a.dynamics.skin,
         log_every: a.log_every,
         traj_every: a.traj_every,
+        graphs: a.graphs,
     };
     std::fs::create_dir_all(&a.out).with_context(|| format!("{}", a.out.display()))?;
     let reports = run_suite(

@@ -4,6 +4,7 @@
 
 use crate::calculator::{atom_energies_and_forces, Calculator, PainnCalculator};
 use crate::error::{Error, Result};
+use crate::graph::{edge_capacity, ForceGraph, HostEdges};
 use crate::model::PainnInputs;
 use crate::neighbors::{image_offset, wrap_positions, VerletList};
 use crate::profiler::{NoClock, Phase, PhaseClock};
@@ -130,12 +131,20 @@ pub struct PainnForces<'a> {
     /// Device positions at the last build, and the edges built there.
     reference: Option<Tensor>,
     edges: Option<ListTensors>,
+    /// Replays energy+forces as a CUDA graph ([`with_graphs`](Self::with_graphs)): one graph,
+    /// re-captured with a larger edge capacity when a list outgrows it (any shorter list fits
+    /// it, padded).
+    graphs: bool,
+    graph: Option<ForceGraph>,
+    captures: usize,
 }
 
 struct ListTensors {
     centers: Tensor,
     neighbors: Tensor,
     offsets: Tensor,
+    /// The image offsets on the host, for graph inputs.
+    host_offsets: Vec<[f64; 3]>,
 }
 
 impl<'a> PainnForces<'a> {
@@ -166,7 +175,50 @@ impl<'a> PainnForces<'a> {
             verlet: VerletList::new(cfg.cutoff, skin),
             reference: None,
             edges: None,
+            graphs: false,
+            graph: None,
+            captures: 0,
         })
+    }
+
+    /// Replays energy+forces as a CUDA graph (needs the fused path on a CUDA device: see
+    /// [`Graphs::wanted`](crate::graph::Graphs::wanted)).
+    pub fn with_graphs(mut self, on: bool) -> Self {
+        self.graphs = on;
+        self
+    }
+
+    /// CUDA graphs captured so far (a new one when a neighbour list outgrew the last).
+    pub fn graph_captures(&self) -> usize {
+        self.captures
+    }
+
+    /// Puts the current list into the graph, capturing a larger one when it does not fit.
+    fn update_graph(&mut self, positions: &Tensor) -> Result<()> {
+        let (Some(edges), nl) = (&self.edges, self.verlet.list()) else {
+            return Err(Error::Md("neighbour list missing after a build".into()));
+        };
+        let host = HostEdges {
+            centers: &nl.centers,
+            neighbors: &nl.neighbors,
+            offsets: &edges.host_offsets,
+        };
+        let n = positions.dim(0)?;
+        if let Some(g) = self.graph.as_ref().filter(|g| g.fits(n, host.len())) {
+            return g.set_edges(host);
+        }
+        self.graph = None; // its memory back before the next capture
+        self.graph = Some(ForceGraph::capture(
+            self.calculator,
+            &self.species,
+            &self.atom_structure,
+            1,
+            positions,
+            host,
+            edge_capacity(host.len()),
+        )?);
+        self.captures += 1;
+        Ok(())
     }
 
     /// Builds the list at `host` (positions as given, not wrapped again) and uploads it.
@@ -175,19 +227,22 @@ impl<'a> PainnForces<'a> {
         self.verlet.invalidate();
         self.verlet.update(host, cell, pbc)?;
         let nl = self.verlet.list();
-        let offsets: Vec<f64> = nl
-            .shifts
-            .iter()
-            .flat_map(|&s| image_offset(s, cell))
-            .collect();
+        let host_offsets: Vec<[f64; 3]> =
+            nl.shifts.iter().map(|&s| image_offset(s, cell)).collect();
         let dev = self.calculator.device();
         let e = nl.len();
+        let offsets = host_offsets.iter().flatten().copied().collect();
         self.edges = Some(ListTensors {
             centers: Tensor::from_vec(nl.centers.clone(), e, dev)?,
             neighbors: Tensor::from_vec(nl.neighbors.clone(), e, dev)?,
             offsets: Tensor::from_vec(offsets, (e, 3), dev)?.to_dtype(self.calculator.dtype())?,
+            host_offsets,
         });
-        self.reference = Some(device_positions(host, dev)?);
+        let reference = device_positions(host, dev)?;
+        if self.graphs {
+            self.update_graph(&reference)?;
+        }
+        self.reference = Some(reference);
         Ok(())
     }
 
@@ -244,6 +299,14 @@ impl ForceProvider for PainnForces<'_> {
             if self.template.is_periodic() {
                 *positions = device_positions(&host, self.calculator.device())?;
             }
+        }
+        if let Some(g) = &self.graph {
+            clock.mark(Phase::Forward)?;
+            let (energies, forces) = g.replay(positions)?;
+            return Ok(Evaluation {
+                energy: energies.squeeze(0)?,
+                forces,
+            });
         }
         let Some(edges) = &self.edges else {
             return Err(Error::Md("neighbour list missing after a build".into()));

@@ -9,6 +9,7 @@ use super::output::LogRecord;
 use super::run::{MdOutputs, MdSettings, MdSummary, Simulation, StopReason};
 use crate::calculator::PainnCalculator;
 use crate::error::{Error, Result};
+use crate::ops::EdgeOps;
 use crate::plot::{lines_png, Line};
 use crate::structure::Structure;
 use candle_core::Device;
@@ -90,6 +91,9 @@ pub struct SuiteSettings {
     pub skin: f64,
     pub log_every: u64,
     pub traj_every: u64,
+    /// CUDA graphs for the force calls where wanted (a variant that uses them is labelled
+    /// `+graph`).
+    pub graphs: crate::graph::Graphs,
 }
 
 /// Builds the variants under test (label, calculator) on a worker's device.
@@ -174,6 +178,12 @@ fn run_one(
     s: &SuiteSettings,
     runs_dir: &Path,
 ) -> Result<Vec<RunReport>> {
+    // Graphs are a way to run the fused path; the other paths run as they are.
+    let graphs = calc.model().ops() == EdgeOps::Fused && s.graphs.wanted(calc)?;
+    let label = &match graphs {
+        true => format!("{label}+graph"),
+        false => label.to_string(),
+    };
     let nve_steps = s.nve_windows.iter().copied().max().unwrap_or(0);
     let mut plan = vec![(Ensemble::Nve, nve_steps)];
     if s.nvt_steps > 0 {
@@ -206,7 +216,7 @@ fn run_one(
             },
             ..Default::default()
         };
-        let forces = PainnForces::new(calc, structure, s.skin)?;
+        let forces = PainnForces::new(calc, structure, s.skin)?.with_graphs(graphs);
         let mut sim = Simulation::new(forces, structure, settings, serde_json::Value::Null)
             .map_err(|e| Error::Md(format!("{name} with {label}: {e}")))?;
         let summary = sim.run(&mut |_| {})?;

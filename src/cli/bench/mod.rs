@@ -8,9 +8,11 @@ use anyhow::{Context, Result};
 use candle_core::{DType, Device};
 use clap::Args;
 use mlff_distiller::bench::{BenchCase, BenchReport};
-use mlff_distiller::calculator::DeviceOutput;
+use mlff_distiller::calculator::{edge_offsets, DeviceOutput};
 use mlff_distiller::device::{device_name, synchronize};
+use mlff_distiller::graph::{ForceGraph, Graphs, HostEdges};
 use mlff_distiller::model::{init_varmap, Painn, PainnConfig, PainnInputs};
+use mlff_distiller::neighbors::batch_neighbor_list;
 use mlff_distiller::ops::EdgeOps;
 use mlff_distiller::profiler::{reset_peak, sample, Stats};
 use mlff_distiller::systems::{aspirin, start_geometry, water_box};
@@ -39,6 +41,10 @@ pub struct BenchArgs {
     /// explicit force pass).
     #[arg(long, default_value = "custom,fused,stock")]
     ops: String,
+    /// auto: on a CUDA device, also time the fused path replayed as a CUDA graph (path
+    /// `fused+graph`); on: the same, an error where graphs cannot be used; off: never.
+    #[arg(long, default_value = "auto")]
+    graphs: Graphs,
     #[arg(long, default_value_t = 5)]
     warmup: usize,
     /// Timed calls per case (fewer when --max-seconds runs out, at least 3).
@@ -128,22 +134,55 @@ fn load_model(a: &BenchArgs, dev: &Device) -> Result<Painn> {
 /// Device energies and forces of the last timed call, as f32 on the host.
 type Outputs = (Vec<f32>, Vec<f32>);
 
-/// Times one system with one code path.
+/// Times one system with one code path: eager calls, or (`graph`) replays of a CUDA graph
+/// captured for its exact edge list.
 fn time_case(
     a: &BenchArgs,
     calc: &PainnCalculator,
     name: &str,
     batch: &Batch,
     copies: usize,
+    graph: bool,
     reference: &mut Option<Outputs>,
 ) -> Result<BenchCase> {
     let dev = calc.device();
     let t = Instant::now();
-    let (inputs, positions) = calc.prepare(batch)?;
+    let nl = batch_neighbor_list(batch, calc.model().config().cutoff)?;
+    let (inputs, positions) = calc.prepare_with(batch, &nl)?;
+    let captured = match graph {
+        false => None,
+        true => {
+            let offsets = edge_offsets(batch, &nl);
+            let edges = HostEdges {
+                centers: &nl.centers,
+                neighbors: &nl.neighbors,
+                offsets: &offsets,
+            };
+            let g = ForceGraph::capture(
+                calc,
+                &inputs.species,
+                &inputs.atom_structure,
+                inputs.n_structures,
+                &positions,
+                edges,
+                nl.len(),
+            )?;
+            Some(g)
+        }
+    };
     synchronize(dev)?;
     let prepare_ms = t.elapsed().as_secs_f64() * 1e3;
+    let call = || -> Result<DeviceOutput> {
+        Ok(match &captured {
+            None => calc.compute_device(&inputs, &positions)?,
+            Some(g) => {
+                let (energies, forces) = g.replay(&positions)?;
+                DeviceOutput { energies, forces }
+            }
+        })
+    };
     for _ in 0..a.warmup {
-        calc.compute_device(&inputs, &positions)?;
+        call()?;
     }
     synchronize(dev)?;
     reset_peak(dev);
@@ -154,7 +193,7 @@ fn time_case(
         && (times.len() < 3 || budget.elapsed().as_secs_f64() < a.max_seconds)
     {
         let t = Instant::now();
-        let out = calc.compute_device(&inputs, &positions)?;
+        let out = call()?;
         synchronize(dev)?;
         times.push(t.elapsed().as_secs_f64() * 1e3);
         last = Some(out);
@@ -180,7 +219,10 @@ fn time_case(
         batch: copies,
         atoms: batch.n_atoms(),
         edges: inputs.centers.dim(0)?,
-        path: calc.model().ops().name().to_string(),
+        path: match graph {
+            true => format!("{}+graph", calc.model().ops().name()),
+            false => calc.model().ops().name().to_string(),
+        },
         latency_ms,
         structures_per_s: batch.n_structures() as f64 * per_s,
         atom_steps_per_s: batch.n_atoms() as f64 * per_s,
@@ -203,6 +245,10 @@ pub fn run(a: BenchArgs) -> Result<ExitCode> {
         .split(',')
         .map(|s| s.trim().parse().map_err(anyhow::Error::msg))
         .collect::<Result<_>>()?;
+    anyhow::ensure!(
+        a.graphs != Graphs::On || ops.contains(&EdgeOps::Fused),
+        "--graphs on times the fused path: add `fused` to --ops"
+    );
     let mut cases = Vec::new();
     let systems = a.systems.split(',').map(str::trim).filter(|s| *s != "none");
     for name in systems {
@@ -212,12 +258,15 @@ pub fn run(a: BenchArgs) -> Result<ExitCode> {
         for &op in &ops {
             let calc =
                 PainnCalculator::new(load_model(&a, &dev)?.with_ops(op), dev.clone(), a.dtype);
-            let case = time_case(&a, &calc, name, &batch, copies, &mut reference)?;
-            eprintln!(
-                "{} {}: {:.3} ms",
-                case.system, case.path, case.latency_ms.median
-            );
-            cases.push(case);
+            let graphs = op == EdgeOps::Fused && a.graphs.wanted(&calc)?;
+            for graph in std::iter::once(false).chain(graphs.then_some(true)) {
+                let case = time_case(&a, &calc, name, &batch, copies, graph, &mut reference)?;
+                eprintln!(
+                    "{} {}: {:.3} ms",
+                    case.system, case.path, case.latency_ms.median
+                );
+                cases.push(case);
+            }
         }
     }
     let teacher = if a.teacher_data.is_empty() {

@@ -1,0 +1,451 @@
+//! CUDA graphs of the fused energy+forces call. A step of the fused path is ~80 kernels, each
+//! costing several microseconds of host work (launch, allocation) at molecule size; captured
+//! once as a graph, a replay queues them all with one call.
+//!
+//! A [`ForceGraph`] is captured for a fixed number of atoms and an edge *capacity*: its inputs
+//! (positions, edge list, image offsets) and outputs (energies, forces) live in buffers that
+//! stay put between replays. Edge lists shorter than the capacity are padded with edges from
+//! an atom to its own image twice the cutoff away: beyond the cutoff an edge's basis, filter
+//! and gradient are exactly zero, so padding changes no energy or force. A longer list needs a
+//! new capture ([`ForceGraph::fits`]).
+//!
+//! Capturing needs a device made by [`crate::device::select`] or
+//! [`crate::device::with_own_stream`] (a stream of its own, without cudarc's per-buffer events)
+//! and the fused path ([`EdgeOps::Fused`]); the CPU has no graphs.
+
+use crate::calculator::PainnCalculator;
+use crate::error::{Error, Result};
+use crate::model::PainnInputs;
+use crate::ops::{scatter_add, EdgeOps};
+use candle_core::{DType, Device, Tensor, Var};
+
+/// Whether to replay energy+forces as CUDA graphs (`--graphs`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Graphs {
+    /// Where they can be used: a CUDA device and the fused path.
+    #[default]
+    Auto,
+    /// Always; an error where they cannot be used.
+    On,
+    Off,
+}
+
+impl std::str::FromStr for Graphs {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "auto" => Ok(Self::Auto),
+            "on" => Ok(Self::On),
+            "off" => Ok(Self::Off),
+            _ => Err(format!("unknown --graphs `{s}` (expected auto, on or off)")),
+        }
+    }
+}
+
+impl Graphs {
+    /// Whether `calc` runs with graphs; `On` where they cannot be used is an error naming why.
+    pub fn wanted(self, calc: &PainnCalculator) -> Result<bool> {
+        let why_not = if !cfg!(feature = "cuda") {
+            Some("this binary was built without the `cuda` feature")
+        } else if !calc.device().is_cuda() {
+            Some("they need a CUDA device")
+        } else if calc.model().ops() != EdgeOps::Fused {
+            Some("they need the fused path (--ops fused)")
+        } else {
+            None
+        };
+        match (self, why_not) {
+            (Self::Off, _) | (Self::Auto, Some(_)) => Ok(false),
+            (_, None) => Ok(true),
+            (Self::On, Some(why)) => Err(Error::Device(format!("--graphs on: {why}"))),
+        }
+    }
+}
+
+/// A neighbour list on the host: edge i ← j with its Cartesian image offset.
+#[derive(Clone, Copy, Debug)]
+pub struct HostEdges<'a> {
+    pub centers: &'a [u32],
+    pub neighbors: &'a [u32],
+    pub offsets: &'a [[f64; 3]],
+}
+
+impl HostEdges<'_> {
+    pub fn len(&self) -> usize {
+        self.centers.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.centers.is_empty()
+    }
+}
+
+/// Edge capacity for a list of `edges`: room for the list to grow by a quarter (atoms move
+/// between neighbour-list builds) before a new capture is needed.
+pub fn edge_capacity(edges: usize) -> usize {
+    (edges + edges / 4).max(edges + 64).next_multiple_of(64)
+}
+
+/// What a captured graph was made for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct GraphShape {
+    pub atoms: usize,
+    pub structures: usize,
+    pub edge_capacity: usize,
+}
+
+/// The fused energy+forces call of one calculator, captured for one [`GraphShape`].
+pub struct ForceGraph {
+    shape: GraphShape,
+    cutoff: f64,
+    dtype: DType,
+    /// Static inputs: positions [N, 3] f64, the padded edge list, species and structure index.
+    positions: Var,
+    centers: Var,
+    neighbors: Var,
+    offsets: Var,
+    species: Tensor,
+    atom_structure: Tensor,
+    /// Static outputs, rewritten by every replay: energy per structure [S] and forces [N, 3],
+    /// both f64.
+    energies: Var,
+    forces: Var,
+    #[cfg(feature = "cuda")]
+    graph: candle_core::cuda_backend::cudarc::driver::CudaGraph,
+}
+
+impl ForceGraph {
+    /// Captures `calc`'s energy+forces for atoms of model species `species` ([N] u32),
+    /// structure index `atom_structure` ([N] u32, `structures` of them), at `positions`
+    /// ([N, 3] f64) with `edges`, padded to `capacity` edges.
+    pub fn capture(
+        calc: &PainnCalculator,
+        species: &Tensor,
+        atom_structure: &Tensor,
+        structures: usize,
+        positions: &Tensor,
+        edges: HostEdges,
+        capacity: usize,
+    ) -> Result<Self> {
+        if calc.model().ops() != EdgeOps::Fused {
+            return Err(Error::Device(format!(
+                "CUDA graphs need the fused path (--ops fused), not `{}`",
+                calc.model().ops().name()
+            )));
+        }
+        let dev = calc.device().clone();
+        let atoms = positions.dim(0)?;
+        if atoms == 0 {
+            return Err(Error::Device(
+                "cannot capture a graph for zero atoms".into(),
+            ));
+        }
+        let shape = GraphShape {
+            atoms,
+            structures,
+            edge_capacity: capacity,
+        };
+        let cutoff = calc.model().config().cutoff;
+        let PaddedEdges {
+            centers,
+            neighbors,
+            offsets,
+        } = pad_edges(edges, atoms, capacity, cutoff)?;
+        let dtype = calc.dtype();
+        let var = |t: Tensor| Var::from_tensor(&t);
+        let positions = var(positions.to_dtype(DType::F64)?)?;
+        let centers = var(Tensor::from_vec(centers, capacity, &dev)?)?;
+        let neighbors = var(Tensor::from_vec(neighbors, capacity, &dev)?)?;
+        let offsets = var(Tensor::from_vec(offsets, (capacity, 3), &dev)?.to_dtype(dtype)?)?;
+        let energies = var(Tensor::zeros(structures, DType::F64, &dev)?)?;
+        let forces = var(Tensor::zeros((atoms, 3), DType::F64, &dev)?)?;
+        let parts = Parts {
+            calc,
+            positions: &positions,
+            centers: &centers,
+            neighbors: &neighbors,
+            offsets: &offsets,
+            species,
+            atom_structure,
+            structures,
+            energies: &energies,
+            forces: &forces,
+        };
+        let graph = capture_graph(&dev, || parts.step())?;
+        #[cfg(not(feature = "cuda"))]
+        let () = graph;
+        Ok(Self {
+            shape,
+            cutoff,
+            dtype,
+            positions,
+            centers,
+            neighbors,
+            offsets,
+            species: species.clone(),
+            atom_structure: atom_structure.clone(),
+            energies,
+            forces,
+            #[cfg(feature = "cuda")]
+            graph,
+        })
+    }
+
+    pub fn shape(&self) -> GraphShape {
+        self.shape
+    }
+
+    /// Whether `edges` edges of `atoms` atoms fit this graph.
+    pub fn fits(&self, atoms: usize, edges: usize) -> bool {
+        atoms == self.shape.atoms && edges <= self.shape.edge_capacity
+    }
+
+    /// Replaces the edge list (same atoms; at most the capacity, padded to it).
+    pub fn set_edges(&self, edges: HostEdges) -> Result<()> {
+        let (atoms, capacity) = (self.shape.atoms, self.shape.edge_capacity);
+        let PaddedEdges {
+            centers,
+            neighbors,
+            offsets,
+        } = pad_edges(edges, atoms, capacity, self.cutoff)?;
+        let dev = self.positions.device();
+        self.centers
+            .set(&Tensor::from_vec(centers, capacity, dev)?)?;
+        self.neighbors
+            .set(&Tensor::from_vec(neighbors, capacity, dev)?)?;
+        self.offsets
+            .set(&Tensor::from_vec(offsets, (capacity, 3), dev)?.to_dtype(self.dtype)?)?;
+        Ok(())
+    }
+
+    /// Energy+forces at `positions` ([N, 3], any float dtype, on the graph's device): the
+    /// graph replayed, and its outputs copied, as (energies [S], forces [N, 3]), f64.
+    pub fn replay(&self, positions: &Tensor) -> Result<(Tensor, Tensor)> {
+        self.launch(positions)?;
+        Ok((self.energies.as_tensor().copy()?, self.forces.copy()?))
+    }
+
+    /// Replays the graph at `positions`; its outputs ([`energies`](Self::energies),
+    /// [`forces`](Self::forces)) hold the result until the next launch.
+    pub fn launch(&self, positions: &Tensor) -> Result<()> {
+        if positions.dims() != [self.shape.atoms, 3] {
+            return Err(Error::Device(format!(
+                "graph captured for [{}, 3] positions, got {:?}",
+                self.shape.atoms,
+                positions.dims()
+            )));
+        }
+        self.positions.set(&positions.to_dtype(DType::F64)?)?;
+        #[cfg(feature = "cuda")]
+        self.graph
+            .launch()
+            .map_err(|e| Error::Device(format!("CUDA graph launch: {e}")))?;
+        Ok(())
+    }
+
+    /// Energy per structure [S], f64, of the last launch (overwritten by the next).
+    pub fn energies(&self) -> &Tensor {
+        self.energies.as_tensor()
+    }
+
+    /// Forces [N, 3], f64, of the last launch (overwritten by the next).
+    pub fn forces(&self) -> &Tensor {
+        self.forces.as_tensor()
+    }
+
+    /// The static inputs as the model sees them (the padded edge list included).
+    pub fn inputs(&self) -> Result<PainnInputs> {
+        Ok(PainnInputs {
+            species: self.species.clone(),
+            positions: self.positions.to_dtype(self.dtype)?,
+            centers: self.centers.as_tensor().clone(),
+            neighbors: self.neighbors.as_tensor().clone(),
+            offsets: self.offsets.as_tensor().clone(),
+            atom_structure: self.atom_structure.clone(),
+            n_structures: self.shape.structures,
+        })
+    }
+}
+
+/// What the captured step reads and writes.
+struct Parts<'a> {
+    calc: &'a PainnCalculator,
+    positions: &'a Var,
+    centers: &'a Var,
+    neighbors: &'a Var,
+    offsets: &'a Var,
+    species: &'a Tensor,
+    atom_structure: &'a Tensor,
+    structures: usize,
+    energies: &'a Var,
+    forces: &'a Var,
+}
+
+impl Parts<'_> {
+    /// The step the graph holds: static inputs → fused energy+forces → static outputs. Every
+    /// tensor it makes is freed before it returns, so the graph owns no memory between
+    /// replays beyond its buffers.
+    fn step(&self) -> Result<()> {
+        let inputs = PainnInputs {
+            species: self.species.clone(),
+            positions: self.positions.to_dtype(self.calc.dtype())?,
+            centers: self.centers.as_tensor().clone(),
+            neighbors: self.neighbors.as_tensor().clone(),
+            offsets: self.offsets.as_tensor().clone(),
+            atom_structure: self.atom_structure.clone(),
+            n_structures: self.structures,
+        };
+        let pass = self.calc.model().fused()?.forward(&inputs)?;
+        let forces = pass.forces()?.to_dtype(DType::F64)?;
+        let atom_energies = pass.atom_energies.to_dtype(DType::F64)?;
+        let energies = scatter_add(&atom_energies, self.atom_structure, self.structures)?;
+        self.energies.set(&energies)?;
+        self.forces.set(&forces)?;
+        Ok(())
+    }
+}
+
+/// An edge list as a graph's static inputs hold it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PaddedEdges {
+    pub centers: Vec<u32>,
+    pub neighbors: Vec<u32>,
+    /// Image offsets, [capacity × 3] flattened.
+    pub offsets: Vec<f64>,
+}
+
+/// `edges` padded to `capacity` with edges from an atom to its own image 2 r_c + 1 Å away,
+/// spread over the atoms (so that their zero contributions do not all add into one row).
+pub fn pad_edges(
+    edges: HostEdges,
+    atoms: usize,
+    capacity: usize,
+    cutoff: f64,
+) -> Result<PaddedEdges> {
+    let e = edges.len();
+    if edges.neighbors.len() != e || edges.offsets.len() != e {
+        return Err(Error::NeighborList(format!(
+            "{e} centers, {} neighbors and {} offsets",
+            edges.neighbors.len(),
+            edges.offsets.len()
+        )));
+    }
+    if e > capacity {
+        return Err(Error::Device(format!(
+            "{e} edges do not fit a graph captured for {capacity}"
+        )));
+    }
+    if let Some(k) =
+        (0..e).find(|&k| edges.centers[k] as usize >= atoms || edges.neighbors[k] as usize >= atoms)
+    {
+        return Err(Error::NeighborList(format!(
+            "edge {k} ({} <- {}) is out of range for {atoms} atoms",
+            edges.centers[k], edges.neighbors[k]
+        )));
+    }
+    let pad = (0..capacity - e).map(|k| (k % atoms) as u32);
+    let centers = edges.centers.iter().copied().chain(pad.clone()).collect();
+    let neighbors = edges.neighbors.iter().copied().chain(pad).collect();
+    let far = [2.0 * cutoff + 1.0, 0.0, 0.0];
+    let offsets = edges
+        .offsets
+        .iter()
+        .chain(std::iter::repeat_n(&far, capacity - e))
+        .flatten()
+        .copied()
+        .collect();
+    Ok(PaddedEdges {
+        centers,
+        neighbors,
+        offsets,
+    })
+}
+
+/// Runs `step` twice to warm up (kernels loaded, the fused weights built, candle's small
+/// host-to-device uploads cached) and captures a third run on the device's stream.
+#[cfg(feature = "cuda")]
+fn capture_graph(
+    dev: &Device,
+    step: impl Fn() -> Result<()>,
+) -> Result<candle_core::cuda_backend::cudarc::driver::CudaGraph> {
+    use candle_core::cuda_backend::cudarc::driver::sys;
+    let Device::Cuda(cuda) = dev else {
+        return Err(Error::Device("CUDA graphs need a CUDA device".into()));
+    };
+    if cuda.is_event_tracking() {
+        return Err(Error::Device(
+            "CUDA graphs need a device without per-buffer event tracking \
+             (open it with device::select or device::with_own_stream)"
+                .into(),
+        ));
+    }
+    let driver = |what: &str, e: candle_core::cuda_backend::cudarc::driver::DriverError| {
+        Error::Device(format!("CUDA graph {what}: {e}"))
+    };
+    let _cache = cuda.enable_cuda_graph_htod_cache();
+    step()?;
+    step()?;
+    dev.synchronize()?;
+    let stream = cuda.cuda_stream();
+    stream
+        .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+        .map_err(|e| driver("capture", e))?;
+    let ran = step();
+    // Capture must end even when the step failed, or the stream stays unusable.
+    let graph = stream.end_capture(
+        sys::CUgraphInstantiate_flags::CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH,
+    );
+    ran?;
+    let graph = graph
+        .map_err(|e| driver("capture", e))?
+        .ok_or_else(|| Error::Device("CUDA graph capture recorded nothing".into()))?;
+    graph.upload().map_err(|e| driver("upload", e))?;
+    Ok(graph)
+}
+
+#[cfg(not(feature = "cuda"))]
+fn capture_graph(_: &Device, _: impl Fn() -> Result<()>) -> Result<()> {
+    Err(Error::Device(
+        "CUDA graphs need a build with the `cuda` feature and a CUDA device".into(),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn padding_adds_far_self_edges_up_to_the_capacity() {
+        let offsets = [[0.0; 3], [1.0, 0.0, 0.0]];
+        let edges = HostEdges {
+            centers: &[0, 1],
+            neighbors: &[1, 0],
+            offsets: &offsets,
+        };
+        let PaddedEdges {
+            centers: c,
+            neighbors: n,
+            offsets: o,
+        } = pad_edges(edges, 3, 6, 5.0).unwrap();
+        assert_eq!(c, [0, 1, 0, 1, 2, 0]);
+        assert_eq!(n, [1, 0, 0, 1, 2, 0]);
+        assert_eq!(&o[3..6], &[1.0, 0.0, 0.0]);
+        assert!(o[6..].chunks(3).all(|r| r == [11.0, 0.0, 0.0]));
+        assert!(pad_edges(edges, 3, 1, 5.0).is_err());
+        let bad = HostEdges {
+            centers: &[0, 3],
+            ..edges
+        };
+        let msg = pad_edges(bad, 3, 6, 5.0).unwrap_err().to_string();
+        assert!(msg.contains("edge 1 (3 <- 0)"), "{msg}");
+    }
+
+    #[test]
+    fn capacity_leaves_room_to_grow() {
+        for e in [0, 1, 63, 64, 1000, 541_044] {
+            let c = edge_capacity(e);
+            assert!(c >= e + 64 && c >= e + e / 4 && c % 64 == 0, "{e} -> {c}");
+        }
+    }
+}

@@ -1,0 +1,298 @@
+//! CUDA graphs of the fused energy+forces call against the same call launched kernel by kernel.
+//! Runs only with `--features cuda` on a machine with a GPU (../shared/gpu/README.md).
+#![cfg(feature = "cuda")]
+
+mod common;
+
+use candle_core::{DType, Device, Tensor};
+use common::*;
+use mlff_distiller::calculator::{edge_offsets, PainnCalculator};
+use mlff_distiller::device::{select, DeviceSpec};
+use mlff_distiller::graph::{edge_capacity, ForceGraph, HostEdges};
+use mlff_distiller::md::{
+    device_positions, host_positions, ForceProvider, MdSettings, PainnForces, Simulation,
+    StopReason,
+};
+use mlff_distiller::neighbors::batch_neighbor_list;
+use mlff_distiller::ops::EdgeOps;
+use mlff_distiller::profiler::{leak_check, sample, MemorySample};
+use mlff_distiller::systems::{aspirin, water_box};
+use mlff_distiller::{Batch, Structure};
+
+fn cuda() -> Device {
+    select(DeviceSpec::Cuda(0))
+        .expect("a CUDA device (these tests run on the GPU machine)")
+        .device
+}
+
+fn shipped(dtype: DType, dev: &Device) -> PainnCalculator {
+    PainnCalculator::from_checkpoint(&root().join("models/painn-gfn2.safetensors"), dev, dtype)
+        .unwrap()
+        .with_ops(EdgeOps::Fused)
+}
+
+/// Tolerances for graph vs eager: the same kernels, but atomic adds may sum in another order.
+fn tolerances(dtype: DType) -> (f64, f64) {
+    match dtype {
+        DType::F32 => (2e-6, 2e-5),
+        _ => (1e-12, 1e-10),
+    }
+}
+
+/// Host copy of an f64 device tensor.
+fn host(t: &Tensor) -> Vec<f64> {
+    t.flatten_all().unwrap().to_vec1::<f64>().unwrap()
+}
+
+fn max_diff(a: &[f64], b: &[f64]) -> f64 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f64::max)
+}
+
+/// Moves every atom by up to `amount` Å (deterministic).
+fn jiggle(s: &Structure, amount: f64, seed: u64) -> Structure {
+    let idx = random_index(3 * s.len(), 1000, seed);
+    let mut out = s.clone();
+    for (k, p) in out.positions.iter_mut().enumerate() {
+        for a in 0..3 {
+            p[a] += amount * (idx[3 * k + a] as f64 / 500.0 - 1.0);
+        }
+    }
+    out
+}
+
+/// Graph replays equal eager calls: at the capture positions, after moving the atoms (same
+/// list, padded), and with a new list put into the graph; molecules, a batch of four, and
+/// periodic boxes on both filter paths (17,000 and 162,000 edges); f32 and f64.
+#[test]
+fn cuda_graph_replay_matches_eager_calls() {
+    let gpu = cuda();
+    let systems: Vec<(&str, Vec<Structure>)> = vec![
+        ("aspirin", vec![aspirin()]),
+        (
+            "4 molecules",
+            vec![aspirin(), water_box(2, 1), aspirin(), aspirin()],
+        ),
+        ("water-300", vec![water_box(100, 2)]),
+        ("water-3000", vec![water_box(1000, 3)]),
+    ];
+    for dtype in [DType::F32, DType::F64] {
+        let calc = shipped(dtype, &gpu);
+        let cutoff = calc.model().config().cutoff;
+        let (tol_e, tol_f) = tolerances(dtype);
+        for (name, structures) in &systems {
+            let batch = Batch::new(structures.clone()).unwrap();
+            let nl = batch_neighbor_list(&batch, cutoff).unwrap();
+            let offsets = edge_offsets(&batch, &nl);
+            let edges = HostEdges {
+                centers: &nl.centers,
+                neighbors: &nl.neighbors,
+                offsets: &offsets,
+            };
+            let (inputs, positions) = calc.prepare_with(&batch, &nl).unwrap();
+            let graph = ForceGraph::capture(
+                &calc,
+                &inputs.species,
+                &inputs.atom_structure,
+                inputs.n_structures,
+                &positions,
+                edges,
+                edge_capacity(nl.len()),
+            )
+            .unwrap();
+            let check = |batch: &Batch, what: &str| {
+                let nl = batch_neighbor_list(batch, cutoff).unwrap();
+                let (x, pos) = calc.prepare_with(batch, &nl).unwrap();
+                let want = calc.compute_device(&x, &pos).unwrap();
+                let (e, f) = graph.replay(&pos).unwrap();
+                let e_want = host(&want.energies.to_dtype(DType::F64).unwrap());
+                let f_want = host(&want.forces.to_dtype(DType::F64).unwrap());
+                let scale_e = e_want.iter().fold(1.0f64, |m, x| m.max(x.abs()));
+                let scale_f = f_want.iter().fold(1.0f64, |m, x| m.max(x.abs()));
+                let (de, df) = (max_diff(&host(&e), &e_want), max_diff(&host(&f), &f_want));
+                let what = format!("{name} {dtype:?} {what}");
+                assert!(de <= tol_e * scale_e, "{what}: energies differ by {de}");
+                assert!(df <= tol_f * scale_f, "{what}: forces differ by {df}");
+                println!("{what}: max dE {de:.2e} eV, max dF {df:.2e} eV/Å");
+            };
+            check(&batch, "at capture");
+            let moved = Batch::new(
+                structures
+                    .iter()
+                    .enumerate()
+                    .map(|(k, s)| jiggle(s, 0.05, k as u64))
+                    .collect(),
+            )
+            .unwrap();
+            // A new list for the moved atoms, put into the graph.
+            let nl2 = batch_neighbor_list(&moved, cutoff).unwrap();
+            let off2 = edge_offsets(&moved, &nl2);
+            assert!(graph.fits(moved.n_atoms(), nl2.len()), "{name}: capacity");
+            graph
+                .set_edges(HostEdges {
+                    centers: &nl2.centers,
+                    neighbors: &nl2.neighbors,
+                    offsets: &off2,
+                })
+                .unwrap();
+            check(&moved, "moved, new list");
+            check(&moved, "replayed again");
+        }
+    }
+}
+
+/// MD with graph replays follows MD without them over 1,000 NVE steps (f64), with neighbour
+/// list rebuilds (a small skin) put into the graph.
+#[test]
+fn cuda_graph_md_follows_eager_md() {
+    let gpu = cuda();
+    let calc = shipped(DType::F64, &gpu);
+    for s in [aspirin(), water_box(27, 3)] {
+        let settings = MdSettings {
+            steps: 1000,
+            skin: 0.2,
+            traj_every: 0,
+            stop_when_unstable: false,
+            ..Default::default()
+        };
+        let run = |graphs: bool| {
+            let f = PainnForces::new(&calc, &s, settings.skin)
+                .unwrap()
+                .with_graphs(graphs);
+            let mut sim =
+                Simulation::new(f, &s, settings.clone(), serde_json::Value::Null).unwrap();
+            let summary = sim.run(&mut |_| {}).unwrap();
+            assert_eq!(summary.stop, StopReason::Completed);
+            let captures = sim.forces().graph_captures();
+            (
+                host_positions(&sim.state().positions).unwrap(),
+                sim.records().last().unwrap().e_tot,
+                summary.neighbor_list_builds,
+                captures,
+            )
+        };
+        let (x0, e0, builds0, _) = run(false);
+        let (x1, e1, builds1, captures) = run(true);
+        let dx = max_force_diff(&x0, &x1);
+        let what = format!("{} atoms", s.len());
+        println!(
+            "{what}: dx {dx:.2e} Å, dE_tot {:.2e} eV, {builds1} builds, {captures} captures",
+            (e0 - e1).abs()
+        );
+        assert!(
+            dx < 1e-6,
+            "{what}: positions differ by {dx} Å after 1,000 steps"
+        );
+        assert!((e0 - e1).abs() < 1e-6, "{what}: E_tot {e0} vs {e1}");
+        assert!(
+            builds1 > 2 && builds1 == builds0,
+            "{what}: builds {builds0} vs {builds1}"
+        );
+        assert!(
+            captures >= 1 && captures < builds1,
+            "{what}: {captures} captures"
+        );
+    }
+}
+
+/// A neighbour list that outgrows the graph's capacity makes a new capture, whose results
+/// equal an eager call; a shorter list afterwards fits the larger graph.
+#[test]
+fn cuda_graph_overflow_recaptures() {
+    let gpu = cuda();
+    let calc = shipped(DType::F64, &gpu);
+    let s = water_box(64, 5);
+    let mut graphed = PainnForces::new(&calc, &s, 0.5).unwrap().with_graphs(true);
+    let mut eager = PainnForces::new(&calc, &s, 0.5).unwrap();
+    let mut compare = |s: &Structure| {
+        let (mut a, mut b) = (
+            device_positions(&s.positions, &gpu).unwrap(),
+            device_positions(&s.positions, &gpu).unwrap(),
+        );
+        let got = graphed.evaluate(&mut a).unwrap();
+        let want = eager.evaluate(&mut b).unwrap();
+        let f_want = host(&want.forces);
+        let scale = f_want.iter().fold(1.0f64, |m, x| m.max(x.abs()));
+        let df = max_diff(&host(&got.forces), &f_want);
+        let (e, e0) = (
+            got.energy.to_scalar::<f64>().unwrap(),
+            want.energy.to_scalar::<f64>().unwrap(),
+        );
+        assert!(
+            df <= 1e-10 * scale,
+            "forces differ by {df} (max |F| {scale})"
+        );
+        assert!(
+            (e - e0).abs() <= 1e-10 * e0.abs().max(1.0),
+            "energy {e} vs {e0}"
+        );
+        graphed.graph_captures()
+    };
+    assert_eq!(compare(&s), 1);
+    // Every atom pulled 30% toward the box centre: far more pairs within the cutoff than the
+    // first list's capacity allows.
+    let centre = s.cell.unwrap().iter().fold([0.0; 3], |c, r| {
+        [c[0] + r[0] / 2.0, c[1] + r[1] / 2.0, c[2] + r[2] / 2.0]
+    });
+    let mut closer = s.clone();
+    for p in &mut closer.positions {
+        for a in 0..3 {
+            p[a] = centre[a] + 0.7 * (p[a] - centre[a]);
+        }
+    }
+    assert_eq!(
+        compare(&closer),
+        2,
+        "no new capture after the list outgrew the graph"
+    );
+    assert_eq!(compare(&s), 2, "a shorter list should fit the larger graph");
+}
+
+/// Device memory stays flat over 100,000 replays (the profiler's leak check on the pool and
+/// on the device's used memory).
+#[test]
+fn cuda_graph_replays_do_not_leak() {
+    let gpu = cuda();
+    let calc = shipped(DType::F32, &gpu);
+    let batch = Batch::from_one(aspirin()).unwrap();
+    let nl = batch_neighbor_list(&batch, calc.model().config().cutoff).unwrap();
+    let offsets = edge_offsets(&batch, &nl);
+    let (x, pos) = calc.prepare_with(&batch, &nl).unwrap();
+    let graph = ForceGraph::capture(
+        &calc,
+        &x.species,
+        &x.atom_structure,
+        1,
+        &pos,
+        HostEdges {
+            centers: &nl.centers,
+            neighbors: &nl.neighbors,
+            offsets: &offsets,
+        },
+        edge_capacity(nl.len()),
+    )
+    .unwrap();
+    let mut pool = Vec::new();
+    let mut used = Vec::new();
+    for call in 0..100_000 {
+        graph.launch(&pos).unwrap();
+        if call % 5_000 == 4_999 {
+            gpu.synchronize().unwrap();
+            let m = sample(&gpu, call);
+            let device_used = m.device_total_bytes.unwrap() - m.device_free_bytes.unwrap();
+            used.push(MemorySample {
+                pool_used_bytes: Some(device_used),
+                ..m
+            });
+            pool.push(m);
+        }
+    }
+    for (what, samples) in [("pool", &pool), ("device", &used)] {
+        let check = leak_check(&samples[1..], 1048576.0).unwrap();
+        println!("{what}: {check:?}");
+        assert!(!check.leaking, "{what}: {check:?}");
+    }
+}
