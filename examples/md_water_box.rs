@@ -3,13 +3,16 @@
 //! cores a step of this 192-atom box takes about 1.7 s (measured): build with `--features cuda`
 //! for longer runs.
 //!
-//!     cargo run --release --example md_water_box [-- OUT_DIR [N_WATERS [STEPS [nve|nvt]]]]
+//!     cargo run --release --example md_water_box [-- OUT_DIR [N_WATERS [STEPS [nve|nvt [GRAPHS]]]]]
+//!
+//! GRAPHS is auto (default: whole steps replayed as CUDA graphs on a CUDA device), on or off.
 //!
 //! Writes OUT_DIR/traj.extxyz, OUT_DIR/log.jsonl and OUT_DIR/summary.json; OUT_DIR defaults
 //! to examples-out/md_water_box. The box starts from a lattice of rigid waters, not an
 //! equilibrated liquid: the first picoseconds are its equilibration.
 
 use mlff_distiller::device::{select, DeviceSpec};
+use mlff_distiller::graph::Graphs;
 use mlff_distiller::md::{Ensemble, MdOutputs, MdSettings, PainnForces, Simulation};
 use mlff_distiller::systems::water_box;
 use mlff_distiller::PainnCalculator;
@@ -30,6 +33,10 @@ fn main() -> anyhow::Result<()> {
         Some("nve") => Ensemble::Nve,
         Some(other) => anyhow::bail!("ensemble `{other}`: expected nve or nvt"),
     };
+    let graphs: Graphs = args
+        .next()
+        .map_or(Ok(Graphs::Auto), |s| s.parse())
+        .map_err(anyhow::Error::msg)?;
     std::fs::create_dir_all(&out)?;
     let device = select(DeviceSpec::Auto)?.device;
     let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/painn-gfn2.safetensors");
@@ -48,7 +55,7 @@ fn main() -> anyhow::Result<()> {
         },
         ..Default::default()
     };
-    let forces = PainnForces::new(&calc, &water, settings.skin)?;
+    let forces = PainnForces::new(&calc, &water, settings.skin)?.with_graphs(graphs.wanted(&calc)?);
     let mut sim = Simulation::new(forces, &water, settings, serde_json::Value::Null)?;
     let summary = sim.run(&mut |p| {
         if p.step % 200 == 0 {

@@ -111,8 +111,23 @@ pub struct ForceGraph {
     /// both f64.
     energies: Var,
     forces: Var,
+    graph: Graph,
+}
+
+/// An instantiated CUDA graph (without the `cuda` feature none is ever made).
+#[cfg(feature = "cuda")]
+pub(crate) type Graph = candle_core::cuda_backend::cudarc::driver::CudaGraph;
+#[cfg(not(feature = "cuda"))]
+pub(crate) enum Graph {}
+
+/// Queues one replay of `graph` on its device's stream.
+pub(crate) fn launch(graph: &Graph) -> Result<()> {
     #[cfg(feature = "cuda")]
-    graph: candle_core::cuda_backend::cudarc::driver::CudaGraph,
+    return graph
+        .launch()
+        .map_err(|e| Error::Device(format!("CUDA graph launch: {e}")));
+    #[cfg(not(feature = "cuda"))]
+    match *graph {}
 }
 
 impl ForceGraph {
@@ -173,8 +188,6 @@ impl ForceGraph {
             forces: &forces,
         };
         let graph = capture_graph(&dev, || parts.step())?;
-        #[cfg(not(feature = "cuda"))]
-        let () = graph;
         Ok(Self {
             shape,
             cutoff,
@@ -187,7 +200,6 @@ impl ForceGraph {
             atom_structure: atom_structure.clone(),
             energies,
             forces,
-            #[cfg(feature = "cuda")]
             graph,
         })
     }
@@ -237,11 +249,26 @@ impl ForceGraph {
             )));
         }
         self.positions.set(&positions.to_dtype(DType::F64)?)?;
-        #[cfg(feature = "cuda")]
-        self.graph
-            .launch()
-            .map_err(|e| Error::Device(format!("CUDA graph launch: {e}")))?;
-        Ok(())
+        launch(&self.graph)
+    }
+
+    /// The captured call run op by op on the static buffers, positions taken from
+    /// `positions` ([N, 3] f64): for capturing it inside a larger graph (a whole MD step).
+    pub(crate) fn run_on(&self, calc: &PainnCalculator, positions: &Tensor) -> Result<()> {
+        self.positions.set(positions)?;
+        Parts {
+            calc,
+            positions: &self.positions,
+            centers: &self.centers,
+            neighbors: &self.neighbors,
+            offsets: &self.offsets,
+            species: &self.species,
+            atom_structure: &self.atom_structure,
+            structures: self.shape.structures,
+            energies: &self.energies,
+            forces: &self.forces,
+        }
+        .step()
     }
 
     /// Energy per structure [S], f64, of the last launch (overwritten by the next).
@@ -365,10 +392,7 @@ pub fn pad_edges(
 /// Runs `step` twice to warm up (kernels loaded, the fused weights built, candle's small
 /// host-to-device uploads cached) and captures a third run on the device's stream.
 #[cfg(feature = "cuda")]
-fn capture_graph(
-    dev: &Device,
-    step: impl Fn() -> Result<()>,
-) -> Result<candle_core::cuda_backend::cudarc::driver::CudaGraph> {
+pub(crate) fn capture_graph(dev: &Device, step: impl Fn() -> Result<()>) -> Result<Graph> {
     use candle_core::cuda_backend::cudarc::driver::sys;
     let Device::Cuda(cuda) = dev else {
         return Err(Error::Device("CUDA graphs need a CUDA device".into()));
@@ -405,7 +429,7 @@ fn capture_graph(
 }
 
 #[cfg(not(feature = "cuda"))]
-fn capture_graph(_: &Device, _: impl Fn() -> Result<()>) -> Result<()> {
+pub(crate) fn capture_graph(_: &Device, _: impl Fn() -> Result<()>) -> Result<Graph> {
     Err(Error::Device(
         "CUDA graphs need a build with the `cuda` feature and a CUDA device".into(),
     ))
@@ -445,7 +469,10 @@ mod tests {
     fn capacity_leaves_room_to_grow() {
         for e in [0, 1, 63, 64, 1000, 541_044] {
             let c = edge_capacity(e);
-            assert!(c >= e + 64 && c >= e + e / 4 && c % 64 == 0, "{e} -> {c}");
+            assert!(
+                c >= e + 64 && c >= e + e / 4 && c.is_multiple_of(64),
+                "{e} -> {c}"
+            );
         }
     }
 }

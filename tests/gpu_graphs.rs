@@ -10,7 +10,7 @@ use mlff_distiller::calculator::{edge_offsets, PainnCalculator};
 use mlff_distiller::device::{select, DeviceSpec};
 use mlff_distiller::graph::{edge_capacity, ForceGraph, HostEdges};
 use mlff_distiller::md::{
-    device_positions, host_positions, ForceProvider, MdSettings, PainnForces, Simulation,
+    device_positions, host_positions, Ensemble, ForceProvider, MdSettings, PainnForces, Simulation,
     StopReason,
 };
 use mlff_distiller::neighbors::batch_neighbor_list;
@@ -144,57 +144,71 @@ fn cuda_graph_replay_matches_eager_calls() {
     }
 }
 
-/// MD with graph replays follows MD without them over 1,000 NVE steps (f64), with neighbour
-/// list rebuilds (a small skin) put into the graph.
+/// MD with graph replays (the whole step captured) follows MD without them over 1,000 NVE
+/// and NVT steps (f64, the same Langevin noise), with neighbour-list rebuilds (a small skin)
+/// put into the graph.
 #[test]
 fn cuda_graph_md_follows_eager_md() {
     let gpu = cuda();
     let calc = shipped(DType::F64, &gpu);
+    let nvt = Ensemble::Nvt {
+        temperature: 300.0,
+        friction: 10.0,
+    };
     for s in [aspirin(), water_box(27, 3)] {
-        let settings = MdSettings {
-            steps: 1000,
-            skin: 0.2,
-            traj_every: 0,
-            stop_when_unstable: false,
-            ..Default::default()
-        };
-        let run = |graphs: bool| {
-            let f = PainnForces::new(&calc, &s, settings.skin)
-                .unwrap()
-                .with_graphs(graphs);
-            let mut sim =
-                Simulation::new(f, &s, settings.clone(), serde_json::Value::Null).unwrap();
-            let summary = sim.run(&mut |_| {}).unwrap();
-            assert_eq!(summary.stop, StopReason::Completed);
-            let captures = sim.forces().graph_captures();
-            (
-                host_positions(&sim.state().positions).unwrap(),
-                sim.records().last().unwrap().e_tot,
-                summary.neighbor_list_builds,
-                captures,
-            )
-        };
-        let (x0, e0, builds0, _) = run(false);
-        let (x1, e1, builds1, captures) = run(true);
-        let dx = max_force_diff(&x0, &x1);
-        let what = format!("{} atoms", s.len());
-        println!(
-            "{what}: dx {dx:.2e} Å, dE_tot {:.2e} eV, {builds1} builds, {captures} captures",
-            (e0 - e1).abs()
-        );
-        assert!(
-            dx < 1e-6,
-            "{what}: positions differ by {dx} Å after 1,000 steps"
-        );
-        assert!((e0 - e1).abs() < 1e-6, "{what}: E_tot {e0} vs {e1}");
-        assert!(
-            builds1 > 2 && builds1 == builds0,
-            "{what}: builds {builds0} vs {builds1}"
-        );
-        assert!(
-            captures >= 1 && captures < builds1,
-            "{what}: {captures} captures"
-        );
+        for ensemble in [Ensemble::Nve, nvt] {
+            let settings = MdSettings {
+                steps: 1000,
+                ensemble,
+                skin: 0.2,
+                traj_every: 0,
+                stop_when_unstable: false,
+                ..Default::default()
+            };
+            let run = |graphs: bool| {
+                let f = PainnForces::new(&calc, &s, settings.skin)
+                    .unwrap()
+                    .with_graphs(graphs);
+                let mut sim =
+                    Simulation::new(f, &s, settings.clone(), serde_json::Value::Null).unwrap();
+                let summary = sim.run(&mut |_| {}).unwrap();
+                assert_eq!(summary.stop, StopReason::Completed);
+                let f = sim.forces();
+                (
+                    host_positions(&sim.state().positions).unwrap(),
+                    sim.records().last().unwrap().e_tot,
+                    summary.neighbor_list_builds,
+                    (f.graph_captures(), f.replayed_steps()),
+                )
+            };
+            let (x0, e0, builds0, _) = run(false);
+            let (x1, e1, builds1, (captures, replayed)) = run(true);
+            let dx = max_force_diff(&x0, &x1);
+            let what = format!("{} atoms {}", s.len(), ensemble.name());
+            println!(
+                "{what}: dx {dx:.2e} Å, dE_tot {:.2e} eV, {builds1} builds, {captures} captures, \
+                 {replayed} steps replayed",
+                (e0 - e1).abs()
+            );
+            assert!(
+                dx < 1e-6,
+                "{what}: positions differ by {dx} Å after 1,000 steps"
+            );
+            assert!((e0 - e1).abs() < 1e-6, "{what}: E_tot {e0} vs {e1}");
+            assert!(
+                builds1 > 2 && builds1 == builds0,
+                "{what}: builds {builds0} vs {builds1}"
+            );
+            assert!(
+                captures >= 1 && captures < builds1,
+                "{what}: {captures} captures"
+            );
+            // Every step but the first and those that rebuilt the list ran as a replay.
+            assert!(
+                replayed + builds1 as u64 >= 1000 - 1,
+                "{what}: only {replayed} of 1,000 steps replayed ({builds1} builds)"
+            );
+        }
     }
 }
 

@@ -2,6 +2,8 @@
 //! the potential energy and forces on the same device, so the MD loop never copies positions to
 //! the host between log steps.
 
+use super::integrator::{Integrator, State};
+use super::step_graph::StepGraph;
 use crate::calculator::{atom_energies_and_forces, Calculator, PainnCalculator};
 use crate::error::{Error, Result};
 use crate::graph::{edge_capacity, ForceGraph, HostEdges};
@@ -52,6 +54,25 @@ pub trait ForceProvider {
     fn list_builds(&self) -> usize {
         0
     }
+
+    /// Runs a whole step of `integrator` (with this step's Langevin `noise`) as a captured
+    /// CUDA graph, if the provider has one: Ok(true) when `state` has advanced, Ok(false) when
+    /// the step must run op by op (no graph, or the graph's neighbour list no longer holds).
+    fn step_captured(
+        &mut self,
+        _integrator: &Integrator,
+        _state: &mut State,
+        _noise: Option<&[f64]>,
+    ) -> Result<bool> {
+        Ok(false)
+    }
+}
+
+/// Σ and max over atoms of |x − reference|², as a [2] tensor (one host read for both: max()
+/// may skip NaN on the GPU; the sum carries it).
+pub fn displacement2(positions: &Tensor, reference: &Tensor) -> Result<Tensor> {
+    let d2 = (positions - reference)?.sqr()?.sum(1)?;
+    Ok(Tensor::stack(&[d2.sum_all()?, d2.max(0)?], 0)?)
 }
 
 /// Host positions of an [N, 3] f64 tensor.
@@ -137,6 +158,8 @@ pub struct PainnForces<'a> {
     graphs: bool,
     graph: Option<ForceGraph>,
     captures: usize,
+    /// The whole MD step around `graph`, captured at the first step.
+    steps: Option<StepGraph>,
 }
 
 struct ListTensors {
@@ -178,6 +201,7 @@ impl<'a> PainnForces<'a> {
             graphs: false,
             graph: None,
             captures: 0,
+            steps: None,
         })
     }
 
@@ -188,9 +212,15 @@ impl<'a> PainnForces<'a> {
         self
     }
 
-    /// CUDA graphs captured so far (a new one when a neighbour list outgrew the last).
+    /// Force-call CUDA graphs captured so far (a new one when a neighbour list outgrew the
+    /// last).
     pub fn graph_captures(&self) -> usize {
         self.captures
+    }
+
+    /// MD steps run as replays of the captured whole step, since its last capture.
+    pub fn replayed_steps(&self) -> u64 {
+        self.steps.as_ref().map_or(0, |s| s.replayed())
     }
 
     /// Puts the current list into the graph, capturing a larger one when it does not fit.
@@ -207,7 +237,9 @@ impl<'a> PainnForces<'a> {
         if let Some(g) = self.graph.as_ref().filter(|g| g.fits(n, host.len())) {
             return g.set_edges(host);
         }
-        self.graph = None; // its memory back before the next capture
+        // Their memory back before the next capture; the step graph ran on the old one.
+        self.steps = None;
+        self.graph = None;
         self.graph = Some(ForceGraph::capture(
             self.calculator,
             &self.species,
@@ -242,15 +274,16 @@ impl<'a> PainnForces<'a> {
         if self.graphs {
             self.update_graph(&reference)?;
         }
+        if let Some(steps) = &self.steps {
+            steps.set_reference(&reference)?;
+        }
         self.reference = Some(reference);
         Ok(())
     }
 
     /// Largest squared displacement since the last build (NaN when a position is not finite).
     fn max_displacement2(&self, positions: &Tensor, reference: &Tensor) -> Result<f64> {
-        let d2 = (positions - reference)?.sqr()?.sum(1)?;
-        // max() may skip NaN on the GPU; the sum carries it. One host read for both.
-        let both = Tensor::stack(&[d2.sum_all()?, d2.max(0)?], 0)?.to_vec1::<f64>()?;
+        let both = displacement2(positions, reference)?.to_vec1::<f64>()?;
         Ok(if both[0].is_finite() {
             both[1]
         } else {
@@ -341,5 +374,31 @@ impl ForceProvider for PainnForces<'_> {
 
     fn list_builds(&self) -> usize {
         self.verlet.rebuilds()
+    }
+
+    fn step_captured(
+        &mut self,
+        integrator: &Integrator,
+        state: &mut State,
+        noise: Option<&[f64]>,
+    ) -> Result<bool> {
+        let (Some(graph), Some(reference)) = (&self.graph, &self.reference) else {
+            return Ok(false);
+        };
+        if !self.steps.as_ref().is_some_and(|s| s.fits(integrator)) {
+            self.steps = None;
+            self.steps = Some(StepGraph::capture(
+                self.calculator,
+                graph,
+                integrator,
+                state,
+                reference,
+            )?);
+        }
+        let half = 0.5 * self.verlet.skin();
+        match &mut self.steps {
+            Some(steps) => steps.step(state, noise, half * half),
+            None => Ok(false),
+        }
     }
 }

@@ -62,6 +62,7 @@ pub struct State {
 }
 
 /// One step's worth of constants for a system of given masses.
+#[derive(Clone)]
 pub struct Integrator {
     ensemble: Ensemble,
     dt: f64,
@@ -121,34 +122,73 @@ impl Integrator {
     }
 
     /// Advances `state` by one step (one force evaluation). `rng` feeds the Langevin noise.
+    /// A provider that captured the whole step as a CUDA graph runs it
+    /// ([`ForceProvider::step_captured`]); otherwise, or when it declines, the step runs op by op.
     pub fn step(
         &self,
         state: &mut State,
         forces: &mut impl ForceProvider,
         rng: &mut ChaCha20Rng,
     ) -> Result<()> {
-        let kick = |v: &Tensor, f: &Tensor| -> Result<Tensor> {
-            Ok((v + f.broadcast_mul(&self.half_kick)?)?)
+        let noise = self.draw_noise(state.positions.dim(0)?, rng);
+        if forces.step_captured(self, state, noise.as_deref())? {
+            return Ok(());
+        }
+        let noise = match noise {
+            Some(xi) => Some(Tensor::from_vec(
+                xi,
+                state.positions.shape(),
+                state.positions.device(),
+            )?),
+            None => None,
         };
-        let mut v = kick(&state.velocities, &state.forces)?;
-        let mut x = match &self.noise_scale {
-            None => (&state.positions + (&v * self.dt)?)?,
-            Some(scale) => {
-                let half = 0.5 * self.dt;
-                let x = (&state.positions + (&v * half)?)?;
-                let n = v.dim(0)?;
-                let xi: Vec<f64> = (0..3 * n).map(|_| rng.sample(StandardNormal)).collect();
-                let xi = Tensor::from_vec(xi, (n, 3), v.device())?;
-                v = ((&v * self.c1)? + xi.broadcast_mul(scale)?)?;
-                (x + (&v * half)?)?
-            }
-        };
+        let (mut x, v) = self.advance(
+            &state.positions,
+            &state.velocities,
+            &state.forces,
+            noise.as_ref(),
+        )?;
         let Evaluation { energy, forces: f } = forces.evaluate(&mut x)?;
-        state.velocities = kick(&v, &f)?;
+        state.velocities = self.kick(&v, &f)?;
         state.positions = x;
         state.forces = f;
         state.energy = energy;
         state.step += 1;
         Ok(())
+    }
+
+    /// One step's Langevin noise, 3N standard normals from `rng` (none for NVE).
+    pub fn draw_noise(&self, atoms: usize, rng: &mut ChaCha20Rng) -> Option<Vec<f64>> {
+        self.noise_scale
+            .as_ref()
+            .map(|_| (0..3 * atoms).map(|_| rng.sample(StandardNormal)).collect())
+    }
+
+    /// The B half step: v + f dt / 2m.
+    pub fn kick(&self, v: &Tensor, f: &Tensor) -> Result<Tensor> {
+        Ok((v + f.broadcast_mul(&self.half_kick)?)?)
+    }
+
+    /// The step up to the force call: a kick with the current forces `f`, then the drift
+    /// (NVE) or A O A with `noise` ([N, 3] standard normals, from
+    /// [`draw_noise`](Self::draw_noise)). Returns the new positions and velocities.
+    pub fn advance(
+        &self,
+        x: &Tensor,
+        v: &Tensor,
+        f: &Tensor,
+        noise: Option<&Tensor>,
+    ) -> Result<(Tensor, Tensor)> {
+        let v = self.kick(v, f)?;
+        match (&self.noise_scale, noise) {
+            (None, _) => Ok(((x + (&v * self.dt)?)?, v)),
+            (Some(scale), Some(xi)) => {
+                let half = 0.5 * self.dt;
+                let x = (x + (&v * half)?)?;
+                let v = ((&v * self.c1)? + xi.broadcast_mul(scale)?)?;
+                Ok(((x + (&v * half)?)?, v))
+            }
+            (Some(_), None) => Err(Error::Md("a Langevin step needs its noise".into())),
+        }
     }
 }

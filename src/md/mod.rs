@@ -10,6 +10,7 @@ mod output;
 pub mod potentials;
 mod restart;
 mod run;
+mod step_graph;
 pub mod validate;
 mod velocities;
 
@@ -18,7 +19,8 @@ pub use analysis::{
     BOND_FACTOR, MIN_SEPARATION,
 };
 pub use forces::{
-    device_positions, host_positions, CalculatorForces, Evaluation, ForceProvider, PainnForces,
+    device_positions, displacement2, host_positions, CalculatorForces, Evaluation, ForceProvider,
+    PainnForces,
 };
 pub use integrator::{Ensemble, Integrator, State};
 pub use output::{read_log, LogRecord};
