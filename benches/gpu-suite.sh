@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # One GPU session's checks and timings, on the GPU machine, from the repository root, after
-# `GPU_TESTS="gpu gpu_second_order" GPU_BINS="mlff fused_kernel_times" ../shared/gpu/bundle.sh`
-# here (see ../shared/gpu/README.md): CUDA-vs-CPU tests, mlff check, mlff bench (every system
-# size and batch; our ops, the fused kernels and candle's stock ops) and the PyTorch reference of
-# the same model, weights and inputs, per-kernel times of the fused path, then mlff profile of an
-# aspirin MD run with our ops and with the fused kernels — all in one device command.
-# PARTS picks a subset (default "tests bench torch kernels profile"), to split the work over two
-# device calls that each stay under the 10-minute limit.
+# `GPU_TESTS="gpu gpu_graphs gpu_second_order" GPU_BINS="mlff fused_kernel_times md_water_box"
+# ../shared/gpu/bundle.sh` here (see ../shared/gpu/README.md): CUDA-vs-CPU and CUDA-graph
+# tests, mlff check, mlff bench (every system size and batch; our ops, the fused kernels with and
+# without CUDA graphs, candle's stock ops) and the PyTorch reference of the same model, weights
+# and inputs, per-kernel times of the fused path, mlff profile of an aspirin MD run, MD
+# throughput with and without graphs (molecules and a 5,001-atom water box) and mlff validate-md
+# with graphs. PARTS picks a subset (default "tests bench torch kernels profile md validate"), to
+# split the work over device calls that each stay under the 10-minute limit.
 # Results: $OUT/suite.tar.gz (everything) plus the markdown summaries beside it.
 # RUN_TESTS=0 skips the tests (when another process runs them); the bundle must then already be
 # unpacked (any earlier `bash .gpu/run.sh ...` does that).
@@ -15,10 +16,10 @@ out=${OUT:-/tmp/mlff-gpu-suite}; mkdir -p "$out"
 work=/tmp/mlff-suite; rm -rf "$work"; mkdir -p "$work"
 model=models/painn-gfn2.safetensors
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$work/gpu.txt"
-parts=" ${PARTS:-tests bench torch kernels profile} "
+parts=" ${PARTS:-tests bench torch kernels profile md validate} "
 has() { [[ "$parts" == *" $1 "* ]]; }
 if has tests && [ "${RUN_TESTS:-1}" != 0 ]; then
-  { timeout 240 bash .gpu/run.sh test; echo "tests exit code: $?"; } > "$work/tests.log" 2>&1
+  { timeout 420 bash .gpu/run.sh test; echo "tests exit code: $?"; } > "$work/tests.log" 2>&1
   grep -E "^(===|test result)|FAILED|panicked|exit code" "$work/tests.log" > "$out/tests.log"
 fi
 [ -d /tmp/gpu-bundle/bin ] || bash .gpu/run.sh exec mlff --version > /dev/null
@@ -27,6 +28,8 @@ export LD_LIBRARY_PATH=/usr/local/cuda-13.0/targets/x86_64-linux/lib:/usr/local/
 "$bin/mlff" check --json "$work/check.json" --device cuda > "$work/check.txt" 2>&1
 if has bench; then
   timeout 330 "$bin/mlff" bench --model "$model" --device cuda --ops "${OPS:-custom,fused,stock}" \
+    --systems "ethanol,benzene,aspirin,alanine_dipeptide,trialanine,water-300,water-1000,\
+water-3000,water-5000,water-10000,aspirin-x4,aspirin-x16,aspirin-x64" \
     --warmup 5 --repeats 30 --max-seconds 3 --export "$work/systems" --out "$work/bench" \
     > "$out/bench.md" 2> "$work/bench.err"
 fi
@@ -45,5 +48,22 @@ if has profile; then
       --ops "$ops" --steps 1000 --out "$work/profile-$ops" \
       --trace "$work/profile-$ops/trace.json" > "$out/profile-$ops.md" 2> "$work/profile-$ops.err"
   done
+fi
+if has md; then  # MD steps/s, CUDA graphs on and off alternated
+  for g in on off on off; do
+    for m in ethanol aspirin trialanine; do
+      echo -n "$m --graphs $g: "
+      timeout 60 "$bin/mlff" md --model "$model" --structure "data/gfn2/start/$m.extxyz" \
+        --device cuda --steps 5000 --graphs "$g" 2>&1 | grep -E "speed|rror"
+    done
+  done > "$out/md.md"
+  for g in on off; do
+    echo -n "water box 5,001 atoms NVT --graphs $g: "
+    timeout 150 "$bin/md_water_box" "$work/water-$g" 1667 300 nvt "$g" 2>&1 | tail -1
+  done >> "$out/md.md"
+fi
+if has validate; then
+  timeout 400 "$bin/mlff" validate-md --model "$model" --device cuda --out "$work/validate" \
+    > "$out/validate.md" 2> "$work/validate.err"
 fi
 tar -C "$work" -czf "$out/suite.tar.gz" .

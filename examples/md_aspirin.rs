@@ -7,7 +7,9 @@
 //! and OUT_DIR/summary.json; OUT_DIR defaults to examples-out/md_aspirin.
 
 use mlff_distiller::device::{select, DeviceSpec};
+use mlff_distiller::graph::Graphs;
 use mlff_distiller::md::{Ensemble, MdOutputs, MdSettings, PainnForces, Simulation};
+use mlff_distiller::ops::EdgeOps;
 use mlff_distiller::systems::start_geometry;
 use mlff_distiller::PainnCalculator;
 use std::path::{Path, PathBuf};
@@ -19,7 +21,9 @@ fn main() -> anyhow::Result<()> {
     std::fs::create_dir_all(&out)?;
     let device = select(DeviceSpec::Auto)?.device;
     let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/painn-gfn2.safetensors");
-    let calc = PainnCalculator::from_checkpoint(&model, &device, candle_core::DType::F32)?;
+    // The fused kernels, as `mlff md` runs by default.
+    let calc = PainnCalculator::from_checkpoint(&model, &device, candle_core::DType::F32)?
+        .with_ops(EdgeOps::Fused);
     let aspirin = start_geometry("aspirin")?;
     let settings = MdSettings {
         dt_fs: 0.5,
@@ -35,7 +39,8 @@ fn main() -> anyhow::Result<()> {
         },
         ..Default::default()
     };
-    let forces = PainnForces::new(&calc, &aspirin, settings.skin)?;
+    // Whole steps replayed as CUDA graphs on a CUDA device.
+    let forces = PainnForces::new(&calc, &aspirin, settings.skin)?.with_graphs(Graphs::Auto)?;
     let mut sim = Simulation::new(forces, &aspirin, settings, serde_json::Value::Null)?;
     let summary = sim.run(&mut |p| {
         if p.step % 500 == 0 {

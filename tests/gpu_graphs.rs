@@ -8,7 +8,7 @@ use candle_core::{DType, Device, Tensor};
 use common::*;
 use mlff_distiller::calculator::{edge_offsets, PainnCalculator};
 use mlff_distiller::device::{select, DeviceSpec};
-use mlff_distiller::graph::{edge_capacity, ForceGraph, HostEdges};
+use mlff_distiller::graph::{edge_capacity, ForceGraph, Graphs, HostEdges};
 use mlff_distiller::md::{
     device_positions, host_positions, Ensemble, ForceProvider, MdSettings, PainnForces, Simulation,
     StopReason,
@@ -168,7 +168,8 @@ fn cuda_graph_md_follows_eager_md() {
             let run = |graphs: bool| {
                 let f = PainnForces::new(&calc, &s, settings.skin)
                     .unwrap()
-                    .with_graphs(graphs);
+                    .with_graphs(if graphs { Graphs::On } else { Graphs::Off })
+                    .unwrap();
                 let mut sim =
                     Simulation::new(f, &s, settings.clone(), serde_json::Value::Null).unwrap();
                 let summary = sim.run(&mut |_| {}).unwrap();
@@ -219,7 +220,10 @@ fn cuda_graph_overflow_recaptures() {
     let gpu = cuda();
     let calc = shipped(DType::F64, &gpu);
     let s = water_box(64, 5);
-    let mut graphed = PainnForces::new(&calc, &s, 0.5).unwrap().with_graphs(true);
+    let mut graphed = PainnForces::new(&calc, &s, 0.5)
+        .unwrap()
+        .with_graphs(Graphs::On)
+        .unwrap();
     let mut eager = PainnForces::new(&calc, &s, 0.5).unwrap();
     let mut compare = |s: &Structure| {
         let (mut a, mut b) = (
@@ -306,6 +310,45 @@ fn cuda_graph_replays_do_not_leak() {
     }
     for (what, samples) in [("pool", &pool), ("device", &used)] {
         let check = leak_check(&samples[1..], 1048576.0).unwrap();
+        println!("{what}: {check:?}");
+        assert!(!check.leaking, "{what}: {check:?}");
+    }
+}
+
+/// Device memory stays flat over 30,000 MD steps run as whole-step replays (with the list
+/// rebuilds and eager steps between them).
+#[test]
+fn cuda_graph_md_does_not_leak() {
+    let gpu = cuda();
+    let calc = shipped(DType::F32, &gpu);
+    let s = aspirin();
+    let settings = MdSettings {
+        steps: 30_000,
+        log_every: 1_000,
+        traj_every: 0,
+        stop_when_unstable: false,
+        ..Default::default()
+    };
+    let f = PainnForces::new(&calc, &s, settings.skin)
+        .unwrap()
+        .with_graphs(Graphs::On)
+        .unwrap();
+    let mut sim = Simulation::new(f, &s, settings, serde_json::Value::Null).unwrap();
+    let mut pool = Vec::new();
+    let mut used = Vec::new();
+    sim.run(&mut |p| {
+        let m = sample(&gpu, p.step as usize);
+        let device_used = m.device_total_bytes.unwrap() - m.device_free_bytes.unwrap();
+        used.push(MemorySample {
+            pool_used_bytes: Some(device_used),
+            ..m
+        });
+        pool.push(m);
+    })
+    .unwrap();
+    assert!(sim.forces().replayed_steps() > 25_000, "too few replays");
+    for (what, samples) in [("pool", &pool), ("device", &used)] {
+        let check = leak_check(&samples[2..], 1048576.0).unwrap();
         println!("{what}: {check:?}");
         assert!(!check.leaking, "{what}: {check:?}");
     }

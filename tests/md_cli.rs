@@ -123,6 +123,12 @@ fn md_errors_name_the_cause() {
     let o = md(&["--ensemble", "nvt", "--friction", "0"]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("friction"), "{err}");
+
+    // CUDA graphs on the CPU: refused with the reason, before any step.
+    let o = md(&["--steps", "5", "--graphs", "on"]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("--graphs on:"), "{err}");
 }
 
 #[test]

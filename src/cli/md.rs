@@ -79,8 +79,9 @@ pub struct MdArgs {
         "restart_every", "restart_file", "dtype", "ops", "keep_going",
     ])]
     resume: Option<PathBuf>,
-    /// auto: replay each force call as a CUDA graph where possible (a CUDA device and
-    /// --ops fused); on: the same, an error elsewhere; off: launch every kernel.
+    /// auto: run each step as one CUDA graph replay where possible (a CUDA device, --ops
+    /// fused) and worth it (neighbour lists of up to 32,768 edges; larger systems measured
+    /// slower with graphs); on: always, an error where impossible; off: launch every kernel.
     #[arg(long, default_value = "auto")]
     graphs: Graphs,
     /// Keep running after a bond has stretched more than 0.5 Å (the run still counts as
@@ -158,8 +159,7 @@ fn fresh(a: &MdArgs) -> Result<MdSummary> {
         "structure": structure,
         "frame": a.frame,
     });
-    let forces =
-        PainnForces::new(&calc, &start, settings.skin)?.with_graphs(a.graphs.wanted(&calc)?);
+    let forces = PainnForces::new(&calc, &start, settings.skin)?.with_graphs(a.graphs)?;
     eprintln!(
         "md: {} atoms, {} steps of {} fs, {}, on {:?}",
         start.len(),
@@ -215,8 +215,8 @@ fn resume(a: &MdArgs, path: &Path) -> Result<MdSummary> {
         pbc: restart.pbc,
         ..Structure::molecule(restart.numbers.clone(), restart.positions.clone())
     };
-    let forces = PainnForces::new(&calc, &template, restart.settings.skin)?
-        .with_graphs(a.graphs.wanted(&calc)?);
+    let forces =
+        PainnForces::new(&calc, &template, restart.settings.skin)?.with_graphs(a.graphs)?;
     eprintln!(
         "md: resuming {} at step {} of {}",
         path.display(),

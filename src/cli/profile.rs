@@ -43,8 +43,9 @@ pub struct ProfileArgs {
     /// Chrome trace of every step's phases (open in chrome://tracing or ui.perfetto.dev).
     #[arg(long)]
     trace: Option<PathBuf>,
-    /// auto: the force calls replayed as CUDA graphs where possible (CUDA, --ops fused);
-    /// on: the same, an error elsewhere; off: every kernel launched.
+    /// auto: the force calls replayed as CUDA graphs where possible (CUDA, --ops fused) and
+    /// worth it (up to 32,768 edges); on: always, an error where impossible; off: never. (The
+    /// profiler times phases, so the integrator runs op by op here, unlike in `mlff md`.)
     #[arg(long, default_value = "auto")]
     graphs: Graphs,
     #[command(flatten)]
@@ -74,9 +75,9 @@ fn provider<'a>(
     calc: &'a PainnCalculator,
     s: &Structure,
     skin: f64,
-    graphs: bool,
+    graphs: Graphs,
 ) -> Result<PainnForces<'a>> {
-    Ok(PainnForces::new(calc, s, skin)?.with_graphs(graphs))
+    Ok(PainnForces::new(calc, s, skin)?.with_graphs(graphs)?)
 }
 
 pub fn run(a: ProfileArgs) -> Result<()> {
@@ -84,7 +85,7 @@ pub fn run(a: ProfileArgs) -> Result<()> {
     let s = pick_frame(&a.structure, 0)?;
     let dev = calc.device().clone();
     let skin = settings(0).skin;
-    let graphs = a.graphs.wanted(&calc)?;
+    let graphs = a.graphs;
     if a.warmup > 0 {
         timed(provider(&calc, &s, skin, graphs)?, &s, a.warmup)?;
     }

@@ -6,7 +6,7 @@ use super::integrator::{Integrator, State};
 use super::step_graph::StepGraph;
 use crate::calculator::{atom_energies_and_forces, Calculator, PainnCalculator};
 use crate::error::{Error, Result};
-use crate::graph::{edge_capacity, ForceGraph, HostEdges};
+use crate::graph::{edge_capacity, ForceGraph, Graphs, HostEdges};
 use crate::model::PainnInputs;
 use crate::neighbors::{image_offset, wrap_positions, VerletList};
 use crate::profiler::{NoClock, Phase, PhaseClock};
@@ -155,7 +155,8 @@ pub struct PainnForces<'a> {
     /// Replays energy+forces as a CUDA graph ([`with_graphs`](Self::with_graphs)): one graph,
     /// re-captured with a larger edge capacity when a list outgrows it (any shorter list fits
     /// it, padded).
-    graphs: bool,
+    /// Edge lists up to this length are captured (0: no graphs).
+    graph_max_edges: usize,
     graph: Option<ForceGraph>,
     captures: usize,
     /// The whole MD step around `graph`, captured at the first step.
@@ -198,18 +199,22 @@ impl<'a> PainnForces<'a> {
             verlet: VerletList::new(cfg.cutoff, skin),
             reference: None,
             edges: None,
-            graphs: false,
+            graph_max_edges: 0,
             graph: None,
             captures: 0,
             steps: None,
         })
     }
 
-    /// Replays energy+forces as a CUDA graph (needs the fused path on a CUDA device: see
-    /// [`Graphs::wanted`](crate::graph::Graphs::wanted)).
-    pub fn with_graphs(mut self, on: bool) -> Self {
-        self.graphs = on;
-        self
+    /// Runs MD steps as CUDA graphs as `graphs` says: `On` always (an error where they cannot
+    /// run: see [`Graphs::wanted`]), `Auto` where they can and the neighbour list has at most
+    /// [`AUTO_MAX_EDGES`](crate::graph::AUTO_MAX_EDGES) edges (longer lists run op by op).
+    pub fn with_graphs(mut self, graphs: Graphs) -> Result<Self> {
+        self.graph_max_edges = match graphs.wanted(self.calculator)? {
+            true => graphs.max_edges(),
+            false => 0,
+        };
+        Ok(self)
     }
 
     /// Force-call CUDA graphs captured so far (a new one when a neighbour list outgrew the
@@ -240,6 +245,9 @@ impl<'a> PainnForces<'a> {
         // Their memory back before the next capture; the step graph ran on the old one.
         self.steps = None;
         self.graph = None;
+        if host.len() > self.graph_max_edges {
+            return Ok(()); // not worth capturing: op by op
+        }
         self.graph = Some(ForceGraph::capture(
             self.calculator,
             &self.species,
@@ -271,7 +279,7 @@ impl<'a> PainnForces<'a> {
             host_offsets,
         });
         let reference = device_positions(host, dev)?;
-        if self.graphs {
+        if self.graph_max_edges > 0 {
             self.update_graph(&reference)?;
         }
         if let Some(steps) = &self.steps {

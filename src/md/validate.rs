@@ -179,8 +179,11 @@ fn run_one(
     runs_dir: &Path,
 ) -> Result<Vec<RunReport>> {
     // Graphs are a way to run the fused path; the other paths run as they are.
-    let graphs = calc.model().ops() == EdgeOps::Fused && s.graphs.wanted(calc)?;
-    let label = &match graphs {
+    let graphs = match calc.model().ops() == EdgeOps::Fused && s.graphs.wanted(calc)? {
+        true => s.graphs,
+        false => crate::graph::Graphs::Off,
+    };
+    let label = &match graphs != crate::graph::Graphs::Off {
         true => format!("{label}+graph"),
         false => label.to_string(),
     };
@@ -216,7 +219,7 @@ fn run_one(
             },
             ..Default::default()
         };
-        let forces = PainnForces::new(calc, structure, s.skin)?.with_graphs(graphs);
+        let forces = PainnForces::new(calc, structure, s.skin)?.with_graphs(graphs)?;
         let mut sim = Simulation::new(forces, structure, settings, serde_json::Value::Null)
             .map_err(|e| Error::Md(format!("{name} with {label}: {e}")))?;
         let summary = sim.run(&mut |_| {})?;
