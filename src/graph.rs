@@ -1,11 +1,13 @@
-//! CUDA graphs of the fused energy+forces call. A step of the fused path is ~80 kernels, each
-//! costing several microseconds of host work (launch, allocation) at molecule size; captured
-//! once as a graph, a replay queues them all with one call.
+//! CUDA graphs of the fused energy+forces call. A call of the fused path is ~60 kernels plus
+//! the memsets and copies of their outputs, each costing microseconds of host work (launch,
+//! allocation) at molecule size; captured once as a graph, a replay queues them all with one
+//! call and no allocation. (The GPU time of those kernels remains: ~0.24 ms for aspirin on an
+//! H100.)
 //!
 //! A [`ForceGraph`] is captured for a fixed number of atoms and an edge *capacity*: its inputs
 //! (positions, edge list, image offsets) and outputs (energies, forces) live in buffers that
 //! stay put between replays. Edge lists shorter than the capacity are padded with edges from
-//! an atom to its own image twice the cutoff away: beyond the cutoff an edge's basis, filter
+//! an atom to its own image 2 r_c + 1 Å away: beyond the cutoff an edge's basis, filter
 //! and gradient are exactly zero, so padding changes no energy or force. A longer list needs a
 //! new capture ([`ForceGraph::fits`]).
 //!

@@ -353,3 +353,36 @@ fn cuda_graph_md_does_not_leak() {
         assert!(!check.leaking, "{what}: {check:?}");
     }
 }
+
+/// A capture that fails (here: a device whose buffers carry cudarc's events, which capture
+/// refuses) ends `--graphs auto` graphs for the run, which goes on op by op and says why;
+/// `--graphs on` makes it an error.
+#[test]
+fn cuda_graph_capture_failure_falls_back_with_auto() {
+    let tracked = Device::new_cuda(0).unwrap(); // candle's default: events on
+    let calc = shipped(DType::F64, &tracked);
+    let s = aspirin();
+    let settings = MdSettings {
+        steps: 50,
+        traj_every: 0,
+        ..Default::default()
+    };
+    let run = |graphs: Graphs| {
+        let f = PainnForces::new(&calc, &s, settings.skin)
+            .unwrap()
+            .with_graphs(graphs)
+            .unwrap();
+        let mut sim = Simulation::new(f, &s, settings.clone(), serde_json::Value::Null)?;
+        sim.run(&mut |_| {})?;
+        let why = sim.forces().graph_failure().map(str::to_owned);
+        Ok::<_, mlff_distiller::Error>((host_positions(&sim.state().positions)?, why))
+    };
+    let (x_auto, why) = run(Graphs::Auto).unwrap();
+    let (x_off, none) = run(Graphs::Off).unwrap();
+    let why = why.expect("the failed capture is reported");
+    assert!(why.contains("event tracking"), "{why}");
+    assert!(none.is_none());
+    assert!(max_force_diff(&x_auto, &x_off) < 1e-9);
+    let err = run(Graphs::On).expect_err("--graphs on must fail");
+    assert!(err.to_string().contains("event tracking"), "{err}");
+}

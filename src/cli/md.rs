@@ -227,9 +227,7 @@ fn resume(a: &MdArgs, path: &Path) -> Result<MdSummary> {
     run_with_progress(&mut sim)
 }
 
-fn run_with_progress<F: mlff_distiller::md::ForceProvider>(
-    sim: &mut Simulation<F>,
-) -> Result<MdSummary> {
+fn run_with_progress(sim: &mut Simulation<PainnForces>) -> Result<MdSummary> {
     let s = sim.settings();
     let bar = ProgressBar::new(s.steps);
     bar.set_style(
@@ -249,6 +247,9 @@ fn run_with_progress<F: mlff_distiller::md::ForceProvider>(
         ));
     })?;
     bar.finish_and_clear();
+    if let Some(why) = sim.forces().graph_failure() {
+        eprintln!("note: CUDA graphs were given up, the run went on without them: {why}");
+    }
     Ok(summary)
 }
 

@@ -152,11 +152,15 @@ pub struct PainnForces<'a> {
     /// Device positions at the last build, and the edges built there.
     reference: Option<Tensor>,
     edges: Option<ListTensors>,
-    /// Replays energy+forces as a CUDA graph ([`with_graphs`](Self::with_graphs)): one graph,
-    /// re-captured with a larger edge capacity when a list outgrows it (any shorter list fits
-    /// it, padded).
-    /// Edge lists up to this length are captured (0: no graphs).
+    /// Edge lists up to this length are captured ([`with_graphs`](Self::with_graphs); 0: no
+    /// graphs).
     graph_max_edges: usize,
+    /// `--graphs on`: a failed capture is an error (with `auto` the run goes on op by op and
+    /// [`graph_failure`](Self::graph_failure) says why).
+    graph_required: bool,
+    graph_failure: Option<String>,
+    /// The energy+forces graph: one, re-captured with a larger edge capacity when a list
+    /// outgrows it (any shorter list fits it, padded).
     graph: Option<ForceGraph>,
     captures: usize,
     /// The whole MD step around `graph`, captured at the first step.
@@ -200,6 +204,8 @@ impl<'a> PainnForces<'a> {
             reference: None,
             edges: None,
             graph_max_edges: 0,
+            graph_required: false,
+            graph_failure: None,
             graph: None,
             captures: 0,
             steps: None,
@@ -214,7 +220,23 @@ impl<'a> PainnForces<'a> {
             true => graphs.max_edges(),
             false => 0,
         };
+        self.graph_required = graphs == Graphs::On;
         Ok(self)
+    }
+
+    /// Why CUDA graphs were given up in this run (`--graphs auto` after a failed capture).
+    pub fn graph_failure(&self) -> Option<&str> {
+        self.graph_failure.as_deref()
+    }
+
+    /// A failed capture: an error with `--graphs on`; with `auto`, no more graphs in this run.
+    fn capture_failed(&mut self, e: Error) -> Result<()> {
+        if self.graph_required {
+            return Err(e);
+        }
+        self.graph_failure = Some(e.to_string());
+        (self.graph_max_edges, self.graph, self.steps) = (0, None, None);
+        Ok(())
     }
 
     /// Force-call CUDA graphs captured so far (a new one when a neighbour list outgrew the
@@ -248,7 +270,7 @@ impl<'a> PainnForces<'a> {
         if host.len() > self.graph_max_edges {
             return Ok(()); // not worth capturing: op by op
         }
-        self.graph = Some(ForceGraph::capture(
+        let captured = ForceGraph::capture(
             self.calculator,
             &self.species,
             &self.atom_structure,
@@ -256,9 +278,15 @@ impl<'a> PainnForces<'a> {
             positions,
             host,
             edge_capacity(host.len()),
-        )?);
-        self.captures += 1;
-        Ok(())
+        );
+        match captured {
+            Ok(g) => {
+                self.graph = Some(g);
+                self.captures += 1;
+                Ok(())
+            }
+            Err(e) => self.capture_failed(e),
+        }
     }
 
     /// Builds the list at `host` (positions as given, not wrapped again) and uploads it.
@@ -395,13 +423,13 @@ impl ForceProvider for PainnForces<'_> {
         };
         if !self.steps.as_ref().is_some_and(|s| s.fits(integrator)) {
             self.steps = None;
-            self.steps = Some(StepGraph::capture(
-                self.calculator,
-                graph,
-                integrator,
-                state,
-                reference,
-            )?);
+            match StepGraph::capture(self.calculator, graph, integrator, state, reference) {
+                Ok(steps) => self.steps = Some(steps),
+                Err(e) => {
+                    self.capture_failed(e)?;
+                    return Ok(false);
+                }
+            }
         }
         let half = 0.5 * self.verlet.skin();
         match &mut self.steps {
