@@ -303,7 +303,8 @@ fn cuda_fused_message_matches_cpu() {
 }
 
 /// Every fused kernel (forward and adjoint) on CUDA equals its CPU twin: the test shapes (zero
-/// edges, one edge, isolated atoms, F below and at a multiple of 32) and a large one.
+/// edges, one edge, isolated atoms, F below and at a multiple of 32) and two large ones (the
+/// adjoint's several-chunks-per-warp layout from 8,192 edges, with F = 128 and with F = 40).
 #[test]
 fn cuda_fused_kernels_match_cpu() {
     use common::fused::{fused_outputs, inputs, Shape, SHAPES};
@@ -314,8 +315,14 @@ fn cuda_fused_kernels_match_cpu() {
         f: 128,
         r: 20,
     };
+    let odd = Shape {
+        n: 500,
+        e: 10_000,
+        f: 40,
+        r: 9,
+    };
     for (dtype, tol) in [(DType::F32, 2e-5), (DType::F64, 1e-12)] {
-        for (k, shape) in SHAPES.iter().chain([&large]).enumerate() {
+        for (k, shape) in SHAPES.iter().chain([&large, &odd]).enumerate() {
             let x = inputs(*shape, dtype, 300 + k as u64);
             let cpu = fused_outputs(&x, &Device::Cpu).unwrap();
             let cuda = fused_outputs(&x, &gpu).unwrap();

@@ -14,6 +14,10 @@ use candle_core::{bail, Result, Tensor};
 /// kernels/interaction.cu).
 const MAX_BASIS: usize = 32;
 
+/// Edges per thread of the filter-rows forward kernel (ROWS_EDGES_PER_THREAD in
+/// kernels/interaction.cu).
+const ROWS_EDGES_PER_THREAD: usize = 8;
+
 #[derive(Clone, Copy)]
 struct Sizes {
     n_edges: usize,
@@ -149,9 +153,12 @@ impl<const ROWS: bool> Kernel for Forward<ROWS> {
     const MODULE: &'static str = "interaction";
     #[cfg(feature = "cuda")]
     const PTX: &'static str = include_str!(concat!(env!("OUT_DIR"), "/interaction.ptx"));
-    /// One thread per (edge, feature).
+    /// One thread per (edge, feature); with rows, per (8 consecutive edges, feature).
     fn work(&self) -> usize {
-        self.0.n_edges * self.0.hidden
+        match ROWS {
+            true => self.0.n_edges.div_ceil(ROWS_EDGES_PER_THREAD) * self.0.hidden,
+            false => self.0.n_edges * self.0.hidden,
+        }
     }
     fn sizes(&self) -> Vec<usize> {
         self.0.list()
@@ -171,21 +178,48 @@ impl<const ROWS: bool> Kernel for Adjoint<ROWS> {
     const MODULE: &'static str = "interaction";
     #[cfg(feature = "cuda")]
     const PTX: &'static str = include_str!(concat!(env!("OUT_DIR"), "/interaction.ptx"));
-    /// One thread per (edge, feature) with rows; without, one warp per (edge, 32 features).
+    /// One thread per (edge, feature) with rows; without, one warp per edge and group of
+    /// [`chunks_per_warp`](Self::chunks_per_warp) chunks of 32 features.
     fn work(&self) -> usize {
         self.0.n_edges
             * match ROWS {
                 true => self.0.hidden,
-                false => self.0.hidden.div_ceil(32) * 32,
+                false => self.0.hidden.div_ceil(32).div_ceil(self.chunks_per_warp()) * 32,
             }
     }
     fn sizes(&self) -> Vec<usize> {
-        self.0.list()
+        let mut s = self.0.list();
+        s.push(self.chunks_per_warp());
+        s
     }
     /// x = [phi, phi_bias, weights or rows, basis, sv, gm, gve]; out = [g_v | g_phi | g_basis]
     /// and, with rows, g_w after it (g_basis then holds the unit-vector columns only).
     fn cpu<T: Real>(&self, x: &[&[T]], idx: &[&[u32]], out: &mut [T]) {
         adjoint_cpu(self.0, ROWS, x, idx, out)
+    }
+}
+
+/// Edge count from which the in-kernel adjoint gives each warp all features of an edge rather
+/// than 32 of them: with few edges one warp per edge leaves SMs idle (aspirin's 292 edges:
+/// 26 against 16 µs on an H100), with many the extra warps only add reductions and atomics
+/// (8,500-541,000 edges: 1.1-1.4x slower). MLFF_ADJOINT_WARP_PER_EDGE_FROM overrides it (for
+/// measurements).
+pub const ADJOINT_WARP_PER_EDGE_FROM: usize = 8192;
+
+impl<const ROWS: bool> Adjoint<ROWS> {
+    /// Chunks of 32 features per warp (the in-kernel adjoint; the rows kernel ignores it).
+    fn chunks_per_warp(&self) -> usize {
+        static FROM: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+        let from = *FROM.get_or_init(|| {
+            std::env::var("MLFF_ADJOINT_WARP_PER_EDGE_FROM")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(ADJOINT_WARP_PER_EDGE_FROM)
+        });
+        match self.0.n_edges >= from {
+            true => self.0.hidden.div_ceil(32),
+            false => 1,
+        }
     }
 }
 
