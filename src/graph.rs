@@ -179,18 +179,12 @@ impl ForceGraph {
             structures,
             edge_capacity: capacity,
         };
-        let cutoff = calc.model().config().cutoff;
-        let PaddedEdges {
-            centers,
-            neighbors,
-            offsets,
-        } = pad_edges(edges, atoms, capacity, cutoff)?;
-        let dtype = calc.dtype();
+        let (cutoff, dtype) = (calc.model().config().cutoff, calc.dtype());
+        let [centers, neighbors, offsets] =
+            edge_tensors(edges, atoms, capacity, cutoff, &dev, dtype)?;
         let var = |t: Tensor| Var::from_tensor(&t);
         let positions = var(positions.to_dtype(DType::F64)?)?;
-        let centers = var(Tensor::from_vec(centers, capacity, &dev)?)?;
-        let neighbors = var(Tensor::from_vec(neighbors, capacity, &dev)?)?;
-        let offsets = var(Tensor::from_vec(offsets, (capacity, 3), &dev)?.to_dtype(dtype)?)?;
+        let (centers, neighbors, offsets) = (var(centers)?, var(neighbors)?, var(offsets)?);
         let energies = var(Tensor::zeros(structures, DType::F64, &dev)?)?;
         let forces = var(Tensor::zeros((atoms, 3), DType::F64, &dev)?)?;
         let parts = Parts {
@@ -234,18 +228,12 @@ impl ForceGraph {
     /// Replaces the edge list (same atoms; at most the capacity, padded to it).
     pub fn set_edges(&self, edges: HostEdges) -> Result<()> {
         let (atoms, capacity) = (self.shape.atoms, self.shape.edge_capacity);
-        let PaddedEdges {
-            centers,
-            neighbors,
-            offsets,
-        } = pad_edges(edges, atoms, capacity, self.cutoff)?;
         let dev = self.positions.device();
-        self.centers
-            .set(&Tensor::from_vec(centers, capacity, dev)?)?;
-        self.neighbors
-            .set(&Tensor::from_vec(neighbors, capacity, dev)?)?;
-        self.offsets
-            .set(&Tensor::from_vec(offsets, (capacity, 3), dev)?.to_dtype(self.dtype)?)?;
+        let [centers, neighbors, offsets] =
+            edge_tensors(edges, atoms, capacity, self.cutoff, dev, self.dtype)?;
+        self.centers.set(&centers)?;
+        self.neighbors.set(&neighbors)?;
+        self.offsets.set(&offsets)?;
         Ok(())
     }
 
@@ -297,19 +285,6 @@ impl ForceGraph {
     /// Forces [N, 3], f64, of the last launch (overwritten by the next).
     pub fn forces(&self) -> &Tensor {
         self.forces.as_tensor()
-    }
-
-    /// The static inputs as the model sees them (the padded edge list included).
-    pub fn inputs(&self) -> Result<PainnInputs> {
-        Ok(PainnInputs {
-            species: self.species.clone(),
-            positions: self.positions.to_dtype(self.dtype)?,
-            centers: self.centers.as_tensor().clone(),
-            neighbors: self.neighbors.as_tensor().clone(),
-            offsets: self.offsets.as_tensor().clone(),
-            atom_structure: self.atom_structure.clone(),
-            n_structures: self.shape.structures,
-        })
     }
 }
 
@@ -405,6 +380,24 @@ pub fn pad_edges(
         neighbors,
         offsets,
     })
+}
+
+/// `edges` padded to `capacity` as device tensors: centers and neighbors [C] u32, image
+/// offsets [C, 3] in `dtype`.
+fn edge_tensors(
+    edges: HostEdges,
+    atoms: usize,
+    capacity: usize,
+    cutoff: f64,
+    dev: &Device,
+    dtype: DType,
+) -> Result<[Tensor; 3]> {
+    let p = pad_edges(edges, atoms, capacity, cutoff)?;
+    Ok([
+        Tensor::from_vec(p.centers, capacity, dev)?,
+        Tensor::from_vec(p.neighbors, capacity, dev)?,
+        Tensor::from_vec(p.offsets, (capacity, 3), dev)?.to_dtype(dtype)?,
+    ])
 }
 
 /// Runs `step` twice to warm up (kernels loaded, the fused weights built, candle's small
