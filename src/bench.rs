@@ -17,7 +17,8 @@ pub struct BenchCase {
     pub batch: usize,
     pub atoms: usize,
     pub edges: usize,
-    /// Code path: edge ops (custom, stock), later fused kernels and CUDA graphs.
+    /// Code path: custom, stock, fused, or fused+graph (the fused path replayed as a CUDA
+    /// graph).
     pub path: String,
     /// Energy+forces on the device (forward and backward, inputs resident), ms.
     pub latency_ms: Stats,

@@ -66,9 +66,10 @@ fn advice(phase: Phase, atoms: f64) -> String {
             needed (log less often)"
             .into(),
         Phase::Forward | Phase::Backward if small => format!(
-            "the {} pass at {atoms:.0} atoms is bound by per-kernel launch and allocation \
-             overhead, not arithmetic: batch several structures per call, or use fused \
-             kernels and CUDA graphs",
+            "the {} pass at {atoms:.0} atoms is many small kernels, each far from the GPU's \
+             arithmetic and memory limits: batch several structures per call; --ops fused \
+             and --graphs auto (the defaults) remove the per-kernel launch and allocation \
+             work, what remains is the kernels' own latency",
             phase.name()
         ),
         Phase::Forward | Phase::Backward => format!(
