@@ -25,7 +25,8 @@ use candle_core::{DType, Device, Tensor, Var};
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Graphs {
-    /// Where they can be used: a CUDA device and the fused path.
+    /// Where they can be used (a CUDA device and the fused path) and, in MD, pay off
+    /// (neighbour lists of up to [`AUTO_MAX_EDGES`] edges).
     #[default]
     Auto,
     /// Always; an error where they cannot be used.

@@ -3,8 +3,9 @@
 //!
 //! CUDA functions follow one signature convention: the float inputs, the u32 index inputs, the
 //! output pointer, then the `sizes` (size_t) and the `reals` (double), each in the order the
-//! kernel lists them; `{NAME}_f32` and `{NAME}_f64` are the two instantiations. Every launch
-//! is a grid-stride loop over `work` items in blocks of [`BLOCK`] threads.
+//! kernel lists them; `{NAME}_f32` and `{NAME}_f64` are the two instantiations. A launch is a
+//! grid-stride loop over `work` items in blocks of [`BLOCK`] threads unless the kernel chooses
+//! its own shape ([`Kernel::launch_config`], as the dense kernels do).
 //!
 //! The outputs carry no autograd history: these kernels serve the explicit adjoint of
 //! `model::fused`, which does its own backward pass.
@@ -42,7 +43,7 @@ pub trait Kernel: Send + Sync {
     const MODULE: &'static str;
     #[cfg(feature = "cuda")]
     const PTX: &'static str;
-    /// Number of grid-stride work items.
+    /// Number of work items (of the default grid-stride loop; none skips the launch).
     fn work(&self) -> usize;
     /// size_t arguments after the output pointer.
     fn sizes(&self) -> Vec<usize>;
