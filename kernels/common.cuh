@@ -2,6 +2,9 @@
 #pragma once
 #include <cstddef>
 
+// Added under the square root of |V| in the update block (src/ops/update.rs NORM_EPS).
+#define NORM_EPS 1e-8
+
 // Grid-stride loop over `total` work items; the host launches blocks of 256 threads.
 #define FOR_EACH(k, total)                                                             \
     for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < (total);        \

@@ -4,66 +4,13 @@
 // with Gaussians rbf_k(d) = exp(-(d - k w)^2 / 2w^2), w = r_c / (R - 1). The adjoint maps
 // dL/d(out) to dL/dx with atomic adds. Mirrors src/ops/edge_basis.rs.
 #include "common.cuh"
-
-template <typename T>
-__device__ __forceinline__ T edge_vector(const T* pos, const T* off, const unsigned int* ci,
-                                         const unsigned int* nj, size_t e, T r[3]) {
-    const size_t i = ci[e], j = nj[e];
-    T d2 = 0;
-#pragma unroll
-    for (int a = 0; a < 3; ++a) {
-        r[a] = pos[3 * j + a] - pos[3 * i + a] + off[3 * e + a];
-        d2 += r[a] * r[a];
-    }
-    return sqrt(d2);
-}
+#include "edge_basis.cuh"
 
 template <typename T>
 __device__ void basis_fwd(const T* pos, const T* off, const unsigned int* ci,
                           const unsigned int* nj, T* out, size_t n_edges, size_t n_rbf,
                           double cutoff) {
-    const T rc = cutoff, w = rc / T(n_rbf - 1), pi = T(3.14159265358979323846);
-    FOR_EACH(e, n_edges) {
-        T r[3];
-        const T d = edge_vector(pos, off, ci, nj, e, r);
-        const T fc = d < rc ? T(0.5) * (cos(pi * d / rc) + T(1)) : T(0);
-        T* o = out + e * (n_rbf + 4);
-        for (size_t k = 0; k < n_rbf; ++k) {
-            const T z = (d - T(k) * w) / w;
-            o[k] = exp(T(-0.5) * z * z) * fc;
-        }
-        o[n_rbf] = fc;
-#pragma unroll
-        for (int a = 0; a < 3; ++a) o[n_rbf + 1 + a] = r[a] / d;
-    }
-}
-
-// dL/dr of edge e for the basis gradient ge = g[e].
-template <typename T>
-__device__ __forceinline__ void edge_grad(const T* pos, const T* off, const T* g,
-                                          const unsigned int* ci, const unsigned int* nj,
-                                          size_t e, size_t n_rbf, T rc, T gr[3]) {
-    const T w = rc / T(n_rbf - 1), pi = T(3.14159265358979323846);
-    T r[3];
-    const T d = edge_vector(pos, off, ci, nj, e, r);
-    const bool inside = d < rc;
-    const T fc = inside ? T(0.5) * (cos(pi * d / rc) + T(1)) : T(0);
-    const T dfc = inside ? T(-0.5) * pi / rc * sin(pi * d / rc) : T(0);
-    const T* ge = g + e * (n_rbf + 4);
-    T gd = ge[n_rbf] * dfc;
-    for (size_t k = 0; k < n_rbf; ++k) {
-        const T z = (d - T(k) * w) / w;
-        const T rbf = exp(T(-0.5) * z * z);
-        gd += ge[k] * (rbf * dfc - rbf * z / w * fc);
-    }
-    T u[3], gu_u = 0;
-#pragma unroll
-    for (int a = 0; a < 3; ++a) {
-        u[a] = r[a] / d;
-        gu_u += ge[n_rbf + 1 + a] * u[a];
-    }
-#pragma unroll
-    for (int a = 0; a < 3; ++a) gr[a] = gd * u[a] + (ge[n_rbf + 1 + a] - gu_u * u[a]) / d;
+    FOR_EACH(e, n_edges) edge_basis_of(pos, off, ci, nj, e, n_rbf, T(cutoff), out + e * (n_rbf + 4));
 }
 
 // One thread per edge, atomic adds into the two atoms' gradients (gpos zeroed).
@@ -73,7 +20,7 @@ __device__ void basis_adj(const T* pos, const T* off, const T* g, const unsigned
                           double cutoff) {
     FOR_EACH(e, n_edges) {
         T gr[3];
-        edge_grad(pos, off, g, ci, nj, e, n_rbf, T(cutoff), gr);
+        edge_grad(pos, off, g + e * (n_rbf + 4), ci, nj, e, n_rbf, T(cutoff), gr);
         const size_t i = ci[e], j = nj[e];
 #pragma unroll
         for (int a = 0; a < 3; ++a) {

@@ -6,8 +6,6 @@
 // Mirrors src/ops/update.rs.
 #include "common.cuh"
 
-#define NORM_EPS 1e-8
-
 // sqrt(sum_a Vv_a^2 + eps) of atom m, feature c.
 template <typename T>
 __device__ __forceinline__ T vv_norm(const T* mixed, size_t n, size_t f, size_t m, size_t c) {

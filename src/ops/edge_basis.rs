@@ -12,10 +12,10 @@ pub fn basis_width(n_rbf: usize) -> usize {
     n_rbf + 4
 }
 
-struct Geometry {
-    n_edges: usize,
-    n_rbf: usize,
-    cutoff: f64,
+pub(super) struct Geometry {
+    pub(super) n_edges: usize,
+    pub(super) n_rbf: usize,
+    pub(super) cutoff: f64,
 }
 
 impl Geometry {
@@ -44,6 +44,48 @@ impl Geometry {
             (w, T::zero(), T::zero())
         }
     }
+
+    /// Basis of edge e = (i ← j) into `o` (R + 4 values).
+    pub(super) fn basis<T: Real>(
+        &self,
+        pos: &[T],
+        off: &[T],
+        (i, j, e): (usize, usize, usize),
+        o: &mut [T],
+    ) {
+        let (r, d) = self.edge(pos, off, i, j, e);
+        let (w, fc, _) = self.radial(d);
+        for (k, o) in o[..self.n_rbf].iter_mut().enumerate() {
+            let z = (d - T::of(k as f64) * w) / w;
+            *o = (T::of(-0.5) * z * z).exp() * fc;
+        }
+        o[self.n_rbf] = fc;
+        for a in 0..3 {
+            o[self.n_rbf + 1 + a] = r[a] / d;
+        }
+    }
+
+    /// dL/dr of edge e = (i ← j) for its basis gradient `ge` (R + 4 values).
+    pub(super) fn grad<T: Real>(
+        &self,
+        pos: &[T],
+        off: &[T],
+        (i, j, e): (usize, usize, usize),
+        ge: &[T],
+    ) -> [T; 3] {
+        let (r, d) = self.edge(pos, off, i, j, e);
+        let (w, fc, dfc) = self.radial(d);
+        let mut gd = ge[self.n_rbf] * dfc;
+        for (k, &gk) in ge[..self.n_rbf].iter().enumerate() {
+            let z = (d - T::of(k as f64) * w) / w;
+            let rbf = (T::of(-0.5) * z * z).exp();
+            gd += gk * (rbf * dfc - rbf * z / w * fc);
+        }
+        let u = [r[0] / d, r[1] / d, r[2] / d];
+        let gu = &ge[self.n_rbf + 1..];
+        let gu_u = gu[0] * u[0] + gu[1] * u[1] + gu[2] * u[2];
+        std::array::from_fn(|a| gd * u[a] + (gu[a] - gu_u * u[a]) / d)
+    }
 }
 
 struct Forward(Geometry);
@@ -62,17 +104,8 @@ impl Kernel for Forward {
     fn cpu<T: Real>(&self, x: &[&[T]], idx: &[&[u32]], out: &mut [T]) {
         let (g, bw) = (&self.0, basis_width(self.0.n_rbf));
         for (e, (&i, &j)) in idx[0].iter().zip(idx[1]).enumerate() {
-            let (r, d) = g.edge(x[0], x[1], i as usize, j as usize, e);
-            let (w, fc, _) = g.radial(d);
             let o = &mut out[e * bw..(e + 1) * bw];
-            for (k, o) in o[..g.n_rbf].iter_mut().enumerate() {
-                let z = (d - T::of(k as f64) * w) / w;
-                *o = (T::of(-0.5) * z * z).exp() * fc;
-            }
-            o[g.n_rbf] = fc;
-            for a in 0..3 {
-                o[g.n_rbf + 1 + a] = r[a] / d;
-            }
+            g.basis(x[0], x[1], (i as usize, j as usize, e), o);
         }
     }
 }
@@ -94,22 +127,10 @@ impl Kernel for Adjoint {
         let (g, bw) = (&self.0, basis_width(self.0.n_rbf));
         for (e, (&i, &j)) in idx[0].iter().zip(idx[1]).enumerate() {
             let (i, j) = (i as usize, j as usize);
-            let (r, d) = g.edge(x[0], x[1], i, j, e);
-            let (w, fc, dfc) = g.radial(d);
-            let ge = &x[2][e * bw..(e + 1) * bw];
-            let mut gd = ge[g.n_rbf] * dfc;
-            for (k, &gk) in ge[..g.n_rbf].iter().enumerate() {
-                let z = (d - T::of(k as f64) * w) / w;
-                let rbf = (T::of(-0.5) * z * z).exp();
-                gd += gk * (rbf * dfc - rbf * z / w * fc);
-            }
-            let u = [r[0] / d, r[1] / d, r[2] / d];
-            let gu = &ge[g.n_rbf + 1..];
-            let gu_u = gu[0] * u[0] + gu[1] * u[1] + gu[2] * u[2];
+            let gr = g.grad(x[0], x[1], (i, j, e), &x[2][e * bw..(e + 1) * bw]);
             for a in 0..3 {
-                let gr = gd * u[a] + (gu[a] - gu_u * u[a]) / d;
-                out[3 * j + a] += gr;
-                out[3 * i + a] -= gr;
+                out[3 * j + a] += gr[a];
+                out[3 * i + a] -= gr[a];
             }
         }
     }
