@@ -317,9 +317,9 @@ impl Parts<'_> {
             atom_structure: self.atom_structure.clone(),
             n_structures: self.structures,
         };
-        let pass = self.calc.model().fused()?.forward(&inputs)?;
-        let forces = pass.forces()?.to_dtype(DType::F64)?;
-        let atom_energies = pass.atom_energies.to_dtype(DType::F64)?;
+        let (atom_energies, forces) = self.calc.model().fused()?.energies_and_forces(&inputs)?;
+        let forces = forces.to_dtype(DType::F64)?;
+        let atom_energies = atom_energies.to_dtype(DType::F64)?;
         let energies = scatter_add(&atom_energies, self.atom_structure, self.structures)?;
         self.energies.set(&energies)?;
         self.forces.set(&forces)?;

@@ -84,6 +84,7 @@ fn cuda_graph_replay_matches_eager_calls() {
         let cutoff = calc.model().config().cutoff;
         let (tol_e, tol_f) = tolerances(dtype);
         for (name, structures) in &systems {
+            println!("{dtype:?} {name}");
             let batch = Batch::new(structures.clone()).unwrap();
             let nl = batch_neighbor_list(&batch, cutoff).unwrap();
             let offsets = edge_offsets(&batch, &nl);

@@ -15,9 +15,9 @@
 use super::painn::{Painn, PainnInputs};
 use crate::ops::{
     act_grad, bias_silu, bias_silu_adjoint, dense, dense_silu, dense_silu_adjoint, edge_basis,
-    edge_basis_adjoint, gather, interaction, interaction_adjoint, update_combine,
+    edge_basis_adjoint, gather, interaction, interaction_adjoint, small_system, update_combine,
     update_combine_adjoint, update_context, update_context_adjoint, EdgeFilter, InteractionInputs,
-    StateGrad, DENSE_MAX_WIDTH,
+    SmallSystemModel, SmallSystemPlan, StateGrad, DENSE_MAX_WIDTH,
 };
 use candle_core::{Result, Tensor};
 use candle_nn::Linear;
@@ -112,6 +112,14 @@ impl Mlp {
 /// environment variable MLFF_DENSE_KERNEL_ROWS overrides it (0: off, for comparisons).
 pub const DENSE_KERNEL_MAX_ROWS: usize = 512;
 
+/// Atoms up to which a system on CUDA runs as one kernel (`ops::small_system`) when its layer
+/// inputs fit in shared memory. Off (0) by default: on an H100 the one kernel measured slower
+/// than the same call as separate kernels replayed in a CUDA graph (aspirin 0.60 against 0.25
+/// ms; BENCHMARKS.md), its ~31 barriers among thread blocks costing several microseconds each.
+/// MLFF_ONE_KERNEL_ATOMS or [`FusedPainn::with_one_kernel_up_to`] turn it on (64 fits an
+/// H100's shared memory at F = 128 in f32).
+pub const ONE_KERNEL_MAX_ATOMS: usize = 0;
+
 /// Edge count from which the filter rows are a matrix product instead of being formed per
 /// edge and feature inside the interaction kernels: 12-15% faster at 54,000-541,000 edges on
 /// an H100, for a transient [E, 3F] buffer (BENCHMARKS.md).
@@ -155,6 +163,10 @@ pub struct FusedPainn {
     /// Our dense kernels for layers of at most this many rows (CUDA, and the CPU when set).
     dense_kernel_rows: usize,
     dense_on_cpu: bool,
+    /// Systems of up to this many atoms run as one kernel on CUDA (0: never).
+    one_kernel_atoms: usize,
+    /// The weights packed for the one-kernel path, on first use.
+    packed: std::sync::OnceLock<Tensor>,
 }
 
 /// What one block's adjoint reads from its forward.
@@ -210,7 +222,99 @@ impl FusedPainn {
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(DENSE_KERNEL_MAX_ROWS),
             dense_on_cpu: false,
+            one_kernel_atoms: std::env::var("MLFF_ONE_KERNEL_ATOMS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(ONE_KERNEL_MAX_ATOMS),
+            packed: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Runs systems of up to `atoms` atoms as one kernel on CUDA where they fit (0: never; the
+    /// default is [`ONE_KERNEL_MAX_ATOMS`]); both ways give the same forces.
+    pub fn with_one_kernel_up_to(mut self, atoms: usize) -> Self {
+        self.one_kernel_atoms = atoms;
+        self
+    }
+
+    /// The sizes the packed weights describe.
+    pub fn small_system_model(&self) -> Result<SmallSystemModel> {
+        Ok(SmallSystemModel {
+            hidden: self.hidden,
+            n_rbf: self.n_rbf,
+            blocks: self.blocks.len(),
+            elements: self.embedding.dim(0)?,
+            cutoff: self.cutoff,
+        })
+    }
+
+    /// All weights in one buffer, laid out as [`SmallSystemModel::packed_len`] says.
+    pub fn packed_weights(&self) -> Result<&Tensor> {
+        if let Some(p) = self.packed.get() {
+            return Ok(p);
+        }
+        let ro = &self.readout;
+        let mut parts = vec![
+            self.embedding.flatten_all()?,
+            self.atom_constant.flatten_all()?,
+            ro.hidden_t.flatten_all()?,
+            ro.hidden.bias.flatten_all()?,
+            ro.out.weight.flatten_all()?,
+        ];
+        for b in &self.blocks {
+            for t in [
+                &b.filter,
+                &b.phi.hidden_t,
+                &b.phi.hidden.bias,
+                &b.phi.out_t,
+                &b.phi.out.bias,
+                &b.mix_t,
+                &b.ctx.hidden_t,
+                &b.ctx.hidden.bias,
+                &b.ctx.out_t,
+                &b.ctx.out.bias,
+            ] {
+                parts.push(t.flatten_all()?);
+            }
+        }
+        let packed = Tensor::cat(&parts, 0)?;
+        Ok(self.packed.get_or_init(|| packed))
+    }
+
+    /// The one-kernel launch for `x`, where it applies.
+    fn one_kernel_plan(&self, x: &PainnInputs) -> Result<Option<SmallSystemPlan>> {
+        let (n, dev) = (x.positions.dim(0)?, x.positions.device());
+        if !dev.is_cuda() || n > self.one_kernel_atoms {
+            return Ok(None);
+        }
+        let plan = SmallSystemPlan::new(self.small_system_model()?, n, x.centers.dim(0)?);
+        Ok(plan
+            .ok()
+            .filter(|p| p.fits(dev, x.positions.dtype()).is_ok()))
+    }
+
+    /// Whether [`energies_and_forces`](Self::energies_and_forces) runs `x` as one kernel.
+    pub fn runs_as_one_kernel(&self, x: &PainnInputs) -> Result<bool> {
+        Ok(self.one_kernel_plan(x)?.is_some())
+    }
+
+    /// Per-atom energies [N] and forces [N, 3]: one kernel for small systems on CUDA
+    /// ([`with_one_kernel_up_to`](Self::with_one_kernel_up_to)), else [`forward`](Self::forward)
+    /// and its adjoint.
+    pub fn energies_and_forces(&self, x: &PainnInputs) -> Result<(Tensor, Tensor)> {
+        if let Some(plan) = self.one_kernel_plan(x)? {
+            return small_system(
+                &plan,
+                self.packed_weights()?,
+                &x.positions.detach(),
+                &x.offsets,
+                &x.species,
+                &x.centers,
+                &x.neighbors,
+            );
+        }
+        let pass = self.forward(x)?;
+        Ok((pass.atom_energies.clone(), pass.forces()?))
     }
 
     /// Runs dense layers of at most `rows` rows with our kernels, on any device (0: never);

@@ -62,6 +62,12 @@ pub trait Kernel: Send + Sync {
     ) -> candle_core::cuda_backend::cudarc::driver::LaunchConfig {
         grid_stride(self.work())
     }
+    /// Whether the launch must be cooperative (all blocks resident at once, as a kernel that
+    /// waits on barriers among its blocks needs).
+    #[cfg(feature = "cuda")]
+    fn cooperative(&self) -> bool {
+        false
+    }
 }
 
 /// The `NAME`, `MODULE` and `PTX` items of a [`Kernel`] impl for function stem `$name` of
@@ -296,10 +302,20 @@ impl<K: Kernel> Launch<K> {
         for r in &reals {
             b.arg(r);
         }
+        let cfg = self.kernel.launch_config(std::mem::size_of::<T>());
+        if cfg.shared_mem_bytes > STATIC_SHARED_BYTES {
+            use candle_core::cuda_backend::cudarc::driver::sys::CUfunction_attribute;
+            let attr = CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+            func.set_attribute(attr, cfg.shared_mem_bytes as i32)
+                .map_err(|e| candle_core::Error::Cuda(Box::new(e)))?;
+        }
         // SAFETY: the argument list follows the convention documented at the top of this file,
         // which every kernel in kernels/ declares.
-        unsafe { b.launch(self.kernel.launch_config(std::mem::size_of::<T>())) }
-            .map_err(|e| candle_core::Error::Cuda(Box::new(e)))?;
+        let launched = match self.kernel.cooperative() {
+            true => unsafe { b.launch_cooperative(cfg) },
+            false => unsafe { b.launch(cfg) },
+        };
+        launched.map_err(|e| candle_core::Error::Cuda(Box::new(e)))?;
         drop(b);
         Ok(out)
     }
@@ -335,6 +351,10 @@ fn cached_function(
     }
     Ok(f)
 }
+
+/// Shared memory a launch may use without opting in to more.
+#[cfg(feature = "cuda")]
+const STATIC_SHARED_BYTES: u32 = 48 * 1024;
 
 /// Launch shape for a grid-stride loop over `work` items.
 #[cfg(feature = "cuda")]

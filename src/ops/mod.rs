@@ -22,6 +22,7 @@ pub mod kernel;
 mod message;
 mod rows;
 mod scatter_add;
+mod small_system;
 mod update;
 
 pub use activation::{bias_silu, bias_silu_adjoint};
@@ -33,6 +34,9 @@ pub use interaction::{
 };
 pub use message::{message, Message};
 pub use scatter_add::{scatter_add, ScatterAdd};
+pub use small_system::{
+    small_system, small_system_phase_times, SmallSystemModel, SmallSystemPlan, GROUPS,
+};
 pub use update::{
     act_grad, update_combine, update_combine_adjoint, update_context, update_context_adjoint,
     StateGrad, NORM_EPS,

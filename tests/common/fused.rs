@@ -3,8 +3,10 @@
 #![allow(dead_code)]
 
 use candle_core::{DType, Device, Result, Tensor, Var};
+use mlff_distiller::model::PainnInputs;
 use mlff_distiller::model::{cosine_cutoff, gaussian_rbf};
-use mlff_distiller::ops::{self, EdgeFilter, InteractionInputs, StateGrad};
+use mlff_distiller::ops::{self, EdgeFilter, InteractionInputs, SmallSystemPlan, StateGrad};
+use mlff_distiller::{Batch, PainnCalculator, Structure};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -427,4 +429,36 @@ pub fn reference_outputs(x: &Inputs) -> Result<Vec<(&'static str, Tensor)>> {
 
 fn ops_norm_eps() -> f64 {
     mlff_distiller::ops::NORM_EPS
+}
+
+/// Per-atom energies and forces of `x` by the one-kernel path (`ops::small_system`), on
+/// whatever device `x` lives.
+pub fn one_kernel(calc: &PainnCalculator, x: &PainnInputs) -> (Tensor, Tensor) {
+    let fused = calc.model().fused().unwrap();
+    let (n, e) = (x.positions.dim(0).unwrap(), x.centers.dim(0).unwrap());
+    let plan = SmallSystemPlan::new(fused.small_system_model().unwrap(), n, e).unwrap();
+    ops::small_system(
+        &plan,
+        fused.packed_weights().unwrap(),
+        &x.positions.detach(),
+        &x.offsets,
+        &x.species,
+        &x.centers,
+        &x.neighbors,
+    )
+    .unwrap()
+}
+
+/// Molecules, a lone atom, an atom beyond the cutoff of all others, and a periodic box (image
+/// offsets), flattened into one system as the kernel takes them.
+pub fn one_kernel_systems() -> Batch {
+    let mut far = super::random_molecule(6, 51);
+    far.positions.push([30.0, 0.0, 0.0]);
+    far.numbers.push(7);
+    Batch::new(vec![
+        far,
+        Structure::molecule(vec![1], vec![[0.0; 3]]),
+        super::random_box(20, 0.2, 52),
+    ])
+    .unwrap()
 }

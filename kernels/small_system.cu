@@ -1,0 +1,618 @@
+// The whole PaiNN energy + forces of a small system in one launch (src/ops/small_system.rs).
+//
+// A molecule-sized call is ~75 kernels of a few microseconds each, each bounded by latency
+// rather than work. Here G thread blocks (launched cooperatively, so all are resident) run the
+// forward and the explicit adjoint of model::fused as ~31 phases separated by a barrier among
+// the G blocks. Block c owns the features [c S, c S + S), S = F / G, of every atom: it computes
+// those columns of every dense layer (staging the layer's whole input in shared memory after a
+// barrier), and the message passing and update of its own features need no barrier at all,
+// since PaiNN's interaction and gating never mix features. Per-edge sums over features (the
+// basis gradient) are kept per block and summed in the last phase.
+//
+// Layouts: weights are packed as src/ops/small_system.rs writes them (every matrix input-major,
+// [in, out]); vectors are [N, 3, F] (atom, component, feature); the output starts with a
+// 64-element zeroed prefix holding the barrier counter, then forces [N, 3] (zeroed), atom
+// energies [N], and the scratch (the tape the adjoint reads).
+#include "common.cuh"
+#include "edge_basis.cuh"
+
+namespace {
+
+struct Dims {
+    int n, e, f, r, blocks, groups, n_el, xs_len, stamps, s, h2;
+};
+
+template <typename T>
+__device__ __forceinline__ T ld(const T* p) {
+    return __ldcg(p);  // written by other blocks of this launch: past L1
+}
+
+template <typename T>
+__device__ __forceinline__ T silu_of(T z) {
+    return z * sigmoid(z);
+}
+
+template <typename T>
+__device__ __forceinline__ T silu_grad(T z) {
+    const T sg = sigmoid(z);
+    return sg * (T(1) + z * (T(1) - sg));
+}
+
+// Barrier among the launch's blocks: a counter that only grows (zeroed before the launch),
+// `target` counts the barriers passed times G.
+__device__ __forceinline__ unsigned long long global_ns() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
+    return t;
+}
+
+// With stamps, block 0 records the time after each barrier (phase timing, see the .rs file).
+struct Stamps {
+    unsigned long long* at;
+    int count;
+    __device__ void mark() {
+        if (at && blockIdx.x == 0 && threadIdx.x == 0) at[count] = global_ns();
+        ++count;
+    }
+};
+
+__device__ __forceinline__ void group_sync(unsigned int* counter, unsigned int& target,
+                                           Stamps& stamps) {
+    __syncthreads();
+    target += gridDim.x;
+    if (threadIdx.x == 0) {
+        __threadfence();
+        atomicAdd(counter, 1u);
+        while (*(volatile unsigned int*)counter < target) {
+        }
+        __threadfence();
+    }
+    __syncthreads();
+    stamps.mark();
+}
+
+// dst(idx, src(idx)) for idx < total over the block's threads, 8 loads in flight per thread
+// before their stores (a plain loop would wait out each load's latency in turn).
+template <typename T, typename Src, typename Dst>
+__device__ __forceinline__ void copy(int total, Src src, Dst dst) {
+    constexpr int U = 8;
+    for (int base = threadIdx.x; base < total; base += U * blockDim.x) {
+        T v[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int idx = base + u * blockDim.x;
+            v[u] = idx < total ? src(idx) : T(0);
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int idx = base + u * blockDim.x;
+            if (idx < total) dst(idx, v[u]);
+        }
+    }
+}
+
+// xs[r][k] = load(r, k) for r < rows (zero rows up to a multiple of 4), leading dim K + 1.
+// The next dense() synchronises before reading it.
+template <typename T, typename Load>
+__device__ void stage(T* xs, int rows, int K, Load load) {
+    const int rows_pad = (rows + 3) & ~3, ld = K + 1;
+    copy<T>(
+        rows_pad * K,
+        [&](int idx) {
+            const int r = idx / K;
+            return r < rows ? load(r, idx - r * K) : T(0);
+        },
+        [&](int idx, T v) { xs[(idx / K) * ld + idx % K] = v; });
+}
+
+// ws[k][j] = W[k sk + col(j) sc]: this block's columns of a layer, for the next dense().
+// Weights depend on no other block, so callers load them before the barrier that precedes
+// the layer.
+template <typename T, typename Col>
+__device__ void load_w(T* ws, int K, const T* __restrict__ W, int sk, int sc, int ncols,
+                       Col col) {
+    if (sk == 1)  // adjoint: column j of the product is a contiguous row of W
+        copy<T>(K * ncols, [&](int idx) { return __ldg(W + (size_t)col(idx / K) * sc + idx % K); },
+                [&](int idx, T v) { ws[(idx % K) * ncols + idx / K] = v; });
+    else
+        copy<T>(K * ncols,
+                [&](int idx) { return __ldg(W + (size_t)(idx / ncols) * sk + (size_t)col(idx % ncols) * sc); },
+                [&](int idx, T v) { ws[idx] = v; });
+}
+
+// y[r][j] = sum_k xs[r][k] ws[k][j] for r < rows, j < ncols; emit(r, j, y). Threads take
+// 4 rows x 1 column, splitting K over P lanes when there are few outputs.
+template <typename T, typename Emit>
+__device__ void dense(const T* xs, const T* ws, int rows, int K, int ncols, Emit emit) {
+    __syncthreads();
+    const int ld = K + 1, groups = (rows + 3) / 4, items = groups * ncols;
+    int P = 1;
+    while (P < 8 && items * P * 2 <= (int)blockDim.x) P *= 2;
+    const int part = threadIdx.x % P, per_pass = blockDim.x / P;
+    for (int base = 0; base < items; base += per_pass) {
+        const int item = base + threadIdx.x / P;
+        const bool valid = item < items;
+        T acc[4] = {T(0), T(0), T(0), T(0)};
+        const int j = valid ? item % ncols : 0, r0 = valid ? (item / ncols) * 4 : 0;
+        if (valid) {
+            const T* x = xs + r0 * ld;
+#pragma unroll 4
+            for (int k = part; k < K; k += P) {
+                const T wk = ws[k * ncols + j];
+#pragma unroll
+                for (int q = 0; q < 4; ++q) acc[q] += x[q * ld + k] * wk;
+            }
+        }
+#pragma unroll
+        for (int q = 0; q < 4; ++q)
+            for (int o = P / 2; o > 0; o >>= 1) acc[q] += __shfl_xor_sync(0xffffffffu, acc[q], o);
+        if (valid && part == 0)
+#pragma unroll
+            for (int q = 0; q < 4; ++q)
+                if (r0 + q < rows) emit(r0 + q, j, acc[q]);
+    }
+    __syncthreads();
+}
+
+// Offsets of one block's weights in the packed buffer.
+struct BlockWeights {
+    size_t filter, w1, b1, w2, b2, mix, c1, cb1, c2, cb2, stride;
+    __device__ BlockWeights(int f, int r) {
+        filter = 0;
+        w1 = filter + (size_t)(r + 1) * 3 * f;
+        b1 = w1 + (size_t)f * f;
+        w2 = b1 + f;
+        b2 = w2 + (size_t)f * 3 * f;
+        mix = b2 + 3 * f;
+        c1 = mix + (size_t)f * 2 * f;
+        cb1 = c1 + (size_t)2 * f * f;
+        c2 = cb1 + f;
+        cb2 = c2 + (size_t)f * 3 * f;
+        stride = cb2 + 3 * f;
+    }
+};
+
+template <typename T>
+struct Scratch {
+    T *state, *h1, *phi, *msg, *mixed, *nrm, *cpre, *act, *ro, *epart, *ga, *gcpre, *gmixed,
+        *gphi, *gh, *gedge, *end;
+    __device__ Scratch(T* p, const Dims& d) {
+        const size_t nf = (size_t)d.n * d.f, b = d.blocks;
+        state = p;                          // (B + 1) x [s N F | v 3 N F]
+        h1 = state + (b + 1) * 4 * nf;      // B x N F
+        phi = h1 + b * nf;                  // B x N 3F
+        msg = phi + b * 3 * nf;             // B x 4 N F
+        mixed = msg + b * 4 * nf;           // B x N 3 2F
+        nrm = mixed + b * 6 * nf;           // B x N F
+        cpre = nrm + b * nf;                // B x N F
+        act = cpre + b * nf;                // B x N 3F
+        ro = act + b * 3 * nf;              // N F/2
+        epart = ro + (size_t)d.n * d.h2;    // G x N
+        ga = epart + (size_t)d.groups * d.n;
+        gcpre = ga + 3 * nf;
+        gmixed = gcpre + nf;
+        gphi = gmixed + 6 * nf;
+        gh = gphi + 3 * nf;
+        gedge = gh + nf;                    // G x E x 4: each block's dE/dd, dE/du per edge
+        end = gedge + (size_t)d.groups * d.e * 4;
+    }
+};
+
+}  // namespace
+
+template <typename T>
+__device__ void small_system(const T* __restrict__ pos, const T* __restrict__ off,
+                             const T* __restrict__ wts, const unsigned int* __restrict__ species,
+                             const unsigned int* __restrict__ ci,
+                             const unsigned int* __restrict__ nj, T* out, const Dims d,
+                             double cutoff) {
+    extern __shared__ unsigned char smem_raw[];
+    const int N = d.n, E = d.e, F = d.f, R = d.r, S = d.s, H2 = d.h2;
+    const int c = blockIdx.x, f0 = c * S, tid = threadIdx.x, nt = blockDim.x;
+    const int F3 = 3 * F, NS = N * S;
+    // Per edge of a chunk: basis [R + 1], its d-derivative [R + 1], unit vector [3], distance.
+    const int ebw = 2 * R + 6, du = 2 * R + 2;
+    const int edges_per_chunk = d.xs_len / ebw;
+    // Shared memory: layer inputs (or a chunk of edge geometry), this block's weight columns,
+    // filter columns, own-feature rows of phi, v, dE/ds, dE/dv, the message accumulators,
+    // energies, per-edge dE/dd and dE/du summed over this block's features, edge atoms.
+    T* xs = reinterpret_cast<T*>(smem_raw);
+    T* ws = xs + d.xs_len;              // 3 F S
+    T* fw = ws + 3 * F * S;             // (R + 1) x 3S
+    T* phi_own = fw + (R + 1) * 3 * S;  // N x 3S
+    T* v_own = phi_own + 3 * NS;        // N x 3 x S
+    T* gs_own = v_own + 3 * NS;         // N x S
+    T* gv_own = gs_own + NS;            // N x 3 x S
+    T* acc = gv_own + 3 * NS;           // 6 N S
+    T* eacc = acc + 6 * NS;             // N
+    T* gedge = eacc + N;                // E x 4
+    unsigned int* eij = reinterpret_cast<unsigned int*>(gedge + 4 * E);  // 2 per chunk edge
+    unsigned int* counter = reinterpret_cast<unsigned int*>(out);
+    unsigned int target = 0;
+    T* forces = out + 64;
+    T* energies = forces + 3 * N;
+    const Scratch<T> sc(energies + N, d);
+    const size_t nf = (size_t)N * F;
+    // Phase stamps after the scratch, at an 8-byte boundary of the output.
+    const size_t stamp_at = ((sc.end - out) + 1) & ~(size_t)1;
+    Stamps stamps{d.stamps ? reinterpret_cast<unsigned long long*>(out + stamp_at) : nullptr, 0};
+    stamps.mark();
+
+    // Packed weights: embedding [n_el, F], atom constants [n_el], readout R1 [F, F/2], r1,
+    // w_out [F/2] (times the scale), then each block (BlockWeights).
+    const T* emb = wts;
+    const T* atom_const = emb + (size_t)d.n_el * F;
+    const T* ro_w = atom_const + d.n_el;
+    const T* ro_b = ro_w + (size_t)F * H2;
+    const T* ro_out = ro_b + H2;
+    const T* blocks_w = ro_out + H2;
+    const BlockWeights bl(F, R);
+    auto sync = [&]() { group_sync(counter, target, stamps); };
+
+    // Columns owned by this block: chunk q of width F holds [q F + f0, q F + f0 + S).
+    auto own = [=](int j) { return (j / S) * F + f0 + j % S; };
+    // This block's filter columns, and its features of phi and v of a block.
+    auto stage_own = [&](const T* w, const T* phi, const T* v_in) {
+        copy<T>((R + 1) * 3 * S,
+                [&](int idx) { return __ldg(w + bl.filter + (size_t)(idx / (3 * S)) * F3 + own(idx % (3 * S))); },
+                [&](int idx, T v) { fw[idx] = v; });
+        copy<T>(3 * NS, [&](int idx) { return ld(phi + (size_t)(idx / (3 * S)) * F3 + own(idx % (3 * S))); },
+                [&](int idx, T v) { phi_own[idx] = v; });
+        // v rows [N, 3, F] are 3F long too.
+        copy<T>(3 * NS, [&](int idx) { return ld(v_in + (size_t)(idx / (3 * S)) * F3 + own(idx % (3 * S))); },
+                [&](int idx, T v) { v_own[idx] = v; });
+    };
+    // Geometry of edges [e0, e0 + count) into xs and eij: each block forms it for itself.
+    auto stage_edges = [&](int e0, int count) {
+        __syncthreads();
+        const T rc = T(cutoff), w = rc / T(R - 1), pi = T(3.14159265358979323846);
+        for (int el = tid; el < count; el += nt) {
+            const int e = e0 + el;
+            T r[3];
+            const T dist = edge_vector(pos, off, ci, nj, e, r);
+            const bool inside = dist < rc;
+            const T fc = inside ? T(0.5) * (cos(pi * dist / rc) + T(1)) : T(0);
+            const T dfc = inside ? T(-0.5) * pi / rc * sin(pi * dist / rc) : T(0);
+            T* g = xs + el * ebw;
+            for (int k = 0; k < R; ++k) {
+                const T z = (dist - T(k) * w) / w;
+                const T rbf = exp(T(-0.5) * z * z);
+                g[k] = rbf * fc;
+                g[R + 1 + k] = rbf * dfc - rbf * z / w * fc;
+            }
+            g[R] = fc;
+            g[2 * R + 1] = dfc;
+            for (int k = 0; k < 3; ++k) g[du + k] = r[k] / dist;
+            g[du + 3] = dist;
+            eij[2 * el] = ci[e];
+            eij[2 * el + 1] = nj[e];
+        }
+        __syncthreads();
+    };
+
+    // Phase 0: initial state (own features).
+    copy<T>(NS, [&](int idx) { return __ldg(emb + (size_t)species[idx / S] * F + f0 + idx % S); },
+            [&](int idx, T v) { sc.state[(size_t)(idx / S) * F + f0 + idx % S] = v; });
+    for (int idx = tid; idx < 3 * NS; idx += nt)
+        sc.state[nf + (size_t)(idx / S) * F + f0 + idx % S] = T(0);
+
+    for (int b = 0; b < d.blocks; ++b) {
+        const T* w = blocks_w + b * bl.stride;
+        const T* s_in = sc.state + b * 4 * nf;
+        const T* v_in = s_in + nf;
+        T* h1 = sc.h1 + b * nf;
+        T* phi = sc.phi + b * 3 * nf;
+        T* ms = sc.msg + b * 4 * nf;
+        T* mv = ms + nf;
+        T* mixed = sc.mixed + b * 6 * nf;
+        T* nrm = sc.nrm + b * nf;
+        T* cpre = sc.cpre + b * nf;
+        T* act = sc.act + b * 3 * nf;
+        T* s_out = sc.state + (b + 1) * 4 * nf;
+        T* v_out = s_out + nf;
+
+        // phi hidden: h1 = s W1 + b1 (own columns).
+        load_w(ws, F, w + bl.w1, F, 1, S, own);
+        sync();
+        stage(xs, N, F, [&](int a, int k) { return ld(s_in + (size_t)a * F + k); });
+        dense(xs, ws, N, F, S, [&](int a, int j, T y) {
+            h1[(size_t)a * F + f0 + j] = y + w[bl.b1 + f0 + j];
+        });
+        // phi = silu(h1) W2 + b2 (own columns of its three chunks: all this block reads next).
+        load_w(ws, F, w + bl.w2, F3, 1, 3 * S, own);
+        sync();
+        stage(xs, N, F, [&](int a, int k) { return silu_of(ld(h1 + (size_t)a * F + k)); });
+        dense(xs, ws, N, F, 3 * S, [&](int a, int j, T y) {
+            const int o = own(j);
+            phi[(size_t)a * F3 + o] = y + w[bl.b2 + o];
+        });
+
+        // Interaction, own features: ds_i = sum_j phi_s W_s, dv_i = sum_j phi_d W_d u + phi_v W_v v_j.
+        stage_own(w, phi, v_in);
+        for (int idx = tid; idx < 4 * NS; idx += nt) acc[idx] = T(0);
+        for (int e0 = 0; e0 < E; e0 += edges_per_chunk) {
+            const int count = min(edges_per_chunk, E - e0);
+            stage_edges(e0, count);
+            for (int item = tid; item < count * S; item += nt) {
+                const int el = item / S, t = item - el * S;
+                const int i = eij[2 * el], j = eij[2 * el + 1];
+                const T* g = xs + el * ebw;
+                T w0 = 0, w1 = 0, w2 = 0;
+                for (int k = 0; k <= R; ++k) {
+                    const T* fk = fw + k * 3 * S + t;
+                    w0 += g[k] * fk[0];
+                    w1 += g[k] * fk[S];
+                    w2 += g[k] * fk[2 * S];
+                }
+                const T* pj = phi_own + j * 3 * S + t;
+                const T x1 = pj[S] * w1, x2 = pj[2 * S] * w2;
+                atomicAdd(acc + i * S + t, pj[0] * w0);
+                for (int k = 0; k < 3; ++k)
+                    atomicAdd(acc + NS + (i * 3 + k) * S + t,
+                              x1 * g[du + k] + x2 * v_own[j * 3 * S + k * S + t]);
+            }
+        }
+        __syncthreads();
+        copy<T>(NS, [&](int idx) { return ld(s_in + (size_t)(idx / S) * F + f0 + idx % S); },
+                [&](int idx, T v) { ms[(size_t)(idx / S) * F + f0 + idx % S] = v + acc[idx]; });
+        for (int idx = tid; idx < 3 * NS; idx += nt) {
+            const int r = idx / S, t = idx - r * S;  // r = 3a + k
+            mv[(size_t)r * F + f0 + t] = v_own[idx / (3 * S) * 3 * S + (r % 3) * S + t] + acc[NS + idx];
+        }
+
+        // Mixing: [U | V] = v W_mix over 3N rows (own columns of both halves), |V|.
+        load_w(ws, F, w + bl.mix, 2 * F, 1, 2 * S, own);
+        sync();
+        stage(xs, 3 * N, F, [&](int r, int k) { return ld(mv + (size_t)r * F + k); });
+        dense(xs, ws, 3 * N, F, 2 * S, [&](int r, int j, T y) {
+            mixed[(size_t)r * 2 * F + own(j)] = y;
+        });
+        for (int idx = tid; idx < NS; idx += nt) {
+            const int a = idx / S, f = f0 + idx % S;
+            T sq = T(NORM_EPS);
+            for (int k = 0; k < 3; ++k) {
+                const T vv = mixed[((size_t)a * 3 + k) * 2 * F + F + f];
+                sq += vv * vv;
+            }
+            nrm[(size_t)a * F + f] = sqrt(sq);
+        }
+
+        // Context: cpre = [s | |V|] C1 + c1.
+        load_w(ws, 2 * F, w + bl.c1, F, 1, S, own);
+        sync();
+        stage(xs, N, 2 * F, [&](int a, int k) {
+            return k < F ? ld(ms + (size_t)a * F + k) : ld(nrm + (size_t)a * F + k - F);
+        });
+        dense(xs, ws, N, 2 * F, S, [&](int a, int j, T y) {
+            cpre[(size_t)a * F + f0 + j] = y + w[bl.cb1 + f0 + j];
+        });
+        // a = silu(cpre) C2 + c2, then the gated update of own features.
+        load_w(ws, F, w + bl.c2, F3, 1, 3 * S, own);
+        sync();
+        stage(xs, N, F, [&](int a, int k) { return silu_of(ld(cpre + (size_t)a * F + k)); });
+        dense(xs, ws, N, F, 3 * S, [&](int a, int j, T y) {
+            const int o = own(j);
+            act[(size_t)a * F3 + o] = y + w[bl.cb2 + o];
+        });
+        for (int idx = tid; idx < NS; idx += nt) {
+            const int a = idx / S, f = f0 + idx % S;
+            const T* aa = act + (size_t)a * F3 + f;
+            T dot = 0;
+            for (int k = 0; k < 3; ++k) {
+                const T* m = mixed + ((size_t)a * 3 + k) * 2 * F + f;
+                const size_t o = ((size_t)a * 3 + k) * F + f;
+                dot += m[0] * m[F];
+                v_out[o] = mv[o] + m[0] * aa[F];
+            }
+            s_out[(size_t)a * F + f] = ms[(size_t)a * F + f] + aa[0] + aa[2 * F] * dot;
+        }
+    }
+
+    // Readout: ro = s R1 + r1 over this block's columns o = c, c + G, ...; partial energies,
+    // and the first adjoint: dE/d(ro) = w_out silu'(ro).
+    const T* s_last = sc.state + d.blocks * 4 * nf;
+    const int ro_cols = max(0, (H2 - c + d.groups - 1) / d.groups);
+    auto ro_col = [=](int j) { return c + j * d.groups; };
+    load_w(ws, F, ro_w, H2, 1, ro_cols, ro_col);
+    sync();
+    stage(xs, N, F, [&](int a, int k) { return ld(s_last + (size_t)a * F + k); });
+    for (int a = tid; a < N; a += nt) eacc[a] = T(0);
+    dense(xs, ws, N, F, ro_cols, [&](int a, int j, T y) {
+        const int o = ro_col(j);
+        const T z = y + ro_b[o];
+        atomicAdd(eacc + a, silu_of(z) * ro_out[o]);
+        sc.gh[(size_t)a * H2 + o] = ro_out[o] * silu_grad(z);
+    });
+    for (int a = tid; a < N; a += nt) sc.epart[(size_t)c * N + a] = eacc[a];
+    // dE/ds = g_ro R1^T (own features); dE/dv = 0. Both stay in shared memory from here on.
+    load_w(ws, H2, ro_w, 1, H2, S, own);
+    sync();
+    stage(xs, N, H2, [&](int a, int k) { return ld(sc.gh + (size_t)a * H2 + k); });
+    for (int idx = tid; idx < 3 * NS; idx += nt) gv_own[idx] = T(0);
+    for (int idx = tid; idx < 4 * E; idx += nt) gedge[idx] = T(0);
+    dense(xs, ws, N, H2, S, [&](int a, int j, T y) { gs_own[a * S + j] = y; });
+
+    for (int b = d.blocks - 1; b >= 0; --b) {
+        const T* w = blocks_w + b * bl.stride;
+        const T* v_in = sc.state + b * 4 * nf + nf;
+        const T* h1 = sc.h1 + b * nf;
+        const T* phi = sc.phi + b * 3 * nf;
+        const T* mixed = sc.mixed + b * 6 * nf;
+        const T* nrm = sc.nrm + b * nf;
+        const T* cpre = sc.cpre + b * nf;
+        const T* act = sc.act + b * 3 * nf;
+
+        // Gated update, own features: gradients of a, of [U | V] (before |V|'s share).
+        for (int idx = tid; idx < NS; idx += nt) {
+            const int a = idx / S, t = idx - a * S, f = f0 + t;
+            const T* aa = act + (size_t)a * F3 + f;
+            const T g_s = gs_own[idx];
+            T dot = 0, g_avv = 0;
+            for (int k = 0; k < 3; ++k) {
+                const T* m = mixed + ((size_t)a * 3 + k) * 2 * F + f;
+                dot += m[0] * m[F];
+                g_avv += gv_own[(a * 3 + k) * S + t] * m[0];
+            }
+            T* g_a = sc.ga + (size_t)a * F3 + f;
+            g_a[0] = g_s;
+            g_a[F] = g_avv;
+            g_a[2 * F] = g_s * dot;
+            const T g_dot = g_s * aa[2 * F];
+            for (int k = 0; k < 3; ++k) {
+                const T* m = mixed + ((size_t)a * 3 + k) * 2 * F + f;
+                T* gm = sc.gmixed + ((size_t)a * 3 + k) * 2 * F + f;
+                gm[0] = gv_own[(a * 3 + k) * S + t] * aa[F] + g_dot * m[F];
+                gm[F] = g_dot * m[0];
+            }
+        }
+        // Context network, output layer: g_cpre = (g_a C2^T) silu'(cpre), own columns.
+        load_w(ws, F3, w + bl.c2, 1, F3, S, own);
+        sync();
+        stage(xs, N, F3, [&](int a, int k) { return ld(sc.ga + (size_t)a * F3 + k); });
+        dense(xs, ws, N, F3, S, [&](int a, int j, T y) {
+            const size_t o = (size_t)a * F + f0 + j;
+            sc.gcpre[o] = y * silu_grad(cpre[o]);
+        });
+        // Its input layer: gradients of s (own) and of |V|, which feeds V.
+        load_w(ws, F, w + bl.c1, 1, F, 2 * S, own);
+        sync();
+        stage(xs, N, F, [&](int a, int k) { return ld(sc.gcpre + (size_t)a * F + k); });
+        dense(xs, ws, N, F, 2 * S, [&](int a, int j, T y) {
+            if (j < S) {
+                gs_own[a * S + j] += y;
+                return;
+            }
+            const int f = f0 + j - S;
+            const T inv = y / nrm[(size_t)a * F + f];
+            for (int k = 0; k < 3; ++k) {
+                const size_t o = ((size_t)a * 3 + k) * 2 * F + F + f;
+                sc.gmixed[o] += inv * mixed[o];
+            }
+        });
+        // Mixing: g_v += g_[U|V] W_mix^T (own features), the U and V halves in turn so that
+        // the staged input stays 3N x F.
+        for (int h = 0; h < 2; ++h) {
+            load_w(ws, F, w + bl.mix + h * F, 1, 2 * F, S, own);
+            if (h == 0) sync();
+            stage(xs, 3 * N, F, [&](int r, int k) {
+                return ld(sc.gmixed + (size_t)r * 2 * F + h * F + k);
+            });
+            dense(xs, ws, 3 * N, F, S, [&](int r, int j, T y) { gv_own[r * S + j] += y; });
+        }
+
+        // Interaction adjoint, own features: gradients of phi_j and v_j (shared-memory
+        // accumulators), and this block's share of each edge's dE/dd and dE/du.
+        stage_own(w, phi, v_in);
+        for (int idx = tid; idx < 6 * NS; idx += nt) acc[idx] = T(0);
+        for (int e0 = 0; e0 < E; e0 += edges_per_chunk) {
+            const int count = min(edges_per_chunk, E - e0);
+            stage_edges(e0, count);
+            for (int base = 0; base < count * S; base += nt) {  // uniform: lanes shuffle below
+                const int item = base + tid;
+                const bool valid = item < count * S;
+                const int el = valid ? item / S : 0, t = tid % S;
+                const int i = eij[2 * el], j = eij[2 * el + 1];
+                const T* g = xs + el * ebw;
+                T w0 = 0, w1 = 0, w2 = 0, dw0 = 0, dw1 = 0, dw2 = 0;
+                for (int k = 0; k <= R; ++k) {
+                    const T* fk = fw + k * 3 * S + t;
+                    const T gk = g[k], dk = g[R + 1 + k];
+                    w0 += gk * fk[0];
+                    w1 += gk * fk[S];
+                    w2 += gk * fk[2 * S];
+                    dw0 += dk * fk[0];
+                    dw1 += dk * fk[S];
+                    dw2 += dk * fk[2 * S];
+                }
+                const T* pj = phi_own + j * 3 * S + t;
+                const T p0 = pj[0], p1 = pj[S], p2 = pj[2 * S];
+                T gvi[3], gx1 = 0, gx2 = 0;
+                for (int k = 0; k < 3; ++k) {
+                    gvi[k] = valid ? gv_own[(i * 3 + k) * S + t] : T(0);
+                    gx1 += gvi[k] * g[du + k];
+                    gx2 += gvi[k] * v_own[j * 3 * S + k * S + t];
+                }
+                const T gx0 = valid ? gs_own[i * S + t] : T(0);
+                if (valid) {
+                    atomicAdd(acc + (j * 3 + 0) * S + t, gx0 * w0);
+                    atomicAdd(acc + (j * 3 + 1) * S + t, gx1 * w1);
+                    atomicAdd(acc + (j * 3 + 2) * S + t, gx2 * w2);
+                    for (int k = 0; k < 3; ++k)
+                        atomicAdd(acc + 3 * NS + (j * 3 + k) * S + t, gvi[k] * p2 * w2);
+                }
+                // Sums over own features: dE/dd through the filter, dE/du = g_v_i phi_d W_d.
+                const T x1 = p1 * w1;
+                T v[4] = {gx0 * p0 * dw0 + gx1 * p1 * dw1 + gx2 * p2 * dw2, gvi[0] * x1,
+                          gvi[1] * x1, gvi[2] * x1};
+#pragma unroll
+                for (int k = 0; k < 4; ++k)
+                    for (int o = S / 2; o > 0; o >>= 1) v[k] += __shfl_xor_sync(0xffffffffu, v[k], o);
+                if (valid && t == 0)
+#pragma unroll
+                    for (int k = 0; k < 4; ++k) gedge[(e0 + el) * 4 + k] += v[k];
+            }
+        }
+        __syncthreads();
+        for (int idx = tid; idx < 3 * NS; idx += nt) {
+            const int a = idx / (3 * S), j = idx - a * 3 * S;  // j = k S + t
+            sc.gphi[(size_t)a * F3 + own(j)] = acc[idx];
+            gv_own[idx] += acc[3 * NS + idx];
+        }
+        if (b == 0) break;  // the first block's state is the embedding
+        // phi network: g_h1 = (g_phi W2^T) silu'(h1), then g_s += g_h1 W1^T.
+        load_w(ws, F3, w + bl.w2, 1, F3, S, own);
+        sync();
+        stage(xs, N, F3, [&](int a, int k) { return ld(sc.gphi + (size_t)a * F3 + k); });
+        dense(xs, ws, N, F3, S, [&](int a, int j, T y) {
+            const size_t o = (size_t)a * F + f0 + j;
+            sc.gh[o] = y * silu_grad(h1[o]);
+        });
+        load_w(ws, F, w + bl.w1, 1, F, S, own);
+        sync();
+        stage(xs, N, F, [&](int a, int k) { return ld(sc.gh + (size_t)a * F + k); });
+        dense(xs, ws, N, F, S, [&](int a, int j, T y) { gs_own[a * S + j] += y; });
+    }
+    for (int idx = tid; idx < 4 * E; idx += nt) sc.gedge[(size_t)c * E * 4 + idx] = gedge[idx];
+    sync();
+
+    // Forces = -dE/dx from each edge's dE/dd and dE/du summed over the blocks; energies.
+    for (int e = c * nt + tid; e < E; e += d.groups * nt) {
+        T g[4] = {T(0), T(0), T(0), T(0)};
+#pragma unroll 4
+        for (int q = 0; q < d.groups; ++q)
+            for (int k = 0; k < 4; ++k) g[k] += ld(sc.gedge + ((size_t)q * E + e) * 4 + k);
+        T r[3];
+        const T dist = edge_vector(pos, off, ci, nj, e, r);
+        T u[3], gu_u = 0;
+        for (int k = 0; k < 3; ++k) {
+            u[k] = r[k] / dist;
+            gu_u += g[1 + k] * u[k];
+        }
+        const int i = ci[e], j = nj[e];
+        for (int k = 0; k < 3; ++k) {
+            const T gr = g[0] * u[k] + (g[1 + k] - gu_u * u[k]) / dist;
+            atomicAdd(forces + 3 * j + k, -gr);
+            atomicAdd(forces + 3 * i + k, gr);
+        }
+    }
+    for (int a = c * nt + tid; a < N; a += d.groups * nt) {
+        T en = atom_const[species[a]];
+        for (int q = 0; q < d.groups; ++q) en += ld(sc.epart + (size_t)q * N + a);
+        energies[a] = en;
+    }
+    stamps.mark();
+}
+
+#define SMALL_SYSTEM(T, SUF)                                                                   \
+    extern "C" __global__ void __launch_bounds__(512)                                          \
+        small_system_##SUF(const T* pos, const T* off, const T* wts, const unsigned int* sp, \
+                           const unsigned int* ci, const unsigned int* nj, T* out, size_t n,   \
+                           size_t e, size_t f, size_t r, size_t blocks, size_t groups,         \
+                           size_t n_el, size_t xs_len, size_t stamps, double cutoff) {         \
+        const Dims d{(int)n,      (int)e,         (int)f,      (int)r,                         \
+                     (int)blocks, (int)groups,    (int)n_el,   (int)xs_len,                    \
+                     (int)stamps, (int)(f / groups), (int)(f / 2)};                             \
+        small_system<T>(pos, off, wts, sp, ci, nj, out, d, cutoff);                            \
+    }
+SMALL_SYSTEM(float, f32)
+SMALL_SYSTEM(double, f64)

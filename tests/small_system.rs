@@ -1,0 +1,131 @@
+//! The one-kernel path for small systems (`ops::small_system`): its CPU twin — the oracle the
+//! CUDA kernel is checked against on the GPU machine (tests/gpu.rs) — gives the fused path's
+//! energies and forces, and bad inputs are refused with their cause.
+
+mod common;
+
+use candle_core::{DType, Device, Tensor};
+use common::fused::{one_kernel, one_kernel_systems as systems};
+use common::*;
+use mlff_distiller::ops::{small_system, EdgeOps, SmallSystemModel, SmallSystemPlan};
+use mlff_distiller::systems::aspirin;
+use mlff_distiller::{Batch, PainnCalculator};
+
+/// The one-kernel twin's and the fused path's energies and forces for `batch`.
+fn both(calc: &PainnCalculator, batch: &Batch) -> [(Tensor, Tensor); 2] {
+    let (inputs, _) = calc.prepare(batch).unwrap();
+    let fused = calc.model().fused().unwrap();
+    let pass = fused.forward(&inputs).unwrap();
+    [
+        (pass.atom_energies.clone(), pass.forces().unwrap()),
+        one_kernel(calc, &inputs),
+    ]
+}
+
+#[test]
+fn one_kernel_twin_matches_fused_path() {
+    let shipped = |dtype| {
+        PainnCalculator::from_checkpoint(
+            &root().join("models/painn-gfn2.safetensors"),
+            &Device::Cpu,
+            dtype,
+        )
+        .unwrap()
+        .with_ops(EdgeOps::Fused)
+    };
+    let cases = [
+        (
+            "small model",
+            calculator(DType::F64, &Device::Cpu),
+            systems(),
+            1e-11,
+        ),
+        (
+            "shipped, aspirin",
+            shipped(DType::F64),
+            Batch::new(vec![aspirin()]).unwrap(),
+            1e-11,
+        ),
+        (
+            "shipped f32",
+            shipped(DType::F32),
+            Batch::new(vec![aspirin()]).unwrap(),
+            2e-5,
+        ),
+    ];
+    for (what, calc, batch, tol) in cases {
+        let [(e_ref, f_ref), (e, f)] = both(&calc, &batch);
+        let (de, df) = (max_abs_diff(&e, &e_ref), max_abs_diff(&f, &f_ref));
+        let scale = max_abs_tensor(&f_ref).max(1.0);
+        assert!(
+            de <= tol * max_abs_tensor(&e_ref).max(1.0),
+            "{what}: ΔE {de}"
+        );
+        assert!(df <= tol * scale, "{what}: ΔF {df} of {scale}");
+        assert!(
+            max_abs_tensor(&f_ref) > 1e-3,
+            "{what}: forces should not vanish"
+        );
+    }
+}
+
+/// The lone atom and the far atom feel no force, and the plan is refused where it cannot run.
+#[test]
+fn one_kernel_edge_cases_and_refusals() {
+    let calc = calculator(DType::F64, &Device::Cpu);
+    let batch = systems();
+    let (inputs, _) = calc.prepare(&batch).unwrap();
+    let (_, f) = one_kernel(&calc, &inputs);
+    let f = f.to_vec2::<f64>().unwrap();
+    assert_eq!(f[6], [0.0; 3], "far atom");
+    assert_eq!(f[7], [0.0; 3], "lone atom");
+
+    let model = SmallSystemModel {
+        hidden: 24,
+        n_rbf: 8,
+        blocks: 2,
+        elements: 4,
+        cutoff: 4.0,
+    };
+    let why = SmallSystemPlan::new(model, 10, 20).unwrap_err();
+    assert!(why.contains("24 features"), "{why}");
+    let fused = calc.model().fused().unwrap();
+    let plan = SmallSystemPlan::new(fused.small_system_model().unwrap(), 3, 0).unwrap();
+    let why = plan.fits(&Device::Cpu, DType::F32).unwrap_err();
+    assert!(why.contains("CUDA"), "{why}");
+    // The CPU path never takes the one kernel.
+    assert!(!fused.runs_as_one_kernel(&inputs).unwrap());
+
+    // Wrong shapes and species are named.
+    let n = inputs.positions.dim(0).unwrap();
+    let e = inputs.centers.dim(0).unwrap();
+    let plan = SmallSystemPlan::new(fused.small_system_model().unwrap(), n, e).unwrap();
+    let w = fused.packed_weights().unwrap();
+    let pos = inputs.positions.detach();
+    let short = w.narrow(0, 0, w.dim(0).unwrap() - 1).unwrap();
+    let err = small_system(
+        &plan,
+        &short,
+        &pos,
+        &inputs.offsets,
+        &inputs.species,
+        &inputs.centers,
+        &inputs.neighbors,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("packed weights"), "{err}");
+    let species = Tensor::new(vec![9u32; n], &Device::Cpu).unwrap();
+    let err = small_system(
+        &plan,
+        w,
+        &pos,
+        &inputs.offsets,
+        &species,
+        &inputs.centers,
+        &inputs.neighbors,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("species[0] = 9"), "{err}");
+}
