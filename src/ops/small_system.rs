@@ -112,7 +112,7 @@ impl SmallSystemPlan {
     pub fn new(model: SmallSystemModel, n: usize, e: usize) -> std::result::Result<Self, String> {
         let f = model.hidden;
         let s = f / GROUPS;
-        if f % GROUPS != 0 || !s.is_power_of_two() || s > 32 {
+        if !f.is_multiple_of(GROUPS) || !s.is_power_of_two() || s > 32 {
             return Err(format!(
                 "{f} features do not split into {GROUPS} slices of a power of two ≤ 32"
             ));
