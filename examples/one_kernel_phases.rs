@@ -39,6 +39,7 @@ fn main() -> Result<()> {
         let (x, _) = calc.prepare(&batch)?;
         let (n, e) = (x.positions.dim(0)?, x.centers.dim(0)?);
         let plan = SmallSystemPlan::new(fused.small_system_model()?, n, e)
+            .and_then(|p| p.fit(&dev, DType::F32))
             .map_err(anyhow::Error::msg)
             .context(name.to_string())?;
         let w = fused.packed_weights()?;

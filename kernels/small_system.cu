@@ -19,7 +19,7 @@
 namespace {
 
 struct Dims {
-    int n, e, f, r, blocks, groups, n_el, xs_len, stamps, s, h2;
+    int n, e, f, r, blocks, groups, n_el, xs_len, eb_edges, stamps, s, h2;
 };
 
 template <typename T>
@@ -38,8 +38,6 @@ __device__ __forceinline__ T silu_grad(T z) {
     return sg * (T(1) + z * (T(1) - sg));
 }
 
-// Barrier among the launch's blocks: a counter that only grows (zeroed before the launch),
-// `target` counts the barriers passed times G.
 __device__ __forceinline__ unsigned long long global_ns() {
     unsigned long long t;
     asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
@@ -56,36 +54,43 @@ struct Stamps {
     }
 };
 
+// Barrier among the launch's blocks: a counter that only grows (zeroed before the launch),
+// `target` counts the barriers passed times G.
 __device__ __forceinline__ void group_sync(unsigned int* counter, unsigned int& target,
                                            Stamps& stamps) {
     __syncthreads();
     target += gridDim.x;
     if (threadIdx.x == 0) {
-        __threadfence();
-        atomicAdd(counter, 1u);
-        while (*(volatile unsigned int*)counter < target) {
-        }
-        __threadfence();
+        // Release: this block's writes (ordered before by __syncthreads) before the arrival;
+        // acquire: the other blocks' writes before anything after the wait.
+        asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counter) : "memory");
+        unsigned int seen;
+        do {
+            asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(counter) : "memory");
+        } while (seen < target);
     }
     __syncthreads();
     stamps.mark();
 }
+
+// Threads per block (src/ops/small_system.rs launches exactly this many).
+constexpr int THREADS = 512;
 
 // dst(idx, src(idx)) for idx < total over the block's threads, 8 loads in flight per thread
 // before their stores (a plain loop would wait out each load's latency in turn).
 template <typename T, typename Src, typename Dst>
 __device__ __forceinline__ void copy(int total, Src src, Dst dst) {
     constexpr int U = 8;
-    for (int base = threadIdx.x; base < total; base += U * blockDim.x) {
+    for (int base = threadIdx.x; base < total; base += U * THREADS) {
         T v[U];
 #pragma unroll
         for (int u = 0; u < U; ++u) {
-            const int idx = base + u * blockDim.x;
+            const int idx = base + u * THREADS;
             v[u] = idx < total ? src(idx) : T(0);
         }
 #pragma unroll
         for (int u = 0; u < U; ++u) {
-            const int idx = base + u * blockDim.x;
+            const int idx = base + u * THREADS;
             if (idx < total) dst(idx, v[u]);
         }
     }
@@ -94,7 +99,7 @@ __device__ __forceinline__ void copy(int total, Src src, Dst dst) {
 // xs[r][k] = load(r, k) for r < rows (zero rows up to a multiple of 4), leading dim K + 1.
 // The next dense() synchronises before reading it.
 template <typename T, typename Load>
-__device__ void stage(T* xs, int rows, int K, Load load) {
+__device__ __forceinline__ void stage(T* xs, int rows, int K, Load load) {
     const int rows_pad = (rows + 3) & ~3, ld = K + 1;
     copy<T>(
         rows_pad * K,
@@ -105,12 +110,12 @@ __device__ void stage(T* xs, int rows, int K, Load load) {
         [&](int idx, T v) { xs[(idx / K) * ld + idx % K] = v; });
 }
 
-// ws[k][j] = W[k sk + col(j) sc]: this block's columns of a layer, for the next dense().
-// Weights depend on no other block, so callers load them before the barrier that precedes
-// the layer.
+// ws[k][j] = W[k sk + col(j) sc]: this block's columns of a layer, for the next dense(), and
+// after them its biases ws[K ncols + j] = bias[col(j)] when given. Weights depend on no other
+// block, so callers load them before the barrier that precedes the layer.
 template <typename T, typename Col>
-__device__ void load_w(T* ws, int K, const T* __restrict__ W, int sk, int sc, int ncols,
-                       Col col) {
+__device__ __forceinline__ void load_w(T* ws, int K, const T* __restrict__ W, int sk, int sc,
+                                       int ncols, Col col, const T* bias = nullptr) {
     if (sk == 1)  // adjoint: column j of the product is a contiguous row of W
         copy<T>(K * ncols, [&](int idx) { return __ldg(W + (size_t)col(idx / K) * sc + idx % K); },
                 [&](int idx, T v) { ws[(idx % K) * ncols + idx / K] = v; });
@@ -118,17 +123,19 @@ __device__ void load_w(T* ws, int K, const T* __restrict__ W, int sk, int sc, in
         copy<T>(K * ncols,
                 [&](int idx) { return __ldg(W + (size_t)(idx / ncols) * sk + (size_t)col(idx % ncols) * sc); },
                 [&](int idx, T v) { ws[idx] = v; });
+    if (bias)
+        for (int j = threadIdx.x; j < ncols; j += THREADS) ws[K * ncols + j] = __ldg(bias + col(j));
 }
 
 // y[r][j] = sum_k xs[r][k] ws[k][j] for r < rows, j < ncols; emit(r, j, y). Threads take
 // 4 rows x 1 column, splitting K over P lanes when there are few outputs.
 template <typename T, typename Emit>
-__device__ void dense(const T* xs, const T* ws, int rows, int K, int ncols, Emit emit) {
+__device__ __forceinline__ void dense(const T* xs, const T* ws, int rows, int K, int ncols, Emit emit) {
     __syncthreads();
     const int ld = K + 1, groups = (rows + 3) / 4, items = groups * ncols;
     int P = 1;
-    while (P < 8 && items * P * 2 <= (int)blockDim.x) P *= 2;
-    const int part = threadIdx.x % P, per_pass = blockDim.x / P;
+    while (P < 8 && items * P * 2 <= THREADS) P *= 2;
+    const int part = threadIdx.x % P, per_pass = THREADS / P;
     for (int base = 0; base < items; base += per_pass) {
         const int item = base + threadIdx.x / P;
         const bool valid = item < items;
@@ -200,25 +207,30 @@ struct Scratch {
 
 }  // namespace
 
-template <typename T>
-__device__ void small_system(const T* __restrict__ pos, const T* __restrict__ off,
+// F_, S_, R_: compile-time feature width, features per block and Gaussians (0: the run-time
+// value of d), so that the shipped model's sizes fold into shifts and fixed trip counts.
+template <typename T, int F_, int S_, int R_>
+__device__ __forceinline__ void small_system(const T* __restrict__ pos, const T* __restrict__ off,
                              const T* __restrict__ wts, const unsigned int* __restrict__ species,
                              const unsigned int* __restrict__ ci,
                              const unsigned int* __restrict__ nj, T* out, const Dims d,
                              double cutoff) {
     extern __shared__ unsigned char smem_raw[];
-    const int N = d.n, E = d.e, F = d.f, R = d.r, S = d.s, H2 = d.h2;
-    const int c = blockIdx.x, f0 = c * S, tid = threadIdx.x, nt = blockDim.x;
+    const int N = d.n, E = d.e;
+    const int F = F_ ? F_ : d.f, R = R_ ? R_ : d.r, S = S_ ? S_ : d.s, H2 = F / 2;
+    const int c = blockIdx.x, f0 = c * S, tid = threadIdx.x, nt = THREADS;
     const int F3 = 3 * F, NS = N * S;
     // Per edge of a chunk: basis [R + 1], its d-derivative [R + 1], unit vector [3], distance.
     const int ebw = 2 * R + 6, du = 2 * R + 2;
-    const int edges_per_chunk = d.xs_len / ebw;
-    // Shared memory: layer inputs (or a chunk of edge geometry), this block's weight columns,
-    // filter columns, own-feature rows of phi, v, dE/ds, dE/dv, the message accumulators,
-    // energies, per-edge dE/dd and dE/du summed over this block's features, edge atoms.
+    const int edges_per_chunk = d.eb_edges;
+    // All edges in one chunk: their geometry is formed once per call and stays.
+    const bool edges_resident = E <= edges_per_chunk;
+    // Shared memory: layer inputs, this block's weight columns and biases, filter columns,
+    // own-feature rows of phi, v, dE/ds, dE/dv, the message accumulators, energies, per-edge
+    // dE/dd and dE/du summed over this block's features, a chunk of edge geometry and atoms.
     T* xs = reinterpret_cast<T*>(smem_raw);
-    T* ws = xs + d.xs_len;              // 3 F S
-    T* fw = ws + 3 * F * S;             // (R + 1) x 3S
+    T* ws = xs + d.xs_len;              // 3 F S + 3S
+    T* fw = ws + 3 * F * S + 3 * S;     // (R + 1) x 3S
     T* phi_own = fw + (R + 1) * 3 * S;  // N x 3S
     T* v_own = phi_own + 3 * NS;        // N x 3 x S
     T* gs_own = v_own + 3 * NS;         // N x S
@@ -226,7 +238,8 @@ __device__ void small_system(const T* __restrict__ pos, const T* __restrict__ of
     T* acc = gv_own + 3 * NS;           // 6 N S
     T* eacc = acc + 6 * NS;             // N
     T* gedge = eacc + N;                // E x 4
-    unsigned int* eij = reinterpret_cast<unsigned int*>(gedge + 4 * E);  // 2 per chunk edge
+    T* eb = gedge + 4 * E;              // edges_per_chunk x ebw
+    unsigned int* eij = reinterpret_cast<unsigned int*>(eb + edges_per_chunk * ebw);  // 2 per edge
     unsigned int* counter = reinterpret_cast<unsigned int*>(out);
     unsigned int target = 0;
     T* forces = out + 64;
@@ -262,9 +275,8 @@ __device__ void small_system(const T* __restrict__ pos, const T* __restrict__ of
         copy<T>(3 * NS, [&](int idx) { return ld(v_in + (size_t)(idx / (3 * S)) * F3 + own(idx % (3 * S))); },
                 [&](int idx, T v) { v_own[idx] = v; });
     };
-    // Geometry of edges [e0, e0 + count) into xs and eij: each block forms it for itself.
-    auto stage_edges = [&](int e0, int count) {
-        __syncthreads();
+    // Geometry of edges [e0, e0 + count) into eb and eij: each block forms it for itself.
+    auto form_edges = [&](int e0, int count) {
         const T rc = T(cutoff), w = rc / T(R - 1), pi = T(3.14159265358979323846);
         for (int el = tid; el < count; el += nt) {
             const int e = e0 + el;
@@ -273,7 +285,7 @@ __device__ void small_system(const T* __restrict__ pos, const T* __restrict__ of
             const bool inside = dist < rc;
             const T fc = inside ? T(0.5) * (cos(pi * dist / rc) + T(1)) : T(0);
             const T dfc = inside ? T(-0.5) * pi / rc * sin(pi * dist / rc) : T(0);
-            T* g = xs + el * ebw;
+            T* g = eb + el * ebw;
             for (int k = 0; k < R; ++k) {
                 const T z = (dist - T(k) * w) / w;
                 const T rbf = exp(T(-0.5) * z * z);
@@ -287,10 +299,15 @@ __device__ void small_system(const T* __restrict__ pos, const T* __restrict__ of
             eij[2 * el] = ci[e];
             eij[2 * el + 1] = nj[e];
         }
+    };
+    auto stage_edges = [&](int e0, int count) {
+        __syncthreads();
+        if (edges_resident) return;  // formed once, before the first barrier
+        form_edges(e0, count);
         __syncthreads();
     };
-
-    // Phase 0: initial state (own features).
+    // Phase 0: initial state (own features), and the edge geometry if it all fits.
+    if (edges_resident) form_edges(0, E);
     copy<T>(NS, [&](int idx) { return __ldg(emb + (size_t)species[idx / S] * F + f0 + idx % S); },
             [&](int idx, T v) { sc.state[(size_t)(idx / S) * F + f0 + idx % S] = v; });
     for (int idx = tid; idx < 3 * NS; idx += nt)
@@ -312,19 +329,19 @@ __device__ void small_system(const T* __restrict__ pos, const T* __restrict__ of
         T* v_out = s_out + nf;
 
         // phi hidden: h1 = s W1 + b1 (own columns).
-        load_w(ws, F, w + bl.w1, F, 1, S, own);
+        load_w(ws, F, w + bl.w1, F, 1, S, own, w + bl.b1);
         sync();
         stage(xs, N, F, [&](int a, int k) { return ld(s_in + (size_t)a * F + k); });
         dense(xs, ws, N, F, S, [&](int a, int j, T y) {
-            h1[(size_t)a * F + f0 + j] = y + w[bl.b1 + f0 + j];
+            h1[(size_t)a * F + f0 + j] = y + ws[F * S + j];
         });
         // phi = silu(h1) W2 + b2 (own columns of its three chunks: all this block reads next).
-        load_w(ws, F, w + bl.w2, F3, 1, 3 * S, own);
+        load_w(ws, F, w + bl.w2, F3, 1, 3 * S, own, w + bl.b2);
         sync();
         stage(xs, N, F, [&](int a, int k) { return silu_of(ld(h1 + (size_t)a * F + k)); });
         dense(xs, ws, N, F, 3 * S, [&](int a, int j, T y) {
             const int o = own(j);
-            phi[(size_t)a * F3 + o] = y + w[bl.b2 + o];
+            phi[(size_t)a * F3 + o] = y + ws[F * 3 * S + j];
         });
 
         // Interaction, own features: ds_i = sum_j phi_s W_s, dv_i = sum_j phi_d W_d u + phi_v W_v v_j.
@@ -333,10 +350,26 @@ __device__ void small_system(const T* __restrict__ pos, const T* __restrict__ of
         for (int e0 = 0; e0 < E; e0 += edges_per_chunk) {
             const int count = min(edges_per_chunk, E - e0);
             stage_edges(e0, count);
-            for (int item = tid; item < count * S; item += nt) {
-                const int el = item / S, t = item - el * S;
+            // Each thread takes feature t of a run of consecutive edges and sums in registers
+            // while the receiving atom stays the same (lists are sorted by it): one set of
+            // atomic adds per atom and run instead of per edge.
+            const int t = tid % S, runs = nt / S, len = (count + runs - 1) / runs;
+            const int lo = (tid / S) * len, hi = min(count, lo + len);
+            int cur = -1;
+            T a[4] = {T(0), T(0), T(0), T(0)};
+            auto flush = [&]() {
+                if (cur < 0) return;
+                atomicAdd(acc + cur * S + t, a[0]);
+                for (int k = 0; k < 3; ++k) atomicAdd(acc + NS + (cur * 3 + k) * S + t, a[1 + k]);
+            };
+            for (int el = lo; el < hi; ++el) {
                 const int i = eij[2 * el], j = eij[2 * el + 1];
-                const T* g = xs + el * ebw;
+                if (i != cur) {
+                    flush();
+                    cur = i;
+                    a[0] = a[1] = a[2] = a[3] = T(0);
+                }
+                const T* g = eb + el * ebw;
                 T w0 = 0, w1 = 0, w2 = 0;
                 for (int k = 0; k <= R; ++k) {
                     const T* fk = fw + k * 3 * S + t;
@@ -346,11 +379,10 @@ __device__ void small_system(const T* __restrict__ pos, const T* __restrict__ of
                 }
                 const T* pj = phi_own + j * 3 * S + t;
                 const T x1 = pj[S] * w1, x2 = pj[2 * S] * w2;
-                atomicAdd(acc + i * S + t, pj[0] * w0);
-                for (int k = 0; k < 3; ++k)
-                    atomicAdd(acc + NS + (i * 3 + k) * S + t,
-                              x1 * g[du + k] + x2 * v_own[j * 3 * S + k * S + t]);
+                a[0] += pj[0] * w0;
+                for (int k = 0; k < 3; ++k) a[1 + k] += x1 * g[du + k] + x2 * v_own[j * 3 * S + k * S + t];
             }
+            flush();
         }
         __syncthreads();
         copy<T>(NS, [&](int idx) { return ld(s_in + (size_t)(idx / S) * F + f0 + idx % S); },
@@ -378,21 +410,21 @@ __device__ void small_system(const T* __restrict__ pos, const T* __restrict__ of
         }
 
         // Context: cpre = [s | |V|] C1 + c1.
-        load_w(ws, 2 * F, w + bl.c1, F, 1, S, own);
+        load_w(ws, 2 * F, w + bl.c1, F, 1, S, own, w + bl.cb1);
         sync();
         stage(xs, N, 2 * F, [&](int a, int k) {
             return k < F ? ld(ms + (size_t)a * F + k) : ld(nrm + (size_t)a * F + k - F);
         });
         dense(xs, ws, N, 2 * F, S, [&](int a, int j, T y) {
-            cpre[(size_t)a * F + f0 + j] = y + w[bl.cb1 + f0 + j];
+            cpre[(size_t)a * F + f0 + j] = y + ws[2 * F * S + j];
         });
         // a = silu(cpre) C2 + c2, then the gated update of own features.
-        load_w(ws, F, w + bl.c2, F3, 1, 3 * S, own);
+        load_w(ws, F, w + bl.c2, F3, 1, 3 * S, own, w + bl.cb2);
         sync();
         stage(xs, N, F, [&](int a, int k) { return silu_of(ld(cpre + (size_t)a * F + k)); });
         dense(xs, ws, N, F, 3 * S, [&](int a, int j, T y) {
             const int o = own(j);
-            act[(size_t)a * F3 + o] = y + w[bl.cb2 + o];
+            act[(size_t)a * F3 + o] = y + ws[F * 3 * S + j];
         });
         for (int idx = tid; idx < NS; idx += nt) {
             const int a = idx / S, f = f0 + idx % S;
@@ -512,7 +544,7 @@ __device__ void small_system(const T* __restrict__ pos, const T* __restrict__ of
                 const bool valid = item < count * S;
                 const int el = valid ? item / S : 0, t = tid % S;
                 const int i = eij[2 * el], j = eij[2 * el + 1];
-                const T* g = xs + el * ebw;
+                const T* g = eb + el * ebw;
                 T w0 = 0, w1 = 0, w2 = 0, dw0 = 0, dw1 = 0, dw2 = 0;
                 for (int k = 0; k <= R; ++k) {
                     const T* fk = fw + k * 3 * S + t;
@@ -608,11 +640,15 @@ __device__ void small_system(const T* __restrict__ pos, const T* __restrict__ of
         small_system_##SUF(const T* pos, const T* off, const T* wts, const unsigned int* sp, \
                            const unsigned int* ci, const unsigned int* nj, T* out, size_t n,   \
                            size_t e, size_t f, size_t r, size_t blocks, size_t groups,         \
-                           size_t n_el, size_t xs_len, size_t stamps, double cutoff) {         \
-        const Dims d{(int)n,      (int)e,         (int)f,      (int)r,                         \
-                     (int)blocks, (int)groups,    (int)n_el,   (int)xs_len,                    \
-                     (int)stamps, (int)(f / groups), (int)(f / 2)};                             \
-        small_system<T>(pos, off, wts, sp, ci, nj, out, d, cutoff);                            \
+                           size_t n_el, size_t xs_len, size_t eb_edges, size_t stamps,         \
+                           double cutoff) {                                                    \
+        const Dims d{(int)n,        (int)e,      (int)f,           (int)r,                     \
+                     (int)blocks,   (int)groups, (int)n_el,        (int)xs_len,                \
+                     (int)eb_edges, (int)stamps, (int)(f / groups), (int)(f / 2)};             \
+        if (d.f == 128 && d.s == 8 && d.r == 20)                                               \
+            small_system<T, 128, 8, 20>(pos, off, wts, sp, ci, nj, out, d, cutoff);            \
+        else                                                                                   \
+            small_system<T, 0, 0, 0>(pos, off, wts, sp, ci, nj, out, d, cutoff);               \
     }
 SMALL_SYSTEM(float, f32)
 SMALL_SYSTEM(double, f64)

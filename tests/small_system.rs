@@ -91,7 +91,7 @@ fn one_kernel_edge_cases_and_refusals() {
     assert!(why.contains("24 features"), "{why}");
     let fused = calc.model().fused().unwrap();
     let plan = SmallSystemPlan::new(fused.small_system_model().unwrap(), 3, 0).unwrap();
-    let why = plan.fits(&Device::Cpu, DType::F32).unwrap_err();
+    let why = plan.fit(&Device::Cpu, DType::F32).unwrap_err();
     assert!(why.contains("CUDA"), "{why}");
     // The CPU path never takes the one kernel.
     assert!(!fused.runs_as_one_kernel(&inputs).unwrap());

@@ -113,11 +113,10 @@ impl Mlp {
 pub const DENSE_KERNEL_MAX_ROWS: usize = 512;
 
 /// Atoms up to which a system on CUDA runs as one kernel (`ops::small_system`) when its layer
-/// inputs fit in shared memory. Off (0) by default: on an H100 the one kernel measured slower
-/// than the same call as separate kernels replayed in a CUDA graph (aspirin 0.60 against 0.25
-/// ms; BENCHMARKS.md), its ~31 barriers among thread blocks costing several microseconds each.
-/// MLFF_ONE_KERNEL_ATOMS or [`FusedPainn::with_one_kernel_up_to`] turn it on (64 fits an
-/// H100's shared memory at F = 128 in f32).
+/// inputs fit in shared memory. Off (0) by default: on an H100 the one kernel (aspirin 0.33 ms)
+/// beats the separate kernels launched one by one (0.47-0.54 ms) but not the same kernels
+/// replayed as a CUDA graph (0.25 ms), which MD and `mlff bench` use (BENCHMARKS.md).
+/// MLFF_ONE_KERNEL_ATOMS or [`FusedPainn::with_one_kernel_up_to`] turn it on.
 pub const ONE_KERNEL_MAX_ATOMS: usize = 0;
 
 /// Edge count from which the filter rows are a matrix product instead of being formed per
@@ -288,9 +287,7 @@ impl FusedPainn {
             return Ok(None);
         }
         let plan = SmallSystemPlan::new(self.small_system_model()?, n, x.centers.dim(0)?);
-        Ok(plan
-            .ok()
-            .filter(|p| p.fits(dev, x.positions.dtype()).is_ok()))
+        Ok(plan.ok().and_then(|p| p.fit(dev, x.positions.dtype()).ok()))
     }
 
     /// Whether [`energies_and_forces`](Self::energies_and_forces) runs `x` as one kernel.

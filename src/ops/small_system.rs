@@ -79,6 +79,12 @@ impl SmallSystemModel {
     }
 }
 
+/// Edges whose geometry a block keeps in shared memory at once; more are formed chunk by chunk
+/// in every interaction.
+const EDGES_RESIDENT: usize = 512;
+/// Fewest edges per chunk a launch is fitted down to.
+const MIN_EDGES_RESIDENT: usize = 32;
+
 /// Values per edge in a chunk of edge geometry: basis and its derivative (R + 1 each), unit
 /// vector, distance.
 fn edge_row(n_rbf: usize) -> usize {
@@ -100,9 +106,10 @@ pub struct SmallSystemPlan {
     n: usize,
     e: usize,
     groups: usize,
-    /// Shared-memory staging area (elements): the widest layer input, or one basis row per
-    /// thread.
+    /// Shared-memory staging area (elements): the widest layer input.
     xs_len: usize,
+    /// Edges whose geometry shared memory holds at once (all of them: formed once per call).
+    eb_edges: usize,
     model: SmallSystemModel,
 }
 
@@ -121,27 +128,27 @@ impl SmallSystemPlan {
             return Err("no atoms".into());
         }
         let pad = |rows: usize| rows.div_ceil(4) * 4;
-        let xs_len = (pad(3 * n) * (f + 1))
-            .max(pad(n) * (3 * f + 1))
-            .max(64 * edge_row(model.n_rbf));
+        let xs_len = (pad(3 * n) * (f + 1)).max(pad(n) * (3 * f + 1));
         Ok(Self {
             n,
             e,
             groups: GROUPS,
             xs_len,
+            eb_edges: e.clamp(1, EDGES_RESIDENT),
             model,
         })
     }
 
-    /// Shared memory per thread block for elements of `elem_bytes`: staging area (layer inputs
-    /// or a chunk of edge geometry), weight columns, filter columns, own-feature rows and
-    /// accumulators, energies, per-edge gradients, and the chunk's edge atoms (the kernel's
+    /// Shared memory per thread block for elements of `elem_bytes`: staging area (layer
+    /// inputs), weight columns and biases, filter columns, own-feature rows and accumulators,
+    /// energies, per-edge gradients, a chunk of edge geometry and its atoms (the kernel's
     /// layout).
     pub fn shared_bytes(&self, elem_bytes: usize) -> usize {
         let (f, r) = (self.model.hidden, self.model.n_rbf);
         let s = f / self.groups;
-        let reals = self.xs_len + 3 * f * s + 3 * s * (r + 1) + 16 * self.n * s + self.n;
-        (reals + 4 * self.e) * elem_bytes + 2 * (self.xs_len / edge_row(r)) * 4
+        let reals = self.xs_len + 3 * f * s + 3 * s + 3 * s * (r + 1) + 16 * self.n * s + self.n;
+        let edges = 4 * self.e + self.eb_edges * edge_row(r);
+        (reals + edges) * elem_bytes + 2 * self.eb_edges * 4
     }
 
     /// Output length: prefix, forces, energies, then the scratch the kernel's adjoint reads
@@ -158,19 +165,24 @@ impl SmallSystemPlan {
         PREFIX + 4 * n + scratch
     }
 
-    /// Whether `device` can run the launch with `dtype`: its blocks all resident at once, and
-    /// their shared memory within the device's opt-in limit.
-    pub fn fits(&self, device: &Device, dtype: DType) -> std::result::Result<(), String> {
-        let bytes = self.shared_bytes(dtype.size_in_bytes());
+    /// This launch fitted to `device` with `dtype`: its blocks all resident at once, and their
+    /// shared memory within the device's opt-in limit, holding fewer edges' geometry at a time
+    /// where all of them do not fit; or why it cannot run there.
+    pub fn fit(mut self, device: &Device, dtype: DType) -> std::result::Result<Self, String> {
         let limit = shared_memory_limit(device)?;
-        if bytes > limit {
+        let bytes = |p: &Self| p.shared_bytes(dtype.size_in_bytes());
+        while bytes(&self) > limit && self.eb_edges > MIN_EDGES_RESIDENT {
+            self.eb_edges = (self.eb_edges / 2).max(MIN_EDGES_RESIDENT);
+        }
+        if bytes(&self) > limit {
             return Err(format!(
-                "{} atoms need {bytes} bytes of shared memory per block, more than the \
-                 device's {limit}",
-                self.n
+                "{} atoms need {} bytes of shared memory per block, more than the device's \
+                 {limit}",
+                self.n,
+                bytes(&self)
             ));
         }
-        Ok(())
+        Ok(self)
     }
 }
 
@@ -228,6 +240,7 @@ impl Kernel for SmallSystem {
             p.groups,
             m.elements,
             p.xs_len,
+            p.eb_edges,
             self.stamps as usize,
         ]
     }

@@ -436,7 +436,10 @@ fn ops_norm_eps() -> f64 {
 pub fn one_kernel(calc: &PainnCalculator, x: &PainnInputs) -> (Tensor, Tensor) {
     let fused = calc.model().fused().unwrap();
     let (n, e) = (x.positions.dim(0).unwrap(), x.centers.dim(0).unwrap());
-    let plan = SmallSystemPlan::new(fused.small_system_model().unwrap(), n, e).unwrap();
+    let mut plan = SmallSystemPlan::new(fused.small_system_model().unwrap(), n, e).unwrap();
+    if x.positions.device().is_cuda() {
+        plan = plan.fit(x.positions.device(), x.positions.dtype()).unwrap();
+    }
     ops::small_system(
         &plan,
         fused.packed_weights().unwrap(),
