@@ -317,7 +317,8 @@ impl Parts<'_> {
             atom_structure: self.atom_structure.clone(),
             n_structures: self.structures,
         };
-        let (atom_energies, forces) = self.calc.model().fused()?.energies_and_forces(&inputs)?;
+        // The separate kernels: replayed, they beat the one-kernel path (BENCHMARKS.md).
+        let (atom_energies, forces) = self.calc.model().fused()?.separate_kernels(&inputs)?;
         let forces = forces.to_dtype(DType::F64)?;
         let atom_energies = atom_energies.to_dtype(DType::F64)?;
         let energies = scatter_add(&atom_energies, self.atom_structure, self.structures)?;

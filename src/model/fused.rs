@@ -113,11 +113,12 @@ impl Mlp {
 pub const DENSE_KERNEL_MAX_ROWS: usize = 512;
 
 /// Atoms up to which a system on CUDA runs as one kernel (`ops::small_system`) when its layer
-/// inputs fit in shared memory. Off (0) by default: on an H100 the one kernel (aspirin 0.33 ms)
-/// beats the separate kernels launched one by one (0.47-0.54 ms) but not the same kernels
-/// replayed as a CUDA graph (0.25 ms), which MD and `mlff bench` use (BENCHMARKS.md).
-/// MLFF_ONE_KERNEL_ATOMS or [`FusedPainn::with_one_kernel_up_to`] turn it on.
-pub const ONE_KERNEL_MAX_ATOMS: usize = 0;
+/// inputs fit in shared memory. On an H100 the one kernel (aspirin 0.33 ms) beats the separate
+/// kernels launched one by one (0.47-0.54 ms), though not their CUDA-graph replay (0.25 ms):
+/// graphs ([`crate::graph`]) capture the separate kernels, eager calls take the one kernel
+/// (BENCHMARKS.md). MLFF_ONE_KERNEL_ATOMS or [`FusedPainn::with_one_kernel_up_to`] change the
+/// limit (0: never).
+pub const ONE_KERNEL_MAX_ATOMS: usize = 64;
 
 /// Edge count from which the filter rows are a matrix product instead of being formed per
 /// edge and feature inside the interaction kernels: 12-15% faster at 54,000-541,000 edges on
@@ -296,8 +297,8 @@ impl FusedPainn {
     }
 
     /// Per-atom energies [N] and forces [N, 3]: one kernel for small systems on CUDA
-    /// ([`with_one_kernel_up_to`](Self::with_one_kernel_up_to)), else [`forward`](Self::forward)
-    /// and its adjoint.
+    /// ([`with_one_kernel_up_to`](Self::with_one_kernel_up_to)), else the separate kernels
+    /// ([`separate_kernels`](Self::separate_kernels)).
     pub fn energies_and_forces(&self, x: &PainnInputs) -> Result<(Tensor, Tensor)> {
         if let Some(plan) = self.one_kernel_plan(x)? {
             return small_system(
@@ -310,6 +311,12 @@ impl FusedPainn {
                 &x.neighbors,
             );
         }
+        self.separate_kernels(x)
+    }
+
+    /// Per-atom energies [N] and forces [N, 3] by [`forward`](Self::forward) and its adjoint,
+    /// ~75 kernels: what CUDA graphs capture, as their replay beats the one kernel.
+    pub fn separate_kernels(&self, x: &PainnInputs) -> Result<(Tensor, Tensor)> {
         let pass = self.forward(x)?;
         Ok((pass.atom_energies.clone(), pass.forces()?))
     }
