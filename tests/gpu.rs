@@ -7,7 +7,7 @@ mod common;
 use candle_core::{DType, Device, Tensor};
 use common::*;
 use mlff_distiller::checkpoint;
-use mlff_distiller::ops::{gather, scatter_add, EdgeOps};
+use mlff_distiller::ops::{gather, scatter_add, EdgeOps, SmallSystemPlan};
 use mlff_distiller::systems::{aspirin, water_box};
 use mlff_distiller::{Batch, Calculator, PainnCalculator, Prediction};
 
@@ -343,8 +343,8 @@ fn cuda_fused_kernels_match_cpu() {
 /// block), the shipped model on aspirin and on 64 atoms (the largest the default takes; in f64
 /// its shared memory does not fit, so the fused kernels run instead), a lone atom and a far
 /// atom. Repeated launches agree (the barrier counter starts from zero each time), and the
-/// fused model's choice of the one kernel (turned on up to 64 atoms) gives the separate
-/// kernels' forces.
+/// fused model's choice of the one kernel (up to 64 atoms, where all edges stay resident)
+/// gives the separate kernels' forces.
 #[test]
 fn cuda_one_kernel_matches_cpu_twin() {
     use common::fused::{one_kernel, one_kernel_systems};
@@ -382,16 +382,30 @@ fn cuda_one_kernel_matches_cpu_twin() {
                 .unwrap()
                 .clone()
                 .with_one_kernel_up_to(64);
-            let one = fused.runs_as_one_kernel(&x_gpu).unwrap();
+            // The kernel runs wherever its plan fits the device (64 atoms in f64 does not);
+            // the model takes it only where every edge's geometry stays resident as well.
+            let (n, e) = (
+                x_gpu.positions.dim(0).unwrap(),
+                x_gpu.centers.dim(0).unwrap(),
+            );
+            let fitted = SmallSystemPlan::new(fused.small_system_model().unwrap(), n, e)
+                .and_then(|p| p.fit(&gpu, dtype));
             assert_eq!(
-                one,
+                fitted.is_ok(),
                 !(what == "64 atoms" && dtype == DType::F64),
                 "{what} {dtype:?}"
+            );
+            let one = fused.runs_as_one_kernel(&x_gpu).unwrap();
+            let resident = fitted.as_ref().is_ok_and(|p| p.edges_resident());
+            assert_eq!(one, resident, "{what} {dtype:?}");
+            println!(
+                "{what} {dtype:?}: {e} edges, fits {}, resident {resident}",
+                fitted.is_ok()
             );
             let (e_ref, f_ref) = one_kernel(&cpu_calc, &x_cpu);
             let scale_f = max_abs_tensor(&f_ref).max(1.0);
             let scale_e = max_abs_tensor(&e_ref).max(1.0);
-            if one {
+            if fitted.is_ok() {
                 let mut first: Option<Tensor> = None;
                 for call in 0..3 {
                     let (e, f) = one_kernel(&gpu_calc, &x_gpu);

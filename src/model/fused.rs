@@ -116,8 +116,9 @@ pub const DENSE_KERNEL_MAX_ROWS: usize = 512;
 /// inputs fit in shared memory. On an H100 the one kernel (aspirin 0.33 ms) beats the separate
 /// kernels launched one by one (0.47-0.54 ms), though not their CUDA-graph replay (0.25 ms):
 /// graphs ([`crate::graph`]) capture the separate kernels, eager calls take the one kernel
-/// (BENCHMARKS.md). MLFF_ONE_KERNEL_ATOMS or [`FusedPainn::with_one_kernel_up_to`] change the
-/// limit (0: never).
+/// (BENCHMARKS.md). Only where every edge's geometry stays in shared memory (up to 512 edges
+/// in f32). MLFF_ONE_KERNEL_ATOMS or [`FusedPainn::with_one_kernel_up_to`] change the limit
+/// (0: never).
 pub const ONE_KERNEL_MAX_ATOMS: usize = 64;
 
 /// Edge count from which the filter rows are a matrix product instead of being formed per
@@ -288,7 +289,12 @@ impl FusedPainn {
             return Ok(None);
         }
         let plan = SmallSystemPlan::new(self.small_system_model()?, n, x.centers.dim(0)?);
-        Ok(plan.ok().and_then(|p| p.fit(dev, x.positions.dtype()).ok()))
+        // Edges formed again chunk by chunk made it slower than the separate kernels (trialanine,
+        // 820 edges: 0.59 against 0.52-0.54 ms on an H100).
+        Ok(plan
+            .ok()
+            .and_then(|p| p.fit(dev, x.positions.dtype()).ok())
+            .filter(|p| p.edges_resident()))
     }
 
     /// Whether [`energies_and_forces`](Self::energies_and_forces) runs `x` as one kernel.

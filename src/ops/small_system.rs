@@ -165,6 +165,12 @@ impl SmallSystemPlan {
         PREFIX + 4 * n + scratch
     }
 
+    /// Whether every edge's geometry stays in shared memory for the whole call (formed once),
+    /// rather than being formed again chunk by chunk in each interaction.
+    pub fn edges_resident(&self) -> bool {
+        self.eb_edges >= self.e
+    }
+
     /// This launch fitted to `device` with `dtype`: its blocks all resident at once, and their
     /// shared memory within the device's opt-in limit, holding fewer edges' geometry at a time
     /// where all of them do not fit; or why it cannot run there.
