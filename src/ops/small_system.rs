@@ -1,9 +1,10 @@
 //! The whole fused PaiNN energy + forces of a small system as one kernel
 //! (kernels/small_system.cu): on CUDA, 16 thread blocks launched together each own a slice of
 //! the features and run the forward and the explicit adjoint of `model::fused` as ~31 phases
-//! with a barrier among them, instead of ~75 kernels. It serves molecules whose staged layer
-//! inputs fit in shared memory (`SmallSystemPlan::new`); larger inputs take `model::fused`'s
-//! kernels. The CPU twin is the same maths as plain loops over the same packed weights.
+//! with a barrier among them, instead of ~75 kernels. `model::fused` takes it for eager calls of
+//! molecules whose inputs and edge geometry fit in shared memory (`SmallSystemPlan::fit`,
+//! `edges_resident`); CUDA graphs and larger systems use the separate kernels. The CPU twin is
+//! the same maths as plain loops over the same packed weights.
 
 use super::edge_basis::{basis_width, Geometry};
 use super::kernel::{kernel_source, launch, Init, Kernel, Real};
