@@ -285,7 +285,15 @@ impl<K: Kernel> Launch<K> {
         if work == 0 || len == 0 {
             return Ok(out);
         }
-        let func = cached_function(dev, K::NAME, K::MODULE, K::PTX, T::DTYPE)?;
+        let cfg = self.kernel.launch_config(std::mem::size_of::<T>());
+        let func = cached_function(
+            dev,
+            K::NAME,
+            K::MODULE,
+            K::PTX,
+            T::DTYPE,
+            cfg.shared_mem_bytes,
+        )?;
         let stream = dev.cuda_stream();
         let (sizes, reals) = (self.kernel.sizes(), self.kernel.reals());
         let mut b = stream.launch_builder(&func);
@@ -302,13 +310,6 @@ impl<K: Kernel> Launch<K> {
         for r in &reals {
             b.arg(r);
         }
-        let cfg = self.kernel.launch_config(std::mem::size_of::<T>());
-        if cfg.shared_mem_bytes > STATIC_SHARED_BYTES {
-            use candle_core::cuda_backend::cudarc::driver::sys::CUfunction_attribute;
-            let attr = CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
-            func.set_attribute(attr, cfg.shared_mem_bytes as i32)
-                .map_err(|e| candle_core::Error::Cuda(Box::new(e)))?;
-        }
         // SAFETY: the argument list follows the convention documented at the top of this file,
         // which every kernel in kernels/ declares.
         let launched = match self.kernel.cooperative() {
@@ -323,6 +324,8 @@ impl<K: Kernel> Launch<K> {
 
 /// The kernel `{name}_{f32|f64}` of a device, loaded once: looking it up per launch (a name
 /// string and a driver query) costs about a microsecond, which small-molecule steps feel.
+/// Launches asking for more than [`STATIC_SHARED_BYTES`] of shared memory opt in to it here,
+/// once per function and size rather than per launch.
 #[cfg(feature = "cuda")]
 fn cached_function(
     dev: &candle_core::CudaDevice,
@@ -330,24 +333,41 @@ fn cached_function(
     module: &'static str,
     ptx: &'static str,
     dtype: DType,
+    shared_bytes: u32,
 ) -> Result<candle_core::cuda_backend::cudarc::driver::CudaFunction> {
+    use candle_core::cuda_backend::cudarc::driver::sys::CUfunction_attribute;
     use candle_core::cuda_backend::cudarc::driver::CudaFunction;
     use candle_core::cuda_backend::DeviceId;
     use std::collections::HashMap;
     use std::sync::{Mutex, OnceLock};
-    type Cache = Mutex<HashMap<(DeviceId, &'static str, DType), CudaFunction>>;
+    /// Each function with the most dynamic shared memory it was opted in to.
+    type Cache = Mutex<HashMap<(DeviceId, &'static str, DType), (CudaFunction, u32)>>;
     static CACHE: OnceLock<Cache> = OnceLock::new();
     let key = (dev.id(), name, dtype);
     let cache = CACHE.get_or_init(Default::default);
-    if let Some(f) = cache.lock().ok().and_then(|c| c.get(&key).cloned()) {
-        return Ok(f);
+    let cached = cache.lock().ok().and_then(|c| c.get(&key).cloned());
+    if let Some((f, opted)) = &cached {
+        if shared_bytes <= (*opted).max(STATIC_SHARED_BYTES) {
+            return Ok(f.clone());
+        }
     }
-    let suffix = if dtype == DType::F32 { "f32" } else { "f64" };
-    let f = dev
-        .get_or_load_custom_func(&format!("{name}_{suffix}"), module, ptx)?
-        .clone();
+    let f = match cached {
+        Some((f, _)) => f,
+        None => {
+            let suffix = if dtype == DType::F32 { "f32" } else { "f64" };
+            dev.get_or_load_custom_func(&format!("{name}_{suffix}"), module, ptx)?
+                .clone()
+        }
+    };
+    let mut opted = 0;
+    if shared_bytes > STATIC_SHARED_BYTES {
+        let attr = CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+        f.set_attribute(attr, shared_bytes as i32)
+            .map_err(|e| candle_core::Error::Cuda(Box::new(e)))?;
+        opted = shared_bytes;
+    }
     if let Ok(mut c) = cache.lock() {
-        c.insert(key, f.clone());
+        c.insert(key, (f.clone(), opted));
     }
     Ok(f)
 }
