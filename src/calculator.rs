@@ -147,9 +147,9 @@ pub fn atom_energies_and_forces(
     clock.mark(Phase::Forward)?;
     if model.ops() == EdgeOps::Fused {
         let fused = model.fused()?;
-        if fused.runs_as_one_kernel(inputs)? {
+        if let Some(plan) = fused.one_kernel_plan(inputs)? {
             // Forward and adjoint are one launch: the profiler sees it all as the forward.
-            let out = fused.energies_and_forces(inputs)?;
+            let out = fused.one_kernel(&plan, inputs)?;
             clock.mark(Phase::Backward)?;
             return Ok(out);
         }

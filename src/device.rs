@@ -140,6 +140,15 @@ fn open_cuda(n: usize) -> Result<Device> {
     )))
 }
 
+/// A tuning knob from the environment: `name` parsed as a count, else `default` (performance
+/// switches such as MLFF_DENSE_KERNEL_ROWS, for comparisons; results do not depend on them).
+pub fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
 /// Short human name of a device, e.g. `cpu` or `cuda:0`.
 pub fn device_name(dev: &Device) -> String {
     match dev {

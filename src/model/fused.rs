@@ -13,6 +13,7 @@
 //! contiguous row ranges that cuBLAS takes without copies.
 
 use super::painn::{Painn, PainnInputs};
+use crate::device::env_usize;
 use crate::ops::{
     act_grad, bias_silu, bias_silu_adjoint, dense, dense_silu, dense_silu_adjoint, edge_basis,
     edge_basis_adjoint, gather, interaction, interaction_adjoint, small_system, update_combine,
@@ -218,15 +219,9 @@ impl FusedPainn {
             readout: Mlp::new(Dense::of(&ro.hidden)?, readout_out)?,
             atom_constant,
             rows_from_edges: FILTER_ROWS_FROM_EDGES,
-            dense_kernel_rows: std::env::var("MLFF_DENSE_KERNEL_ROWS")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(DENSE_KERNEL_MAX_ROWS),
+            dense_kernel_rows: env_usize("MLFF_DENSE_KERNEL_ROWS", DENSE_KERNEL_MAX_ROWS),
             dense_on_cpu: false,
-            one_kernel_atoms: std::env::var("MLFF_ONE_KERNEL_ATOMS")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(ONE_KERNEL_MAX_ATOMS),
+            one_kernel_atoms: env_usize("MLFF_ONE_KERNEL_ATOMS", ONE_KERNEL_MAX_ATOMS),
             packed: std::sync::OnceLock::new(),
         })
     }
@@ -282,8 +277,8 @@ impl FusedPainn {
         Ok(self.packed.get_or_init(|| packed))
     }
 
-    /// The one-kernel launch for `x`, where it applies.
-    fn one_kernel_plan(&self, x: &PainnInputs) -> Result<Option<SmallSystemPlan>> {
+    /// The one-kernel launch for `x`, where it applies (for [`one_kernel`](Self::one_kernel)).
+    pub fn one_kernel_plan(&self, x: &PainnInputs) -> Result<Option<SmallSystemPlan>> {
         let (n, dev) = (x.positions.dim(0)?, x.positions.device());
         if !dev.is_cuda() || n > self.one_kernel_atoms {
             return Ok(None);
@@ -306,18 +301,23 @@ impl FusedPainn {
     /// ([`with_one_kernel_up_to`](Self::with_one_kernel_up_to)), else the separate kernels
     /// ([`separate_kernels`](Self::separate_kernels)).
     pub fn energies_and_forces(&self, x: &PainnInputs) -> Result<(Tensor, Tensor)> {
-        if let Some(plan) = self.one_kernel_plan(x)? {
-            return small_system(
-                &plan,
-                self.packed_weights()?,
-                &x.positions.detach(),
-                &x.offsets,
-                &x.species,
-                &x.centers,
-                &x.neighbors,
-            );
+        match self.one_kernel_plan(x)? {
+            Some(plan) => self.one_kernel(&plan, x),
+            None => self.separate_kernels(x),
         }
-        self.separate_kernels(x)
+    }
+
+    /// Per-atom energies [N] and forces [N, 3] as one kernel launched by `plan`.
+    pub fn one_kernel(&self, plan: &SmallSystemPlan, x: &PainnInputs) -> Result<(Tensor, Tensor)> {
+        small_system(
+            plan,
+            self.packed_weights()?,
+            &x.positions.detach(),
+            &x.offsets,
+            &x.species,
+            &x.centers,
+            &x.neighbors,
+        )
     }
 
     /// Per-atom energies [N] and forces [N, 3] by [`forward`](Self::forward) and its adjoint,

@@ -211,10 +211,10 @@ impl<const ROWS: bool> Adjoint<ROWS> {
     fn chunks_per_warp(&self) -> usize {
         static FROM: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
         let from = *FROM.get_or_init(|| {
-            std::env::var("MLFF_ADJOINT_WARP_PER_EDGE_FROM")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(ADJOINT_WARP_PER_EDGE_FROM)
+            crate::device::env_usize(
+                "MLFF_ADJOINT_WARP_PER_EDGE_FROM",
+                ADJOINT_WARP_PER_EDGE_FROM,
+            )
         });
         match self.0.n_edges >= from {
             true => self.0.hidden.div_ceil(32),
