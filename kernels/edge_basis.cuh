@@ -1,5 +1,6 @@
-// Per-edge maths of the edge basis (kernels/edge_basis.cu), shared with the kernels that form
-// the basis themselves (kernels/small_system.cu). Included, not compiled on its own.
+// Per-edge maths of the edge basis (kernels/edge_basis.cu), shared with the kernel that forms
+// the basis and its derivative itself (kernels/small_system.cu). Included, not compiled on its
+// own.
 #pragma once
 #include <cstddef>
 
@@ -16,7 +17,27 @@ __device__ __forceinline__ T edge_vector(const T* pos, const T* off, const unsig
     return sqrt(d2);
 }
 
-// Basis of edge e into o[0 .. R + 4).
+// The cosine cutoff f_c(d) and its slope, with the Gaussians' spacing w = r_c / (R - 1).
+template <typename T>
+struct Radial {
+    T w, fc, dfc;
+    __device__ __forceinline__ Radial(T d, size_t n_rbf, T rc) {
+        const T pi = T(3.14159265358979323846);
+        const bool inside = d < rc;
+        w = rc / T(n_rbf - 1);
+        fc = inside ? T(0.5) * (cos(pi * d / rc) + T(1)) : T(0);
+        dfc = inside ? T(-0.5) * pi / rc * sin(pi * d / rc) : T(0);
+    }
+    // Basis column k < R at d (Gaussian k times f_c), and its d-derivative.
+    __device__ __forceinline__ void column(T d, size_t k, T& value, T& slope) const {
+        const T z = (d - T(k) * w) / w;
+        const T rbf = exp(T(-0.5) * z * z);
+        value = rbf * fc;
+        slope = rbf * dfc - rbf * z / w * fc;
+    }
+};
+
+// Basis of edge e into o[0 .. R + 4): Radial's columns, without the slopes (no sine).
 template <typename T>
 __device__ __forceinline__ void edge_basis_of(const T* pos, const T* off, const unsigned int* ci,
                                               const unsigned int* nj, size_t e, size_t n_rbf,
@@ -34,30 +55,32 @@ __device__ __forceinline__ void edge_basis_of(const T* pos, const T* off, const 
     for (int a = 0; a < 3; ++a) o[n_rbf + 1 + a] = r[a] / d;
 }
 
+// dL/dr of an edge r (length d) from dL/dd and dL/d(r / d).
+template <typename T>
+__device__ __forceinline__ void grad_r(T gd, const T gu[3], const T r[3], T d, T gr[3]) {
+    T u[3], gu_u = 0;
+#pragma unroll
+    for (int a = 0; a < 3; ++a) {
+        u[a] = r[a] / d;
+        gu_u += gu[a] * u[a];
+    }
+#pragma unroll
+    for (int a = 0; a < 3; ++a) gr[a] = gd * u[a] + (gu[a] - gu_u * u[a]) / d;
+}
+
 // dL/dr of edge e for its basis gradient ge (R + 4 values).
 template <typename T>
 __device__ __forceinline__ void edge_grad(const T* pos, const T* off, const T* ge,
                                           const unsigned int* ci, const unsigned int* nj,
                                           size_t e, size_t n_rbf, T rc, T gr[3]) {
-    const T w = rc / T(n_rbf - 1), pi = T(3.14159265358979323846);
     T r[3];
     const T d = edge_vector(pos, off, ci, nj, e, r);
-    const bool inside = d < rc;
-    const T fc = inside ? T(0.5) * (cos(pi * d / rc) + T(1)) : T(0);
-    const T dfc = inside ? T(-0.5) * pi / rc * sin(pi * d / rc) : T(0);
-    T gd = ge[n_rbf] * dfc;
+    const Radial<T> radial(d, n_rbf, rc);
+    T gd = ge[n_rbf] * radial.dfc;
     for (size_t k = 0; k < n_rbf; ++k) {
-        const T z = (d - T(k) * w) / w;
-        const T rbf = exp(T(-0.5) * z * z);
-        gd += ge[k] * (rbf * dfc - rbf * z / w * fc);
+        T value, slope;
+        radial.column(d, k, value, slope);
+        gd += ge[k] * slope;
     }
-    T u[3], gu_u = 0;
-#pragma unroll
-    for (int a = 0; a < 3; ++a) {
-        u[a] = r[a] / d;
-        gu_u += ge[n_rbf + 1 + a] * u[a];
-    }
-#pragma unroll
-    for (int a = 0; a < 3; ++a) gr[a] = gd * u[a] + (ge[n_rbf + 1 + a] - gu_u * u[a]) / d;
+    grad_r(gd, ge + n_rbf + 1, r, d, gr);
 }
-

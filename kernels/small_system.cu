@@ -277,23 +277,15 @@ __device__ __forceinline__ void small_system(const T* __restrict__ pos, const T*
     };
     // Geometry of edges [e0, e0 + count) into eb and eij: each block forms it for itself.
     auto form_edges = [&](int e0, int count) {
-        const T rc = T(cutoff), w = rc / T(R - 1), pi = T(3.14159265358979323846);
         for (int el = tid; el < count; el += nt) {
             const int e = e0 + el;
             T r[3];
             const T dist = edge_vector(pos, off, ci, nj, e, r);
-            const bool inside = dist < rc;
-            const T fc = inside ? T(0.5) * (cos(pi * dist / rc) + T(1)) : T(0);
-            const T dfc = inside ? T(-0.5) * pi / rc * sin(pi * dist / rc) : T(0);
+            const Radial<T> radial(dist, R, T(cutoff));
             T* g = eb + el * ebw;
-            for (int k = 0; k < R; ++k) {
-                const T z = (dist - T(k) * w) / w;
-                const T rbf = exp(T(-0.5) * z * z);
-                g[k] = rbf * fc;
-                g[R + 1 + k] = rbf * dfc - rbf * z / w * fc;
-            }
-            g[R] = fc;
-            g[2 * R + 1] = dfc;
+            for (int k = 0; k < R; ++k) radial.column(dist, k, g[k], g[R + 1 + k]);
+            g[R] = radial.fc;
+            g[2 * R + 1] = radial.dfc;
             for (int k = 0; k < 3; ++k) g[du + k] = r[k] / dist;
             g[du + 3] = dist;
             eij[2 * el] = ci[e];
@@ -613,18 +605,13 @@ __device__ __forceinline__ void small_system(const T* __restrict__ pos, const T*
 #pragma unroll 4
         for (int q = 0; q < d.groups; ++q)
             for (int k = 0; k < 4; ++k) g[k] += ld(sc.gedge + ((size_t)q * E + e) * 4 + k);
-        T r[3];
+        T r[3], gr[3];
         const T dist = edge_vector(pos, off, ci, nj, e, r);
-        T u[3], gu_u = 0;
-        for (int k = 0; k < 3; ++k) {
-            u[k] = r[k] / dist;
-            gu_u += g[1 + k] * u[k];
-        }
+        grad_r(g[0], g + 1, r, dist, gr);
         const int i = ci[e], j = nj[e];
         for (int k = 0; k < 3; ++k) {
-            const T gr = g[0] * u[k] + (g[1 + k] - gu_u * u[k]) / dist;
-            atomicAdd(forces + 3 * j + k, -gr);
-            atomicAdd(forces + 3 * i + k, gr);
+            atomicAdd(forces + 3 * j + k, -gr[k]);
+            atomicAdd(forces + 3 * i + k, gr[k]);
         }
     }
     for (int a = c * nt + tid; a < N; a += d.groups * nt) {
