@@ -440,16 +440,7 @@ pub fn one_kernel(calc: &PainnCalculator, x: &PainnInputs) -> (Tensor, Tensor) {
     if x.positions.device().is_cuda() {
         plan = plan.fit(x.positions.device(), x.positions.dtype()).unwrap();
     }
-    ops::small_system(
-        &plan,
-        fused.packed_weights().unwrap(),
-        &x.positions.detach(),
-        &x.offsets,
-        &x.species,
-        &x.centers,
-        &x.neighbors,
-    )
-    .unwrap()
+    fused.one_kernel(&plan, x).unwrap()
 }
 
 /// Molecules, a lone atom, an atom beyond the cutoff of all others, and a periodic box (image
