@@ -7,12 +7,13 @@
 // those columns of every dense layer (staging the layer's whole input in shared memory after a
 // barrier), and the message passing and update of its own features need no barrier at all,
 // since PaiNN's interaction and gating never mix features. Per-edge sums over features (the
-// basis gradient) are kept per block and summed in the last phase.
+// basis gradient) are kept per block and added into the output in the last phase.
 //
 // Layouts: weights are packed as src/ops/small_system.rs writes them (every matrix input-major,
 // [in, out]); vectors are [N, 3, F] (atom, component, feature); the output starts with a
-// 64-element zeroed prefix holding the barrier counter, then forces [N, 3] (zeroed), atom
-// energies [N], and the scratch (the tape the adjoint reads).
+// 64-element zeroed prefix holding the barrier counter, then forces [N, 3], atom energies [N]
+// and each edge's dE/dd, dE/du [E, 4] (all three zeroed: the blocks add their shares), and the
+// scratch (the tape the adjoint reads).
 #include "common.cuh"
 #include "edge_basis.cuh"
 
@@ -96,45 +97,111 @@ __device__ __forceinline__ void copy(int total, Src src, Dst dst) {
     }
 }
 
-// xs[r][k] = load(r, k) for r < rows (zero rows up to a multiple of 4), leading dim K + 1.
-// The next dense() synchronises before reading it.
-template <typename T, typename Load>
-__device__ __forceinline__ void stage(T* xs, int rows, int K, Load load) {
-    const int rows_pad = (rows + 3) & ~3, ld = K + 1;
-    copy<T>(
-        rows_pad * K,
-        [&](int idx) {
-            const int r = idx / K;
-            return r < rows ? load(r, idx - r * K) : T(0);
-        },
-        [&](int idx, T v) { xs[(idx / K) * ld + idx % K] = v; });
+// *dst = *src without waiting for it (cp.async): the copy lands by the next wait_copies().
+template <typename T>
+__device__ __forceinline__ void copy_async(T* dst, const T* src) {
+    const unsigned to = (unsigned)__cvta_generic_to_shared(dst);
+    if constexpr (sizeof(T) == 8)
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(to), "l"(src) : "memory");
+    else
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(to), "l"(src) : "memory");
 }
+
+// Waits for this thread's copy_async()s; a __syncthreads() after it publishes them all.
+__device__ __forceinline__ void wait_copies() {
+    asm volatile("cp.async.wait_all;" ::: "memory");
+}
+
+// Four consecutive values at p (16-byte aligned) from L2: written by other blocks.
+template <typename T>
+__device__ __forceinline__ void ld4(const T* p, T v[4]) {
+    if constexpr (sizeof(T) == 4) {
+        const float4 q = __ldcg(reinterpret_cast<const float4*>(p));
+        v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
+    } else {
+        const double2 a = __ldcg(reinterpret_cast<const double2*>(p));
+        const double2 b = __ldcg(reinterpret_cast<const double2*>(p) + 1);
+        v[0] = a.x, v[1] = a.y, v[2] = b.x, v[3] = b.y;
+    }
+}
+
+// Layer inputs in global memory: row r, columns [0, split) at base + r stride, columns
+// [split, K) at base2 + r stride (two tensors side by side), SiLU applied when silu is set.
+template <typename T>
+struct Rows {
+    const T* base;
+    int stride;
+    const T* base2 = nullptr;
+    int split = 1 << 30;
+    bool silu = false;
+    __device__ const T* at(int r, int k) const {
+        return k < split ? base + (size_t)r * stride + k : base2 + (size_t)r * stride + k - split;
+    }
+};
+
+// xs[r][k] = in(r, k) for r < rows (zero rows up to a multiple of 4), leading dim K + 1
+// (K a multiple of 4). Every load is issued before the first store. The next dense()
+// synchronises before reading it.
+template <typename T>
+__device__ __forceinline__ void stage(T* xs, int rows, int K, Rows<T> in) {
+    constexpr int U = 8;
+    const int rows_pad = (rows + 3) & ~3, ld = K + 1, k4 = K / 4, total = rows_pad * k4;
+    for (int base = threadIdx.x; base < total; base += U * THREADS) {
+        T v[U][4];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int idx = base + u * THREADS, r = idx / k4;
+            if (idx < total && r < rows)
+                ld4(in.at(r, (idx - r * k4) * 4), v[u]);
+            else
+                v[u][0] = v[u][1] = v[u][2] = v[u][3] = T(0);
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int idx = base + u * THREADS, r = idx / k4;
+            if (idx < total)
+                for (int q = 0; q < 4; ++q)
+                    xs[r * ld + (idx - r * k4) * 4 + q] = in.silu ? silu_of(v[u][q]) : v[u][q];
+        }
+    }
+}
+
+// Column j of a layer that a block computes: (j / width) stride + first + j % width, e.g. its
+// own features in each F-wide chunk.
+struct Cols {
+    int width, stride, first;
+    __device__ int operator()(int j) const { return (j / width) * stride + first + j % width; }
+};
 
 // ws[k][j] = W[k sk + col(j) sc]: this block's columns of a layer, for the next dense(), and
 // after them its biases ws[K ncols + j] = bias[col(j)] when given. Weights depend on no other
-// block, so callers load them before the barrier that precedes the layer.
-template <typename T, typename Col>
+// block, so callers start these copies before the barrier that precedes the layer, and they
+// land while the block waits there (dense() waits for them).
+template <typename T>
 __device__ __forceinline__ void load_w(T* ws, int K, const T* __restrict__ W, int sk, int sc,
-                                       int ncols, Col col, const T* bias = nullptr) {
-    if (sk == 1)  // adjoint: column j of the product is a contiguous row of W
-        copy<T>(K * ncols, [&](int idx) { return __ldg(W + (size_t)col(idx / K) * sc + idx % K); },
-                [&](int idx, T v) { ws[(idx % K) * ncols + idx / K] = v; });
-    else
-        copy<T>(K * ncols,
-                [&](int idx) { return __ldg(W + (size_t)(idx / ncols) * sk + (size_t)col(idx % ncols) * sc); },
-                [&](int idx, T v) { ws[idx] = v; });
+                                    int ncols, Cols col, const T* bias) {
+    for (int idx = threadIdx.x; idx < K * ncols; idx += THREADS) {
+        if (sk == 1) {  // adjoint: column j of the product is a contiguous row of W
+            const int j = idx / K, k = idx - j * K;
+            copy_async(ws + k * ncols + j, W + (size_t)col(j) * sc + k);
+        } else {
+            const int k = idx / ncols, j = idx - k * ncols;
+            copy_async(ws + idx, W + (size_t)k * sk + (size_t)col(j) * sc);
+        }
+    }
     if (bias)
-        for (int j = threadIdx.x; j < ncols; j += THREADS) ws[K * ncols + j] = __ldg(bias + col(j));
+        for (int j = threadIdx.x; j < ncols; j += THREADS) copy_async(ws + K * ncols + j, bias + col(j));
 }
 
 // y[r][j] = sum_k xs[r][k] ws[k][j] for r < rows, j < ncols; emit(r, j, y). Threads take
-// 4 rows x 1 column, splitting K over P lanes when there are few outputs.
+// 4 rows x 1 column, splitting K over P lanes (up to a warp) when there are few outputs.
 template <typename T, typename Emit>
 __device__ __forceinline__ void dense(const T* xs, const T* ws, int rows, int K, int ncols, Emit emit) {
+    wait_copies();
     __syncthreads();
     const int ld = K + 1, groups = (rows + 3) / 4, items = groups * ncols;
     int P = 1;
-    while (P < 8 && items * P * 2 <= THREADS) P *= 2;
+    while (P < 32 && items * P * 2 <= THREADS) P *= 2;
     const int part = threadIdx.x % P, per_pass = THREADS / P;
     for (int base = 0; base < items; base += per_pass) {
         const int item = base + threadIdx.x / P;
@@ -181,27 +248,23 @@ struct BlockWeights {
 
 template <typename T>
 struct Scratch {
-    T *state, *h1, *phi, *msg, *mixed, *nrm, *cpre, *act, *ro, *epart, *ga, *gcpre, *gmixed,
-        *gphi, *gh, *gedge, *end;
+    T *state, *h1, *msg, *mixed, *nrm, *cpre, *act, *ro, *ga, *gcpre, *gmixed, *gphi, *gh, *end;
     __device__ Scratch(T* p, const Dims& d) {
         const size_t nf = (size_t)d.n * d.f, b = d.blocks;
-        state = p;                          // (B + 1) x [s N F | v 3 N F]
-        h1 = state + (b + 1) * 4 * nf;      // B x N F
-        phi = h1 + b * nf;                  // B x N 3F
-        msg = phi + b * 3 * nf;             // B x 4 N F
+        state = p;                          // (B + 1) x s [N F] (each block keeps its own v)
+        h1 = state + (b + 1) * nf;          // B x N F
+        msg = h1 + b * nf;                  // B x 4 N F
         mixed = msg + b * 4 * nf;           // B x N 3 2F
         nrm = mixed + b * 6 * nf;           // B x N F
         cpre = nrm + b * nf;                // B x N F
         act = cpre + b * nf;                // B x N 3F
         ro = act + b * 3 * nf;              // N F/2
-        epart = ro + (size_t)d.n * d.h2;    // G x N
-        ga = epart + (size_t)d.groups * d.n;
+        ga = ro + (size_t)d.n * d.h2;
         gcpre = ga + 3 * nf;
         gmixed = gcpre + nf;
         gphi = gmixed + 6 * nf;
         gh = gphi + 3 * nf;
-        gedge = gh + nf;                    // G x E x 4: each block's dE/dd, dE/du per edge
-        end = gedge + (size_t)d.groups * d.e * 4;
+        end = gh + nf;
     }
 };
 
@@ -226,14 +289,16 @@ __device__ __forceinline__ void small_system(const T* __restrict__ pos, const T*
     // All edges in one chunk: their geometry is formed once per call and stays.
     const bool edges_resident = E <= edges_per_chunk;
     // Shared memory: layer inputs, this block's weight columns and biases, filter columns,
-    // own-feature rows of phi, v, dE/ds, dE/dv, the message accumulators, energies, per-edge
-    // dE/dd and dE/du summed over this block's features, a chunk of edge geometry and atoms.
+    // own-feature rows of every block's phi and v (the forward makes them, the adjoint reads
+    // them back), of s, dE/ds, dE/dv, the message accumulators, energies, per-edge dE/dd and
+    // dE/du summed over this block's features, a chunk of edge geometry and atoms.
     T* xs = reinterpret_cast<T*>(smem_raw);
     T* ws = xs + d.xs_len;              // 3 F S + 3S
     T* fw = ws + 3 * F * S + 3 * S;     // (R + 1) x 3S
-    T* phi_own = fw + (R + 1) * 3 * S;  // N x 3S
-    T* v_own = phi_own + 3 * NS;        // N x 3 x S
-    T* gs_own = v_own + 3 * NS;         // N x S
+    T* phi_all = fw + (R + 1) * 3 * S;  // B x N x 3S
+    T* v_all = phi_all + d.blocks * 3 * NS;  // B x N x 3 x S
+    T* s_own = v_all + d.blocks * 3 * NS;    // N x S
+    T* gs_own = s_own + NS;             // N x S
     T* gv_own = gs_own + NS;            // N x 3 x S
     T* acc = gv_own + 3 * NS;           // 6 N S
     T* eacc = acc + 6 * NS;             // N
@@ -244,7 +309,8 @@ __device__ __forceinline__ void small_system(const T* __restrict__ pos, const T*
     unsigned int target = 0;
     T* forces = out + 64;
     T* energies = forces + 3 * N;
-    const Scratch<T> sc(energies + N, d);
+    T* edge_grad = energies + N;  // E x 4: dE/dd, dE/du per edge, summed over the blocks
+    const Scratch<T> sc(edge_grad + 4 * E, d);
     const size_t nf = (size_t)N * F;
     // Phase stamps after the scratch, at an 8-byte boundary of the output.
     const size_t stamp_at = ((sc.end - out) + 1) & ~(size_t)1;
@@ -261,19 +327,15 @@ __device__ __forceinline__ void small_system(const T* __restrict__ pos, const T*
     const T* blocks_w = ro_out + H2;
     const BlockWeights bl(F, R);
     auto sync = [&]() { group_sync(counter, target, stamps); };
+    auto plain = [](const T* base, int stride) { return Rows<T>{base, stride}; };
+    auto silu_in = [](const T* base, int stride) { return Rows<T>{base, stride, nullptr, 1 << 30, true}; };
 
     // Columns owned by this block: chunk q of width F holds [q F + f0, q F + f0 + S).
-    auto own = [=](int j) { return (j / S) * F + f0 + j % S; };
-    // This block's filter columns, and its features of phi and v of a block.
-    auto stage_own = [&](const T* w, const T* phi, const T* v_in) {
-        copy<T>((R + 1) * 3 * S,
-                [&](int idx) { return __ldg(w + bl.filter + (size_t)(idx / (3 * S)) * F3 + own(idx % (3 * S))); },
-                [&](int idx, T v) { fw[idx] = v; });
-        copy<T>(3 * NS, [&](int idx) { return ld(phi + (size_t)(idx / (3 * S)) * F3 + own(idx % (3 * S))); },
-                [&](int idx, T v) { phi_own[idx] = v; });
-        // v rows [N, 3, F] are 3F long too.
-        copy<T>(3 * NS, [&](int idx) { return ld(v_in + (size_t)(idx / (3 * S)) * F3 + own(idx % (3 * S))); },
-                [&](int idx, T v) { v_own[idx] = v; });
+    const Cols own{S, F, f0};
+    // This block's filter columns (started before a barrier; the next dense() waits for them).
+    auto load_filter = [&](const T* w) {
+        for (int idx = tid; idx < (R + 1) * 3 * S; idx += nt)
+            copy_async(fw + idx, w + bl.filter + (size_t)(idx / (3 * S)) * F3 + own(idx % (3 * S)));
     };
     // Geometry of edges [e0, e0 + count) into eb and eij: each block forms it for itself.
     auto form_edges = [&](int e0, int count) {
@@ -301,43 +363,40 @@ __device__ __forceinline__ void small_system(const T* __restrict__ pos, const T*
     // Phase 0: initial state (own features), and the edge geometry if it all fits.
     if (edges_resident) form_edges(0, E);
     copy<T>(NS, [&](int idx) { return __ldg(emb + (size_t)species[idx / S] * F + f0 + idx % S); },
-            [&](int idx, T v) { sc.state[(size_t)(idx / S) * F + f0 + idx % S] = v; });
-    for (int idx = tid; idx < 3 * NS; idx += nt)
-        sc.state[nf + (size_t)(idx / S) * F + f0 + idx % S] = T(0);
+            [&](int idx, T v) { sc.state[(size_t)(idx / S) * F + f0 + idx % S] = s_own[idx] = v; });
+    for (int idx = tid; idx < 3 * NS; idx += nt) v_all[idx] = T(0);
 
     for (int b = 0; b < d.blocks; ++b) {
         const T* w = blocks_w + b * bl.stride;
-        const T* s_in = sc.state + b * 4 * nf;
-        const T* v_in = s_in + nf;
+        const T* s_in = sc.state + b * nf;
+        T* phi_own = phi_all + b * 3 * NS;
+        T* v_own = v_all + b * 3 * NS;
         T* h1 = sc.h1 + b * nf;
-        T* phi = sc.phi + b * 3 * nf;
         T* ms = sc.msg + b * 4 * nf;
         T* mv = ms + nf;
         T* mixed = sc.mixed + b * 6 * nf;
         T* nrm = sc.nrm + b * nf;
         T* cpre = sc.cpre + b * nf;
         T* act = sc.act + b * 3 * nf;
-        T* s_out = sc.state + (b + 1) * 4 * nf;
-        T* v_out = s_out + nf;
+        T* s_out = sc.state + (b + 1) * nf;
+        T* v_out = b + 1 < d.blocks ? v_all + (b + 1) * 3 * NS : nullptr;  // own features
 
         // phi hidden: h1 = s W1 + b1 (own columns).
         load_w(ws, F, w + bl.w1, F, 1, S, own, w + bl.b1);
         sync();
-        stage(xs, N, F, [&](int a, int k) { return ld(s_in + (size_t)a * F + k); });
+        stage(xs, N, F, plain(s_in, F));
         dense(xs, ws, N, F, S, [&](int a, int j, T y) {
             h1[(size_t)a * F + f0 + j] = y + ws[F * S + j];
         });
-        // phi = silu(h1) W2 + b2 (own columns of its three chunks: all this block reads next).
+        // phi = silu(h1) W2 + b2 (own columns of its three chunks: all this block reads next,
+        // kept in shared memory too), and the filter columns.
         load_w(ws, F, w + bl.w2, F3, 1, 3 * S, own, w + bl.b2);
+        load_filter(w);
         sync();
-        stage(xs, N, F, [&](int a, int k) { return silu_of(ld(h1 + (size_t)a * F + k)); });
-        dense(xs, ws, N, F, 3 * S, [&](int a, int j, T y) {
-            const int o = own(j);
-            phi[(size_t)a * F3 + o] = y + ws[F * 3 * S + j];
-        });
+        stage(xs, N, F, silu_in(h1, F));
+        dense(xs, ws, N, F, 3 * S, [&](int a, int j, T y) { phi_own[a * 3 * S + j] = y + ws[F * 3 * S + j]; });
 
         // Interaction, own features: ds_i = sum_j phi_s W_s, dv_i = sum_j phi_d W_d u + phi_v W_v v_j.
-        stage_own(w, phi, v_in);
         for (int idx = tid; idx < 4 * NS; idx += nt) acc[idx] = T(0);
         for (int e0 = 0; e0 < E; e0 += edges_per_chunk) {
             const int count = min(edges_per_chunk, E - e0);
@@ -377,17 +436,15 @@ __device__ __forceinline__ void small_system(const T* __restrict__ pos, const T*
             flush();
         }
         __syncthreads();
-        copy<T>(NS, [&](int idx) { return ld(s_in + (size_t)(idx / S) * F + f0 + idx % S); },
-                [&](int idx, T v) { ms[(size_t)(idx / S) * F + f0 + idx % S] = v + acc[idx]; });
+        for (int idx = tid; idx < NS; idx += nt) ms[(size_t)(idx / S) * F + f0 + idx % S] = s_own[idx] + acc[idx];
         for (int idx = tid; idx < 3 * NS; idx += nt) {
             const int r = idx / S, t = idx - r * S;  // r = 3a + k
             mv[(size_t)r * F + f0 + t] = v_own[idx / (3 * S) * 3 * S + (r % 3) * S + t] + acc[NS + idx];
         }
-
         // Mixing: [U | V] = v W_mix over 3N rows (own columns of both halves), |V|.
-        load_w(ws, F, w + bl.mix, 2 * F, 1, 2 * S, own);
+        load_w(ws, F, w + bl.mix, 2 * F, 1, 2 * S, own, (const T*)nullptr);
         sync();
-        stage(xs, 3 * N, F, [&](int r, int k) { return ld(mv + (size_t)r * F + k); });
+        stage(xs, 3 * N, F, plain(mv, F));
         dense(xs, ws, 3 * N, F, 2 * S, [&](int r, int j, T y) {
             mixed[(size_t)r * 2 * F + own(j)] = y;
         });
@@ -404,16 +461,14 @@ __device__ __forceinline__ void small_system(const T* __restrict__ pos, const T*
         // Context: cpre = [s | |V|] C1 + c1.
         load_w(ws, 2 * F, w + bl.c1, F, 1, S, own, w + bl.cb1);
         sync();
-        stage(xs, N, 2 * F, [&](int a, int k) {
-            return k < F ? ld(ms + (size_t)a * F + k) : ld(nrm + (size_t)a * F + k - F);
-        });
+        stage(xs, N, 2 * F, Rows<T>{ms, F, nrm, F});
         dense(xs, ws, N, 2 * F, S, [&](int a, int j, T y) {
             cpre[(size_t)a * F + f0 + j] = y + ws[2 * F * S + j];
         });
         // a = silu(cpre) C2 + c2, then the gated update of own features.
         load_w(ws, F, w + bl.c2, F3, 1, 3 * S, own, w + bl.cb2);
         sync();
-        stage(xs, N, F, [&](int a, int k) { return silu_of(ld(cpre + (size_t)a * F + k)); });
+        stage(xs, N, F, silu_in(cpre, F));
         dense(xs, ws, N, F, 3 * S, [&](int a, int j, T y) {
             const int o = own(j);
             act[(size_t)a * F3 + o] = y + ws[F * 3 * S + j];
@@ -426,20 +481,20 @@ __device__ __forceinline__ void small_system(const T* __restrict__ pos, const T*
                 const T* m = mixed + ((size_t)a * 3 + k) * 2 * F + f;
                 const size_t o = ((size_t)a * 3 + k) * F + f;
                 dot += m[0] * m[F];
-                v_out[o] = mv[o] + m[0] * aa[F];
+                if (v_out) v_out[(a * 3 + k) * S + f - f0] = mv[o] + m[0] * aa[F];
             }
-            s_out[(size_t)a * F + f] = ms[(size_t)a * F + f] + aa[0] + aa[2 * F] * dot;
+            s_out[(size_t)a * F + f] = s_own[idx] = ms[(size_t)a * F + f] + aa[0] + aa[2 * F] * dot;
         }
     }
 
     // Readout: ro = s R1 + r1 over this block's columns o = c, c + G, ...; partial energies,
     // and the first adjoint: dE/d(ro) = w_out silu'(ro).
-    const T* s_last = sc.state + d.blocks * 4 * nf;
+    const T* s_last = sc.state + d.blocks * nf;
     const int ro_cols = max(0, (H2 - c + d.groups - 1) / d.groups);
-    auto ro_col = [=](int j) { return c + j * d.groups; };
-    load_w(ws, F, ro_w, H2, 1, ro_cols, ro_col);
+    const Cols ro_col{1, d.groups, c};
+    load_w(ws, F, ro_w, H2, 1, ro_cols, ro_col, (const T*)nullptr);
     sync();
-    stage(xs, N, F, [&](int a, int k) { return ld(s_last + (size_t)a * F + k); });
+    stage(xs, N, F, plain(s_last, F));
     for (int a = tid; a < N; a += nt) eacc[a] = T(0);
     dense(xs, ws, N, F, ro_cols, [&](int a, int j, T y) {
         const int o = ro_col(j);
@@ -447,20 +502,21 @@ __device__ __forceinline__ void small_system(const T* __restrict__ pos, const T*
         atomicAdd(eacc + a, silu_of(z) * ro_out[o]);
         sc.gh[(size_t)a * H2 + o] = ro_out[o] * silu_grad(z);
     });
-    for (int a = tid; a < N; a += nt) sc.epart[(size_t)c * N + a] = eacc[a];
+    for (int a = tid; a < N; a += nt)
+        atomicAdd(energies + a, eacc[a] + (c == 0 ? atom_const[species[a]] : T(0)));
     // dE/ds = g_ro R1^T (own features); dE/dv = 0. Both stay in shared memory from here on.
-    load_w(ws, H2, ro_w, 1, H2, S, own);
+    load_w(ws, H2, ro_w, 1, H2, S, own, (const T*)nullptr);
     sync();
-    stage(xs, N, H2, [&](int a, int k) { return ld(sc.gh + (size_t)a * H2 + k); });
+    stage(xs, N, H2, plain(sc.gh, H2));
     for (int idx = tid; idx < 3 * NS; idx += nt) gv_own[idx] = T(0);
     for (int idx = tid; idx < 4 * E; idx += nt) gedge[idx] = T(0);
     dense(xs, ws, N, H2, S, [&](int a, int j, T y) { gs_own[a * S + j] = y; });
 
     for (int b = d.blocks - 1; b >= 0; --b) {
         const T* w = blocks_w + b * bl.stride;
-        const T* v_in = sc.state + b * 4 * nf + nf;
+        const T* phi_own = phi_all + b * 3 * NS;
+        const T* v_own = v_all + b * 3 * NS;
         const T* h1 = sc.h1 + b * nf;
-        const T* phi = sc.phi + b * 3 * nf;
         const T* mixed = sc.mixed + b * 6 * nf;
         const T* nrm = sc.nrm + b * nf;
         const T* cpre = sc.cpre + b * nf;
@@ -490,17 +546,17 @@ __device__ __forceinline__ void small_system(const T* __restrict__ pos, const T*
             }
         }
         // Context network, output layer: g_cpre = (g_a C2^T) silu'(cpre), own columns.
-        load_w(ws, F3, w + bl.c2, 1, F3, S, own);
+        load_w(ws, F3, w + bl.c2, 1, F3, S, own, (const T*)nullptr);
         sync();
-        stage(xs, N, F3, [&](int a, int k) { return ld(sc.ga + (size_t)a * F3 + k); });
+        stage(xs, N, F3, plain(sc.ga, F3));
         dense(xs, ws, N, F3, S, [&](int a, int j, T y) {
             const size_t o = (size_t)a * F + f0 + j;
             sc.gcpre[o] = y * silu_grad(cpre[o]);
         });
         // Its input layer: gradients of s (own) and of |V|, which feeds V.
-        load_w(ws, F, w + bl.c1, 1, F, 2 * S, own);
+        load_w(ws, F, w + bl.c1, 1, F, 2 * S, own, (const T*)nullptr);
         sync();
-        stage(xs, N, F, [&](int a, int k) { return ld(sc.gcpre + (size_t)a * F + k); });
+        stage(xs, N, F, plain(sc.gcpre, F));
         dense(xs, ws, N, F, 2 * S, [&](int a, int j, T y) {
             if (j < S) {
                 gs_own[a * S + j] += y;
@@ -516,17 +572,17 @@ __device__ __forceinline__ void small_system(const T* __restrict__ pos, const T*
         // Mixing: g_v += g_[U|V] W_mix^T (own features), the U and V halves in turn so that
         // the staged input stays 3N x F.
         for (int h = 0; h < 2; ++h) {
-            load_w(ws, F, w + bl.mix + h * F, 1, 2 * F, S, own);
-            if (h == 0) sync();
-            stage(xs, 3 * N, F, [&](int r, int k) {
-                return ld(sc.gmixed + (size_t)r * 2 * F + h * F + k);
-            });
+            load_w(ws, F, w + bl.mix + h * F, 1, 2 * F, S, own, (const T*)nullptr);
+            if (h == 0) {
+                load_filter(w);
+                sync();
+            }
+            stage(xs, 3 * N, F, plain(sc.gmixed + h * F, 2 * F));
             dense(xs, ws, 3 * N, F, S, [&](int r, int j, T y) { gv_own[r * S + j] += y; });
         }
 
         // Interaction adjoint, own features: gradients of phi_j and v_j (shared-memory
         // accumulators), and this block's share of each edge's dE/dd and dE/du.
-        stage_own(w, phi, v_in);
         for (int idx = tid; idx < 6 * NS; idx += nt) acc[idx] = T(0);
         for (int e0 = 0; e0 < E; e0 += edges_per_chunk) {
             const int count = min(edges_per_chunk, E - e0);
@@ -584,27 +640,25 @@ __device__ __forceinline__ void small_system(const T* __restrict__ pos, const T*
         }
         if (b == 0) break;  // the first block's state is the embedding
         // phi network: g_h1 = (g_phi W2^T) silu'(h1), then g_s += g_h1 W1^T.
-        load_w(ws, F3, w + bl.w2, 1, F3, S, own);
+        load_w(ws, F3, w + bl.w2, 1, F3, S, own, (const T*)nullptr);
         sync();
-        stage(xs, N, F3, [&](int a, int k) { return ld(sc.gphi + (size_t)a * F3 + k); });
+        stage(xs, N, F3, plain(sc.gphi, F3));
         dense(xs, ws, N, F3, S, [&](int a, int j, T y) {
             const size_t o = (size_t)a * F + f0 + j;
             sc.gh[o] = y * silu_grad(h1[o]);
         });
-        load_w(ws, F, w + bl.w1, 1, F, S, own);
+        load_w(ws, F, w + bl.w1, 1, F, S, own, (const T*)nullptr);
         sync();
-        stage(xs, N, F, [&](int a, int k) { return ld(sc.gh + (size_t)a * F + k); });
+        stage(xs, N, F, plain(sc.gh, F));
         dense(xs, ws, N, F, S, [&](int a, int j, T y) { gs_own[a * S + j] += y; });
     }
-    for (int idx = tid; idx < 4 * E; idx += nt) sc.gedge[(size_t)c * E * 4 + idx] = gedge[idx];
+    for (int idx = tid; idx < 4 * E; idx += nt) atomicAdd(edge_grad + idx, gedge[idx]);
     sync();
 
-    // Forces = -dE/dx from each edge's dE/dd and dE/du summed over the blocks; energies.
+    // Forces = -dE/dx from each edge's dE/dd and dE/du.
     for (int e = c * nt + tid; e < E; e += d.groups * nt) {
-        T g[4] = {T(0), T(0), T(0), T(0)};
-#pragma unroll 4
-        for (int q = 0; q < d.groups; ++q)
-            for (int k = 0; k < 4; ++k) g[k] += ld(sc.gedge + ((size_t)q * E + e) * 4 + k);
+        T g[4];
+        for (int k = 0; k < 4; ++k) g[k] = ld(edge_grad + (size_t)e * 4 + k);
         T r[3], gr[3];
         const T dist = edge_vector(pos, off, ci, nj, e, r);
         grad_r(g[0], g + 1, r, dist, gr);
@@ -613,11 +667,6 @@ __device__ __forceinline__ void small_system(const T* __restrict__ pos, const T*
             atomicAdd(forces + 3 * j + k, -gr[k]);
             atomicAdd(forces + 3 * i + k, gr[k]);
         }
-    }
-    for (int a = c * nt + tid; a < N; a += d.groups * nt) {
-        T en = atom_const[species[a]];
-        for (int q = 0; q < d.groups; ++q) en += ld(sc.epart + (size_t)q * N + a);
-        energies[a] = en;
     }
     stamps.mark();
 }
@@ -634,6 +683,8 @@ __device__ __forceinline__ void small_system(const T* __restrict__ pos, const T*
                      (int)eb_edges, (int)stamps, (int)(f / groups), (int)(f / 2)};             \
         if (d.f == 128 && d.s == 8 && d.r == 20)                                               \
             small_system<T, 128, 8, 20>(pos, off, wts, sp, ci, nj, out, d, cutoff);            \
+        else if (d.f == 128 && d.s == 2 && d.r == 20)                                          \
+            small_system<T, 128, 2, 20>(pos, off, wts, sp, ci, nj, out, d, cutoff);            \
         else                                                                                   \
             small_system<T, 0, 0, 0>(pos, off, wts, sp, ci, nj, out, d, cutoff);               \
     }

@@ -317,7 +317,9 @@ impl Parts<'_> {
             atom_structure: self.atom_structure.clone(),
             n_structures: self.structures,
         };
-        // The separate kernels: replayed, they beat the one-kernel path (BENCHMARKS.md).
+        // The separate kernels, even where an eager call takes the one kernel: replayed, the
+        // one kernel was no faster per call, and capturing it made a later capture of the
+        // graph tests fail twice (CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, cause not found).
         let (atom_energies, forces) = self.calc.model().fused()?.separate_kernels(&inputs)?;
         let forces = forces.to_dtype(DType::F64)?;
         let atom_energies = atom_energies.to_dtype(DType::F64)?;

@@ -7,7 +7,8 @@ mod common;
 use candle_core::{DType, Device, Tensor};
 use common::*;
 use mlff_distiller::checkpoint;
-use mlff_distiller::ops::{gather, scatter_add, EdgeOps, SmallSystemPlan};
+use mlff_distiller::model::ONE_KERNEL_MAX_BLOCKS;
+use mlff_distiller::ops::{gather, scatter_add, EdgeOps, SmallSystemPlan, GROUPS};
 use mlff_distiller::systems::{aspirin, water_box};
 use mlff_distiller::{Batch, Calculator, PainnCalculator, Prediction};
 
@@ -342,12 +343,13 @@ fn cuda_fused_kernels_match_cpu() {
 /// blocks) on CUDA against its CPU twin, f32 and f64: the small test model (one feature per
 /// block), the shipped model on aspirin and on 64 atoms (the largest the default takes; in f64
 /// its shared memory does not fit, so the fused kernels run instead), a lone atom and a far
-/// atom. Repeated launches agree (the barrier counter starts from zero each time), and the
-/// fused model's choice of the one kernel (up to 64 atoms, where all edges stay resident)
+/// atom, each with its features split over every number of blocks that fits (1 to 128, at most
+/// 32 features each; 3 launches each, which agree: the barrier counter starts from zero each
+/// time). The fused model's choice of the one kernel (up to 64 atoms, where all edges stay resident)
 /// gives the separate kernels' forces.
 #[test]
 fn cuda_one_kernel_matches_cpu_twin() {
-    use common::fused::{one_kernel, one_kernel_systems};
+    use common::fused::{one_kernel_split, one_kernel_systems};
     let gpu = cuda();
     let big = Batch::new(vec![random_molecule(64, 9)]).unwrap();
     let asp = Batch::new(vec![aspirin()]).unwrap();
@@ -389,7 +391,7 @@ fn cuda_one_kernel_matches_cpu_twin() {
                 x_gpu.centers.dim(0).unwrap(),
             );
             let fitted = SmallSystemPlan::new(fused.small_system_model().unwrap(), n, e)
-                .and_then(|p| p.fit(&gpu, dtype));
+                .and_then(|p| p.fit_widest(&gpu, dtype, ONE_KERNEL_MAX_BLOCKS));
             assert_eq!(
                 fitted.is_ok(),
                 !(what == "64 atoms" && dtype == DType::F64),
@@ -402,23 +404,33 @@ fn cuda_one_kernel_matches_cpu_twin() {
                 "{what} {dtype:?}: {e} edges, fits {}, resident {resident}",
                 fitted.is_ok()
             );
-            let (e_ref, f_ref) = one_kernel(&cpu_calc, &x_cpu);
+            let (e_ref, f_ref) = one_kernel_split(&cpu_calc, &x_cpu, GROUPS).unwrap();
             let scale_f = max_abs_tensor(&f_ref).max(1.0);
             let scale_e = max_abs_tensor(&e_ref).max(1.0);
-            if fitted.is_ok() {
+            // Every split of the features over the blocks that the model has (one feature per
+            // block up to 32), each three times.
+            let hidden = fused.small_system_model().unwrap().hidden;
+            let splits = (0..8)
+                .map(|k| 1 << k)
+                .filter(|g| hidden / g <= 32 && *g <= hidden);
+            for groups in splits {
                 let mut first: Option<Tensor> = None;
                 for call in 0..3 {
-                    let (e, f) = one_kernel(&gpu_calc, &x_gpu);
+                    let Some((e, f)) = one_kernel_split(&gpu_calc, &x_gpu, groups) else {
+                        println!("{what} {dtype:?}: {groups} blocks do not fit");
+                        break;
+                    };
                     let (e, f) = (
                         e.to_device(&Device::Cpu).unwrap(),
                         f.to_device(&Device::Cpu).unwrap(),
                     );
                     let (de, df) = (max_abs_diff(&e, &e_ref), max_abs_diff(&f, &f_ref));
                     println!(
-                        "{what} {dtype:?} call {call}: ΔE {de:.2e} ΔF {df:.2e} of {scale_f:.2}"
+                        "{what} {dtype:?} {groups} blocks, call {call}: ΔE {de:.2e} ΔF {df:.2e} \
+                         of {scale_f:.2}"
                     );
-                    assert!(de <= tol * scale_e, "{what} {dtype:?}: ΔE {de}");
-                    assert!(df <= tol * scale_f, "{what} {dtype:?}: ΔF {df}");
+                    assert!(de <= tol * scale_e, "{what} {dtype:?} {groups}: ΔE {de}");
+                    assert!(df <= tol * scale_f, "{what} {dtype:?} {groups}: ΔF {df}");
                     if let Some(f0) = &first {
                         assert!(
                             max_abs_diff(&f, f0) <= tol * scale_f,

@@ -114,13 +114,20 @@ impl Mlp {
 pub const DENSE_KERNEL_MAX_ROWS: usize = 512;
 
 /// Atoms up to which a system on CUDA runs as one kernel (`ops::small_system`) when its layer
-/// inputs fit in shared memory. On an H100 the one kernel (aspirin 0.33 ms) beats the separate
-/// kernels launched one by one (0.47-0.54 ms), though not their CUDA-graph replay (0.25 ms):
-/// graphs ([`crate::graph`]) capture the separate kernels, eager calls take the one kernel
-/// (BENCHMARKS.md). Only where every edge's geometry stays in shared memory (up to 512 edges
-/// in f32). MLFF_ONE_KERNEL_ATOMS or [`FusedPainn::with_one_kernel_up_to`] change the limit
-/// (0: never).
+/// inputs fit in shared memory. On an H100 the one kernel (aspirin 0.22 ms per eager call at 64
+/// thread blocks) beats the separate kernels launched one by one (0.47-0.54 ms) and their
+/// CUDA-graph replay (0.25 ms); graphs ([`crate::graph`]) still capture the separate kernels
+/// (see `graph::Parts::step`), eager calls take the one kernel (BENCHMARKS.md). Only where every
+/// edge's geometry stays in shared memory (up to 512 edges in f32). MLFF_ONE_KERNEL_ATOMS or
+/// [`FusedPainn::with_one_kernel_up_to`] change the limit (0: never).
 pub const ONE_KERNEL_MAX_ATOMS: usize = 64;
+
+/// Thread blocks the one kernel is split over where the device has the multiprocessors and
+/// the split fits its shared memory (fewer otherwise: [`SmallSystemPlan::fit_widest`]). More
+/// blocks each own fewer features, so the per-block work shrinks while the barriers stay:
+/// aspirin on an H100 0.28 ms at 16 and 0.21 at 64 back to back, 128 slower than 64
+/// (BENCHMARKS.md). MLFF_ONE_KERNEL_BLOCKS changes it.
+pub const ONE_KERNEL_MAX_BLOCKS: usize = 64;
 
 /// Edge count from which the filter rows are a matrix product instead of being formed per
 /// edge and feature inside the interaction kernels: 12-15% faster at 54,000-541,000 edges on
@@ -167,6 +174,8 @@ pub struct FusedPainn {
     dense_on_cpu: bool,
     /// Systems of up to this many atoms run as one kernel on CUDA (0: never).
     one_kernel_atoms: usize,
+    /// Thread blocks the one kernel is split over at most.
+    one_kernel_blocks: usize,
     /// The weights packed for the one-kernel path, on first use.
     packed: std::sync::OnceLock<Tensor>,
 }
@@ -222,6 +231,7 @@ impl FusedPainn {
             dense_kernel_rows: env_usize("MLFF_DENSE_KERNEL_ROWS", DENSE_KERNEL_MAX_ROWS),
             dense_on_cpu: false,
             one_kernel_atoms: env_usize("MLFF_ONE_KERNEL_ATOMS", ONE_KERNEL_MAX_ATOMS),
+            one_kernel_blocks: env_usize("MLFF_ONE_KERNEL_BLOCKS", ONE_KERNEL_MAX_BLOCKS),
             packed: std::sync::OnceLock::new(),
         })
     }
@@ -284,11 +294,12 @@ impl FusedPainn {
             return Ok(None);
         }
         let plan = SmallSystemPlan::new(self.small_system_model()?, n, x.centers.dim(0)?);
+        let (dtype, blocks) = (x.positions.dtype(), self.one_kernel_blocks);
         // Edges formed again chunk by chunk made it slower than the separate kernels (trialanine,
         // 820 edges: 0.59 against 0.52-0.54 ms on an H100).
         Ok(plan
             .ok()
-            .and_then(|p| p.fit(dev, x.positions.dtype()).ok())
+            .and_then(|p| p.fit_widest(dev, dtype, blocks).ok())
             .filter(|p| p.edges_resident()))
     }
 

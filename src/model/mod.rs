@@ -10,7 +10,10 @@ mod readout;
 mod update;
 
 pub use config::PainnConfig;
-pub use fused::{FusedPainn, FILTER_ROWS_FROM_EDGES, FILTER_ROWS_MAX_BYTES};
+pub use fused::{
+    FusedPainn, FILTER_ROWS_FROM_EDGES, FILTER_ROWS_MAX_BYTES, ONE_KERNEL_MAX_ATOMS,
+    ONE_KERNEL_MAX_BLOCKS,
+};
 pub use init::init_varmap;
 pub use painn::{Painn, PainnInputs};
 pub use radial::{cosine_cutoff, gaussian_rbf};

@@ -1,10 +1,11 @@
 //! The whole fused PaiNN energy + forces of a small system as one kernel
-//! (kernels/small_system.cu): on CUDA, 16 thread blocks launched together each own a slice of
-//! the features and run the forward and the explicit adjoint of `model::fused` as ~31 phases
-//! with a barrier among them, instead of ~75 kernels. `model::fused` takes it for eager calls of
-//! molecules whose inputs and edge geometry fit in shared memory (`SmallSystemPlan::fit`,
-//! `edges_resident`); CUDA graphs and larger systems use the separate kernels. The CPU twin is
-//! the same maths as plain loops over the same packed weights.
+//! (kernels/small_system.cu): on CUDA, G thread blocks launched together each own F / G of the
+//! features and run the forward and the explicit adjoint of `model::fused` as ~31 phases with a
+//! barrier among them, instead of ~75 kernels. `model::fused` takes it for eager calls of
+//! molecules whose inputs and edge geometry fit in shared memory (`SmallSystemPlan::fit_widest`,
+//! `edges_resident`), with G = 64 where the device allows; CUDA graphs and larger systems use
+//! the separate kernels. The CPU twin is the same maths as plain loops over the same packed
+//! weights.
 
 use super::edge_basis::{basis_width, Geometry};
 use super::kernel::{kernel_source, launch, Init, Kernel, Real};
@@ -92,7 +93,8 @@ fn edge_row(n_rbf: usize) -> usize {
     2 * n_rbf + 6
 }
 
-/// Thread blocks a system is split over (each owns F / GROUPS features).
+/// Thread blocks a plan splits a system over unless told otherwise
+/// ([`SmallSystemPlan::with_groups`]; each owns F / groups features).
 pub const GROUPS: usize = 16;
 /// Threads per block (the kernel's __launch_bounds__): 16 warps per multiprocessor to hide the
 /// latency of its loads.
@@ -125,6 +127,12 @@ impl SmallSystemPlan {
                 "{f} features do not split into {GROUPS} slices of a power of two ≤ 32"
             ));
         }
+        if !f.is_multiple_of(8) {
+            return Err(format!(
+                "{f} features: the kernel stages layer inputs 4 at a time, which needs a \
+                 multiple of 8"
+            ));
+        }
         if n == 0 {
             return Err("no atoms".into());
         }
@@ -141,13 +149,16 @@ impl SmallSystemPlan {
     }
 
     /// Shared memory per thread block for elements of `elem_bytes`: staging area (layer
-    /// inputs), weight columns and biases, filter columns, own-feature rows and accumulators,
+    /// inputs), weight columns and biases, filter columns, own-feature rows (φ and v of every
+    /// block, s, dE/ds, dE/dv) and accumulators,
     /// energies, per-edge gradients, a chunk of edge geometry and its atoms (the kernel's
     /// layout).
     pub fn shared_bytes(&self, elem_bytes: usize) -> usize {
         let (f, r) = (self.model.hidden, self.model.n_rbf);
         let s = f / self.groups;
-        let reals = self.xs_len + 3 * f * s + 3 * s + 3 * s * (r + 1) + 16 * self.n * s + self.n;
+        let own_rows = 6 * self.model.blocks + 11;
+        let reals =
+            self.xs_len + 3 * f * s + 3 * s + 3 * s * (r + 1) + own_rows * self.n * s + self.n;
         let edges = 4 * self.e + self.eb_edges * edge_row(r);
         (reals + edges) * elem_bytes + 2 * self.eb_edges * 4
     }
@@ -157,13 +168,50 @@ impl SmallSystemPlan {
     fn out_len(&self) -> usize {
         let (n, f, b) = (self.n, self.model.hidden, self.model.blocks);
         let nf = n * f;
-        let scratch = (b + 1) * 4 * nf
-            + b * (1 + 3 + 4 + 6 + 1 + 1 + 3) * nf
-            + n * f / 2
-            + self.groups * n
-            + (3 + 1 + 6 + 3 + 1) * nf
-            + self.groups * self.e * 4;
-        PREFIX + 4 * n + scratch
+        let scratch =
+            (b + 1) * nf + b * (1 + 4 + 6 + 1 + 1 + 3) * nf + n * f / 2 + (3 + 1 + 6 + 3 + 1) * nf;
+        self.zeroed_len() + scratch
+    }
+
+    /// The same launch split over `groups` thread blocks (F / groups features each, a power of
+    /// two from 1 to 32) instead of [`GROUPS`].
+    pub fn with_groups(mut self, groups: usize) -> std::result::Result<Self, String> {
+        let f = self.model.hidden;
+        let s = f / groups.max(1);
+        if groups == 0 || !f.is_multiple_of(groups) || !s.is_power_of_two() || s > 32 {
+            return Err(format!(
+                "{f} features do not split into {groups} slices of a power of two ≤ 32"
+            ));
+        }
+        self.groups = groups;
+        Ok(self)
+    }
+
+    /// Output elements zeroed before the launch: prefix, forces, energies and the per-edge
+    /// gradients, which the blocks add into.
+    fn zeroed_len(&self) -> usize {
+        PREFIX + 4 * self.n + 4 * self.e
+    }
+
+    /// [`fit`](Self::fit) with the most thread blocks, at most `most`, that the device and the
+    /// feature split allow (halving from `most`), or why none fits.
+    pub fn fit_widest(
+        self,
+        device: &Device,
+        dtype: DType,
+        most: usize,
+    ) -> std::result::Result<Self, String> {
+        let mut groups = most.min(self.model.hidden).max(1);
+        if !groups.is_power_of_two() {
+            groups = groups.next_power_of_two() / 2;
+        }
+        loop {
+            let fitted = self.with_groups(groups).and_then(|p| p.fit(device, dtype));
+            match fitted {
+                Err(_) if groups > 1 => groups /= 2,
+                done => return done,
+            }
+        }
     }
 
     /// Whether every edge's geometry stays in shared memory for the whole call (formed once),
@@ -176,7 +224,13 @@ impl SmallSystemPlan {
     /// shared memory within the device's opt-in limit, holding fewer edges' geometry at a time
     /// where all of them do not fit; or why it cannot run there.
     pub fn fit(mut self, device: &Device, dtype: DType) -> std::result::Result<Self, String> {
-        let limit = shared_memory_limit(device)?;
+        let (sms, limit) = device_limits(device)?;
+        if sms < self.groups {
+            return Err(format!(
+                "the device has {sms} multiprocessors, fewer than the {} blocks",
+                self.groups
+            ));
+        }
         let bytes = |p: &Self| p.shared_bytes(dtype.size_in_bytes());
         while bytes(&self) > limit && self.eb_edges > MIN_EDGES_RESIDENT {
             self.eb_edges = (self.eb_edges / 2).max(MIN_EDGES_RESIDENT);
@@ -194,7 +248,7 @@ impl SmallSystemPlan {
 }
 
 #[cfg(feature = "cuda")]
-fn shared_memory_limit(device: &Device) -> std::result::Result<usize, String> {
+fn device_limits(device: &Device) -> std::result::Result<(usize, usize), String> {
     use candle_core::cuda_backend::cudarc::driver::sys::CUdevice_attribute;
     let Device::Cuda(dev) = device else {
         return Err("the one-kernel path runs on CUDA devices".into());
@@ -205,20 +259,12 @@ fn shared_memory_limit(device: &Device) -> std::result::Result<usize, String> {
         .context()
         .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
         .map_err(|e| e.to_string())?;
-    if (sms as usize) < GROUPS {
-        return Err(format!(
-            "the device has {sms} multiprocessors, fewer than {GROUPS}"
-        ));
-    }
-    dev.cuda_stream()
-        .context()
-        .attribute(attr)
-        .map(|b| b as usize)
-        .map_err(|e| e.to_string())
+    let limit = (dev.cuda_stream().context().attribute(attr)).map_err(|e| e.to_string())?;
+    Ok((sms as usize, limit as usize))
 }
 
 #[cfg(not(feature = "cuda"))]
-fn shared_memory_limit(_: &Device) -> std::result::Result<usize, String> {
+fn device_limits(_: &Device) -> std::result::Result<(usize, usize), String> {
     Err("the one-kernel path runs on CUDA devices (built without the cuda feature)".into())
 }
 
@@ -350,7 +396,7 @@ fn run(
         &[positions, offsets, weights],
         &index,
         len,
-        Init::ZeroPrefix(PREFIX + 3 * plan.n),
+        Init::ZeroPrefix(plan.zeroed_len()),
     )
 }
 

@@ -434,13 +434,25 @@ fn ops_norm_eps() -> f64 {
 /// Per-atom energies and forces of `x` by the one-kernel path (`ops::small_system`), on
 /// whatever device `x` lives.
 pub fn one_kernel(calc: &PainnCalculator, x: &PainnInputs) -> (Tensor, Tensor) {
+    one_kernel_split(calc, x, ops::GROUPS).unwrap()
+}
+
+/// [`one_kernel`] split over `groups` thread blocks; `None` where that split does not fit
+/// the device.
+pub fn one_kernel_split(
+    calc: &PainnCalculator,
+    x: &PainnInputs,
+    groups: usize,
+) -> Option<(Tensor, Tensor)> {
     let fused = calc.model().fused().unwrap();
     let (n, e) = (x.positions.dim(0).unwrap(), x.centers.dim(0).unwrap());
-    let mut plan = SmallSystemPlan::new(fused.small_system_model().unwrap(), n, e).unwrap();
+    let mut plan = SmallSystemPlan::new(fused.small_system_model().unwrap(), n, e)
+        .and_then(|p| p.with_groups(groups))
+        .unwrap();
     if x.positions.device().is_cuda() {
-        plan = plan.fit(x.positions.device(), x.positions.dtype()).unwrap();
+        plan = plan.fit(x.positions.device(), x.positions.dtype()).ok()?;
     }
-    fused.one_kernel(&plan, x).unwrap()
+    Some(fused.one_kernel(&plan, x).unwrap())
 }
 
 /// Molecules, a lone atom, an atom beyond the cutoff of all others, and a periodic box (image
