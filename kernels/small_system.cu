@@ -360,11 +360,17 @@ __device__ __forceinline__ void small_system(const T* __restrict__ pos, const T*
         form_edges(e0, count);
         __syncthreads();
     };
-    // Phase 0: initial state (own features), and the edge geometry if it all fits.
+    // Phase 0: initial state (own features), the first block's φ of each atom's element (its
+    // input is the embedding: a table, packed last), the edge geometry if it all fits, and the
+    // first block's interaction, which needs nothing from the other blocks.
+    const T* phi_of_element = blocks_w + (size_t)d.blocks * bl.stride;
     if (edges_resident) form_edges(0, E);
     copy<T>(NS, [&](int idx) { return __ldg(emb + (size_t)species[idx / S] * F + f0 + idx % S); },
             [&](int idx, T v) { sc.state[(size_t)(idx / S) * F + f0 + idx % S] = s_own[idx] = v; });
-    for (int idx = tid; idx < 3 * NS; idx += nt) v_all[idx] = T(0);
+    for (int idx = tid; idx < 3 * NS; idx += nt) {
+        v_all[idx] = T(0);
+        phi_all[idx] = __ldg(phi_of_element + (size_t)species[idx / (3 * S)] * F3 + own(idx % (3 * S)));
+    }
 
     for (int b = 0; b < d.blocks; ++b) {
         const T* w = blocks_w + b * bl.stride;
@@ -381,20 +387,25 @@ __device__ __forceinline__ void small_system(const T* __restrict__ pos, const T*
         T* s_out = sc.state + (b + 1) * nf;
         T* v_out = b + 1 < d.blocks ? v_all + (b + 1) * 3 * NS : nullptr;  // own features
 
-        // phi hidden: h1 = s W1 + b1 (own columns).
-        load_w(ws, F, w + bl.w1, F, 1, S, own, w + bl.b1);
-        sync();
-        stage(xs, N, F, plain(s_in, F));
-        dense(xs, ws, N, F, S, [&](int a, int j, T y) {
-            h1[(size_t)a * F + f0 + j] = y + ws[F * S + j];
-        });
-        // phi = silu(h1) W2 + b2 (own columns of its three chunks: all this block reads next,
-        // kept in shared memory too), and the filter columns.
-        load_w(ws, F, w + bl.w2, F3, 1, 3 * S, own, w + bl.b2);
-        load_filter(w);
-        sync();
-        stage(xs, N, F, silu_in(h1, F));
-        dense(xs, ws, N, F, 3 * S, [&](int a, int j, T y) { phi_own[a * 3 * S + j] = y + ws[F * 3 * S + j]; });
+        if (b == 0) {  // phi from the element table (phase 0)
+            load_filter(w);
+            wait_copies();
+        } else {
+            // phi hidden: h1 = s W1 + b1 (own columns).
+            load_w(ws, F, w + bl.w1, F, 1, S, own, w + bl.b1);
+            sync();
+            stage(xs, N, F, plain(s_in, F));
+            dense(xs, ws, N, F, S, [&](int a, int j, T y) {
+                h1[(size_t)a * F + f0 + j] = y + ws[F * S + j];
+            });
+            // phi = silu(h1) W2 + b2 (own columns of its three chunks: all this block reads
+            // next, kept in shared memory), and the filter columns.
+            load_w(ws, F, w + bl.w2, F3, 1, 3 * S, own, w + bl.b2);
+            load_filter(w);
+            sync();
+            stage(xs, N, F, silu_in(h1, F));
+            dense(xs, ws, N, F, 3 * S, [&](int a, int j, T y) { phi_own[a * 3 * S + j] = y + ws[F * 3 * S + j]; });
+        }
 
         // Interaction, own features: ds_i = sum_j phi_s W_s, dv_i = sum_j phi_d W_d u + phi_v W_v v_j.
         for (int idx = tid; idx < 4 * NS; idx += nt) acc[idx] = T(0);

@@ -283,6 +283,11 @@ impl FusedPainn {
                 parts.push(t.flatten_all()?);
             }
         }
+        // The first block's φ per element: its input, the embedding, depends on nothing else.
+        let first = &self.blocks[0].phi;
+        let hidden = (self.embedding.matmul(&first.hidden_t)?).broadcast_add(&first.hidden.bias)?;
+        let phi = (hidden.silu()?.matmul(&first.out_t)?).broadcast_add(&first.out.bias)?;
+        parts.push(phi.flatten_all()?);
         let packed = Tensor::cat(&parts, 0)?;
         Ok(self.packed.get_or_init(|| packed))
     }

@@ -70,10 +70,15 @@ impl SmallSystemModel {
     /// Packed order: embedding [elements, F], per-element energy constants [elements], readout
     /// hidden layer [F, F/2] and bias [F/2], readout output weights times the scale [F/2], then
     /// per block: filter [R + 1, 3F] (bias last), φ [F, F] + [F], [F, 3F] + [3F], W_mix
-    /// [F, 2F], context [2F, F] + [F], [F, 3F] + [3F].
+    /// [F, 2F], context [2F, F] + [F], [F, 3F] + [3F]; last the first block's φ of each
+    /// element [elements, 3F] (its input is the embedding, so it depends on the element alone).
     pub fn packed_len(&self) -> usize {
         let (f, h2) = (self.hidden, self.hidden / 2);
-        self.elements * (f + 1) + f * h2 + 2 * h2 + self.blocks * self.block().len
+        self.elements * (f + 1)
+            + f * h2
+            + 2 * h2
+            + self.blocks * self.block().len
+            + self.elements * 3 * f
     }
 
     fn block(&self) -> BlockOffsets {
@@ -424,9 +429,9 @@ pub fn small_system_phase_times(
             .map(f64::to_bits)
             .collect(),
     };
-    // A start, one stamp per barrier (1 + 5 per block forward, 1, 5 per block but 3 for the
-    // first backward, 1) and an end.
-    let stamped = &ns[..(10 * plan.model.blocks + 3).min(ns.len())];
+    // A start, one stamp per barrier (5 per block forward but 3 for the first, 1, 5 per block
+    // but 3 for the first backward, 1) and an end.
+    let stamped = &ns[..(10 * plan.model.blocks + 1).min(ns.len())];
     let names = phase_names(plan.model.blocks);
     Ok((names.into_iter())
         .zip(
@@ -439,15 +444,17 @@ pub fn small_system_phase_times(
 
 /// What the kernel does between consecutive barriers, in order.
 fn phase_names(blocks: usize) -> Vec<String> {
-    let mut names = vec!["initial state".to_string()];
+    let mut names = vec!["initial state; block 0: φ of the elements, interaction".to_string()];
     for b in 0..blocks {
-        for what in [
+        let first = if b == 0 { 2 } else { 0 };
+        for what in &[
             "φ hidden layer",
             "φ output layer, interaction",
             "mixing, |V|",
             "context hidden layer",
             "context output layer, gated update",
-        ] {
+        ][first..]
+        {
             names.push(format!("block {b}: {what}"));
         }
     }
@@ -580,6 +587,7 @@ impl<T: Real> Reference<'_, T> {
         let (ro_b, ro_out) = (&ro_w[f * h2..], &ro_w[f * h2 + h2..]);
         let bo = m.block();
         let block_w = |b: usize| &ro_w[f * h2 + 2 * h2 + b * bo.len..];
+        let phi_of_element = block_w(m.blocks);
 
         let mut s: Vec<T> = (self.species.iter())
             .flat_map(|&z| emb[z as usize * f..(z as usize + 1) * f].iter().copied())
@@ -588,9 +596,22 @@ impl<T: Real> Reference<'_, T> {
         let mut tape = Vec::with_capacity(m.blocks);
         for b in 0..m.blocks {
             let w = block_w(b);
-            let h1 = linear(&s, f, &w[bo.w1..], f, Some(&w[bo.b1..]));
-            let act1: Vec<T> = h1.iter().map(|&z| silu(z)).collect();
-            let phi = linear(&act1, f, &w[bo.w2..], f3, Some(&w[bo.b2..]));
+            let (h1, phi) = match b {
+                // The first block's φ from the element table, as the kernel takes it.
+                0 => (
+                    Vec::new(),
+                    (self.species.iter())
+                        .flat_map(|&z| &phi_of_element[z as usize * f3..(z as usize + 1) * f3])
+                        .copied()
+                        .collect(),
+                ),
+                _ => {
+                    let h1 = linear(&s, f, &w[bo.w1..], f, Some(&w[bo.b1..]));
+                    let act1: Vec<T> = h1.iter().map(|&z| silu(z)).collect();
+                    let phi = linear(&act1, f, &w[bo.w2..], f3, Some(&w[bo.b2..]));
+                    (h1, phi)
+                }
+            };
             let (mut ms, mut mv) = (s.clone(), v.clone());
             for (i, j, e) in self.edges() {
                 let g = &basis[e * bw..(e + 1) * bw];
