@@ -139,6 +139,19 @@ struct Rows {
     }
 };
 
+// Four consecutive values at p in shared memory (16-byte aligned).
+template <typename T>
+__device__ __forceinline__ void ld4_shared(const T* p, T v[4]) {
+    if constexpr (sizeof(T) == 4) {
+        const float4 q = *reinterpret_cast<const float4*>(p);
+        v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
+    } else {
+        const double2 a = reinterpret_cast<const double2*>(p)[0];
+        const double2 b = reinterpret_cast<const double2*>(p)[1];
+        v[0] = a.x, v[1] = a.y, v[2] = b.x, v[3] = b.y;
+    }
+}
+
 // xs[r][k] = in(r, k) for r < rows (zero rows up to a multiple of 4), leading dim K + 1
 // (K a multiple of 4). Every load is issued before the first store. The next dense()
 // synchronises before reading it.
@@ -278,7 +291,7 @@ __device__ __forceinline__ void small_system(const T* __restrict__ pos, const T*
                              const unsigned int* __restrict__ ci,
                              const unsigned int* __restrict__ nj, T* out, const Dims d,
                              double cutoff) {
-    extern __shared__ unsigned char smem_raw[];
+    extern __shared__ __align__(16) unsigned char smem_raw[];
     const int N = d.n, E = d.e;
     const int F = F_ ? F_ : d.f, R = R_ ? R_ : d.r, S = S_ ? S_ : d.s, H2 = F / 2;
     const int c = blockIdx.x, f0 = c * S, tid = threadIdx.x, nt = THREADS;
@@ -294,8 +307,10 @@ __device__ __forceinline__ void small_system(const T* __restrict__ pos, const T*
     // dE/du summed over this block's features, a chunk of edge geometry and atoms.
     T* xs = reinterpret_cast<T*>(smem_raw);
     T* ws = xs + d.xs_len;              // 3 F S + 3S
-    T* fw = ws + 3 * F * S + 3 * S;     // (R + 1) x 3S
-    T* phi_all = fw + (R + 1) * 3 * S;  // B x N x 3S
+    // Filter columns [R + 1][S][4] (the 3 chunks of a feature side by side, one padding value),
+    // 16-byte aligned, so that the edge loops read a feature's three filter weights at once.
+    T* fw = ws + ((3 * F * S + 3 * S + 3) & ~3);
+    T* phi_all = fw + (R + 1) * 4 * S;  // B x N x 3S
     T* v_all = phi_all + d.blocks * 3 * NS;  // B x N x 3 x S
     T* s_own = v_all + d.blocks * 3 * NS;    // N x S
     T* gs_own = s_own + NS;             // N x S
@@ -332,10 +347,16 @@ __device__ __forceinline__ void small_system(const T* __restrict__ pos, const T*
 
     // Columns owned by this block: chunk q of width F holds [q F + f0, q F + f0 + S).
     const Cols own{S, F, f0};
-    // This block's filter columns (started before a barrier; the next dense() waits for them).
+    // This block's filter columns (started before a barrier; the next dense() or
+    // wait_copies() waits for them): fw[(k S + t) 4 + q] = W_filter[k][q F + f0 + t].
     auto load_filter = [&](const T* w) {
-        for (int idx = tid; idx < (R + 1) * 3 * S; idx += nt)
-            copy_async(fw + idx, w + bl.filter + (size_t)(idx / (3 * S)) * F3 + own(idx % (3 * S)));
+        for (int idx = tid; idx < (R + 1) * 4 * S; idx += nt) {
+            const int k = idx / (4 * S), t = (idx / 4) % S, q = idx % 4;
+            if (q < 3)
+                copy_async(fw + idx, w + bl.filter + (size_t)k * F3 + q * F + f0 + t);
+            else
+                fw[idx] = T(0);
+        }
     };
     // Geometry of edges [e0, e0 + count) into eb and eij: each block forms it for itself.
     auto form_edges = [&](int e0, int count) {
@@ -364,10 +385,15 @@ __device__ __forceinline__ void small_system(const T* __restrict__ pos, const T*
     // input is the embedding: a table, packed last), the edge geometry if it all fits, and the
     // first block's interaction, which needs nothing from the other blocks.
     const T* phi_of_element = blocks_w + (size_t)d.blocks * bl.stride;
+    load_filter(blocks_w);
     if (edges_resident) form_edges(0, E);
-    copy<T>(NS, [&](int idx) { return __ldg(emb + (size_t)species[idx / S] * F + f0 + idx % S); },
-            [&](int idx, T v) { sc.state[(size_t)(idx / S) * F + f0 + idx % S] = s_own[idx] = v; });
-    for (int idx = tid; idx < 3 * NS; idx += nt) {
+    // The last threads, which have no edge when there are fewer edges than threads, start the
+    // per-atom loads while the first ones form the edges.
+    for (int idx = nt - 1 - tid; idx < NS; idx += nt) {
+        const T x = __ldg(emb + (size_t)species[idx / S] * F + f0 + idx % S);
+        sc.state[(size_t)(idx / S) * F + f0 + idx % S] = s_own[idx] = x;
+    }
+    for (int idx = nt - 1 - tid; idx < 3 * NS; idx += nt) {
         v_all[idx] = T(0);
         phi_all[idx] = __ldg(phi_of_element + (size_t)species[idx / (3 * S)] * F3 + own(idx % (3 * S)));
     }
@@ -387,8 +413,7 @@ __device__ __forceinline__ void small_system(const T* __restrict__ pos, const T*
         T* s_out = sc.state + (b + 1) * nf;
         T* v_out = b + 1 < d.blocks ? v_all + (b + 1) * 3 * NS : nullptr;  // own features
 
-        if (b == 0) {  // phi from the element table (phase 0)
-            load_filter(w);
+        if (b == 0) {  // phi from the element table, filter columns started (phase 0)
             wait_copies();
         } else {
             // phi hidden: h1 = s W1 + b1 (own columns).
@@ -434,10 +459,11 @@ __device__ __forceinline__ void small_system(const T* __restrict__ pos, const T*
                 const T* g = eb + el * ebw;
                 T w0 = 0, w1 = 0, w2 = 0;
                 for (int k = 0; k <= R; ++k) {
-                    const T* fk = fw + k * 3 * S + t;
+                    T fk[4];
+                    ld4_shared(fw + (k * S + t) * 4, fk);
                     w0 += g[k] * fk[0];
-                    w1 += g[k] * fk[S];
-                    w2 += g[k] * fk[2 * S];
+                    w1 += g[k] * fk[1];
+                    w2 += g[k] * fk[2];
                 }
                 const T* pj = phi_own + j * 3 * S + t;
                 const T x1 = pj[S] * w1, x2 = pj[2 * S] * w2;
@@ -606,14 +632,15 @@ __device__ __forceinline__ void small_system(const T* __restrict__ pos, const T*
                 const T* g = eb + el * ebw;
                 T w0 = 0, w1 = 0, w2 = 0, dw0 = 0, dw1 = 0, dw2 = 0;
                 for (int k = 0; k <= R; ++k) {
-                    const T* fk = fw + k * 3 * S + t;
+                    T fk[4];
+                    ld4_shared(fw + (k * S + t) * 4, fk);
                     const T gk = g[k], dk = g[R + 1 + k];
                     w0 += gk * fk[0];
-                    w1 += gk * fk[S];
-                    w2 += gk * fk[2 * S];
+                    w1 += gk * fk[1];
+                    w2 += gk * fk[2];
                     dw0 += dk * fk[0];
-                    dw1 += dk * fk[S];
-                    dw2 += dk * fk[2 * S];
+                    dw1 += dk * fk[1];
+                    dw2 += dk * fk[2];
                 }
                 const T* pj = phi_own + j * 3 * S + t;
                 const T p0 = pj[0], p1 = pj[S], p2 = pj[2 * S];

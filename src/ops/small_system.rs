@@ -142,7 +142,9 @@ impl SmallSystemPlan {
             return Err("no atoms".into());
         }
         let pad = |rows: usize| rows.div_ceil(4) * 4;
-        let xs_len = (pad(3 * n) * (f + 1)).max(pad(n) * (3 * f + 1));
+        let xs_len = (pad(3 * n) * (f + 1))
+            .max(pad(n) * (3 * f + 1))
+            .next_multiple_of(4);
         Ok(Self {
             n,
             e,
@@ -162,8 +164,9 @@ impl SmallSystemPlan {
         let (f, r) = (self.model.hidden, self.model.n_rbf);
         let s = f / self.groups;
         let own_rows = 6 * self.model.blocks + 11;
-        let reals =
-            self.xs_len + 3 * f * s + 3 * s + 3 * s * (r + 1) + own_rows * self.n * s + self.n;
+        // The filter columns start at a multiple of 4 elements and hold 4 per feature.
+        let weights = (3 * f * s + 3 * s).next_multiple_of(4);
+        let reals = self.xs_len + weights + 4 * s * (r + 1) + own_rows * self.n * s + self.n;
         let edges = 4 * self.e + self.eb_edges * edge_row(r);
         (reals + edges) * elem_bytes + 2 * self.eb_edges * 4
     }
