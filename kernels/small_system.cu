@@ -261,17 +261,15 @@ struct BlockWeights {
 
 template <typename T>
 struct Scratch {
-    T *state, *h1, *msg, *mixed, *nrm, *cpre, *act, *ro, *ga, *gcpre, *gmixed, *gphi, *gh, *end;
+    T *state, *h1, *msg, *nrm, *cpre, *ro, *ga, *gcpre, *gmixed, *gphi, *gh, *end;
     __device__ Scratch(T* p, const Dims& d) {
         const size_t nf = (size_t)d.n * d.f, b = d.blocks;
         state = p;                          // (B + 1) x s [N F] (each block keeps its own v)
         h1 = state + (b + 1) * nf;          // B x N F
         msg = h1 + b * nf;                  // B x 4 N F
-        mixed = msg + b * 4 * nf;           // B x N 3 2F
-        nrm = mixed + b * 6 * nf;           // B x N F
+        nrm = msg + b * 4 * nf;             // B x N F
         cpre = nrm + b * nf;                // B x N F
-        act = cpre + b * nf;                // B x N 3F
-        ro = act + b * 3 * nf;              // N F/2
+        ro = cpre + b * nf;                 // N F/2
         ga = ro + (size_t)d.n * d.h2;
         gcpre = ga + 3 * nf;
         gmixed = gcpre + nf;
@@ -312,7 +310,10 @@ __device__ __forceinline__ void small_system(const T* __restrict__ pos, const T*
     T* fw = ws + ((3 * F * S + 3 * S + 3) & ~3);
     T* phi_all = fw + (R + 1) * 4 * S;  // B x N x 3S
     T* v_all = phi_all + d.blocks * 3 * NS;  // B x N x 3 x S
-    T* s_own = v_all + d.blocks * 3 * NS;    // N x S
+    // Every block's own [U | V], activations, |V| and context pre-activations (the gated update
+    // and the adjoint read them back): B x N x (6S + 3S + S + S).
+    T* upd_all = v_all + d.blocks * 3 * NS;
+    T* s_own = upd_all + d.blocks * 11 * NS;  // N x S
     T* gs_own = s_own + NS;             // N x S
     T* gv_own = gs_own + NS;            // N x 3 x S
     T* acc = gv_own + 3 * NS;           // 6 N S
@@ -406,10 +407,12 @@ __device__ __forceinline__ void small_system(const T* __restrict__ pos, const T*
         T* h1 = sc.h1 + b * nf;
         T* ms = sc.msg + b * 4 * nf;
         T* mv = ms + nf;
-        T* mixed = sc.mixed + b * 6 * nf;
         T* nrm = sc.nrm + b * nf;
         T* cpre = sc.cpre + b * nf;
-        T* act = sc.act + b * 3 * nf;
+        T* mix_own = upd_all + b * 11 * NS;  // N x 3 x [U | V] (S each)
+        T* act_own = mix_own + 6 * NS;       // N x 3S
+        T* nrm_own = act_own + 3 * NS;       // N x S
+        T* cpre_own = nrm_own + NS;          // N x S
         T* s_out = sc.state + (b + 1) * nf;
         T* v_out = b + 1 < d.blocks ? v_all + (b + 1) * 3 * NS : nullptr;  // own features
 
@@ -482,17 +485,15 @@ __device__ __forceinline__ void small_system(const T* __restrict__ pos, const T*
         load_w(ws, F, w + bl.mix, 2 * F, 1, 2 * S, own, (const T*)nullptr);
         sync();
         stage(xs, 3 * N, F, plain(mv, F));
-        dense(xs, ws, 3 * N, F, 2 * S, [&](int r, int j, T y) {
-            mixed[(size_t)r * 2 * F + own(j)] = y;
-        });
+        dense(xs, ws, 3 * N, F, 2 * S, [&](int r, int j, T y) { mix_own[r * 2 * S + j] = y; });
         for (int idx = tid; idx < NS; idx += nt) {
-            const int a = idx / S, f = f0 + idx % S;
+            const int a = idx / S, t = idx % S;
             T sq = T(NORM_EPS);
             for (int k = 0; k < 3; ++k) {
-                const T vv = mixed[((size_t)a * 3 + k) * 2 * F + F + f];
+                const T vv = mix_own[(a * 3 + k) * 2 * S + S + t];
                 sq += vv * vv;
             }
-            nrm[(size_t)a * F + f] = sqrt(sq);
+            nrm[(size_t)a * F + f0 + t] = nrm_own[idx] = sqrt(sq);
         }
 
         // Context: cpre = [s | |V|] C1 + c1.
@@ -500,27 +501,25 @@ __device__ __forceinline__ void small_system(const T* __restrict__ pos, const T*
         sync();
         stage(xs, N, 2 * F, Rows<T>{ms, F, nrm, F});
         dense(xs, ws, N, 2 * F, S, [&](int a, int j, T y) {
-            cpre[(size_t)a * F + f0 + j] = y + ws[2 * F * S + j];
+            cpre[(size_t)a * F + f0 + j] = cpre_own[a * S + j] = y + ws[2 * F * S + j];
         });
         // a = silu(cpre) C2 + c2, then the gated update of own features.
         load_w(ws, F, w + bl.c2, F3, 1, 3 * S, own, w + bl.cb2);
         sync();
         stage(xs, N, F, silu_in(cpre, F));
-        dense(xs, ws, N, F, 3 * S, [&](int a, int j, T y) {
-            const int o = own(j);
-            act[(size_t)a * F3 + o] = y + ws[F * 3 * S + j];
-        });
+        dense(xs, ws, N, F, 3 * S, [&](int a, int j, T y) { act_own[a * 3 * S + j] = y + ws[F * 3 * S + j]; });
+        // The message sums of own features are still in acc (the interaction above).
         for (int idx = tid; idx < NS; idx += nt) {
-            const int a = idx / S, f = f0 + idx % S;
-            const T* aa = act + (size_t)a * F3 + f;
+            const int a = idx / S, t = idx % S;
+            const T* aa = act_own + a * 3 * S + t;
             T dot = 0;
             for (int k = 0; k < 3; ++k) {
-                const T* m = mixed + ((size_t)a * 3 + k) * 2 * F + f;
-                const size_t o = ((size_t)a * 3 + k) * F + f;
-                dot += m[0] * m[F];
-                if (v_out) v_out[(a * 3 + k) * S + f - f0] = mv[o] + m[0] * aa[F];
+                const T* m = mix_own + (a * 3 + k) * 2 * S + t;
+                const T mvv = v_own[a * 3 * S + k * S + t] + acc[NS + (a * 3 + k) * S + t];
+                dot += m[0] * m[S];
+                if (v_out) v_out[(a * 3 + k) * S + t] = mvv + m[0] * aa[S];
             }
-            s_out[(size_t)a * F + f] = s_own[idx] = ms[(size_t)a * F + f] + aa[0] + aa[2 * F] * dot;
+            s_out[(size_t)a * F + f0 + t] = s_own[idx] = s_own[idx] + acc[idx] + aa[0] + aa[2 * S] * dot;
         }
     }
 
@@ -554,31 +553,31 @@ __device__ __forceinline__ void small_system(const T* __restrict__ pos, const T*
         const T* phi_own = phi_all + b * 3 * NS;
         const T* v_own = v_all + b * 3 * NS;
         const T* h1 = sc.h1 + b * nf;
-        const T* mixed = sc.mixed + b * 6 * nf;
-        const T* nrm = sc.nrm + b * nf;
-        const T* cpre = sc.cpre + b * nf;
-        const T* act = sc.act + b * 3 * nf;
+        const T* mix_own = upd_all + b * 11 * NS;
+        const T* act_own = mix_own + 6 * NS;
+        const T* nrm_own = act_own + 3 * NS;
+        const T* cpre_own = nrm_own + NS;
 
         // Gated update, own features: gradients of a, of [U | V] (before |V|'s share).
         for (int idx = tid; idx < NS; idx += nt) {
             const int a = idx / S, t = idx - a * S, f = f0 + t;
-            const T* aa = act + (size_t)a * F3 + f;
+            const T* aa = act_own + a * 3 * S + t;
             const T g_s = gs_own[idx];
             T dot = 0, g_avv = 0;
             for (int k = 0; k < 3; ++k) {
-                const T* m = mixed + ((size_t)a * 3 + k) * 2 * F + f;
-                dot += m[0] * m[F];
+                const T* m = mix_own + (a * 3 + k) * 2 * S + t;
+                dot += m[0] * m[S];
                 g_avv += gv_own[(a * 3 + k) * S + t] * m[0];
             }
             T* g_a = sc.ga + (size_t)a * F3 + f;
             g_a[0] = g_s;
             g_a[F] = g_avv;
             g_a[2 * F] = g_s * dot;
-            const T g_dot = g_s * aa[2 * F];
+            const T g_dot = g_s * aa[2 * S];
             for (int k = 0; k < 3; ++k) {
-                const T* m = mixed + ((size_t)a * 3 + k) * 2 * F + f;
+                const T* m = mix_own + (a * 3 + k) * 2 * S + t;
                 T* gm = sc.gmixed + ((size_t)a * 3 + k) * 2 * F + f;
-                gm[0] = gv_own[(a * 3 + k) * S + t] * aa[F] + g_dot * m[F];
+                gm[0] = gv_own[(a * 3 + k) * S + t] * aa[S] + g_dot * m[S];
                 gm[F] = g_dot * m[0];
             }
         }
@@ -587,8 +586,7 @@ __device__ __forceinline__ void small_system(const T* __restrict__ pos, const T*
         sync();
         stage(xs, N, F3, plain(sc.ga, F3));
         dense(xs, ws, N, F3, S, [&](int a, int j, T y) {
-            const size_t o = (size_t)a * F + f0 + j;
-            sc.gcpre[o] = y * silu_grad(cpre[o]);
+            sc.gcpre[(size_t)a * F + f0 + j] = y * silu_grad(cpre_own[a * S + j]);
         });
         // Its input layer: gradients of s (own) and of |V|, which feeds V.
         load_w(ws, F, w + bl.c1, 1, F, 2 * S, own, (const T*)nullptr);
@@ -599,12 +597,10 @@ __device__ __forceinline__ void small_system(const T* __restrict__ pos, const T*
                 gs_own[a * S + j] += y;
                 return;
             }
-            const int f = f0 + j - S;
-            const T inv = y / nrm[(size_t)a * F + f];
-            for (int k = 0; k < 3; ++k) {
-                const size_t o = ((size_t)a * 3 + k) * 2 * F + F + f;
-                sc.gmixed[o] += inv * mixed[o];
-            }
+            const int t = j - S;
+            const T inv = y / nrm_own[a * S + t];
+            for (int k = 0; k < 3; ++k)
+                sc.gmixed[((size_t)a * 3 + k) * 2 * F + F + f0 + t] += inv * mix_own[(a * 3 + k) * 2 * S + S + t];
         });
         // Mixing: g_v += g_[U|V] W_mix^T (own features), the U and V halves in turn so that
         // the staged input stays 3N x F.

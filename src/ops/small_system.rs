@@ -156,14 +156,15 @@ impl SmallSystemPlan {
     }
 
     /// Shared memory per thread block for elements of `elem_bytes`: staging area (layer
-    /// inputs), weight columns and biases, filter columns, own-feature rows (φ and v of every
-    /// block, s, dE/ds, dE/dv) and accumulators,
+    /// inputs), weight columns and biases, filter columns, own-feature rows (φ, v, [U | V], the
+    /// context activations, |V| and pre-activations of every block; s, dE/ds, dE/dv) and
+    /// accumulators,
     /// energies, per-edge gradients, a chunk of edge geometry and its atoms (the kernel's
     /// layout).
     pub fn shared_bytes(&self, elem_bytes: usize) -> usize {
         let (f, r) = (self.model.hidden, self.model.n_rbf);
         let s = f / self.groups;
-        let own_rows = 6 * self.model.blocks + 11;
+        let own_rows = 17 * self.model.blocks + 11;
         // The filter columns start at a multiple of 4 elements and hold 4 per feature.
         let weights = (3 * f * s + 3 * s).next_multiple_of(4);
         let reals = self.xs_len + weights + 4 * s * (r + 1) + own_rows * self.n * s + self.n;
@@ -177,7 +178,7 @@ impl SmallSystemPlan {
         let (n, f, b) = (self.n, self.model.hidden, self.model.blocks);
         let nf = n * f;
         let scratch =
-            (b + 1) * nf + b * (1 + 4 + 6 + 1 + 1 + 3) * nf + n * f / 2 + (3 + 1 + 6 + 3 + 1) * nf;
+            (b + 1) * nf + b * (1 + 4 + 1 + 1) * nf + n * f / 2 + (3 + 1 + 6 + 3 + 1) * nf;
         self.zeroed_len() + scratch
     }
 
