@@ -10,10 +10,10 @@
 // basis gradient) are kept per block and added into the output in the last phase.
 //
 // Layouts: weights are packed as src/ops/small_system.rs writes them (every matrix input-major,
-// [in, out]); vectors are [N, 3, F] (atom, component, feature); the output starts with a
-// 64-element zeroed prefix holding the barrier counter, then forces [N, 3], atom energies [N]
-// and each edge's dE/dd, dE/du [E, 4] (all three zeroed: the blocks add their shares), and the
-// scratch (the tape the adjoint reads).
+// [in, out]); vectors are [N, 3, F] (atom, component, feature); the output holds forces [N, 3],
+// atom energies [N] and each edge's dE/dd, dE/du [E, 4] (zeroed in the first phase: the blocks
+// add their shares), then the scratch (the tape the adjoint reads). The barrier counts in a
+// separate [2] buffer that is zero at launch and left zero.
 #include "common.cuh"
 #include "edge_basis.cuh"
 
@@ -287,7 +287,8 @@ template <typename T, int F_, int S_, int R_>
 __device__ __forceinline__ void small_system(const T* __restrict__ pos, const T* __restrict__ off,
                              const T* __restrict__ wts, const unsigned int* __restrict__ species,
                              const unsigned int* __restrict__ ci,
-                             const unsigned int* __restrict__ nj, T* out, const Dims d,
+                             const unsigned int* __restrict__ nj, const unsigned int* bar,
+                             T* out, const Dims d,
                              double cutoff) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     const int N = d.n, E = d.e;
@@ -321,9 +322,11 @@ __device__ __forceinline__ void small_system(const T* __restrict__ pos, const T*
     T* gedge = eacc + N;                // E x 4
     T* eb = gedge + 4 * E;              // edges_per_chunk x ebw
     unsigned int* eij = reinterpret_cast<unsigned int*>(eb + edges_per_chunk * ebw);  // 2 per edge
-    unsigned int* counter = reinterpret_cast<unsigned int*>(out);
+    // Barrier arrivals and finished blocks: a buffer of the device's that the last block to
+    // finish sets back to zero, so that no launch needs a memset first.
+    unsigned int* counter = const_cast<unsigned int*>(bar);
     unsigned int target = 0;
-    T* forces = out + 64;
+    T* forces = out;
     T* energies = forces + 3 * N;
     T* edge_grad = energies + N;  // E x 4: dE/dd, dE/du per edge, summed over the blocks
     const Scratch<T> sc(edge_grad + 4 * E, d);
@@ -387,6 +390,8 @@ __device__ __forceinline__ void small_system(const T* __restrict__ pos, const T*
     // first block's interaction, which needs nothing from the other blocks.
     const T* phi_of_element = blocks_w + (size_t)d.blocks * bl.stride;
     load_filter(blocks_w);
+    // Forces, energies and edge gradients, which the blocks add into after the first barrier.
+    for (int idx = c * nt + tid; idx < 4 * N + 4 * E; idx += gridDim.x * nt) out[idx] = T(0);
     if (edges_resident) form_edges(0, E);
     // The last threads, which have no edge when there are fewer edges than threads, start the
     // per-atom loads while the first ones form the edges.
@@ -703,12 +708,23 @@ __device__ __forceinline__ void small_system(const T* __restrict__ pos, const T*
         }
     }
     stamps.mark();
+    // The last block out resets the barrier for the next launch: every block has passed its
+    // last barrier by the time it arrives here.
+    __syncthreads();
+    if (tid == 0) {
+        __threadfence();
+        if (atomicAdd(counter + 1, 1u) == gridDim.x - 1) {
+            atomicExch(counter, 0u);
+            atomicExch(counter + 1, 0u);
+        }
+    }
 }
 
 #define SMALL_SYSTEM(T, SUF)                                                                   \
     extern "C" __global__ void __launch_bounds__(512)                                          \
         small_system_##SUF(const T* pos, const T* off, const T* wts, const unsigned int* sp, \
-                           const unsigned int* ci, const unsigned int* nj, T* out, size_t n,   \
+                           const unsigned int* ci, const unsigned int* nj,                     \
+                           const unsigned int* bar, T* out, size_t n,                          \
                            size_t e, size_t f, size_t r, size_t blocks, size_t groups,         \
                            size_t n_el, size_t xs_len, size_t eb_edges, size_t stamps,         \
                            double cutoff) {                                                    \
@@ -716,11 +732,11 @@ __device__ __forceinline__ void small_system(const T* __restrict__ pos, const T*
                      (int)blocks,   (int)groups, (int)n_el,        (int)xs_len,                \
                      (int)eb_edges, (int)stamps, (int)(f / groups), (int)(f / 2)};             \
         if (d.f == 128 && d.s == 8 && d.r == 20)                                               \
-            small_system<T, 128, 8, 20>(pos, off, wts, sp, ci, nj, out, d, cutoff);            \
+            small_system<T, 128, 8, 20>(pos, off, wts, sp, ci, nj, bar, out, d, cutoff);            \
         else if (d.f == 128 && d.s == 2 && d.r == 20)                                          \
-            small_system<T, 128, 2, 20>(pos, off, wts, sp, ci, nj, out, d, cutoff);            \
+            small_system<T, 128, 2, 20>(pos, off, wts, sp, ci, nj, bar, out, d, cutoff);            \
         else                                                                                   \
-            small_system<T, 0, 0, 0>(pos, off, wts, sp, ci, nj, out, d, cutoff);               \
+            small_system<T, 0, 0, 0>(pos, off, wts, sp, ci, nj, bar, out, d, cutoff);               \
     }
 SMALL_SYSTEM(float, f32)
 SMALL_SYSTEM(double, f64)

@@ -126,11 +126,11 @@ impl PainnCalculator {
     pub fn compute_device(&self, inputs: &PainnInputs, positions: &Var) -> Result<DeviceOutput> {
         let (atom_energies, forces) =
             atom_energies_and_forces(&self.model, inputs, positions, &mut NoClock)?;
-        let energies = self.model.ops().scatter_add(
-            &atom_energies,
-            &inputs.atom_structure,
-            inputs.n_structures,
-        )?;
+        // One structure: a sum, without the zeroed buffer a scatter adds into.
+        let energies = match inputs.n_structures {
+            1 => atom_energies.sum_keepdim(0)?,
+            s => (self.model.ops()).scatter_add(&atom_energies, &inputs.atom_structure, s)?,
+        };
         Ok(DeviceOutput { energies, forces })
     }
 }

@@ -105,8 +105,6 @@ pub const GROUPS: usize = 16;
 /// latency of its loads.
 #[cfg(feature = "cuda")]
 const THREADS: usize = 512;
-/// Output elements before the forces: the barrier counter, zeroed per launch.
-const PREFIX: usize = 64;
 
 /// Sizes of one launch for `n` atoms and `e` edges.
 #[derive(Clone, Copy, Debug)]
@@ -179,7 +177,7 @@ impl SmallSystemPlan {
         let nf = n * f;
         let scratch =
             (b + 1) * nf + b * (1 + 4 + 1 + 1) * nf + n * f / 2 + (3 + 1 + 6 + 3 + 1) * nf;
-        self.zeroed_len() + scratch
+        self.summed_len() + scratch
     }
 
     /// The same launch split over `groups` thread blocks (F / groups features each, a power of
@@ -196,10 +194,10 @@ impl SmallSystemPlan {
         Ok(self)
     }
 
-    /// Output elements zeroed before the launch: prefix, forces, energies and the per-edge
-    /// gradients, which the blocks add into.
-    fn zeroed_len(&self) -> usize {
-        PREFIX + 4 * self.n + 4 * self.e
+    /// Output elements the blocks add into (zeroed by the kernel): forces, energies and the
+    /// per-edge gradients.
+    fn summed_len(&self) -> usize {
+        4 * self.n + 4 * self.e
     }
 
     /// [`fit`](Self::fit) with the most thread blocks, at most `most`, that the device and the
@@ -323,7 +321,7 @@ impl Kernel for SmallSystem {
     }
     fn cpu<T: Real>(&self, x: &[&[T]], idx: &[&[u32]], out: &mut [T]) {
         let n = self.plan.n;
-        let (forces, rest) = out[PREFIX..].split_at_mut(3 * n);
+        let (forces, rest) = out.split_at_mut(3 * n);
         let reference = Reference {
             m: &self.plan.model,
             pos: x[0],
@@ -384,8 +382,8 @@ pub fn small_system(
         [species, centers, neighbors],
         false,
     )?;
-    let forces = out.narrow(0, PREFIX, 3 * n)?.reshape((n, 3))?;
-    let energies = out.narrow(0, PREFIX + 3 * n, n)?;
+    let forces = out.narrow(0, 0, 3 * n)?.reshape((n, 3))?;
+    let energies = out.narrow(0, 3 * n, n)?;
     Ok((energies, forces))
 }
 
@@ -397,16 +395,42 @@ fn run(
     stamps: bool,
 ) -> Result<Tensor> {
     let len = plan.out_len() + if stamps { 1 + STAMP_ELEMENTS } else { 0 };
+    let counters = barrier_counters(positions.device())?;
+    let [species, centers, neighbors] = index;
     launch(
         SmallSystem {
             plan: *plan,
             stamps,
         },
         &[positions, offsets, weights],
-        &index,
+        &[species, centers, neighbors, &counters],
         len,
-        Init::ZeroPrefix(plan.zeroed_len()),
+        // The kernel zeroes what its blocks add into, in its first phase.
+        Init::Uninit,
     )
+}
+
+/// The barrier's two counters (arrivals, finished blocks) of a device: zero between launches,
+/// as the last block of each launch leaves them, so no launch waits for a memset. One per
+/// candle device, whose launches all queue on its one stream (two at once would share it).
+fn barrier_counters(device: &Device) -> Result<Tensor> {
+    #[cfg(feature = "cuda")]
+    if let Device::Cuda(dev) = device {
+        use candle_core::cuda_backend::DeviceId;
+        use std::collections::HashMap;
+        use std::sync::{Mutex, OnceLock};
+        static COUNTERS: OnceLock<Mutex<HashMap<DeviceId, Tensor>>> = OnceLock::new();
+        let mut map = (COUNTERS.get_or_init(Default::default).lock())
+            .map_err(|_| candle_core::Error::Msg("barrier counters: lock poisoned".into()))?;
+        if let Some(t) = map.get(&dev.id()) {
+            return Ok(t.clone());
+        }
+        let t = Tensor::zeros(2, DType::U32, device)?;
+        map.insert(dev.id(), t.clone());
+        return Ok(t);
+    }
+    // The CPU twin has no barriers.
+    Tensor::zeros(2, DType::U32, device)
 }
 
 /// Each phase's name and microseconds: from the launch's start to the end of its first phase,
