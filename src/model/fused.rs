@@ -114,8 +114,8 @@ impl Mlp {
 pub const DENSE_KERNEL_MAX_ROWS: usize = 512;
 
 /// Atoms up to which a system on CUDA runs as one kernel (`ops::small_system`) when its layer
-/// inputs fit in shared memory. On an H100 the one kernel (aspirin 0.22 ms per eager call at 64
-/// thread blocks) beats the separate kernels launched one by one (0.47-0.54 ms) and their
+/// inputs fit in shared memory. On an H100 the one kernel (aspirin 0.196 ms per eager call at
+/// 64 thread blocks) beats the separate kernels launched one by one (0.47-0.54 ms) and their
 /// CUDA-graph replay (0.25 ms); graphs ([`crate::graph`]) still capture the separate kernels
 /// (see `graph::Parts::step`), eager calls take the one kernel (BENCHMARKS.md). Only where every
 /// edge's geometry stays in shared memory (up to 512 edges in f32). MLFF_ONE_KERNEL_ATOMS or
@@ -125,8 +125,8 @@ pub const ONE_KERNEL_MAX_ATOMS: usize = 64;
 /// Thread blocks the one kernel is split over where the device has the multiprocessors and
 /// the split fits its shared memory (fewer otherwise: [`SmallSystemPlan::fit_widest`]). More
 /// blocks each own fewer features, so the per-block work shrinks while the barriers stay:
-/// aspirin on an H100 0.28 ms at 16 and 0.21 at 64 back to back, 128 slower than 64
-/// (BENCHMARKS.md). MLFF_ONE_KERNEL_BLOCKS changes it.
+/// aspirin on an H100 278 µs at 16 and 206 at 64 back to back (commit 8a97677), 128 slower
+/// than 64 (BENCHMARKS.md). MLFF_ONE_KERNEL_BLOCKS changes it.
 pub const ONE_KERNEL_MAX_BLOCKS: usize = 64;
 
 /// Edge count from which the filter rows are a matrix product instead of being formed per

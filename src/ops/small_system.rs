@@ -1,6 +1,6 @@
 //! The whole fused PaiNN energy + forces of a small system as one kernel
 //! (kernels/small_system.cu): on CUDA, G thread blocks launched together each own F / G of the
-//! features and run the forward and the explicit adjoint of `model::fused` as ~31 phases with a
+//! features and run the forward and the explicit adjoint of `model::fused` as 10 phases per interaction block with a
 //! barrier among them, instead of ~75 kernels. `model::fused` takes it for eager calls of
 //! molecules whose inputs and edge geometry fit in shared memory (`SmallSystemPlan::fit_widest`,
 //! `edges_resident`), with G = 64 where the device allows; CUDA graphs and larger systems use
