@@ -3,10 +3,11 @@
 // A molecule-sized call is ~75 kernels of a few microseconds each, each bounded by latency
 // rather than work. Here G thread blocks (launched cooperatively, so all are resident) run the
 // forward and the explicit adjoint of model::fused as 10 phases per interaction block,
-// separated by a barrier among the G blocks. Block c owns the features [c S, c S + S), S = F / G, of every atom: it computes
-// those columns of every dense layer (staging the layer's whole input in shared memory after a
-// barrier), and the message passing and update of its own features need no barrier at all,
-// since PaiNN's interaction and gating never mix features; the block keeps its own features
+// separated by a barrier among the G blocks. Block c owns the features [c S, c S + S),
+// S = F / G, of every atom: it computes those columns of every dense layer (staging the
+// layer's whole input in shared memory after a barrier), and the message passing and update
+// of its own features need no barrier at all, since PaiNN's interaction and gating never mix
+// features; the block keeps its own features
 // of every layer's φ, v and update in shared memory for the adjoint. The first block's φ comes
 // from a per-element table (its input is the embedding), so its interaction needs no barrier.
 // Per-edge sums over features (the basis gradient) are kept per block and added into the

@@ -345,7 +345,7 @@ fn cuda_fused_kernels_match_cpu() {
 /// its shared memory does not fit, so the fused kernels run instead), a lone atom and a far
 /// atom, each with its features split over every number of blocks that fits (1 to 128, at most
 /// 32 features each; 3 launches each, which agree: the barrier counter starts from zero each
-/// time). The fused model's choice of the one kernel (up to 64 atoms, where all edges stay resident)
+/// time). The fused model's choice of the one kernel (up to 64 atoms, wherever it fits)
 /// gives the separate kernels' forces.
 #[test]
 fn cuda_one_kernel_matches_cpu_twin() {
@@ -384,8 +384,8 @@ fn cuda_one_kernel_matches_cpu_twin() {
                 .unwrap()
                 .clone()
                 .with_one_kernel_up_to(64);
-            // The kernel runs wherever its plan fits the device (64 atoms in f64 does not);
-            // the model takes it only where every edge's geometry stays resident as well.
+            // The kernel runs wherever its plan fits the device (64 atoms in f64 does not), and
+            // the model takes it there, with the edge geometry resident or in chunks.
             let (n, e) = (
                 x_gpu.positions.dim(0).unwrap(),
                 x_gpu.centers.dim(0).unwrap(),
@@ -399,7 +399,7 @@ fn cuda_one_kernel_matches_cpu_twin() {
             );
             let one = fused.runs_as_one_kernel(&x_gpu).unwrap();
             let resident = fitted.as_ref().is_ok_and(|p| p.edges_resident());
-            assert_eq!(one, resident, "{what} {dtype:?}");
+            assert_eq!(one, fitted.is_ok(), "{what} {dtype:?}");
             println!(
                 "{what} {dtype:?}: {e} edges, fits {}, resident {resident}",
                 fitted.is_ok()

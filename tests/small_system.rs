@@ -93,6 +93,15 @@ fn one_kernel_edge_cases_and_refusals() {
     let plan = SmallSystemPlan::new(fused.small_system_model().unwrap(), 3, 0).unwrap();
     let why = plan.fit(&Device::Cpu, DType::F32).unwrap_err();
     assert!(why.contains("CUDA"), "{why}");
+    let why = plan.fit_widest(&Device::Cpu, DType::F32, 64).unwrap_err();
+    assert!(why.contains("CUDA"), "{why}");
+    // Splits of the features over the blocks: a power of two of at most 32 features each.
+    let hidden = fused.small_system_model().unwrap().hidden;
+    for groups in [0, 3, hidden * 2] {
+        let why = plan.with_groups(groups).unwrap_err();
+        assert!(why.contains("do not split"), "{groups} blocks: {why}");
+    }
+    assert!(plan.with_groups(hidden).is_ok());
     // The CPU path never takes the one kernel.
     assert!(!fused.runs_as_one_kernel(&inputs).unwrap());
 

@@ -117,9 +117,8 @@ pub const DENSE_KERNEL_MAX_ROWS: usize = 512;
 /// inputs fit in shared memory. On an H100 the one kernel (aspirin 0.196 ms per eager call at
 /// 64 thread blocks) beats the separate kernels launched one by one (0.47-0.54 ms) and their
 /// CUDA-graph replay (0.25 ms); graphs ([`crate::graph`]) still capture the separate kernels
-/// (see `graph::Parts::step`), eager calls take the one kernel (BENCHMARKS.md). Only where every
-/// edge's geometry stays in shared memory (up to 512 edges in f32). MLFF_ONE_KERNEL_ATOMS or
-/// [`FusedPainn::with_one_kernel_up_to`] change the limit (0: never).
+/// (see `graph::Parts::step`), eager calls take the one kernel (BENCHMARKS.md).
+/// MLFF_ONE_KERNEL_ATOMS or [`FusedPainn::with_one_kernel_up_to`] change the limit (0: never).
 pub const ONE_KERNEL_MAX_ATOMS: usize = 64;
 
 /// Thread blocks the one kernel is split over where the device has the multiprocessors and
@@ -300,12 +299,12 @@ impl FusedPainn {
         }
         let plan = SmallSystemPlan::new(self.small_system_model()?, n, x.centers.dim(0)?);
         let (dtype, blocks) = (x.positions.dtype(), self.one_kernel_blocks);
-        // Edges formed again chunk by chunk made it slower than the separate kernels (trialanine,
-        // 820 edges: 0.59 against 0.52-0.54 ms on an H100).
+        // Also where the edge geometry is formed again chunk by chunk: at 16 blocks that was
+        // slower than the separate kernels (trialanine 0.59 against 0.52-0.54 ms on an H100),
+        // at 64 it is faster (332 µs back to back against 0.47-0.64 ms eager).
         Ok(plan
             .ok()
-            .and_then(|p| p.fit_widest(dev, dtype, blocks).ok())
-            .filter(|p| p.edges_resident()))
+            .and_then(|p| p.fit_widest(dev, dtype, blocks).ok()))
     }
 
     /// Whether [`energies_and_forces`](Self::energies_and_forces) runs `x` as one kernel.

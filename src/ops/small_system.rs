@@ -2,9 +2,9 @@
 //! (kernels/small_system.cu): on CUDA, G thread blocks launched together each own F / G of the
 //! features and run the forward and the explicit adjoint of `model::fused` as 10 phases per interaction block with a
 //! barrier among them, instead of ~75 kernels. `model::fused` takes it for eager calls of
-//! molecules whose inputs and edge geometry fit in shared memory (`SmallSystemPlan::fit_widest`,
-//! `edges_resident`), with G = 64 where the device allows; CUDA graphs and larger systems use
-//! the separate kernels. The CPU twin is the same maths as plain loops over the same packed
+//! molecules whose layer inputs fit in shared memory (`SmallSystemPlan::fit_widest`; the edge
+//! geometry stays there whole or is formed again chunk by chunk, `edges_resident`), with G = 64
+//! where the device allows; CUDA graphs and larger systems use the separate kernels. The CPU twin is the same maths as plain loops over the same packed
 //! weights.
 
 use super::edge_basis::{basis_width, Geometry};
