@@ -7,9 +7,9 @@
 // S = F / G, of every atom: it computes those columns of every dense layer (staging the
 // layer's whole input in shared memory after a barrier), and the message passing and update
 // of its own features need no barrier at all, since PaiNN's interaction and gating never mix
-// features; the block keeps its own features
-// of every layer's φ, v and update in shared memory for the adjoint. The first block's φ comes
-// from a per-element table (its input is the embedding), so its interaction needs no barrier.
+// features; the block keeps its own features of every layer's φ, v and update in shared memory
+// for the adjoint. The first block's φ comes from a per-element table (its input is the
+// embedding), so its interaction needs no barrier.
 // Per-edge sums over features (the basis gradient) are kept per block and added into the
 // output in the last phase.
 //
