@@ -81,26 +81,6 @@ __device__ __forceinline__ void group_sync(unsigned int* counter, unsigned int& 
 // Threads per block (src/ops/small_system.rs launches exactly this many).
 constexpr int THREADS = 512;
 
-// dst(idx, src(idx)) for idx < total over the block's threads, 8 loads in flight per thread
-// before their stores (a plain loop would wait out each load's latency in turn).
-template <typename T, typename Src, typename Dst>
-__device__ __forceinline__ void copy(int total, Src src, Dst dst) {
-    constexpr int U = 8;
-    for (int base = threadIdx.x; base < total; base += U * THREADS) {
-        T v[U];
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-            const int idx = base + u * THREADS;
-            v[u] = idx < total ? src(idx) : T(0);
-        }
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-            const int idx = base + u * THREADS;
-            if (idx < total) dst(idx, v[u]);
-        }
-    }
-}
-
 // *dst = *src without waiting for it (cp.async): the copy lands by the next wait_copies().
 template <typename T>
 __device__ __forceinline__ void copy_async(T* dst, const T* src) {
@@ -268,9 +248,9 @@ struct Scratch {
     T *state, *h1, *msg, *nrm, *cpre, *ro, *ga, *gcpre, *gmixed, *gphi, *gh, *end;
     __device__ Scratch(T* p, const Dims& d) {
         const size_t nf = (size_t)d.n * d.f, b = d.blocks;
-        state = p;                          // (B + 1) x s [N F] (each block keeps its own v)
-        h1 = state + (b + 1) * nf;          // B x N F
-        msg = h1 + b * nf;                  // B x 4 N F
+        state = p;                          // B x s [N F]: each block's output (its own v stays)
+        h1 = state + b * nf;                // (B - 1) x N F: blocks 1.. (block 0's φ is a table)
+        msg = h1 + (b - 1) * nf;            // B x 4 N F
         nrm = msg + b * 4 * nf;             // B x N F
         cpre = nrm + b * nf;                // B x N F
         ro = cpre + b * nf;                 // N F/2
@@ -400,8 +380,7 @@ __device__ __forceinline__ void small_system(const T* __restrict__ pos, const T*
     // The last threads, which have no edge when there are fewer edges than threads, start the
     // per-atom loads while the first ones form the edges.
     for (int idx = nt - 1 - tid; idx < NS; idx += nt) {
-        const T x = __ldg(emb + (size_t)species[idx / S] * F + f0 + idx % S);
-        sc.state[(size_t)(idx / S) * F + f0 + idx % S] = s_own[idx] = x;
+        s_own[idx] = __ldg(emb + (size_t)species[idx / S] * F + f0 + idx % S);
     }
     for (int idx = nt - 1 - tid; idx < 3 * NS; idx += nt) {
         v_all[idx] = T(0);
@@ -410,10 +389,8 @@ __device__ __forceinline__ void small_system(const T* __restrict__ pos, const T*
 
     for (int b = 0; b < d.blocks; ++b) {
         const T* w = blocks_w + b * bl.stride;
-        const T* s_in = sc.state + b * nf;
         T* phi_own = phi_all + b * 3 * NS;
         T* v_own = v_all + b * 3 * NS;
-        T* h1 = sc.h1 + b * nf;
         T* ms = sc.msg + b * 4 * nf;
         T* mv = ms + nf;
         T* nrm = sc.nrm + b * nf;
@@ -422,13 +399,15 @@ __device__ __forceinline__ void small_system(const T* __restrict__ pos, const T*
         T* act_own = mix_own + 6 * NS;       // N x 3S
         T* nrm_own = act_own + 3 * NS;       // N x S
         T* cpre_own = nrm_own + NS;          // N x S
-        T* s_out = sc.state + (b + 1) * nf;
+        T* s_out = sc.state + b * nf;
         T* v_out = b + 1 < d.blocks ? v_all + (b + 1) * 3 * NS : nullptr;  // own features
 
         if (b == 0) {  // phi from the element table, filter columns started (phase 0)
             wait_copies();
         } else {
-            // phi hidden: h1 = s W1 + b1 (own columns).
+            // phi hidden: h1 = s W1 + b1 (own columns), s the previous block's output.
+            const T* s_in = sc.state + (b - 1) * nf;
+            T* h1 = sc.h1 + (b - 1) * nf;
             load_w(ws, F, w + bl.w1, F, 1, S, own, w + bl.b1);
             sync();
             stage(xs, N, F, plain(s_in, F));
@@ -534,7 +513,7 @@ __device__ __forceinline__ void small_system(const T* __restrict__ pos, const T*
 
     // Readout: ro = s R1 + r1 over this block's columns o = c, c + G, ...; partial energies,
     // and the first adjoint: dE/d(ro) = w_out silu'(ro).
-    const T* s_last = sc.state + d.blocks * nf;
+    const T* s_last = sc.state + (d.blocks - 1) * nf;
     const int ro_cols = max(0, (H2 - c + d.groups - 1) / d.groups);
     const Cols ro_col{1, d.groups, c};
     load_w(ws, F, ro_w, H2, 1, ro_cols, ro_col, (const T*)nullptr);
@@ -561,7 +540,6 @@ __device__ __forceinline__ void small_system(const T* __restrict__ pos, const T*
         const T* w = blocks_w + b * bl.stride;
         const T* phi_own = phi_all + b * 3 * NS;
         const T* v_own = v_all + b * 3 * NS;
-        const T* h1 = sc.h1 + b * nf;
         const T* mix_own = upd_all + b * 11 * NS;
         const T* act_own = mix_own + 6 * NS;
         const T* nrm_own = act_own + 3 * NS;
@@ -683,6 +661,7 @@ __device__ __forceinline__ void small_system(const T* __restrict__ pos, const T*
         }
         if (b == 0) break;  // the first block's state is the embedding
         // phi network: g_h1 = (g_phi W2^T) silu'(h1), then g_s += g_h1 W1^T.
+        const T* h1 = sc.h1 + (b - 1) * nf;
         load_w(ws, F3, w + bl.w2, 1, F3, S, own, (const T*)nullptr);
         sync();
         stage(xs, N, F3, plain(sc.gphi, F3));

@@ -124,12 +124,6 @@ impl SmallSystemPlan {
     /// F must split into [`GROUPS`] slices of a power of two ≤ 32 features.
     pub fn new(model: SmallSystemModel, n: usize, e: usize) -> std::result::Result<Self, String> {
         let f = model.hidden;
-        let s = f / GROUPS;
-        if !f.is_multiple_of(GROUPS) || !s.is_power_of_two() || s > 32 {
-            return Err(format!(
-                "{f} features do not split into {GROUPS} slices of a power of two ≤ 32"
-            ));
-        }
         if !f.is_multiple_of(8) {
             return Err(format!(
                 "{f} features: the kernel stages layer inputs 4 at a time, which needs a \
@@ -139,26 +133,29 @@ impl SmallSystemPlan {
         if n == 0 {
             return Err("no atoms".into());
         }
+        if model.blocks == 0 {
+            return Err("no interaction blocks".into());
+        }
         let pad = |rows: usize| rows.div_ceil(4) * 4;
         let xs_len = (pad(3 * n) * (f + 1))
             .max(pad(n) * (3 * f + 1))
             .next_multiple_of(4);
-        Ok(Self {
+        let plan = Self {
             n,
             e,
             groups: GROUPS,
             xs_len,
             eb_edges: e.clamp(1, EDGES_RESIDENT),
             model,
-        })
+        };
+        plan.with_groups(GROUPS)
     }
 
     /// Shared memory per thread block for elements of `elem_bytes`: staging area (layer
     /// inputs), weight columns and biases, filter columns, own-feature rows (φ, v, [U | V], the
     /// context activations, |V| and pre-activations of every block; s, dE/ds, dE/dv) and
-    /// accumulators,
-    /// energies, per-edge gradients, a chunk of edge geometry and its atoms (the kernel's
-    /// layout).
+    /// accumulators, energies, per-edge gradients, a chunk of edge geometry and its atoms (the
+    /// kernel's layout).
     pub fn shared_bytes(&self, elem_bytes: usize) -> usize {
         let (f, r) = (self.model.hidden, self.model.n_rbf);
         let s = f / self.groups;
@@ -170,13 +167,13 @@ impl SmallSystemPlan {
         (reals + edges) * elem_bytes + 2 * self.eb_edges * 4
     }
 
-    /// Output length: prefix, forces, energies, then the scratch the kernel's adjoint reads
-    /// (the phase stamps start at the next even element).
+    /// Output length: forces, energies and edge gradients, then the scratch the kernel's adjoint
+    /// reads (the phase stamps start at the next even element).
     fn out_len(&self) -> usize {
         let (n, f, b) = (self.n, self.model.hidden, self.model.blocks);
         let nf = n * f;
         let scratch =
-            (b + 1) * nf + b * (1 + 4 + 1 + 1) * nf + n * f / 2 + (3 + 1 + 6 + 3 + 1) * nf;
+            b * nf + (b - 1) * nf + b * (4 + 1 + 1) * nf + n * f / 2 + (3 + 1 + 6 + 3 + 1) * nf;
         self.summed_len() + scratch
     }
 
