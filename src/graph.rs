@@ -18,6 +18,7 @@
 use crate::calculator::PainnCalculator;
 use crate::error::{Error, Result};
 use crate::model::PainnInputs;
+use crate::neighbors::PaddedList;
 use crate::ops::{scatter_add, EdgeOps};
 use candle_core::{DType, Device, Tensor, Var};
 
@@ -106,6 +107,16 @@ pub fn edge_capacity(edges: usize) -> usize {
     (edges + edges / 4).max(edges + 64).next_multiple_of(64)
 }
 
+/// The edge list a graph is captured with.
+#[derive(Clone, Copy, Debug)]
+pub enum GraphEdges<'a> {
+    /// A host list, padded to the capacity given.
+    Host(HostEdges<'a>, usize),
+    /// A list built on the device, for its own capacity (an overflowed one is an error: it
+    /// holds padding only).
+    Padded(&'a PaddedList),
+}
+
 /// What a captured graph was made for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct GraphShape {
@@ -152,37 +163,50 @@ pub(crate) fn launch(graph: &Graph) -> Result<()> {
 impl ForceGraph {
     /// Captures `calc`'s energy+forces for atoms of model species `species` ([N] u32),
     /// structure index `atom_structure` ([N] u32, `structures` of them), at `positions`
-    /// ([N, 3] f64) with `edges`, padded to `capacity` edges.
+    /// ([N, 3] f64) with `edges`.
     pub fn capture(
         calc: &PainnCalculator,
         species: &Tensor,
         atom_structure: &Tensor,
         structures: usize,
         positions: &Tensor,
-        edges: HostEdges,
-        capacity: usize,
+        edges: GraphEdges,
     ) -> Result<Self> {
-        if calc.model().ops() != EdgeOps::Fused {
-            return Err(Error::Device(format!(
-                "CUDA graphs need the fused path (--ops fused), not `{}`",
-                calc.model().ops().name()
-            )));
-        }
+        let atoms = positions.dim(0)?;
+        check_capturable(calc, atoms)?;
+        let (cutoff, dtype) = (calc.model().config().cutoff, calc.dtype());
+        let tensors = match edges {
+            GraphEdges::Host(edges, capacity) => {
+                edge_tensors(edges, atoms, capacity, cutoff, calc.device(), dtype)?
+            }
+            GraphEdges::Padded(list) => padded_tensors(list, dtype)?,
+        };
+        Self::capture_with(
+            calc,
+            species,
+            atom_structure,
+            structures,
+            positions,
+            tensors,
+        )
+    }
+
+    fn capture_with(
+        calc: &PainnCalculator,
+        species: &Tensor,
+        atom_structure: &Tensor,
+        structures: usize,
+        positions: &Tensor,
+        [centers, neighbors, offsets]: [Tensor; 3],
+    ) -> Result<Self> {
         let dev = calc.device().clone();
         let atoms = positions.dim(0)?;
-        if atoms == 0 {
-            return Err(Error::Device(
-                "cannot capture a graph for zero atoms".into(),
-            ));
-        }
         let shape = GraphShape {
             atoms,
             structures,
-            edge_capacity: capacity,
+            edge_capacity: centers.dim(0)?,
         };
         let (cutoff, dtype) = (calc.model().config().cutoff, calc.dtype());
-        let [centers, neighbors, offsets] =
-            edge_tensors(edges, atoms, capacity, cutoff, &dev, dtype)?;
         let var = |t: Tensor| Var::from_tensor(&t);
         let positions = var(positions.to_dtype(DType::F64)?)?;
         let (centers, neighbors, offsets) = (var(centers)?, var(neighbors)?, var(offsets)?);
@@ -232,6 +256,22 @@ impl ForceGraph {
         let dev = self.positions.device();
         let [centers, neighbors, offsets] =
             edge_tensors(edges, atoms, capacity, self.cutoff, dev, self.dtype)?;
+        self.centers.set(&centers)?;
+        self.neighbors.set(&neighbors)?;
+        self.offsets.set(&offsets)?;
+        Ok(())
+    }
+
+    /// Replaces the edge list by one built on the device with this graph's capacity.
+    pub fn set_padded(&self, list: &PaddedList) -> Result<()> {
+        if list.capacity() != self.shape.edge_capacity {
+            return Err(Error::Device(format!(
+                "a list of {} slots given to a graph captured for {}",
+                list.capacity(),
+                self.shape.edge_capacity
+            )));
+        }
+        let [centers, neighbors, offsets] = padded_tensors(list, self.dtype)?;
         self.centers.set(&centers)?;
         self.neighbors.set(&neighbors)?;
         self.offsets.set(&offsets)?;
@@ -401,6 +441,39 @@ fn edge_tensors(
         Tensor::from_vec(p.centers, capacity, dev)?,
         Tensor::from_vec(p.neighbors, capacity, dev)?,
         Tensor::from_vec(p.offsets, (capacity, 3), dev)?.to_dtype(dtype)?,
+    ])
+}
+
+/// Whether `calc` can capture a call for `atoms` atoms.
+fn check_capturable(calc: &PainnCalculator, atoms: usize) -> Result<()> {
+    if calc.model().ops() != EdgeOps::Fused {
+        return Err(Error::Device(format!(
+            "CUDA graphs need the fused path (--ops fused), not `{}`",
+            calc.model().ops().name()
+        )));
+    }
+    if atoms == 0 {
+        return Err(Error::Device(
+            "cannot capture a graph for zero atoms".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// A device-built list's slots as a graph's inputs; an error when it overflowed.
+fn padded_tensors(list: &PaddedList, dtype: DType) -> Result<[Tensor; 3]> {
+    let status = list.status()?;
+    if status.overflowed {
+        return Err(Error::NeighborList(format!(
+            "{} edges overflowed a list of {} slots",
+            status.edges,
+            list.capacity()
+        )));
+    }
+    Ok([
+        list.centers.clone(),
+        list.neighbors.clone(),
+        list.offsets.to_dtype(dtype)?,
     ])
 }
 

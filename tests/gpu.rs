@@ -453,3 +453,67 @@ fn cuda_one_kernel_matches_cpu_twin() {
         }
     }
 }
+
+/// The device neighbour list built by kernels/neighbors.cu against the host cell list, edge
+/// for edge (and its CPU twin, in f32 too): molecules, a 5,001-atom water box with MD's list
+/// cutoff (model cutoff + 1 Å skin), a triclinic box and a slab with atoms outside the cell;
+/// padding, an exact fit and overflow.
+#[test]
+fn cuda_device_list_matches_host_list() {
+    use common::device_list::check_against_host;
+    use mlff_distiller::neighbors::DeviceListBuilder;
+    let dev = cuda();
+    let mut slab = random_box(300, 0.25, 5);
+    slab.pbc = [true, true, false];
+    let mut outside = random_box(300, 0.3, 6);
+    for (i, x) in outside.positions.iter_mut().enumerate() {
+        let c = outside.cell.unwrap();
+        let m = (i % 5) as f64 - 2.0;
+        x.iter_mut()
+            .zip(&c[i % 3])
+            .for_each(|(xd, cd)| *xd += m * cd);
+    }
+    let cases = [
+        (aspirin(), 5.0, 600),
+        (random_molecule(64, 2), 6.0, 4096),
+        (water_box(1667, 1), 6.0, 600_000),
+        (outside, 4.0, 40_000),
+        (slab, 4.0, 40_000),
+    ];
+    for (s, cutoff, capacity) in &cases {
+        let (list, st) = check_against_host(s, *cutoff, *capacity, &dev);
+        assert!(st.edges > 0 && !st.overflowed, "{} atoms: {st:?}", s.len());
+        let (_, exact) = check_against_host(s, *cutoff, st.edges, &dev);
+        assert!(!exact.overflowed);
+        let (_, over) = check_against_host(s, *cutoff, st.edges - 1, &dev);
+        assert!(over.overflowed);
+        // The CPU twin gives the same slots; f32 offsets are the f64 ones rounded.
+        let (twin, _) = check_against_host(s, *cutoff, *capacity, &Device::Cpu);
+        let cpu_centers: Vec<u32> = twin.centers.to_vec1().unwrap();
+        assert_eq!(list.centers.to_vec1::<u32>().unwrap(), cpu_centers);
+        let b = DeviceListBuilder::new(*cutoff, s.cell.as_ref(), s.pbc, &dev).unwrap();
+        let flat: Vec<f64> = s.positions.iter().flatten().copied().collect();
+        let x = b
+            .wrap(&Tensor::from_vec(flat, (s.len(), 3), &dev).unwrap())
+            .unwrap();
+        let f32_list = b.build(&x, *capacity, DType::F32).unwrap();
+        let want: Vec<f32> = (list
+            .offsets
+            .flatten_all()
+            .unwrap()
+            .to_vec1::<f64>()
+            .unwrap())
+        .iter()
+        .map(|&v| v as f32)
+        .collect();
+        assert_eq!(
+            f32_list
+                .offsets
+                .flatten_all()
+                .unwrap()
+                .to_vec1::<f32>()
+                .unwrap(),
+            want
+        );
+    }
+}

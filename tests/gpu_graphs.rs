@@ -8,10 +8,10 @@ use candle_core::{DType, Device, Tensor};
 use common::*;
 use mlff_distiller::calculator::{edge_offsets, PainnCalculator};
 use mlff_distiller::device::{select, DeviceSpec};
-use mlff_distiller::graph::{edge_capacity, ForceGraph, Graphs, HostEdges};
+use mlff_distiller::graph::{edge_capacity, ForceGraph, GraphEdges, Graphs, HostEdges};
 use mlff_distiller::md::{
-    device_positions, host_positions, Ensemble, ForceProvider, MdSettings, PainnForces, Simulation,
-    StopReason,
+    device_positions, host_positions, Ensemble, ForceProvider, ListSite, MdSettings, PainnForces,
+    Simulation, StopReason,
 };
 use mlff_distiller::neighbors::batch_neighbor_list;
 use mlff_distiller::ops::EdgeOps;
@@ -100,8 +100,7 @@ fn cuda_graph_replay_matches_eager_calls() {
                 &inputs.atom_structure,
                 inputs.n_structures,
                 &positions,
-                edges,
-                edge_capacity(nl.len()),
+                GraphEdges::Host(edges, edge_capacity(nl.len())),
             )
             .unwrap();
             let check = |batch: &Batch, what: &str| {
@@ -156,7 +155,7 @@ fn cuda_graph_md_follows_eager_md() {
         temperature: 300.0,
         friction: 10.0,
     };
-    for s in [aspirin(), water_box(27, 3)] {
+    for s in [aspirin(), water_box(64, 3)] {
         for ensemble in [Ensemble::Nve, nvt] {
             let settings = MdSettings {
                 steps: 1000,
@@ -166,11 +165,14 @@ fn cuda_graph_md_follows_eager_md() {
                 stop_when_unstable: false,
                 ..Default::default()
             };
-            let run = |graphs: bool| {
+            let run = |graphs: bool, site: ListSite| {
                 let f = PainnForces::new(&calc, &s, settings.skin)
+                    .unwrap()
+                    .with_list_site(site)
                     .unwrap()
                     .with_graphs(if graphs { Graphs::On } else { Graphs::Off })
                     .unwrap();
+                assert_eq!(f.list_on_device(), site == ListSite::Device);
                 let mut sim =
                     Simulation::new(f, &s, settings.clone(), serde_json::Value::Null).unwrap();
                 let summary = sim.run(&mut |_| {}).unwrap();
@@ -183,45 +185,65 @@ fn cuda_graph_md_follows_eager_md() {
                     (f.graph_captures(), f.replayed_steps()),
                 )
             };
-            let (x0, e0, builds0, _) = run(false);
-            let (x1, e1, builds1, (captures, replayed)) = run(true);
-            let dx = max_force_diff(&x0, &x1);
+            // The reference: eager, the host cell list. Eager with the device list first.
+            let (x0, e0, builds0, _) = run(false, ListSite::Host);
+            let (xd, ed, buildsd, _) = run(false, ListSite::Device);
             let what = format!("{} atoms {}", s.len(), ensemble.name());
-            println!(
+            let dxd = max_force_diff(&x0, &xd);
+            println!("{what}: device list, eager: dx {dxd:.2e} Å, {buildsd} builds");
+            assert!(dxd < 1e-6, "{what}: device list moved the atoms by {dxd} Å");
+            assert!(
+                (e0 - ed).abs() < 1e-6 && buildsd == builds0,
+                "{what}: {ed} {buildsd}"
+            );
+            for site in [ListSite::Device, ListSite::Host] {
+                let what = format!("{what}, {site:?} list");
+                let (x1, e1, builds1, (captures, replayed)) = run(true, site);
+                let dx = max_force_diff(&x0, &x1);
+                println!(
                 "{what}: dx {dx:.2e} Å, dE_tot {:.2e} eV, {builds1} builds, {captures} captures, \
                  {replayed} steps replayed",
                 (e0 - e1).abs()
             );
-            assert!(
-                dx < 1e-6,
-                "{what}: positions differ by {dx} Å after 1,000 steps"
-            );
-            assert!((e0 - e1).abs() < 1e-6, "{what}: E_tot {e0} vs {e1}");
-            assert!(
-                builds1 > 2 && builds1 == builds0,
-                "{what}: builds {builds0} vs {builds1}"
-            );
-            assert!(
-                captures >= 1 && captures < builds1,
-                "{what}: {captures} captures"
-            );
-            // Every step but the first and those that rebuilt the list ran as a replay.
-            assert!(
-                replayed + builds1 as u64 >= 1000 - 1,
-                "{what}: only {replayed} of 1,000 steps replayed ({builds1} builds)"
-            );
+                assert!(
+                    dx < 1e-6,
+                    "{what}: positions differ by {dx} Å after 1,000 steps"
+                );
+                assert!((e0 - e1).abs() < 1e-6, "{what}: E_tot {e0} vs {e1}");
+                assert!(
+                    builds1 > 2 && builds1 == builds0,
+                    "{what}: builds {builds0} vs {builds1}"
+                );
+                assert!(
+                    captures >= 1 && captures < builds1,
+                    "{what}: {captures} captures"
+                );
+                // Every step but the first and those that rebuilt the list ran as a replay.
+                assert!(
+                    replayed + builds1 as u64 >= 1000 - 1,
+                    "{what}: only {replayed} of 1,000 steps replayed ({builds1} builds)"
+                );
+            }
         }
     }
 }
 
 /// A neighbour list that outgrows the graph's capacity makes a new capture, whose results
 /// equal an eager call; a shorter list afterwards fits the larger graph.
+/// With the device list, the overflow flag of its build sends it to a larger capacity.
 #[test]
 fn cuda_graph_overflow_recaptures() {
+    overflow_recaptures(ListSite::Device);
+    overflow_recaptures(ListSite::Host);
+}
+
+fn overflow_recaptures(site: ListSite) {
     let gpu = cuda();
     let calc = shipped(DType::F64, &gpu);
     let s = water_box(64, 5);
     let mut graphed = PainnForces::new(&calc, &s, 0.5)
+        .unwrap()
+        .with_list_site(site)
         .unwrap()
         .with_graphs(Graphs::On)
         .unwrap();
@@ -286,12 +308,14 @@ fn cuda_graph_replays_do_not_leak() {
         &x.atom_structure,
         1,
         &pos,
-        HostEdges {
-            centers: &nl.centers,
-            neighbors: &nl.neighbors,
-            offsets: &offsets,
-        },
-        edge_capacity(nl.len()),
+        GraphEdges::Host(
+            HostEdges {
+                centers: &nl.centers,
+                neighbors: &nl.neighbors,
+                offsets: &offsets,
+            },
+            edge_capacity(nl.len()),
+        ),
     )
     .unwrap();
     let mut pool = Vec::new();

@@ -7,8 +7,8 @@ use candle_core::{DType, Device};
 use mlff_distiller::md::potentials::{HarmonicBonds, LennardJones};
 use mlff_distiller::md::{
     kinetic_energy, masses, maxwell_boltzmann, read_log, temperature, Bonds, CalculatorForces,
-    Ensemble, ForceProvider, LogRecord, MdOutputs, MdSettings, PainnForces, Restart, Simulation,
-    StopReason,
+    Ensemble, ForceProvider, ListSite, LogRecord, MdOutputs, MdSettings, PainnForces, Restart,
+    Simulation, StopReason,
 };
 use mlff_distiller::neighbors::wrap_positions;
 use mlff_distiller::{Batch, Calculator, Prediction, Structure};
@@ -159,6 +159,17 @@ fn outputs_in(dir: &Path, st: MdSettings) -> MdSettings {
 
 #[test]
 fn resumed_run_equals_uninterrupted_run_bitwise() {
+    resumed_equals_uninterrupted(ListSite::Host);
+}
+
+/// The same with the list built by the device list's CPU twin: a resumed run rebuilds it from
+/// the restart file's reference positions without wrapping them again.
+#[test]
+fn resumed_run_with_the_device_list_equals_uninterrupted_run() {
+    resumed_equals_uninterrupted(ListSite::Device);
+}
+
+fn resumed_equals_uninterrupted(site: ListSite) {
     let calc = small_painn(DType::F64);
     let s = common::random_molecule(8, 3);
     let base = MdSettings {
@@ -187,6 +198,7 @@ fn resumed_run_equals_uninterrupted_run_bitwise() {
             },
         );
         let f = PainnForces::new(&calc, &s, st.skin).unwrap();
+        let f = f.with_list_site(site).unwrap();
         Simulation::new(f, &s, st, serde_json::json!({"test": 1})).unwrap()
     };
     let whole = new(a.path(), 200).run(&mut quiet()).unwrap();
@@ -212,6 +224,7 @@ fn resumed_run_equals_uninterrupted_run_bitwise() {
     assert_eq!(restart.caller, serde_json::json!({"test": 1}));
     restart.settings.steps = 200;
     let f = PainnForces::new(&calc, &s, base.skin).unwrap();
+    let f = f.with_list_site(site).unwrap();
     let mut resumed = Simulation::resume(f, restart).unwrap();
     let summary = resumed.run(&mut quiet()).unwrap();
     assert_eq!(summary.first_step, 100);
@@ -292,6 +305,65 @@ fn device_resident_painn_forces_match_the_host_calculator_path() {
             a.step
         );
     }
+}
+
+/// MD with the list from the device list (its CPU twin) follows MD with the host cell list
+/// bit for bit: the same edges in the same order, built at the same steps, and the same
+/// wrapped positions, for a molecule (NVT) and a periodic box (NVE).
+#[test]
+fn device_list_md_equals_host_list_md() {
+    let calc = small_painn(DType::F64);
+    let molecule = common::random_molecule(10, 5);
+    let water = mlff_distiller::systems::water_box(27, 2);
+    let nvt = Ensemble::Nvt {
+        temperature: 500.0,
+        friction: 20.0,
+    };
+    for (s, st) in [
+        (
+            &molecule,
+            MdSettings {
+                skin: 0.3,
+                ..settings(0.5, 60, nvt)
+            },
+        ),
+        (
+            &water,
+            MdSettings {
+                skin: 0.1,
+                init_temperature: 600.0,
+                ..settings(0.5, 30, Ensemble::Nve)
+            },
+        ),
+    ] {
+        let sim = |site: ListSite| {
+            let f = PainnForces::new(&calc, s, st.skin)
+                .unwrap()
+                .with_list_site(site)
+                .unwrap();
+            assert_eq!(f.list_on_device(), site == ListSite::Device);
+            let mut sim = Simulation::new(f, s, st.clone(), serde_json::Value::Null).unwrap();
+            let summary = sim.run(&mut quiet()).unwrap();
+            let x = mlff_distiller::md::host_positions(&sim.state().positions).unwrap();
+            (sim.records().to_vec(), summary.neighbor_list_builds, x)
+        };
+        let (host_log, host_builds, host_x) = sim(ListSite::Host);
+        let (dev_log, dev_builds, dev_x) = sim(ListSite::Device);
+        assert!(host_builds > 1, "the skin never triggered a rebuild");
+        assert_eq!(dev_builds, host_builds);
+        assert_eq!(dev_x, host_x);
+        for (a, b) in dev_log.iter().zip(&host_log) {
+            assert_eq!((a.e_pot, a.e_kin), (b.e_pot, b.e_kin), "step {}", a.step);
+        }
+    }
+    // `auto` keeps the host list on the CPU; `device` refuses a cell the list cannot serve.
+    let f = PainnForces::new(&calc, &water, 0.1).unwrap();
+    assert!(!f.list_on_device());
+    let small = mlff_distiller::systems::water_box(8, 1);
+    let err = PainnForces::new(&calc, &small, 1.0)
+        .unwrap()
+        .with_list_site(ListSite::Device);
+    assert!(err.err().unwrap().to_string().contains("twice the cutoff"));
 }
 
 #[test]

@@ -8,7 +8,7 @@ use anyhow::Result;
 use clap::Args;
 use mlff_distiller::fsutil::write_atomic;
 use mlff_distiller::graph::Graphs;
-use mlff_distiller::md::{Ensemble, ForceProvider, MdSettings, PainnForces, Simulation};
+use mlff_distiller::md::{Ensemble, ForceProvider, ListSite, MdSettings, PainnForces, Simulation};
 use mlff_distiller::plot::{histogram_png, lines_png, Line};
 use mlff_distiller::profiler::{ProfiledForces, Profiler};
 use mlff_distiller::{PainnCalculator, Structure};
@@ -48,6 +48,10 @@ pub struct ProfileArgs {
     /// profiler times phases, so the integrator runs op by op here, unlike in `mlff md`.)
     #[arg(long, default_value = "auto")]
     graphs: Graphs,
+    /// Where the neighbour list is built: auto (the device where the cell allows), host or
+    /// device (as `mlff md`).
+    #[arg(long, default_value = "auto")]
+    neighbor_list: ListSite,
     #[command(flatten)]
     run: ModelArgs,
 }
@@ -75,9 +79,11 @@ fn provider<'a>(
     calc: &'a PainnCalculator,
     s: &Structure,
     skin: f64,
-    graphs: Graphs,
+    (graphs, site): (Graphs, ListSite),
 ) -> Result<PainnForces<'a>> {
-    Ok(PainnForces::new(calc, s, skin)?.with_graphs(graphs)?)
+    Ok(PainnForces::new(calc, s, skin)?
+        .with_list_site(site)?
+        .with_graphs(graphs)?)
 }
 
 pub fn run(a: ProfileArgs) -> Result<()> {
@@ -85,7 +91,7 @@ pub fn run(a: ProfileArgs) -> Result<()> {
     let s = pick_frame(&a.structure, 0)?;
     let dev = calc.device().clone();
     let skin = settings(0).skin;
-    let graphs = a.graphs;
+    let graphs = (a.graphs, a.neighbor_list);
     if a.warmup > 0 {
         timed(provider(&calc, &s, skin, graphs)?, &s, a.warmup)?;
     }

@@ -6,9 +6,9 @@ use super::integrator::{Integrator, State};
 use super::step_graph::StepGraph;
 use crate::calculator::{atom_energies_and_forces, Calculator, PainnCalculator};
 use crate::error::{Error, Result};
-use crate::graph::{edge_capacity, ForceGraph, Graphs, HostEdges};
+use crate::graph::{edge_capacity, ForceGraph, GraphEdges, Graphs, HostEdges};
 use crate::model::PainnInputs;
-use crate::neighbors::{image_offset, wrap_positions, VerletList};
+use crate::neighbors::{image_offset, wrap_positions, DeviceListBuilder, PaddedList, VerletList};
 use crate::profiler::{NoClock, Phase, PhaseClock};
 use crate::structure::{Batch, Structure};
 use candle_core::{DType, Device, Tensor, Var};
@@ -73,6 +73,21 @@ pub trait ForceProvider {
 pub fn displacement2(positions: &Tensor, reference: &Tensor) -> Result<Tensor> {
     let d2 = (positions - reference)?.sqr()?.sum(1)?;
     Ok(Tensor::stack(&[d2.sum_all()?, d2.max(0)?], 0)?)
+}
+
+/// The error for positions that are not all finite, naming the first such atom.
+fn non_finite_atom(positions: &Tensor) -> Error {
+    let host = match host_positions(positions) {
+        Ok(h) => h,
+        Err(e) => return e,
+    };
+    let (i, p) = host
+        .iter()
+        .enumerate()
+        .find(|(_, p)| p.iter().any(|x| !x.is_finite()))
+        .map(|(i, p)| (i, *p))
+        .unwrap_or((0, host.first().copied().unwrap_or_default()));
+    Error::NonFinite(format!("atom {i} is at {p:?}"))
 }
 
 /// Host positions of an [N, 3] f64 tensor.
@@ -140,6 +155,35 @@ impl<C: Calculator> ForceProvider for CalculatorForces<C> {
     }
 }
 
+/// Where MD builds its Verlet neighbour list (`--neighbor-list`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ListSite {
+    /// On a CUDA device wherever the device list can (molecules, and cells more than twice
+    /// the list cutoff wide along every periodic axis); on the host otherwise.
+    #[default]
+    Auto,
+    /// The host cell list (any cell): positions are copied to the host at every build.
+    Host,
+    /// The device list ([`DeviceListBuilder`]; its CPU twin on the CPU); an error where it
+    /// cannot serve the cell.
+    Device,
+}
+
+impl std::str::FromStr for ListSite {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "auto" => Ok(Self::Auto),
+            "host" => Ok(Self::Host),
+            "device" => Ok(Self::Device),
+            _ => Err(format!(
+                "unknown --neighbor-list `{s}` (expected auto, host or device)"
+            )),
+        }
+    }
+}
+
 /// A PaiNN model with a Verlet neighbour list. Between list builds everything stays on the
 /// device; the only per-step host read is the largest displacement since the last build (one
 /// scalar) that decides whether to rebuild.
@@ -149,6 +193,11 @@ pub struct PainnForces<'a> {
     species: Tensor,
     atom_structure: Tensor,
     verlet: VerletList,
+    /// The list built on the device instead of `verlet` ([`ListSite`]), its builds so far,
+    /// and the slots of its next build.
+    device_list: Option<DeviceListBuilder>,
+    device_builds: usize,
+    list_capacity: usize,
     /// Device positions at the last build, and the edges built there.
     reference: Option<Tensor>,
     edges: Option<ListTensors>,
@@ -171,8 +220,14 @@ struct ListTensors {
     centers: Tensor,
     neighbors: Tensor,
     offsets: Tensor,
-    /// The image offsets on the host, for graph inputs.
-    host_offsets: Vec<[f64; 3]>,
+    /// Where the edges came from, for graph inputs: the image offsets of a host list, or
+    /// the padded slots of a device list.
+    source: ListSource,
+}
+
+enum ListSource {
+    Host(Vec<[f64; 3]>),
+    Device(PaddedList),
 }
 
 impl<'a> PainnForces<'a> {
@@ -191,7 +246,7 @@ impl<'a> PainnForces<'a> {
                 })?;
         let dev = calculator.device();
         let n = template.len();
-        Ok(Self {
+        Self {
             calculator,
             template: Structure {
                 cell: template.cell,
@@ -201,6 +256,9 @@ impl<'a> PainnForces<'a> {
             species: Tensor::from_vec(species, n, dev)?,
             atom_structure: Tensor::zeros(n, DType::U32, dev)?,
             verlet: VerletList::new(cfg.cutoff, skin),
+            device_list: None,
+            device_builds: 0,
+            list_capacity: 0,
             reference: None,
             edges: None,
             graph_max_edges: 0,
@@ -209,7 +267,27 @@ impl<'a> PainnForces<'a> {
             graph: None,
             captures: 0,
             steps: None,
-        })
+        }
+        .with_list_site(ListSite::Auto)
+    }
+
+    /// Builds the neighbour list where `site` says (before the first step).
+    pub fn with_list_site(mut self, site: ListSite) -> Result<Self> {
+        let dev = self.calculator.device();
+        let (cell, pbc) = (self.template.cell.as_ref(), self.template.pbc);
+        let cutoff = self.verlet.list_cutoff();
+        self.device_list = match site {
+            ListSite::Host => None,
+            ListSite::Auto if !dev.is_cuda() => None,
+            ListSite::Auto => DeviceListBuilder::new(cutoff, cell, pbc, dev).ok(),
+            ListSite::Device => Some(DeviceListBuilder::new(cutoff, cell, pbc, dev)?),
+        };
+        Ok(self)
+    }
+
+    /// Whether the list is built on the device.
+    pub fn list_on_device(&self) -> bool {
+        self.device_list.is_some()
     }
 
     /// Runs MD steps as CUDA graphs as `graphs` says: `On` always (an error where they cannot
@@ -252,32 +330,44 @@ impl<'a> PainnForces<'a> {
 
     /// Puts the current list into the graph, capturing a larger one when it does not fit.
     fn update_graph(&mut self, positions: &Tensor) -> Result<()> {
-        let (Some(edges), nl) = (&self.edges, self.verlet.list()) else {
+        let Some(edges) = &self.edges else {
             return Err(Error::Md("neighbour list missing after a build".into()));
         };
-        let host = HostEdges {
+        let nl = self.verlet.list();
+        let host = |offsets| HostEdges {
             centers: &nl.centers,
             neighbors: &nl.neighbors,
-            offsets: &edges.host_offsets,
+            offsets,
         };
-        let n = positions.dim(0)?;
-        if let Some(g) = self.graph.as_ref().filter(|g| g.fits(n, host.len())) {
-            return g.set_edges(host);
+        let (n, e) = (positions.dim(0)?, edges.centers.dim(0)?);
+        // A device list is built with the graph's capacity while it fits, and copied as is.
+        let fits = |g: &ForceGraph| match &edges.source {
+            ListSource::Host(_) => g.fits(n, e),
+            ListSource::Device(list) => g.fits(n, e) && list.capacity() == g.shape().edge_capacity,
+        };
+        if let Some(g) = self.graph.as_ref().filter(|g| fits(g)) {
+            return match &edges.source {
+                ListSource::Host(offsets) => g.set_edges(host(offsets)),
+                ListSource::Device(list) => g.set_padded(list),
+            };
         }
         // Their memory back before the next capture; the step graph ran on the old one.
         self.steps = None;
         self.graph = None;
-        if host.len() > self.graph_max_edges {
+        if e > self.graph_max_edges {
             return Ok(()); // not worth capturing: op by op
         }
+        let graph_edges = match &edges.source {
+            ListSource::Host(offsets) => GraphEdges::Host(host(offsets), edge_capacity(e)),
+            ListSource::Device(list) => GraphEdges::Padded(list),
+        };
         let captured = ForceGraph::capture(
             self.calculator,
             &self.species,
             &self.atom_structure,
             1,
             positions,
-            host,
-            edge_capacity(host.len()),
+            graph_edges,
         );
         match captured {
             Ok(g) => {
@@ -291,6 +381,10 @@ impl<'a> PainnForces<'a> {
 
     /// Builds the list at `host` (positions as given, not wrapped again) and uploads it.
     fn build(&mut self, host: &[[f64; 3]]) -> Result<()> {
+        if self.device_list.is_some() {
+            let positions = device_positions(host, self.calculator.device())?;
+            return self.build_on_device(&positions, false).map(drop);
+        }
         let (cell, pbc) = (self.template.cell.as_ref(), self.template.pbc);
         self.verlet.invalidate();
         self.verlet.update(host, cell, pbc)?;
@@ -304,9 +398,64 @@ impl<'a> PainnForces<'a> {
             centers: Tensor::from_vec(nl.centers.clone(), e, dev)?,
             neighbors: Tensor::from_vec(nl.neighbors.clone(), e, dev)?,
             offsets: Tensor::from_vec(offsets, (e, 3), dev)?.to_dtype(self.calculator.dtype())?,
-            host_offsets,
+            source: ListSource::Host(host_offsets),
         });
         let reference = device_positions(host, dev)?;
+        self.built(reference)
+    }
+
+    /// Builds the list on the device at `positions` ([N, 3] f64), wrapped into the cell first
+    /// when `wrap`; returns the positions the list refers to. Nothing goes to the host but the
+    /// edge count (and, where it is not finite, the atom at fault).
+    fn build_on_device(&mut self, positions: &Tensor, wrap: bool) -> Result<Tensor> {
+        let Some(builder) = &self.device_list else {
+            return Err(Error::Md("no device neighbour list".into()));
+        };
+        let x = if wrap {
+            builder.wrap(positions)?
+        } else {
+            positions.clone()
+        };
+        if !x.sum_all()?.to_scalar::<f64>()?.is_finite() {
+            return Err(non_finite_atom(&x));
+        }
+        // The graph's capacity while the list fits it, so that its slots are copied as they
+        // are; a list that overflows is built again with room to grow.
+        let mut capacity = self
+            .graph
+            .as_ref()
+            .map_or(self.list_capacity, |g| g.shape().edge_capacity);
+        let dtype = self.calculator.dtype();
+        let (list, edges) = loop {
+            let list = builder.build(&x, capacity, dtype)?;
+            let status = list.status()?;
+            if status.edges >= u32::MAX as usize {
+                return Err(Error::NeighborList(format!(
+                    "{} atoms have more than {} pairs within the list cutoff",
+                    x.dim(0)?,
+                    u32::MAX - 1
+                )));
+            }
+            if !status.overflowed {
+                break (list, status.edges);
+            }
+            capacity = edge_capacity(status.edges);
+        };
+        self.list_capacity = capacity;
+        self.device_builds += 1;
+        let (centers, neighbors, offsets) = list.narrow(edges)?;
+        self.edges = Some(ListTensors {
+            centers,
+            neighbors,
+            offsets,
+            source: ListSource::Device(list),
+        });
+        self.built(x.clone())?;
+        Ok(x)
+    }
+
+    /// After a build: the graph gets the new list, and the displacement check its reference.
+    fn built(&mut self, reference: Tensor) -> Result<()> {
         if self.graph_max_edges > 0 {
             self.update_graph(&reference)?;
         }
@@ -348,20 +497,16 @@ impl ForceProvider for PainnForces<'_> {
             Some(r) => {
                 let d2 = self.max_displacement2(positions, r)?;
                 if d2.is_nan() {
-                    let host = host_positions(positions)?;
-                    let (i, p) = host
-                        .iter()
-                        .enumerate()
-                        .find(|(_, p)| p.iter().any(|x| !x.is_finite()))
-                        .map(|(i, p)| (i, *p))
-                        .unwrap_or((0, host.first().copied().unwrap_or_default()));
-                    return Err(Error::NonFinite(format!("atom {i} is at {p:?}")));
+                    return Err(non_finite_atom(positions));
                 }
                 let half = 0.5 * self.verlet.skin();
                 d2 > half * half
             }
         };
-        if rebuild {
+        if rebuild && self.device_list.is_some() {
+            let wrapped = self.build_on_device(positions, true)?;
+            *positions = wrapped;
+        } else if rebuild {
             let mut host = host_positions(positions)?;
             wrap_positions(&mut host, self.template.cell.as_ref(), self.template.pbc)?;
             self.build(&host)?;
@@ -409,7 +554,7 @@ impl ForceProvider for PainnForces<'_> {
     }
 
     fn list_builds(&self) -> usize {
-        self.verlet.rebuilds()
+        self.verlet.rebuilds() + self.device_builds
     }
 
     fn step_captured(

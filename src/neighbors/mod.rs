@@ -13,10 +13,12 @@
 
 mod brute;
 mod cell_list;
+mod device;
 mod verlet;
 
 pub use brute::brute_force_neighbor_list;
 pub use cell_list::neighbor_list;
+pub use device::{DeviceListBuilder, ListStatus, PaddedList};
 pub use verlet::VerletList;
 
 use crate::error::{Error, Result};

@@ -327,7 +327,7 @@ impl<K: Kernel> Launch<K> {
 /// Launches asking for more than [`STATIC_SHARED_BYTES`] of shared memory opt in to it here,
 /// once per function and size rather than per launch.
 #[cfg(feature = "cuda")]
-fn cached_function(
+pub(crate) fn cached_function(
     dev: &candle_core::CudaDevice,
     name: &'static str,
     module: &'static str,

@@ -1,6 +1,7 @@
 //! Shared test fixtures: small random models and random molecules/boxes.
 #![allow(dead_code)]
 
+pub mod device_list;
 pub mod fused;
 
 use candle_core::{DType, Device};

@@ -10,7 +10,7 @@ use clap::Args;
 use mlff_distiller::bench::{BenchCase, BenchReport};
 use mlff_distiller::calculator::{edge_offsets, DeviceOutput};
 use mlff_distiller::device::{device_name, synchronize};
-use mlff_distiller::graph::{ForceGraph, Graphs, HostEdges};
+use mlff_distiller::graph::{ForceGraph, GraphEdges, Graphs, HostEdges};
 use mlff_distiller::model::{init_varmap, Painn, PainnConfig, PainnInputs};
 use mlff_distiller::neighbors::batch_neighbor_list;
 use mlff_distiller::ops::EdgeOps;
@@ -164,8 +164,7 @@ fn time_case(
                 &inputs.atom_structure,
                 inputs.n_structures,
                 &positions,
-                edges,
-                nl.len(),
+                GraphEdges::Host(edges, nl.len()),
             )?;
             Some(g)
         }

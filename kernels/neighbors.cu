@@ -1,0 +1,206 @@
+// Neighbour lists built on the device, padded to a fixed capacity, for cells where each pair
+// has at most one image within the cutoff (minimum image). Mirrors src/neighbors/device.rs,
+// whose CPU twin does the same arithmetic in the same order: every product and sum below is
+// rounded on its own (__dmul_rn/__dadd_rn, no fused multiply-add), as Rust computes them, so
+// an edge is listed iff the host's cell list lists it (its test |x_j - x_i + S·cell|² < c²).
+//
+// `geom` holds 30 doubles: reciprocal rows recip[k][d] (0..9), the wrapping basis rows
+// (9..18), the caller's cell rows for image vectors (18..27), and 1/0 per periodic axis
+// (27..30).
+#include <cstddef>
+
+#define FULL_MASK 0xffffffffu
+
+__device__ __forceinline__ double dot3(double a0, double a1, double a2, const double* b) {
+    return __dadd_rn(__dadd_rn(__dmul_rn(a0, b[0]), __dmul_rn(a1, b[1])), __dmul_rn(a2, b[2]));
+}
+
+// Image shift S of pair i <- j (rounded fractional difference along periodic axes) and
+// whether the pair is an edge.
+__device__ __forceinline__ bool pair_edge(const double* x, size_t i, size_t j, const double* g,
+                                          bool periodic, double cut2, int s[3]) {
+    const double d0 = __dsub_rn(x[3 * j], x[3 * i]);
+    const double d1 = __dsub_rn(x[3 * j + 1], x[3 * i + 1]);
+    const double d2 = __dsub_rn(x[3 * j + 2], x[3 * i + 2]);
+    s[0] = s[1] = s[2] = 0;
+    if (periodic) {
+#pragma unroll
+        for (int k = 0; k < 3; ++k) {
+            if (g[27 + k] != 0.0) s[k] = -(int)round(dot3(d0, d1, d2, g + 3 * k));
+        }
+    }
+    if (i == j && s[0] == 0 && s[1] == 0 && s[2] == 0) return false;
+    double v[3] = {d0, d1, d2};
+#pragma unroll
+    for (int k = 0; k < 3; ++k) {
+        if (s[k] != 0) {
+            const double f = (double)s[k];
+#pragma unroll
+            for (int c = 0; c < 3; ++c) v[c] = __dadd_rn(v[c], __dmul_rn(f, g[18 + 3 * k + c]));
+        }
+    }
+    const double r2 = __dadd_rn(__dadd_rn(__dmul_rn(v[0], v[0]), __dmul_rn(v[1], v[1])),
+                                __dmul_rn(v[2], v[2]));
+    return r2 < cut2;
+}
+
+// Cartesian image offset S·cell, component c, summed in the host's order.
+__device__ __forceinline__ double image_offset(const int s[3], const double* g, int c) {
+    if (s[0] == 0 && s[1] == 0 && s[2] == 0) return 0.0;
+    double o = 0.0;
+#pragma unroll
+    for (int k = 0; k < 3; ++k) o = __dadd_rn(o, __dmul_rn((double)s[k], g[18 + 3 * k + c]));
+    return o;
+}
+
+// Positions wrapped into the cell along periodic axes (fractional coordinates in [0, 1)), as
+// src/neighbors/mod.rs wrap_positions: one thread per atom.
+extern "C" __global__ void nl_wrap_f64(const double* x, const double* g, double* out, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const double x0 = x[3 * i], x1 = x[3 * i + 1], x2 = x[3 * i + 2];
+        double f[3];
+#pragma unroll
+        for (int k = 0; k < 3; ++k) {
+            f[k] = dot3(x0, x1, x2, g + 3 * k);
+            if (g[27 + k] != 0.0) f[k] = __dsub_rn(f[k], floor(f[k]));
+        }
+#pragma unroll
+        for (int c = 0; c < 3; ++c) {
+            double o = 0.0;
+#pragma unroll
+            for (int k = 0; k < 3; ++k) o = __dadd_rn(o, __dmul_rn(f[k], g[9 + 3 * k + c]));
+            out[3 * i + c] = o;
+        }
+    }
+}
+
+// Edges per atom: one warp per atom i, its lanes over j.
+extern "C" __global__ void nl_count_f64(const double* x, const double* g, unsigned int* counts,
+                                        size_t n, unsigned int periodic, double cut2) {
+    const unsigned lane = threadIdx.x & 31;
+    const size_t warps = ((size_t)gridDim.x * blockDim.x) >> 5;
+    for (size_t i = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5; i < n; i += warps) {
+        unsigned int c = 0;
+        for (size_t j0 = 0; j0 < n; j0 += 32) {
+            const size_t j = j0 + lane;
+            int s[3];
+            const bool e = j < n && pair_edge(x, i, j, g, periodic != 0, cut2, s);
+            c += __popc(__ballot_sync(FULL_MASK, e));
+        }
+        if (lane == 0) counts[i] = c;
+    }
+}
+
+// Exclusive prefix sum of the counts in one block of 1024 threads: out[0..n] the first slot of
+// each atom's edges, out[n] the number of edges (saturated at 2^32 - 1), out[n + 1] 1 when they
+// do not fit `capacity` (the overflow flag), else 0.
+extern "C" __global__ void nl_scan_f64(const unsigned int* counts, unsigned int* out, size_t n,
+                                       size_t capacity) {
+    __shared__ unsigned long long warp_total[32];
+    __shared__ unsigned long long carry;
+    const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (threadIdx.x == 0) carry = 0;
+    __syncthreads();
+    for (size_t base = 0; base < n; base += blockDim.x) {
+        const size_t i = base + threadIdx.x;
+        const unsigned long long v = i < n ? counts[i] : 0;
+        unsigned long long inc = v;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const unsigned long long u = __shfl_up_sync(FULL_MASK, inc, o);
+            if (lane >= (unsigned)o) inc += u;
+        }
+        if (lane == 31) warp_total[warp] = inc;
+        __syncthreads();
+        if (warp == 0) {
+            unsigned long long t = lane < (blockDim.x >> 5) ? warp_total[lane] : 0;
+#pragma unroll
+            for (int o = 1; o < 32; o <<= 1) {
+                const unsigned long long u = __shfl_up_sync(FULL_MASK, t, o);
+                if (lane >= (unsigned)o) t += u;
+            }
+            warp_total[lane] = t;  // inclusive over warps
+        }
+        __syncthreads();
+        const unsigned long long before = carry + (warp > 0 ? warp_total[warp - 1] : 0);
+        if (i < n) out[i] = (unsigned int)(before + inc - v);
+        __syncthreads();
+        if (threadIdx.x == 0) carry += warp_total[(blockDim.x >> 5) - 1];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+        out[n] = carry > 0xffffffffull ? 0xffffffffu : (unsigned int)carry;
+        out[n + 1] = carry > capacity ? 1u : 0u;
+    }
+}
+
+// Centers (out[0..capacity]) and neighbours (out[capacity..2 capacity]) of every slot: each
+// atom's edges at its first slot, neighbours in increasing order (the host list's order), then
+// padding: atom k mod n to itself (its image offset, written by nl_offsets, lies beyond the
+// cutoff). An overflowed list is padding only.
+extern "C" __global__ void nl_fill_f64(const double* x, const double* g, const unsigned int* scan,
+                                       unsigned int* out, size_t n, size_t capacity,
+                                       unsigned int periodic, double cut2) {
+    const bool overflow = scan[n + 1] != 0;
+    const size_t total = overflow ? 0 : scan[n];
+    const unsigned lane = threadIdx.x & 31;
+    const size_t thread = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    const size_t threads = (size_t)gridDim.x * blockDim.x;
+    if (!overflow) {
+        for (size_t i = thread >> 5; i < n; i += threads >> 5) {
+            size_t slot = scan[i];
+            for (size_t j0 = 0; j0 < n; j0 += 32) {
+                const size_t j = j0 + lane;
+                int s[3];
+                const bool e = j < n && pair_edge(x, i, j, g, periodic != 0, cut2, s);
+                const unsigned mask = __ballot_sync(FULL_MASK, e);
+                if (e) {
+                    const size_t k = slot + __popc(mask & ((1u << lane) - 1u));
+                    out[k] = (unsigned int)i;
+                    out[capacity + k] = (unsigned int)j;
+                }
+                slot += __popc(mask);
+            }
+        }
+    }
+    for (size_t k = total + thread; k < capacity; k += threads) {
+        const unsigned int a = (unsigned int)((k - total) % n);
+        out[k] = a;
+        out[capacity + k] = a;
+    }
+}
+
+// Image offsets S·cell of every slot ([capacity, 3]); padding slots get (pad, 0, 0).
+template <typename T>
+__device__ void offsets(const double* x, const double* g, const unsigned int* scan,
+                        const unsigned int* edges, T* out, size_t n, size_t capacity,
+                        unsigned int periodic, double cut2, double pad) {
+    const size_t total = scan[n + 1] != 0 ? 0 : scan[n];
+    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < capacity;
+         k += (size_t)gridDim.x * blockDim.x) {
+        double o[3] = {pad, 0.0, 0.0};
+        if (k < total) {
+            int s[3];
+            pair_edge(x, edges[k], edges[capacity + k], g, periodic != 0, cut2, s);
+#pragma unroll
+            for (int c = 0; c < 3; ++c) o[c] = image_offset(s, g, c);
+        }
+#pragma unroll
+        for (int c = 0; c < 3; ++c) out[3 * k + c] = (T)o[c];
+    }
+}
+
+extern "C" __global__ void nl_offsets_f32(const double* x, const double* g,
+                                          const unsigned int* scan, const unsigned int* edges,
+                                          float* out, size_t n, size_t capacity,
+                                          unsigned int periodic, double cut2, double pad) {
+    offsets(x, g, scan, edges, out, n, capacity, periodic, cut2, pad);
+}
+
+extern "C" __global__ void nl_offsets_f64(const double* x, const double* g,
+                                          const unsigned int* scan, const unsigned int* edges,
+                                          double* out, size_t n, size_t capacity,
+                                          unsigned int periodic, double cut2, double pad) {
+    offsets(x, g, scan, edges, out, n, capacity, periodic, cut2, pad);
+}

@@ -1,0 +1,59 @@
+//! The device neighbour list against the host cell list on the same (wrapped) positions.
+#![allow(dead_code)]
+
+use candle_core::{DType, Device, Tensor};
+use mlff_distiller::neighbors::{
+    image_offset, neighbor_list, wrap_positions, DeviceListBuilder, ListStatus, PaddedList,
+};
+use mlff_distiller::Structure;
+
+/// Builds `s`'s list on `dev` with `capacity` slots (f64 offsets) and checks it against the
+/// host cell list edge for edge: centers, neighbours, offsets (exactly), then the padding.
+/// Also checks the device's wrapped positions against the host's `wrap_positions`. Returns
+/// the list and what its status said.
+pub fn check_against_host(
+    s: &Structure,
+    cutoff: f64,
+    capacity: usize,
+    dev: &Device,
+) -> (PaddedList, ListStatus) {
+    let b = DeviceListBuilder::new(cutoff, s.cell.as_ref(), s.pbc, dev).unwrap();
+    let flat: Vec<f64> = s.positions.iter().flatten().copied().collect();
+    let x = Tensor::from_vec(flat, (s.len(), 3), dev).unwrap();
+    let wrapped = b.wrap(&x).unwrap();
+    let mut host = s.positions.clone();
+    wrap_positions(&mut host, s.cell.as_ref(), s.pbc).unwrap();
+    let got: Vec<Vec<f64>> = wrapped.to_vec2().unwrap();
+    for (i, (g, h)) in got.iter().zip(&host).enumerate() {
+        assert_eq!(g.as_slice(), h.as_slice(), "wrapped atom {i}");
+    }
+    let list = b.build(&wrapped, capacity, DType::F64).unwrap();
+    let status = list.status().unwrap();
+    let nl = neighbor_list(&host, s.cell.as_ref(), s.pbc, cutoff).unwrap();
+    assert_eq!(status.edges, nl.len(), "edges found");
+    assert_eq!(status.overflowed, nl.len() > capacity, "overflow flag");
+    let centers: Vec<u32> = list.centers.to_vec1().unwrap();
+    let neighbors: Vec<u32> = list.neighbors.to_vec1().unwrap();
+    let offsets: Vec<Vec<f64>> = list.offsets.to_vec2().unwrap();
+    assert_eq!(centers.len(), capacity);
+    let listed = if status.overflowed { 0 } else { nl.len() };
+    for k in 0..listed {
+        assert_eq!(
+            (centers[k], neighbors[k]),
+            (nl.centers[k], nl.neighbors[k]),
+            "edge {k}"
+        );
+        let o = image_offset(nl.shifts[k], s.cell.as_ref());
+        assert_eq!(offsets[k].as_slice(), o.as_slice(), "offset of edge {k}");
+    }
+    for k in listed..capacity {
+        let a = ((k - listed) % s.len()) as u32;
+        assert_eq!((centers[k], neighbors[k]), (a, a), "padding slot {k}");
+        assert_eq!(
+            offsets[k],
+            vec![b.pad_distance(), 0.0, 0.0],
+            "padding offset {k}"
+        );
+    }
+    (list, status)
+}

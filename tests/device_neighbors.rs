@@ -1,0 +1,148 @@
+//! The device neighbour list (`DeviceListBuilder`: padded slots, an overflow flag) through its
+//! CPU twin, against the host cell list: molecules, cubic and triclinic boxes, a slab, atoms
+//! outside the cell; padding, overflow, refusals. tests/gpu.rs runs the same checks on CUDA.
+
+mod common;
+
+use candle_core::{DType, Device, Tensor};
+use common::device_list::check_against_host;
+use common::{random_box, random_molecule};
+use mlff_distiller::neighbors::DeviceListBuilder;
+use mlff_distiller::systems::{aspirin, water_box};
+use mlff_distiller::Structure;
+
+/// `s` with every atom moved by a different whole number of cell vectors (some far outside).
+fn scattered(s: &Structure) -> Structure {
+    let c = s.cell.expect("a periodic structure");
+    let mut out = s.clone();
+    for (i, x) in out.positions.iter_mut().enumerate() {
+        let m = [
+            (i % 5) as f64 - 2.0,
+            (i % 3) as f64 - 1.0,
+            (i % 7) as f64 - 3.0,
+        ];
+        for (k, mk) in m.iter().enumerate() {
+            if s.pbc[k] {
+                x.iter_mut().zip(&c[k]).for_each(|(xd, cd)| *xd += mk * cd);
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn molecules_match_the_host_list() {
+    let cpu = Device::Cpu;
+    for (s, cutoff) in [
+        (aspirin(), 5.0),
+        (aspirin(), 6.0),
+        (random_molecule(40, 3), 4.5),
+    ] {
+        let (_, st) = check_against_host(&s, cutoff, 4096, &cpu);
+        assert!(st.edges > 0 && !st.overflowed);
+    }
+}
+
+#[test]
+fn boxes_match_the_host_list_wrapped() {
+    let cpu = Device::Cpu;
+    let mut slab = random_box(120, 0.25, 5);
+    slab.pbc = [true, true, false];
+    for (s, cutoff) in [
+        (water_box(64, 1), 6.0),
+        (scattered(&water_box(64, 2)), 5.0),
+        (random_box(150, 0.3, 4), 4.0),
+        (scattered(&random_box(150, 0.3, 6)), 4.0),
+        (scattered(&slab), 4.0),
+    ] {
+        let (_, st) = check_against_host(&s, cutoff, 20_000, &cpu);
+        assert!(
+            st.edges > 10 * s.len(),
+            "{} edges for {} atoms",
+            st.edges,
+            s.len()
+        );
+    }
+}
+
+#[test]
+fn exact_fit_padding_and_overflow() {
+    let cpu = Device::Cpu;
+    let s = water_box(27, 3);
+    let (_, st) = check_against_host(&s, 4.0, 1, &cpu);
+    assert!(st.overflowed && st.edges > 1);
+    let (_, exact) = check_against_host(&s, 4.0, st.edges, &cpu);
+    assert!(!exact.overflowed);
+    let (_, padded) = check_against_host(&s, 4.0, st.edges + 101, &cpu);
+    assert_eq!(padded.edges, st.edges);
+    let (_, none) = check_against_host(&s, 4.0, st.edges - 1, &cpu);
+    assert!(none.overflowed);
+}
+
+#[test]
+fn f32_offsets_are_the_f64_ones_rounded() {
+    let cpu = Device::Cpu;
+    let s = scattered(&water_box(64, 7));
+    let b = DeviceListBuilder::new(5.0, s.cell.as_ref(), s.pbc, &cpu).unwrap();
+    let flat: Vec<f64> = s.positions.iter().flatten().copied().collect();
+    let x = b
+        .wrap(&Tensor::from_vec(flat, (s.len(), 3), &cpu).unwrap())
+        .unwrap();
+    let a = b.build(&x, 30_000, DType::F64).unwrap();
+    let f = b.build(&x, 30_000, DType::F32).unwrap();
+    assert_eq!(f.offsets.dtype(), DType::F32);
+    let want: Vec<f32> = a
+        .offsets
+        .flatten_all()
+        .unwrap()
+        .to_vec1::<f64>()
+        .unwrap()
+        .iter()
+        .map(|&v| v as f32)
+        .collect();
+    assert_eq!(
+        f.offsets.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
+        want
+    );
+    assert_eq!(
+        f.centers.to_vec1::<u32>().unwrap(),
+        a.centers.to_vec1::<u32>().unwrap()
+    );
+}
+
+#[test]
+fn refusals_name_the_cause() {
+    let cpu = Device::Cpu;
+    let s = water_box(64, 1);
+    let side = s.cell.unwrap()[0][0];
+    let err = DeviceListBuilder::new(0.5 * side, s.cell.as_ref(), s.pbc, &cpu).unwrap_err();
+    assert!(err.to_string().contains("twice the cutoff"), "{err}");
+    // Only periodic axes count: the same cell as a molecule's is fine.
+    assert!(DeviceListBuilder::new(0.5 * side, s.cell.as_ref(), [false; 3], &cpu).is_ok());
+    let err = DeviceListBuilder::new(f64::NAN, None, [false; 3], &cpu).unwrap_err();
+    assert!(err.to_string().contains("cutoff"), "{err}");
+    let b = DeviceListBuilder::new(5.0, None, [false; 3], &cpu).unwrap();
+    let f32_positions = Tensor::zeros((3, 3), DType::F32, &cpu).unwrap();
+    let err = b.build(&f32_positions, 10, DType::F32).unwrap_err();
+    assert!(err.to_string().contains("[N, 3] f64"), "{err}");
+    let x = Tensor::zeros((3, 3), DType::F64, &cpu).unwrap();
+    let err = b.build(&x, 10, DType::U32).unwrap_err();
+    assert!(err.to_string().contains("f32 or f64"), "{err}");
+}
+
+#[test]
+fn zero_atoms_and_zero_capacity() {
+    let cpu = Device::Cpu;
+    let b = DeviceListBuilder::new(5.0, None, [false; 3], &cpu).unwrap();
+    let empty = b
+        .build(
+            &Tensor::zeros((0, 3), DType::F64, &cpu).unwrap(),
+            8,
+            DType::F32,
+        )
+        .unwrap();
+    assert_eq!(empty.capacity(), 8);
+    assert_eq!(empty.status().unwrap().edges, 0);
+    let (_, st) = check_against_host(&aspirin(), 5.0, 0, &cpu);
+    assert!(st.overflowed);
+}
