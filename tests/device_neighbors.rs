@@ -146,3 +146,43 @@ fn zero_atoms_and_zero_capacity() {
     let (_, st) = check_against_host(&aspirin(), 5.0, 0, &cpu);
     assert!(st.overflowed);
 }
+
+/// Pruning a list built with cutoff + skin, after the atoms moved (less than half the skin),
+/// leaves the pairs within the cutoff (1 + margin): the host list of the moved positions.
+#[test]
+fn pruning_keeps_the_pairs_within_the_cutoff() {
+    use mlff_distiller::neighbors::{image_offset, neighbor_list, PRUNE_MARGIN};
+    use rand::{Rng, SeedableRng};
+    let cpu = Device::Cpu;
+    let (cutoff, skin) = (4.0, 1.0);
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(3);
+    for s in [
+        water_box(64, 4),
+        scattered(&random_box(150, 0.3, 6)),
+        random_molecule(40, 2),
+    ] {
+        let b = DeviceListBuilder::new(cutoff + skin, s.cell.as_ref(), s.pbc, &cpu).unwrap();
+        let flat: Vec<f64> = s.positions.iter().flatten().copied().collect();
+        let x = b
+            .wrap(&Tensor::from_vec(flat, (s.len(), 3), &cpu).unwrap())
+            .unwrap();
+        let list = b.build(&x, 40_000, DType::F64).unwrap();
+        let edges = list.status().unwrap().edges;
+        let moved: Vec<[f64; 3]> = (x.to_vec2::<f64>().unwrap().iter())
+            .map(|p| std::array::from_fn(|d| p[d] + rng.random_range(-0.28..0.28)))
+            .collect();
+        let flat: Vec<f64> = moved.iter().flatten().copied().collect();
+        let xm = Tensor::from_vec(flat, (s.len(), 3), &cpu).unwrap();
+        let (c, n, o) = b.prune(&xm, &list, edges, cutoff).unwrap();
+        let margin = cutoff * (1.0 + PRUNE_MARGIN);
+        let want = neighbor_list(&moved, s.cell.as_ref(), s.pbc, margin).unwrap();
+        assert!(want.len() < edges, "{} of {edges}", want.len());
+        assert_eq!(c.to_vec1::<u32>().unwrap(), want.centers);
+        assert_eq!(n.to_vec1::<u32>().unwrap(), want.neighbors);
+        let offsets: Vec<Vec<f64>> = o.to_vec2().unwrap();
+        for (k, &sh) in want.shifts.iter().enumerate() {
+            let img = image_offset(sh, s.cell.as_ref());
+            assert_eq!(offsets[k].as_slice(), img.as_slice(), "offset {k}");
+        }
+    }
+}

@@ -87,29 +87,37 @@ fn filter_rows_and_dense_kernel_paths_match() {
     let calc = common::calculator(DType::F64, &Device::Cpu).with_ops(EdgeOps::Fused);
     let (inputs, positions) = calc.prepare(&batch).unwrap();
     let fused = calc.model().fused().unwrap();
-    let run = |edges: usize, dense_rows: usize| {
+    let run = |edges: usize, dense_rows: usize, keep: usize| {
         let model = fused
             .clone()
             .with_filter_rows_from(edges)
+            .with_filter_rows_kept_up_to(keep)
             .with_dense_kernels_up_to(dense_rows);
         let pass = model.forward(&inputs).unwrap();
         (pass.atom_energies.clone(), pass.forces().unwrap())
     };
-    let (e_in, f_in) = run(usize::MAX, 0);
-    let (e_rows, f_rows) = run(0, 0);
-    let (e_dense, f_dense) = run(usize::MAX, usize::MAX);
+    let (e_in, f_in) = run(usize::MAX, 0, 0);
+    let (e_rows, f_rows) = run(0, 0, 0);
+    let (e_kept, f_kept) = run(0, 0, usize::MAX);
+    let (e_dense, f_dense) = run(usize::MAX, usize::MAX, 0);
     let graph = common::calculator(DType::F64, &Device::Cpu);
     let e_graph = graph.model().atom_energies(&inputs).unwrap();
     let f_graph = forces_from(&e_graph.sum_all().unwrap(), &positions).unwrap();
     for (what, e, f) in [
         ("in kernel", &e_in, &f_in),
         ("rows", &e_rows, &f_rows),
+        ("rows kept for the adjoint", &e_kept, &f_kept),
         ("dense kernels", &e_dense, &f_dense),
     ] {
         assert!(max_abs_diff(e, &e_graph) < 1e-10, "{what}: energies");
         assert!(max_abs_diff(f, &f_graph) < 1e-10, "{what}: forces");
     }
     assert!(max_abs_diff(&f_in, &f_rows) < 1e-12);
+    // Kept rows are the very rows the adjoint would make again.
+    assert_eq!(
+        f_kept.to_vec2::<f64>().unwrap(),
+        f_rows.to_vec2::<f64>().unwrap()
+    );
 }
 
 #[test]

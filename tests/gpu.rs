@@ -517,3 +517,40 @@ fn cuda_device_list_matches_host_list() {
         );
     }
 }
+
+/// Pruning a device list to a smaller cutoff after the atoms moved: CUDA equals the CPU twin
+/// (f32 and f64 offsets), a 5,001-atom water box and a molecule.
+#[test]
+fn cuda_prune_matches_cpu_twin() {
+    use mlff_distiller::neighbors::DeviceListBuilder;
+    let dev = cuda();
+    for s in [water_box(1667, 2), random_molecule(64, 3)] {
+        // Every atom moved by up to 0.2 Å along each axis.
+        let shift: Vec<f64> = (0..3 * s.len())
+            .map(|k| 0.4 * ((k * 7 % 11) as f64 / 11.0 - 0.5))
+            .collect();
+        let flat: Vec<f64> = s.positions.iter().flatten().copied().collect();
+        for dtype in [DType::F32, DType::F64] {
+            let pruned = |d: &Device| {
+                let b = DeviceListBuilder::new(6.0, s.cell.as_ref(), s.pbc, d).unwrap();
+                let x = Tensor::from_vec(flat.clone(), (s.len(), 3), d).unwrap();
+                let x = b.wrap(&x).unwrap();
+                let list = b.build(&x, 600_000, dtype).unwrap();
+                let edges = list.status().unwrap().edges;
+                let moved =
+                    (&x + Tensor::from_vec(shift.clone(), (s.len(), 3), d).unwrap()).unwrap();
+                let (c, n, o) = b.prune(&moved, &list, edges, 5.0).unwrap();
+                let o = o.to_dtype(DType::F64).unwrap().flatten_all().unwrap();
+                let c: Vec<u32> = c.to_vec1().unwrap();
+                let n: Vec<u32> = n.to_vec1().unwrap();
+                (c, n, o.to_vec1::<f64>().unwrap(), edges)
+            };
+            let (gc, gn, go, ge) = pruned(&dev);
+            let (cc, cn, co, ce) = pruned(&Device::Cpu);
+            assert_eq!(ge, ce);
+            assert!(gc.len() < ge && !gc.is_empty(), "{} of {ge}", gc.len());
+            assert_eq!((gc, gn), (cc, cn), "{} atoms {dtype:?}", s.len());
+            assert_eq!(go, co);
+        }
+    }
+}

@@ -19,6 +19,14 @@ use mlff_distiller::profiler::{leak_check, sample, MemorySample};
 use mlff_distiller::systems::{aspirin, water_box};
 use mlff_distiller::{Batch, Structure};
 
+/// These tests check device memory for leaks and share one GPU: each holds this lock, so that
+/// a leak check never counts another test's allocations (they ran in parallel threads).
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn exclusive() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn cuda() -> Device {
     select(DeviceSpec::Cuda(0))
         .expect("a CUDA device (these tests run on the GPU machine)")
@@ -69,6 +77,7 @@ fn jiggle(s: &Structure, amount: f64, seed: u64) -> Structure {
 /// periodic boxes on both filter paths (17,000 and 162,000 edges); f32 and f64.
 #[test]
 fn cuda_graph_replay_matches_eager_calls() {
+    let _gpu = exclusive();
     let gpu = cuda();
     let systems: Vec<(&str, Vec<Structure>)> = vec![
         ("aspirin", vec![aspirin()]),
@@ -149,6 +158,7 @@ fn cuda_graph_replay_matches_eager_calls() {
 /// put into the graph.
 #[test]
 fn cuda_graph_md_follows_eager_md() {
+    let _gpu = exclusive();
     let gpu = cuda();
     let calc = shipped(DType::F64, &gpu);
     let nvt = Ensemble::Nvt {
@@ -233,6 +243,7 @@ fn cuda_graph_md_follows_eager_md() {
 /// With the device list, the overflow flag of its build sends it to a larger capacity.
 #[test]
 fn cuda_graph_overflow_recaptures() {
+    let _gpu = exclusive();
     overflow_recaptures(ListSite::Device);
     overflow_recaptures(ListSite::Host);
 }
@@ -296,6 +307,7 @@ fn overflow_recaptures(site: ListSite) {
 /// on the device's used memory).
 #[test]
 fn cuda_graph_replays_do_not_leak() {
+    let _gpu = exclusive();
     let gpu = cuda();
     let calc = shipped(DType::F32, &gpu);
     let batch = Batch::from_one(aspirin()).unwrap();
@@ -344,6 +356,7 @@ fn cuda_graph_replays_do_not_leak() {
 /// rebuilds and eager steps between them).
 #[test]
 fn cuda_graph_md_does_not_leak() {
+    let _gpu = exclusive();
     let gpu = cuda();
     let calc = shipped(DType::F32, &gpu);
     let s = aspirin();
@@ -384,6 +397,7 @@ fn cuda_graph_md_does_not_leak() {
 /// `--graphs on` makes it an error.
 #[test]
 fn cuda_graph_capture_failure_falls_back_with_auto() {
+    let _gpu = exclusive();
     let tracked = Device::new_cuda(0).unwrap(); // candle's default: events on
     let calc = shipped(DType::F64, &tracked);
     let s = aspirin();

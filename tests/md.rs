@@ -336,24 +336,29 @@ fn device_list_md_equals_host_list_md() {
             },
         ),
     ] {
-        let sim = |site: ListSite| {
+        let sim = |site: ListSite, prune_from: usize| {
             let f = PainnForces::new(&calc, s, st.skin)
                 .unwrap()
                 .with_list_site(site)
-                .unwrap();
+                .unwrap()
+                .with_pruning_from(prune_from);
             assert_eq!(f.list_on_device(), site == ListSite::Device);
             let mut sim = Simulation::new(f, s, st.clone(), serde_json::Value::Null).unwrap();
             let summary = sim.run(&mut quiet()).unwrap();
             let x = mlff_distiller::md::host_positions(&sim.state().positions).unwrap();
             (sim.records().to_vec(), summary.neighbor_list_builds, x)
         };
-        let (host_log, host_builds, host_x) = sim(ListSite::Host);
-        let (dev_log, dev_builds, dev_x) = sim(ListSite::Device);
+        let (host_log, host_builds, host_x) = sim(ListSite::Host, 0);
         assert!(host_builds > 1, "the skin never triggered a rebuild");
-        assert_eq!(dev_builds, host_builds);
-        assert_eq!(dev_x, host_x);
-        for (a, b) in dev_log.iter().zip(&host_log) {
-            assert_eq!((a.e_pot, a.e_kin), (b.e_pot, b.e_kin), "step {}", a.step);
+        // The device list as built, and pruned to the model's cutoff at every call (the
+        // skin's pairs contribute exactly zero, so nothing changes).
+        for prune_from in [usize::MAX, 0] {
+            let (dev_log, dev_builds, dev_x) = sim(ListSite::Device, prune_from);
+            assert_eq!(dev_builds, host_builds);
+            assert_eq!(dev_x, host_x);
+            for (a, b) in dev_log.iter().zip(&host_log) {
+                assert_eq!((a.e_pot, a.e_kin), (b.e_pot, b.e_kin), "step {}", a.step);
+            }
         }
     }
     // `auto` keeps the host list on the CPU; `device` refuses a cell the list cannot serve.

@@ -184,6 +184,13 @@ impl std::str::FromStr for ListSite {
     }
 }
 
+/// Device lists from which eager MD calls take only the pairs within the model's cutoff. A
+/// Verlet list (cutoff + 1 Å skin) of a liquid holds ~1.7x the pairs within the cutoff, all of
+/// which the kernels process; pruning costs four small launches and one host read per call,
+/// which at molecule size would cost more than the skin's pairs. `MLFF_PRUNE_FROM_EDGES`
+/// overrides it.
+pub const PRUNE_FROM_EDGES: usize = 8192;
+
 /// A PaiNN model with a Verlet neighbour list. Between list builds everything stays on the
 /// device; the only per-step host read is the largest displacement since the last build (one
 /// scalar) that decides whether to rebuild.
@@ -198,6 +205,9 @@ pub struct PainnForces<'a> {
     device_list: Option<DeviceListBuilder>,
     device_builds: usize,
     list_capacity: usize,
+    /// Eager calls on a device list of at least this many edges take only the pairs within
+    /// the model's cutoff ([`DeviceListBuilder::prune`]).
+    prune_from: usize,
     /// Device positions at the last build, and the edges built there.
     reference: Option<Tensor>,
     edges: Option<ListTensors>,
@@ -259,6 +269,7 @@ impl<'a> PainnForces<'a> {
             device_list: None,
             device_builds: 0,
             list_capacity: 0,
+            prune_from: crate::device::env_usize("MLFF_PRUNE_FROM_EDGES", PRUNE_FROM_EDGES),
             reference: None,
             edges: None,
             graph_max_edges: 0,
@@ -283,6 +294,13 @@ impl<'a> PainnForces<'a> {
             ListSite::Device => Some(DeviceListBuilder::new(cutoff, cell, pbc, dev)?),
         };
         Ok(self)
+    }
+
+    /// Prunes device lists of at least `edges` edges to the model's cutoff before each eager
+    /// call ([`PRUNE_FROM_EDGES`] by default; `usize::MAX`: never).
+    pub fn with_pruning_from(mut self, edges: usize) -> Self {
+        self.prune_from = edges;
+        self
     }
 
     /// Whether the list is built on the device.
@@ -526,13 +544,24 @@ impl ForceProvider for PainnForces<'_> {
             return Err(Error::Md("neighbour list missing after a build".into()));
         };
         let calc = self.calculator;
+        let (centers, neighbors, offsets) = match (&edges.source, &self.device_list) {
+            (ListSource::Device(list), Some(b)) if edges.centers.dim(0)? >= self.prune_from => {
+                let cutoff = calc.model().config().cutoff;
+                b.prune(positions, list, edges.centers.dim(0)?, cutoff)?
+            }
+            _ => (
+                edges.centers.clone(),
+                edges.neighbors.clone(),
+                edges.offsets.clone(),
+            ),
+        };
         let var = Var::from_tensor(&positions.to_dtype(calc.dtype())?)?;
         let inputs = PainnInputs {
             species: self.species.clone(),
             positions: var.as_tensor().clone(),
-            centers: edges.centers.clone(),
-            neighbors: edges.neighbors.clone(),
-            offsets: edges.offsets.clone(),
+            centers,
+            neighbors,
+            offsets,
             atom_structure: self.atom_structure.clone(),
             n_structures: 1,
         };

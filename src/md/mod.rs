@@ -20,7 +20,7 @@ pub use analysis::{
 };
 pub use forces::{
     device_positions, displacement2, host_positions, CalculatorForces, Evaluation, ForceProvider,
-    ListSite, PainnForces,
+    ListSite, PainnForces, PRUNE_FROM_EDGES,
 };
 pub use integrator::{Ensemble, Integrator, State};
 pub use output::{read_log, LogRecord};

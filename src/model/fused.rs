@@ -137,6 +137,11 @@ pub const FILTER_ROWS_FROM_EDGES: usize = 32_768;
 /// so that very large systems keep the O(N·F + E·R) memory of that path.
 pub const FILTER_ROWS_MAX_BYTES: usize = 2 << 30;
 
+/// Filter rows of all blocks together up to this many bytes are kept from the forward pass
+/// for the adjoint instead of being made again (one product per block less; 2.5 GB at 10,000
+/// atoms of water). `MLFF_FILTER_ROWS_KEEP_BYTES` changes it (0: always made again).
+pub const FILTER_ROWS_KEEP_BYTES: usize = 3 << 30;
+
 #[derive(Clone)]
 struct Block {
     /// Filter weights transposed, bias as last row: [R + 1, 3F].
@@ -168,6 +173,8 @@ pub struct FusedPainn {
     atom_constant: Tensor,
     /// Filter rows by a matrix product from this many edges on.
     rows_from_edges: usize,
+    /// Filter rows of all blocks up to this many bytes are kept for the adjoint.
+    keep_rows_bytes: usize,
     /// Our dense kernels for layers of at most this many rows (CUDA, and the CPU when set).
     dense_kernel_rows: usize,
     dense_on_cpu: bool,
@@ -187,6 +194,8 @@ struct Tape {
     mixed: Tensor,
     ctx_pre: Tensor,
     act: Tensor,
+    /// The block's filter rows, when kept for the adjoint.
+    rows: Option<Tensor>,
 }
 
 impl FusedPainn {
@@ -227,6 +236,7 @@ impl FusedPainn {
             readout: Mlp::new(Dense::of(&ro.hidden)?, readout_out)?,
             atom_constant,
             rows_from_edges: FILTER_ROWS_FROM_EDGES,
+            keep_rows_bytes: env_usize("MLFF_FILTER_ROWS_KEEP_BYTES", FILTER_ROWS_KEEP_BYTES),
             dense_kernel_rows: env_usize("MLFF_DENSE_KERNEL_ROWS", DENSE_KERNEL_MAX_ROWS),
             dense_on_cpu: false,
             one_kernel_atoms: env_usize("MLFF_ONE_KERNEL_ATOMS", ONE_KERNEL_MAX_ATOMS),
@@ -383,7 +393,16 @@ impl FusedPainn {
         self
     }
 
-    /// Block `b`'s filter for `basis`: the weights, or rows made into `rows`.
+    /// Keeps the filter rows of all blocks for the adjoint up to `bytes` in total
+    /// ([`FILTER_ROWS_KEEP_BYTES`] by default; 0: made again in the adjoint). Both give the
+    /// same forces.
+    pub fn with_filter_rows_kept_up_to(mut self, bytes: usize) -> Self {
+        self.keep_rows_bytes = bytes;
+        self
+    }
+
+    /// Block `b`'s filter for `basis`: the weights, or the rows in `rows` (made there when
+    /// it holds none).
     fn filter<'a>(
         &self,
         b: &'a Block,
@@ -395,9 +414,17 @@ impl FusedPainn {
         if e < self.rows_from_edges || bytes > FILTER_ROWS_MAX_BYTES {
             return Ok(EdgeFilter::Weights(&b.filter));
         }
-        Ok(EdgeFilter::Rows(
-            rows.insert(basis.matmul(&b.filter_basis)?),
-        ))
+        let made = match rows.take() {
+            Some(r) => r,
+            None => basis.matmul(&b.filter_basis)?,
+        };
+        Ok(EdgeFilter::Rows(rows.insert(made)))
+    }
+
+    /// Whether the filter rows of all blocks for `basis` are kept for the adjoint.
+    fn keeps_rows(&self, basis: &Tensor) -> Result<bool> {
+        let bytes = basis.dim(0)? * 3 * self.hidden * basis.dtype().size_in_bytes();
+        Ok(bytes * self.blocks.len() <= self.keep_rows_bytes)
     }
 
     /// The forward pass: per-atom energies (eV) and what [`FusedForward::forces`] needs.
@@ -418,6 +445,7 @@ impl FusedPainn {
         let mut state = Tensor::cat(&[&s0, &v0], 0)?;
         let mut tape = Vec::with_capacity(self.blocks.len());
         let small = self.small(n, x.positions.device());
+        let keep_rows = self.keeps_rows(&basis)?;
         for b in &self.blocks {
             let (phi_pre, phi) = b.phi.forward(&state.narrow(0, 0, n)?, small)?;
             let mut rows = None;
@@ -430,6 +458,7 @@ impl FusedPainn {
                 centers: &x.centers,
                 neighbors: &x.neighbors,
             })?;
+            let rows = if keep_rows { rows } else { None };
             let mixed = self.mix(b, &messaged.narrow(0, n, 3 * n)?)?;
             let (ctx_pre, act) = b.ctx.forward(&update_context(&messaged, &mixed)?, small)?;
             let next = update_combine(&messaged, &mixed, &act, &b.ctx.out.bias)?;
@@ -440,6 +469,7 @@ impl FusedPainn {
                 mixed,
                 ctx_pre,
                 act,
+                rows,
             });
             state = next;
         }
@@ -493,7 +523,7 @@ impl FusedForward<'_> {
                 .adjoint(&t.ctx_pre, &act_grad(&combined, n, f)?, small)?;
             let (g_messaged, g_mixed) = update_context_adjoint(&t.mixed, &g_ctx, &combined)?;
             let g_mix = m.mix_adjoint(b, &g_mixed)?;
-            let mut rows = None;
+            let mut rows = t.rows.clone();
             let inputs = InteractionInputs {
                 phi: &t.phi,
                 phi_bias: &b.phi.out.bias,

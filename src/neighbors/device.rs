@@ -31,6 +31,8 @@ pub struct PaddedList {
     /// [2] u32 on the device: the number of edges found (saturated at u32::MAX), and 1 when
     /// they did not fit the capacity (the list then holds padding only).
     pub status: Tensor,
+    /// Each atom's first slot, then the status, [N + 2] u32 (for pruning).
+    scan: Tensor,
 }
 
 /// What a build found, read from [`PaddedList::status`].
@@ -79,6 +81,9 @@ const GEOMETRY_LEN: usize = 30;
 /// Relative margin below half the perpendicular width, far above the rounding of fractional
 /// coordinates (a pair at the margin could otherwise have two candidate images).
 const HALF_WIDTH_MARGIN: f64 = 1e-9;
+/// Relative margin on the cutoff when pruning: far above where an f32 distance may round
+/// below the cutoff (relative 6e-8) while the f64 one lies above it.
+pub const PRUNE_MARGIN: f64 = 1e-5;
 
 impl DeviceListBuilder {
     /// A builder for `cutoff` (Å) in `cell` with `pbc`. An error (naming why) where a pair may
@@ -164,6 +169,7 @@ impl DeviceListBuilder {
                 neighbors: Tensor::zeros(capacity, DType::U32, dev)?,
                 offsets: Tensor::zeros((capacity, 3), dtype, dev)?,
                 status: Tensor::zeros(2, DType::U32, dev)?,
+                scan: Tensor::zeros(2, DType::U32, dev)?,
             });
         }
         let x = positions.contiguous()?;
@@ -191,7 +197,58 @@ impl DeviceListBuilder {
             neighbors: edges.narrow(0, capacity, capacity)?,
             offsets,
             status: scan.narrow(0, n, 2)?,
+            scan,
         })
+    }
+
+    /// The edges of `list` (built from earlier positions of the same atoms) whose length at
+    /// `positions` is below `cutoff` (1 + [`PRUNE_MARGIN`]): (centers, neighbours, offsets)
+    /// in the list's order. With the model's cutoff, what a Verlet list's skin adds and the
+    /// model multiplies by zero is left out; the margin keeps every pair that the model, in
+    /// f32, may still see inside its cutoff. `edges` is the list's edge count (its status).
+    pub fn prune(
+        &self,
+        positions: &Tensor,
+        list: &PaddedList,
+        edges: usize,
+        cutoff: f64,
+    ) -> Result<(Tensor, Tensor, Tensor)> {
+        self.check_positions(positions)?;
+        let n = positions.dim(0)?;
+        if list.scan.dim(0)? != n + 2 || edges > list.capacity() {
+            return Err(Error::NeighborList(format!(
+                "a list of {} slots built for {} atoms cannot be pruned at {n} atoms with {edges} \
+                 edges",
+                list.capacity(),
+                list.scan.dim(0)?.saturating_sub(2)
+            )));
+        }
+        if n == 0 || edges == 0 {
+            return list.narrow(0);
+        }
+        let cut2 = (cutoff * (1.0 + PRUNE_MARGIN)).powi(2);
+        let x = positions.contiguous()?;
+        let inputs = [&x, &list.scan, &list.neighbors, &list.offsets];
+        let suffix = list.offsets.dtype();
+        let counts = self.run_with(Step::PruneCount, &inputs, n, DType::U32, n, cut2, suffix)?;
+        let kept_scan = self.run(
+            Step::Scan { capacity: edges },
+            &[&counts],
+            n + 2,
+            DType::U32,
+            n,
+        )?;
+        let kept = kept_scan.narrow(0, n, 1)?.to_vec1::<u32>()?[0] as usize;
+        let mut inputs = inputs.to_vec();
+        inputs.push(&kept_scan);
+        let fill = Step::PruneFill { edges };
+        let out = self.run_with(fill, &inputs, 3 * edges, DType::U32, n, cut2, suffix)?;
+        let slots = out.narrow(0, 2 * edges, kept)?;
+        Ok((
+            out.narrow(0, 0, kept)?,
+            out.narrow(0, edges, kept)?,
+            crate::ops::gather(&list.offsets, &slots)?,
+        ))
     }
 
     fn check_positions(&self, positions: &Tensor) -> Result<()> {
@@ -225,11 +282,33 @@ impl DeviceListBuilder {
         dtype: DType,
         atoms: usize,
     ) -> Result<Tensor> {
+        let suffix = if dtype == DType::F32 {
+            DType::F32
+        } else {
+            DType::F64
+        };
+        let cut2 = self.cutoff * self.cutoff;
+        self.run_with(step, inputs, shape, dtype, atoms, cut2, suffix)
+    }
+
+    /// [`run`](Self::run) with a squared cutoff and the kernel's dtype suffix given.
+    #[allow(clippy::too_many_arguments)]
+    fn run_with(
+        &self,
+        step: Step,
+        inputs: &[&Tensor],
+        shape: impl Into<candle_core::Shape>,
+        dtype: DType,
+        atoms: usize,
+        cut2: f64,
+        suffix: DType,
+    ) -> Result<Tensor> {
         let shape = shape.into();
         let op = StepOp {
             step,
             atoms,
-            cut2: self.cutoff * self.cutoff,
+            suffix,
+            cut2,
             pad: self.pad_distance(),
             periodic: self.periodic,
             host_geometry: self.host_geometry,
@@ -250,11 +329,16 @@ enum Step {
     Scan { capacity: usize },
     Fill { capacity: usize },
     Offsets { capacity: usize },
+    PruneCount,
+    PruneFill { edges: usize },
 }
 
 struct StepOp {
     step: Step,
     atoms: usize,
+    /// The kernel's dtype suffix (_f32 or _f64).
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    suffix: DType,
     cut2: f64,
     pad: f64,
     periodic: bool,
@@ -290,6 +374,40 @@ impl candle_core::CustomOp1 for StepOp {
             Step::Count => CpuStorage::U32(twin.count(&f64s(0)?)),
             Step::Scan { capacity } => CpuStorage::U32(cpu::scan(&u32s(0)?, capacity)),
             Step::Fill { capacity } => CpuStorage::U32(twin.fill(&f64s(0)?, &u32s(1)?, capacity)),
+            Step::PruneCount | Step::PruneFill { .. } => {
+                let x = f64s(0)?;
+                let (scan, neighbors) = (u32s(1)?, u32s(2)?);
+                let off = self.inputs[3]
+                    .flatten_all()?
+                    .to_dtype(DType::F64)?
+                    .to_vec1::<f64>()?;
+                let kept = |i: usize| -> Vec<usize> {
+                    (scan[i] as usize..scan[i + 1] as usize)
+                        .filter(|&k| {
+                            let j = neighbors[k] as usize;
+                            let v: [f64; 3] = std::array::from_fn(|c| {
+                                x[3 * j + c] - x[3 * i + c] + off[3 * k + c]
+                            });
+                            v[0] * v[0] + v[1] * v[1] + v[2] * v[2] < self.cut2
+                        })
+                        .collect()
+                };
+                match self.step {
+                    Step::PruneFill { edges } => {
+                        let mut out = vec![0u32; 3 * edges];
+                        let kept_scan = u32s(4)?;
+                        for (i, &start) in kept_scan[..self.atoms].iter().enumerate() {
+                            for (s, k) in (start as usize..).zip(kept(i)) {
+                                out[s] = i as u32;
+                                out[edges + s] = neighbors[k];
+                                out[2 * edges + s] = k as u32;
+                            }
+                        }
+                        CpuStorage::U32(out)
+                    }
+                    _ => CpuStorage::U32((0..self.atoms).map(|i| kept(i).len() as u32).collect()),
+                }
+            }
             Step::Offsets { capacity } => {
                 let o = twin.offsets(&f64s(0)?, &u32s(1)?, &u32s(2)?, capacity, self.pad);
                 match self.dtype {
@@ -319,6 +437,8 @@ impl Step {
             Self::Scan { .. } => "nl_scan",
             Self::Fill { .. } => "nl_fill",
             Self::Offsets { .. } => "nl_offsets",
+            Self::PruneCount => "nl_within_count",
+            Self::PruneFill { .. } => "nl_within_fill",
         }
     }
 }
@@ -479,6 +599,7 @@ mod cuda {
 
     enum View<'a> {
         F64(CudaView<'a, f64>),
+        F32(CudaView<'a, f32>),
         U32(CudaView<'a, u32>),
     }
 
@@ -489,6 +610,9 @@ mod cuda {
         match storage {
             Storage::Cuda(s) if t.dtype() == DType::F64 => {
                 Ok(View::F64(s.as_cuda_slice::<f64>()?.slice(a..b)))
+            }
+            Storage::Cuda(s) if t.dtype() == DType::F32 => {
+                Ok(View::F32(s.as_cuda_slice::<f32>()?.slice(a..b)))
             }
             Storage::Cuda(s) => Ok(View::U32(s.as_cuda_slice::<u32>()?.slice(a..b))),
             _ => candle_core::bail!("neighbour list: inputs must be on the CUDA device"),
@@ -518,15 +642,12 @@ mod cuda {
             candle_core::bail!("neighbour list: geometry must be f64")
         };
         let (n, len) = (op.atoms, op.shape.elem_count());
-        let suffix_dtype = if op.dtype == DType::F32 {
-            DType::F32
-        } else {
-            DType::F64
-        };
-        let func = cached_function(dev, op.step.kernel(), "neighbors", PTX, suffix_dtype, 0)?;
+        let func = cached_function(dev, op.step.kernel(), "neighbors", PTX, op.suffix, 0)?;
         let cfg = match op.step {
             Step::Wrap => grid_stride(n),
-            Step::Count | Step::Fill { .. } => warp_per_atom(n),
+            Step::Count | Step::Fill { .. } | Step::PruneCount | Step::PruneFill { .. } => {
+                warp_per_atom(n)
+            }
             Step::Scan { .. } => LaunchConfig {
                 grid_dim: (1, 1, 1),
                 block_dim: (1024, 1, 1),
@@ -540,10 +661,15 @@ mod cuda {
         for (k, v) in views.iter().enumerate() {
             match v {
                 View::F64(v) => b.arg(v),
+                View::F32(v) => b.arg(v),
                 View::U32(v) => b.arg(v),
             };
-            // The positions are followed by the geometry in every kernel but the scan.
-            if k == 0 && !matches!(op.step, Step::Scan { .. }) {
+            // The positions are followed by the geometry in the kernels that build.
+            let builds = matches!(
+                op.step,
+                Step::Wrap | Step::Count | Step::Fill { .. } | Step::Offsets { .. }
+            );
+            if k == 0 && builds {
                 b.arg(&geometry);
             }
         }
@@ -551,7 +677,8 @@ mod cuda {
             Step::Scan { capacity } | Step::Fill { capacity } | Step::Offsets { capacity } => {
                 capacity
             }
-            Step::Wrap | Step::Count => 0,
+            Step::PruneFill { edges } => edges,
+            Step::Wrap | Step::Count | Step::PruneCount => 0,
         };
         macro_rules! finish {
             ($t:ty) => {{
@@ -578,6 +705,13 @@ mod cuda {
                         b.arg(&periodic);
                         b.arg(&op.cut2);
                         b.arg(&op.pad);
+                    }
+                    Step::PruneCount => {
+                        b.arg(&op.cut2);
+                    }
+                    Step::PruneFill { .. } => {
+                        b.arg(&capacity);
+                        b.arg(&op.cut2);
                     }
                 }
                 // SAFETY: the arguments follow the signatures of kernels/neighbors.cu.
