@@ -255,3 +255,42 @@ fn bad_inputs_are_named() {
     );
     assert!(interaction(&args(&x.centers)).is_ok());
 }
+
+/// The filter-rows product (kernels/filter_rows.cu on CUDA) through its CPU twin equals
+/// candle's matmul of the basis' first K columns: odd widths, no edges, and its refusals.
+#[test]
+fn filter_rows_twin_equals_matmul() {
+    use mlff_distiller::ops::{filter_rows, FILTER_ROWS_MAX_K};
+    let cpu = Device::Cpu;
+    for (e, kb, k, c) in [
+        (0, 24, 21, 384),
+        (1, 24, 21, 384),
+        (37, 24, 21, 7),
+        (100, 5, 5, 600),
+    ] {
+        for dtype in [DType::F32, DType::F64] {
+            let basis = Tensor::randn(0.0, 1.0, (e, kb), &cpu)
+                .unwrap()
+                .to_dtype(dtype)
+                .unwrap();
+            let w = Tensor::randn(0.0, 1.0, (k, c), &cpu)
+                .unwrap()
+                .to_dtype(dtype)
+                .unwrap();
+            let got = filter_rows(&basis, &w).unwrap();
+            let want = basis.narrow(1, 0, k).unwrap().matmul(&w).unwrap();
+            assert_eq!(got.dims(), [e, c]);
+            let tol = if dtype == DType::F32 { 1e-4 } else { 1e-12 };
+            assert!(
+                max_abs_diff(&got, &want) <= tol,
+                "{e}x{kb}, {k}x{c} {dtype:?}"
+            );
+        }
+    }
+    let basis = Tensor::zeros((3, 40), DType::F32, &cpu).unwrap();
+    let too_many = Tensor::zeros((FILTER_ROWS_MAX_K + 1, 8), DType::F32, &cpu).unwrap();
+    let err = filter_rows(&basis, &too_many).unwrap_err().to_string();
+    assert!(err.contains("at most 32 rows"), "{err}");
+    let wider = Tensor::zeros((41, 8), DType::F32, &cpu).unwrap();
+    assert!(filter_rows(&basis, &wider).is_err());
+}

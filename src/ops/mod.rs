@@ -16,6 +16,7 @@
 mod activation;
 mod dense;
 mod edge_basis;
+mod filter_rows;
 mod gather;
 mod interaction;
 pub mod kernel;
@@ -28,6 +29,7 @@ mod update;
 pub use activation::{bias_silu, bias_silu_adjoint};
 pub use dense::{dense, dense_silu, dense_silu_adjoint, DENSE_MAX_WIDTH};
 pub use edge_basis::{basis_width, edge_basis, edge_basis_adjoint};
+pub use filter_rows::{filter_rows, FILTER_ROWS_MAX_K};
 pub use gather::{gather, Gather};
 pub use interaction::{
     interaction, interaction_adjoint, EdgeFilter, InteractionGrads, InteractionInputs,
