@@ -554,34 +554,3 @@ fn cuda_prune_matches_cpu_twin() {
         }
     }
 }
-
-/// The filter-rows kernel against its CPU twin: a molecule's and a 10,000-atom box's edge
-/// counts, two column chunks (C > 512), an odd width; f32 and f64.
-#[test]
-fn cuda_filter_rows_match_cpu_twin() {
-    use mlff_distiller::ops::filter_rows;
-    let dev = cuda();
-    for (e, kb, k, c) in [
-        (0, 24, 21, 384),
-        (292, 24, 21, 384),
-        (541_044, 24, 21, 384),
-        (1000, 24, 21, 1031),
-    ] {
-        for dtype in [DType::F32, DType::F64] {
-            let basis = Tensor::randn(0.0, 1.0, (e, kb), &Device::Cpu)
-                .unwrap()
-                .to_dtype(dtype)
-                .unwrap();
-            let w = Tensor::randn(0.0, 1.0, (k, c), &Device::Cpu)
-                .unwrap()
-                .to_dtype(dtype)
-                .unwrap();
-            let want = filter_rows(&basis, &w).unwrap();
-            let got =
-                filter_rows(&basis.to_device(&dev).unwrap(), &w.to_device(&dev).unwrap()).unwrap();
-            let d = max_abs_diff(&got.to_device(&Device::Cpu).unwrap(), &want);
-            let tol = if dtype == DType::F32 { 1e-4 } else { 1e-12 };
-            assert!(d <= tol, "{e} edges, {c} columns {dtype:?}: {d}");
-        }
-    }
-}

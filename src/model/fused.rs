@@ -6,10 +6,8 @@
 //! op and compute weight gradients that inference never uses; here a step is ~90 launches
 //! instead of ~1,000. Below [`FILTER_ROWS_FROM_EDGES`] edges no [E, F]-sized tensor exists at
 //! all (the filter is formed inside the interaction kernels); from there on each block's filter
-//! rows W(r) [E, 3F] are one product (`ops::filter_rows` on CUDA), kept for the adjoint up to
-//! [`FILTER_ROWS_KEEP_BYTES`] for all blocks together and made again beyond. Forces only: the
-//! weights are read once (`FusedPainn::new`), so this path is for inference; training
-//! differentiates the graph of `Painn::atom_energies`.
+//! rows W(r) [E, 3F] are one cuBLAS product, made again in the adjoint rather than kept. Forces only: the weights are read once (`FusedPainn::new`), so this
+//! path is for inference; training differentiates the graph of `Painn::atom_energies`.
 //!
 //! State tensors are component-major [4N, F] (s, then v_x, v_y, v_z), so that s and v are
 //! contiguous row ranges that cuBLAS takes without copies.
@@ -18,9 +16,9 @@ use super::painn::{Painn, PainnInputs};
 use crate::device::env_usize;
 use crate::ops::{
     act_grad, bias_silu, bias_silu_adjoint, dense, dense_silu, dense_silu_adjoint, edge_basis,
-    edge_basis_adjoint, filter_rows, gather, interaction, interaction_adjoint, small_system,
-    update_combine, update_combine_adjoint, update_context, update_context_adjoint, EdgeFilter,
-    InteractionInputs, SmallSystemModel, SmallSystemPlan, StateGrad, DENSE_MAX_WIDTH,
+    edge_basis_adjoint, gather, interaction, interaction_adjoint, small_system, update_combine,
+    update_combine_adjoint, update_context, update_context_adjoint, EdgeFilter, InteractionInputs,
+    SmallSystemModel, SmallSystemPlan, StateGrad, DENSE_MAX_WIDTH,
 };
 use candle_core::{Result, Tensor};
 use candle_nn::Linear;
@@ -177,9 +175,6 @@ pub struct FusedPainn {
     rows_from_edges: usize,
     /// Filter rows of all blocks up to this many bytes are kept for the adjoint.
     keep_rows_bytes: usize,
-    /// Filter rows on CUDA by cuBLAS instead of our kernel (`MLFF_FILTER_ROWS_CUBLAS=1`, for
-    /// comparisons).
-    rows_by_cublas: bool,
     /// Our dense kernels for layers of at most this many rows (CUDA, and the CPU when set).
     dense_kernel_rows: usize,
     dense_on_cpu: bool,
@@ -242,7 +237,6 @@ impl FusedPainn {
             atom_constant,
             rows_from_edges: FILTER_ROWS_FROM_EDGES,
             keep_rows_bytes: env_usize("MLFF_FILTER_ROWS_KEEP_BYTES", FILTER_ROWS_KEEP_BYTES),
-            rows_by_cublas: env_usize("MLFF_FILTER_ROWS_CUBLAS", 0) != 0,
             dense_kernel_rows: env_usize("MLFF_DENSE_KERNEL_ROWS", DENSE_KERNEL_MAX_ROWS),
             dense_on_cpu: false,
             one_kernel_atoms: env_usize("MLFF_ONE_KERNEL_ATOMS", ONE_KERNEL_MAX_ATOMS),
@@ -422,10 +416,6 @@ impl FusedPainn {
         }
         let made = match rows.take() {
             Some(r) => r,
-            // Our kernel on CUDA (cuBLAS is slow at K = R + 1); candle's matmul on the CPU.
-            None if basis.device().is_cuda() && !self.rows_by_cublas => {
-                filter_rows(basis, &b.filter)?
-            }
             None => basis.matmul(&b.filter_basis)?,
         };
         Ok(EdgeFilter::Rows(rows.insert(made)))

@@ -16,7 +16,6 @@
 mod activation;
 mod dense;
 mod edge_basis;
-mod filter_rows;
 mod gather;
 mod interaction;
 pub mod kernel;
@@ -29,7 +28,6 @@ mod update;
 pub use activation::{bias_silu, bias_silu_adjoint};
 pub use dense::{dense, dense_silu, dense_silu_adjoint, DENSE_MAX_WIDTH};
 pub use edge_basis::{basis_width, edge_basis, edge_basis_adjoint};
-pub use filter_rows::{filter_rows, FILTER_ROWS_MAX_K};
 pub use gather::{gather, Gather};
 pub use interaction::{
     interaction, interaction_adjoint, EdgeFilter, InteractionGrads, InteractionInputs,
