@@ -6,8 +6,10 @@
 //! op and compute weight gradients that inference never uses; here a step is ~90 launches
 //! instead of ~1,000. Below [`FILTER_ROWS_FROM_EDGES`] edges no [E, F]-sized tensor exists at
 //! all (the filter is formed inside the interaction kernels); from there on each block's filter
-//! rows W(r) [E, 3F] are one cuBLAS product, made again in the adjoint rather than kept. Forces only: the weights are read once (`FusedPainn::new`), so this
-//! path is for inference; training differentiates the graph of `Painn::atom_energies`.
+//! rows W(r) [E, 3F] are one cuBLAS product, kept for the adjoint up to
+//! [`FILTER_ROWS_KEEP_BYTES`] for all blocks together and made again beyond. Forces only: the
+//! weights are read once (`FusedPainn::new`), so this path is for inference; training
+//! differentiates the graph of `Painn::atom_energies`.
 //!
 //! State tensors are component-major [4N, F] (s, then v_x, v_y, v_z), so that s and v are
 //! contiguous row ranges that cuBLAS takes without copies.
