@@ -132,7 +132,8 @@ pub const ONE_KERNEL_MAX_BLOCKS: usize = 64;
 
 /// Edge count from which the filter rows are a matrix product instead of being formed per
 /// edge and feature inside the interaction kernels: 12-15% faster at 54,000-541,000 edges on
-/// an H100, for a transient [E, 3F] buffer (BENCHMARKS.md).
+/// an H100, for a transient [E, 3F] buffer (BENCHMARKS.md). `MLFF_FILTER_ROWS_FROM_EDGES`
+/// changes it.
 pub const FILTER_ROWS_FROM_EDGES: usize = 32_768;
 
 /// Largest filter-rows buffer made (bytes); beyond it the kernels form the filter themselves,
@@ -237,7 +238,7 @@ impl FusedPainn {
             blocks,
             readout: Mlp::new(Dense::of(&ro.hidden)?, readout_out)?,
             atom_constant,
-            rows_from_edges: FILTER_ROWS_FROM_EDGES,
+            rows_from_edges: env_usize("MLFF_FILTER_ROWS_FROM_EDGES", FILTER_ROWS_FROM_EDGES),
             keep_rows_bytes: env_usize("MLFF_FILTER_ROWS_KEEP_BYTES", FILTER_ROWS_KEEP_BYTES),
             dense_kernel_rows: env_usize("MLFF_DENSE_KERNEL_ROWS", DENSE_KERNEL_MAX_ROWS),
             dense_on_cpu: false,
