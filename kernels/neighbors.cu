@@ -204,3 +204,78 @@ extern "C" __global__ void nl_offsets_f64(const double* x, const double* g,
                                           unsigned int periodic, double cut2, double pad) {
     offsets(x, g, scan, edges, out, n, capacity, periodic, cut2, pad);
 }
+
+// Pruning a built list to the pairs within a (smaller) cutoff at the current positions, for
+// the model: a Verlet list's skin adds edges that contribute exactly zero but cost as much as
+// any other. Atom i's edges are slots scan[i]..scan[i + 1] of the list (the build's scan).
+template <typename T>
+__device__ __forceinline__ bool still_within(const double* x, size_t i, size_t j, const T* off,
+                                             size_t k, double cut2) {
+    double v[3];
+#pragma unroll
+    for (int c = 0; c < 3; ++c) {
+        v[c] = __dadd_rn(__dsub_rn(x[3 * j + c], x[3 * i + c]), (double)off[3 * k + c]);
+    }
+    return __dadd_rn(__dadd_rn(__dmul_rn(v[0], v[0]), __dmul_rn(v[1], v[1])),
+                     __dmul_rn(v[2], v[2])) < cut2;
+}
+
+// Kept edges per atom: one warp per atom, its lanes over the atom's slots.
+template <typename T>
+__device__ void within_count(const double* x, const unsigned int* scan,
+                             const unsigned int* neighbors, const T* off, unsigned int* counts,
+                             size_t n, double cut2) {
+    const unsigned lane = threadIdx.x & 31;
+    const size_t warps = ((size_t)gridDim.x * blockDim.x) >> 5;
+    for (size_t i = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5; i < n; i += warps) {
+        unsigned int c = 0;
+        for (size_t k0 = scan[i]; k0 < scan[i + 1]; k0 += 32) {
+            const size_t k = k0 + lane;
+            const bool e = k < scan[i + 1] && still_within(x, i, neighbors[k], off, k, cut2);
+            c += __popc(__ballot_sync(FULL_MASK, e));
+        }
+        if (lane == 0) counts[i] = c;
+    }
+}
+
+// The kept edges in list order: out = [centers | neighbours | slot in the old list], each
+// `edges` long (the old list's edge count; the kept ones come first).
+template <typename T>
+__device__ void within_fill(const double* x, const unsigned int* scan,
+                            const unsigned int* neighbors, const T* off,
+                            const unsigned int* kept_scan, unsigned int* out, size_t n,
+                            size_t edges, double cut2) {
+    const unsigned lane = threadIdx.x & 31;
+    const size_t warps = ((size_t)gridDim.x * blockDim.x) >> 5;
+    for (size_t i = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5; i < n; i += warps) {
+        size_t slot = kept_scan[i];
+        for (size_t k0 = scan[i]; k0 < scan[i + 1]; k0 += 32) {
+            const size_t k = k0 + lane;
+            const unsigned j = k < scan[i + 1] ? neighbors[k] : 0;
+            const bool e = k < scan[i + 1] && still_within(x, i, j, off, k, cut2);
+            const unsigned mask = __ballot_sync(FULL_MASK, e);
+            if (e) {
+                const size_t s = slot + __popc(mask & ((1u << lane) - 1u));
+                out[s] = (unsigned int)i;
+                out[edges + s] = j;
+                out[2 * edges + s] = (unsigned int)k;
+            }
+            slot += __popc(mask);
+        }
+    }
+}
+
+#define WITHIN(S, T)                                                                          \
+    extern "C" __global__ void nl_within_count_##S(const double* x, const unsigned int* scan, \
+                                                   const unsigned int* neighbors, const T* off, \
+                                                   unsigned int* counts, size_t n,            \
+                                                   double cut2) {                             \
+        within_count(x, scan, neighbors, off, counts, n, cut2);                               \
+    }                                                                                         \
+    extern "C" __global__ void nl_within_fill_##S(                                            \
+        const double* x, const unsigned int* scan, const unsigned int* neighbors, const T* off, \
+        const unsigned int* kept_scan, unsigned int* out, size_t n, size_t edges, double cut2) { \
+        within_fill(x, scan, neighbors, off, kept_scan, out, n, edges, cut2);                 \
+    }
+WITHIN(f32, float)
+WITHIN(f64, double)

@@ -131,10 +131,11 @@ pub const ONE_KERNEL_MAX_ATOMS: usize = 64;
 pub const ONE_KERNEL_MAX_BLOCKS: usize = 64;
 
 /// Edge count from which the filter rows are a matrix product instead of being formed per
-/// edge and feature inside the interaction kernels: 12-15% faster at 54,000-541,000 edges on
-/// an H100, for a transient [E, 3F] buffer (BENCHMARKS.md). `MLFF_FILTER_ROWS_FROM_EDGES`
-/// changes it.
-pub const FILTER_ROWS_FROM_EDGES: usize = 32_768;
+/// edge and feature inside the interaction kernels, for an [E, 3F] buffer per block kept for
+/// the adjoint. On an H100 (BENCHMARKS.md): 12-15% faster at 54,000-541,000 edges when the rows
+/// were made again in the adjoint; kept, also ~21% at 17,000-19,000 edges (64 aspirins, 300
+/// waters) and within the noise at 4,700. `MLFF_FILTER_ROWS_FROM_EDGES` changes it.
+pub const FILTER_ROWS_FROM_EDGES: usize = 8192;
 
 /// Largest filter-rows buffer made (bytes); beyond it the kernels form the filter themselves,
 /// so that very large systems keep the O(N·F + E·R) memory of that path.
