@@ -625,3 +625,69 @@ fn a_corrupt_restart_file_is_named() {
         "{err}"
     );
 }
+
+/// The integrator's kernels (their CPU twins here) give exactly what the candle ops they
+/// replace gave: the kick, the NVE and Langevin steps up to the force call, the Verlet check
+/// (and a NaN reaches its sum); wrong dtypes or lengths are errors naming the tensor.
+#[test]
+fn integrator_kernels_equal_the_candle_ops() {
+    use candle_core::Tensor;
+    use mlff_distiller::ops::{md_advance, md_displacement2, md_kick, LangevinNoise};
+    let cpu = Device::Cpu;
+    let n = 37;
+    let r = |seed: f64| {
+        let v: Vec<f64> = (0..3 * n)
+            .map(|k| ((k as f64 + seed) * 0.37).sin())
+            .collect();
+        Tensor::from_vec(v, (n, 3), &cpu).unwrap()
+    };
+    let col = |seed: f64| {
+        let v: Vec<f64> = (0..n)
+            .map(|k| 0.01 + ((k as f64 + seed) * 0.11).cos().abs())
+            .collect();
+        Tensor::from_vec(v, (n, 1), &cpu).unwrap()
+    };
+    let (x, v, f, xi, hk, scale) = (r(1.0), r(2.0), r(3.0), r(4.0), col(5.0), col(6.0));
+    let (dt, c1) = (0.049, 0.93);
+    let same = |a: &Tensor, b: &Tensor| {
+        assert_eq!(a.to_vec2::<f64>().unwrap(), b.to_vec2::<f64>().unwrap());
+    };
+    let kicked = (&v + f.broadcast_mul(&hk).unwrap()).unwrap();
+    same(&md_kick(&v, &f, &hk).unwrap(), &kicked);
+    let (x1, v1) = md_advance(&x, &v, &f, &hk, dt, None).unwrap();
+    same(&x1, &(&x + (&kicked * dt).unwrap()).unwrap());
+    same(&v1, &kicked);
+    let noise = LangevinNoise {
+        xi: &xi,
+        scale: &scale,
+        c1,
+    };
+    let (x2, v2) = md_advance(&x, &v, &f, &hk, dt, Some(noise)).unwrap();
+    let half = 0.5 * dt;
+    let xa = (&x + (&kicked * half).unwrap()).unwrap();
+    let vo = ((&kicked * c1).unwrap() + xi.broadcast_mul(&scale).unwrap()).unwrap();
+    same(&x2, &(&xa + (&vo * half).unwrap()).unwrap());
+    same(&v2, &vo);
+    let d2 = (&x1 - &x).unwrap().sqr().unwrap().sum(1).unwrap();
+    let want = [
+        d2.sum_all().unwrap().to_scalar::<f64>().unwrap(),
+        d2.max(0).unwrap().to_scalar::<f64>().unwrap(),
+    ];
+    assert_eq!(
+        md_displacement2(&x1, &x).unwrap().to_vec1::<f64>().unwrap(),
+        want
+    );
+    let mut bad = x1.flatten_all().unwrap().to_vec1::<f64>().unwrap();
+    bad[40] = f64::NAN;
+    let bad = Tensor::from_vec(bad, (n, 3), &cpu).unwrap();
+    assert!(md_displacement2(&bad, &x)
+        .unwrap()
+        .to_vec1::<f64>()
+        .unwrap()[0]
+        .is_nan());
+    let f32_v = v.to_dtype(DType::F32).unwrap();
+    let err = md_kick(&f32_v, &f, &hk).unwrap_err().to_string();
+    assert!(err.contains("v must be f64"), "{err}");
+    let err = md_advance(&x, &v, &f, &col(1.0).narrow(0, 0, 5).unwrap(), dt, None).unwrap_err();
+    assert!(err.to_string().contains("half_kick"), "{err}");
+}

@@ -71,8 +71,7 @@ pub trait ForceProvider {
 /// Σ and max over atoms of |x − reference|², as a [2] tensor (one host read for both: max()
 /// may skip NaN on the GPU; the sum carries it).
 pub fn displacement2(positions: &Tensor, reference: &Tensor) -> Result<Tensor> {
-    let d2 = (positions - reference)?.sqr()?.sum(1)?;
-    Ok(Tensor::stack(&[d2.sum_all()?, d2.max(0)?], 0)?)
+    Ok(crate::ops::md_displacement2(positions, reference)?)
 }
 
 /// The error for positions that are not all finite, naming the first such atom.

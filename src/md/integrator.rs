@@ -4,6 +4,7 @@
 
 use super::forces::{Evaluation, ForceProvider};
 use crate::error::{Error, Result};
+use crate::ops::{md_advance, md_kick, LangevinNoise};
 use crate::units::{FS, KB, PS};
 use candle_core::{Device, Tensor};
 use rand::Rng;
@@ -166,7 +167,7 @@ impl Integrator {
 
     /// The B half step: v + f dt / 2m.
     pub fn kick(&self, v: &Tensor, f: &Tensor) -> Result<Tensor> {
-        Ok((v + f.broadcast_mul(&self.half_kick)?)?)
+        Ok(md_kick(v, f, &self.half_kick)?)
     }
 
     /// The step up to the force call: a kick with the current forces `f`, then the drift
@@ -179,16 +180,15 @@ impl Integrator {
         f: &Tensor,
         noise: Option<&Tensor>,
     ) -> Result<(Tensor, Tensor)> {
-        let v = self.kick(v, f)?;
-        match (&self.noise_scale, noise) {
-            (None, _) => Ok(((x + (&v * self.dt)?)?, v)),
-            (Some(scale), Some(xi)) => {
-                let half = 0.5 * self.dt;
-                let x = (x + (&v * half)?)?;
-                let v = ((&v * self.c1)? + xi.broadcast_mul(scale)?)?;
-                Ok(((x + (&v * half)?)?, v))
-            }
-            (Some(_), None) => Err(Error::Md("a Langevin step needs its noise".into())),
-        }
+        let noise = match (&self.noise_scale, noise) {
+            (None, _) => None,
+            (Some(scale), Some(xi)) => Some(LangevinNoise {
+                xi,
+                scale,
+                c1: self.c1,
+            }),
+            (Some(_), None) => return Err(Error::Md("a Langevin step needs its noise".into())),
+        };
+        Ok(md_advance(x, v, f, &self.half_kick, self.dt, noise)?)
     }
 }

@@ -17,6 +17,7 @@ mod activation;
 mod dense;
 mod edge_basis;
 mod gather;
+mod integrator;
 mod interaction;
 pub mod kernel;
 mod message;
@@ -29,6 +30,7 @@ pub use activation::{bias_silu, bias_silu_adjoint};
 pub use dense::{dense, dense_silu, dense_silu_adjoint, DENSE_MAX_WIDTH};
 pub use edge_basis::{basis_width, edge_basis, edge_basis_adjoint};
 pub use gather::{gather, Gather};
+pub use integrator::{md_advance, md_displacement2, md_kick, LangevinNoise};
 pub use interaction::{
     interaction, interaction_adjoint, EdgeFilter, InteractionGrads, InteractionInputs,
 };

@@ -1,0 +1,76 @@
+// MD integrator steps as single kernels (f64): the kick v + f dt/2m, the step up to the force
+// call (kick, then drift, or Langevin A O A), and the Verlet displacement check, instead of
+// 2-9 and 6 candle ops each. Every product and sum is rounded on its own (no fused
+// multiply-add), in the order of the candle ops they replace, so CPU and CUDA agree bit for bit.
+// Mirrors src/ops/integrator.rs.
+#include <cstddef>
+
+#define FOR_ATOMS(i, n)                                                                \
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n);            \
+         i += (size_t)gridDim.x * blockDim.x)
+
+// out = v + f hk[atom]: [N, 3].
+extern "C" __global__ void md_kick_f64(const double* v, const double* f, const double* hk,
+                                       double* out, size_t n) {
+    FOR_ATOMS(t, 3 * n) { out[t] = __dadd_rn(v[t], __dmul_rn(f[t], hk[t / 3])); }
+}
+
+// out = [x' (3N) | v' (3N)]: v1 = v + f hk; NVE (langevin = 0): x' = x + v1 dt, v' = v1;
+// Langevin: x1 = x + v1 dt/2, v' = c1 v1 + xi scale[atom], x' = x1 + v' dt/2.
+extern "C" __global__ void md_advance_f64(const double* x, const double* v, const double* f,
+                                          const double* hk, const double* xi,
+                                          const double* scale, double* out, size_t n,
+                                          size_t langevin, double dt, double c1) {
+    FOR_ATOMS(t, 3 * n) {
+        const size_t a = t / 3;
+        const double v1 = __dadd_rn(v[t], __dmul_rn(f[t], hk[a]));
+        if (langevin == 0) {
+            out[t] = __dadd_rn(x[t], __dmul_rn(v1, dt));
+            out[3 * n + t] = v1;
+        } else {
+            const double half = 0.5 * dt;
+            const double x1 = __dadd_rn(x[t], __dmul_rn(v1, half));
+            const double v2 = __dadd_rn(__dmul_rn(v1, c1), __dmul_rn(xi[t], scale[a]));
+            out[t] = __dadd_rn(x1, __dmul_rn(v2, half));
+            out[3 * n + t] = v2;
+        }
+    }
+}
+
+// out = [sum, max] over atoms of |x - reference|² (one block; the sum carries a NaN that a
+// max might skip).
+extern "C" __global__ void md_displacement2_f64(const double* x, const double* r, double* out,
+                                                size_t n) {
+    __shared__ double sums[32], maxes[32];
+    double s = 0.0, m = 0.0;
+    for (size_t a = threadIdx.x; a < n; a += blockDim.x) {
+        double d2 = 0.0;
+#pragma unroll
+        for (int c = 0; c < 3; ++c) {
+            const double d = x[3 * a + c] - r[3 * a + c];
+            d2 = __dadd_rn(d2, __dmul_rn(d, d));
+        }
+        s = __dadd_rn(s, d2);
+        m = d2 > m || d2 != d2 ? d2 : m;
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        s += __shfl_down_sync(0xffffffffu, s, o);
+        const double mo = __shfl_down_sync(0xffffffffu, m, o);
+        m = mo > m || mo != mo ? mo : m;
+    }
+    const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) {
+        sums[warp] = s;
+        maxes[warp] = m;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double ts = 0.0, tm = 0.0;
+        for (unsigned w = 0; w < (blockDim.x >> 5); ++w) {
+            ts += sums[w];
+            tm = maxes[w] > tm || maxes[w] != maxes[w] ? maxes[w] : tm;
+        }
+        out[0] = ts;
+        out[1] = tm;
+    }
+}
