@@ -400,7 +400,8 @@ fn cuda_graph_capture_failure_falls_back_with_auto() {
     let _gpu = exclusive();
     let tracked = Device::new_cuda(0).unwrap(); // candle's default: events on
     let calc = shipped(DType::F64, &tracked);
-    let s = aspirin();
+    // More than 64 atoms: `auto` captures (a molecule that runs as one kernel would not).
+    let s = water_box(27, 3);
     let settings = MdSettings {
         steps: 50,
         traj_every: 0,
@@ -424,4 +425,41 @@ fn cuda_graph_capture_failure_falls_back_with_auto() {
     assert!(max_force_diff(&x_auto, &x_off) < 1e-9);
     let err = run(Graphs::On).expect_err("--graphs on must fail");
     assert!(err.to_string().contains("event tracking"), "{err}");
+}
+
+/// `--graphs auto` captures no graph for a molecule whose eager call is one kernel with its
+/// edge geometry in shared memory (the faster path there) and does for a larger system; the
+/// trajectories equal `off`'s.
+#[test]
+fn cuda_auto_graphs_leave_one_kernel_molecules_eager() {
+    let _gpu = exclusive();
+    let gpu = cuda();
+    let calc = shipped(DType::F64, &gpu);
+    let settings = MdSettings {
+        steps: 100,
+        traj_every: 0,
+        ..Default::default()
+    };
+    for (s, captured) in [(aspirin(), false), (water_box(27, 3), true)] {
+        let run = |graphs: Graphs| {
+            let f = PainnForces::new(&calc, &s, settings.skin)
+                .unwrap()
+                .with_graphs(graphs)
+                .unwrap();
+            let mut sim =
+                Simulation::new(f, &s, settings.clone(), serde_json::Value::Null).unwrap();
+            sim.run(&mut |_| {}).unwrap();
+            let captures = sim.forces().graph_captures();
+            (host_positions(&sim.state().positions).unwrap(), captures)
+        };
+        let (x_auto, captures) = run(Graphs::Auto);
+        let (x_off, _) = run(Graphs::Off);
+        assert_eq!(
+            captures > 0,
+            captured,
+            "{} atoms: {captures} captures",
+            s.len()
+        );
+        assert!(max_force_diff(&x_auto, &x_off) < 1e-9, "{} atoms", s.len());
+    }
 }

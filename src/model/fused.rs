@@ -307,18 +307,28 @@ impl FusedPainn {
 
     /// The one-kernel launch for `x`, where it applies (for [`one_kernel`](Self::one_kernel)).
     pub fn one_kernel_plan(&self, x: &PainnInputs) -> Result<Option<SmallSystemPlan>> {
-        let (n, dev) = (x.positions.dim(0)?, x.positions.device());
+        let (n, e) = (x.positions.dim(0)?, x.centers.dim(0)?);
+        self.one_kernel_plan_for(n, e, x.positions.device(), x.positions.dtype())
+    }
+
+    /// The one-kernel launch for `n` atoms and `e` edges on `dev` in `dtype`, where it applies.
+    pub fn one_kernel_plan_for(
+        &self,
+        n: usize,
+        e: usize,
+        dev: &candle_core::Device,
+        dtype: candle_core::DType,
+    ) -> Result<Option<SmallSystemPlan>> {
         if !dev.is_cuda() || n > self.one_kernel_atoms {
             return Ok(None);
         }
-        let plan = SmallSystemPlan::new(self.small_system_model()?, n, x.centers.dim(0)?);
-        let (dtype, blocks) = (x.positions.dtype(), self.one_kernel_blocks);
+        let plan = SmallSystemPlan::new(self.small_system_model()?, n, e);
         // Also where the edge geometry is formed again chunk by chunk: at 16 blocks that was
         // slower than the separate kernels (trialanine 0.59 against 0.52-0.54 ms on an H100),
         // at 64 it is faster (332 µs back to back against 0.47-0.64 ms eager).
         Ok(plan
             .ok()
-            .and_then(|p| p.fit_widest(dev, dtype, blocks).ok()))
+            .and_then(|p| p.fit_widest(dev, dtype, self.one_kernel_blocks).ok()))
     }
 
     /// Whether [`energies_and_forces`](Self::energies_and_forces) runs `x` as one kernel.
