@@ -429,12 +429,13 @@ fn cuda_graph_capture_failure_falls_back_with_auto() {
 
 /// `--graphs auto` captures no graph for a molecule whose eager call is one kernel with its
 /// edge geometry in shared memory (the faster path there) and does for a larger system; the
-/// trajectories equal `off`'s.
+/// trajectories follow `off`'s.
 #[test]
 fn cuda_auto_graphs_leave_one_kernel_molecules_eager() {
     let _gpu = exclusive();
     let gpu = cuda();
-    let calc = shipped(DType::F64, &gpu);
+    // f32, as `mlff md` runs: in f64 a molecule's edge geometry may not fit shared memory.
+    let calc = shipped(DType::F32, &gpu);
     let settings = MdSettings {
         steps: 100,
         traj_every: 0,
@@ -460,6 +461,8 @@ fn cuda_auto_graphs_leave_one_kernel_molecules_eager() {
             "{} atoms: {captures} captures",
             s.len()
         );
-        assert!(max_force_diff(&x_auto, &x_off) < 1e-9, "{} atoms", s.len());
+        // f32 with atomic adds: the two runs part in the last bits.
+        let dx = max_force_diff(&x_auto, &x_off);
+        assert!(dx < 1e-4, "{} atoms: {dx} Å", s.len());
     }
 }
