@@ -81,7 +81,9 @@ pub struct MdArgs {
     resume: Option<PathBuf>,
     /// auto: run each step as one CUDA graph replay where possible (a CUDA device, --ops
     /// fused) and worth it (neighbour lists of up to 32,768 edges; larger systems measured
-    /// slower with graphs); on: always, an error where impossible; off: launch every kernel.
+    /// slower with graphs; molecules whose call is one kernel with its edge geometry in
+    /// shared memory run faster op by op); on: always, an error where impossible; off: launch
+    /// every kernel.
     #[arg(long, default_value = "auto")]
     graphs: Graphs,
     /// Where the Verlet neighbour list is built. auto: on a CUDA device wherever the cell

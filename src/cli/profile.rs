@@ -44,7 +44,7 @@ pub struct ProfileArgs {
     #[arg(long)]
     trace: Option<PathBuf>,
     /// auto: the force calls replayed as CUDA graphs where possible (CUDA, --ops fused) and
-    /// worth it (up to 32,768 edges); on: always, an error where impossible; off: never. (The
+    /// worth it (up to 32,768 edges, not one-kernel molecules); on: always, an error where impossible; off: never. (The
     /// profiler times phases, so the integrator runs op by op here, unlike in `mlff md`.)
     #[arg(long, default_value = "auto")]
     graphs: Graphs,

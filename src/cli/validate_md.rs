@@ -55,9 +55,9 @@ pub struct ValidateMdArgs {
     out: PathBuf,
     #[arg(long, default_value = "f32", value_parser = parse_dtype)]
     dtype: DType,
-    /// auto: the fused path's steps replayed as CUDA graphs on a CUDA device for neighbour
-    /// lists of up to 32,768 edges (its variant labelled `fused+graph`); on: for any size, an
-    /// error where impossible; off: never.
+    /// auto: the fused path's steps replayed as CUDA graphs on a CUDA device where `mlff md`
+    /// would (lists of up to 32,768 edges, not one-kernel molecules; such runs are labelled
+    /// `fused+graph`); on: for any size, an error where impossible; off: never.
     #[arg(long, default_value = "auto")]
     graphs: Graphs,
     #[command(flatten)]

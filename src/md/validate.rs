@@ -91,8 +91,8 @@ pub struct SuiteSettings {
     pub skin: f64,
     pub log_every: u64,
     pub traj_every: u64,
-    /// CUDA graphs for the force calls where wanted (a variant that uses them is labelled
-    /// `+graph`).
+    /// CUDA graphs for the force calls where wanted (a run that replayed them is labelled
+    /// `+graph`; one that `auto` left op by op is not).
     pub graphs: crate::graph::Graphs,
 }
 
@@ -183,6 +183,7 @@ fn run_one(
         true => s.graphs,
         false => crate::graph::Graphs::Off,
     };
+    let plain = label;
     let label = &match graphs != crate::graph::Graphs::Off {
         true => format!("{label}+graph"),
         false => label.to_string(),
@@ -223,6 +224,12 @@ fn run_one(
         let mut sim = Simulation::new(forces, structure, settings, serde_json::Value::Null)
             .map_err(|e| Error::Md(format!("{name} with {label}: {e}")))?;
         let summary = sim.run(&mut |_| {})?;
+        // `auto` captures nothing where replays do not pay (one-kernel molecules, large
+        // lists): such a run is reported as the plain path it was.
+        let variant = match sim.forces().graph_captures() {
+            0 => plain,
+            _ => label,
+        };
         let nonfinite_at = match &summary.stop {
             StopReason::NonFinite { step, .. } => Some(*step),
             _ => None,
@@ -239,7 +246,7 @@ fn run_one(
             .collect();
         reports.push(RunReport {
             system: name.to_string(),
-            variant: label.to_string(),
+            variant: variant.to_string(),
             ensemble: ensemble.name().into(),
             atoms: structure.len(),
             summary,
