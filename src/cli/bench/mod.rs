@@ -271,7 +271,13 @@ pub fn run(a: BenchArgs) -> Result<ExitCode> {
     let teacher = if a.teacher_data.is_empty() {
         serde_json::Value::Null
     } else {
-        let calc = PainnCalculator::new(load_model(&a, &dev)?, dev.clone(), a.dtype);
+        // The path users run (md, predict and eval default to fused) where it is compared.
+        let op = match ops.contains(&EdgeOps::Fused) {
+            true => EdgeOps::Fused,
+            false => ops.first().copied().unwrap_or_default(),
+        };
+        let calc = PainnCalculator::new(load_model(&a, &dev)?.with_ops(op), dev.clone(), a.dtype);
+        eprintln!("student against its teacher: the {} path", op.name());
         let cases = teacher::compare(&calc, &a.teacher_data, a.warmup, a.repeats)?;
         teacher::print(&cases);
         serde_json::to_value(&cases)?
