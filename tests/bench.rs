@@ -100,10 +100,11 @@ fn bench_cli_writes_reports_and_fails_on_regression() {
         assert!(out.join(png).exists(), "{png}");
     }
 
-    // A baseline twice as fast as anything this machine does: every case regressed.
+    // A baseline ten times as fast as the first run: every case regressed. (Twice as fast
+    // failed once in CI: a later run of a case can be 2x faster than the first, cold one.)
     let mut fast = first.clone();
     fast.cases.iter_mut().for_each(|c| {
-        c.latency_ms.median /= 2.0;
+        c.latency_ms.median /= 10.0;
     });
     let fast_path = dir.path().join("fast.json");
     fast.save(&fast_path).unwrap();
