@@ -18,7 +18,7 @@
 use crate::calculator::PainnCalculator;
 use crate::error::{Error, Result};
 use crate::model::PainnInputs;
-use crate::neighbors::PaddedList;
+use crate::neighbors::{padding_offset, PaddedList};
 use crate::ops::{scatter_add, EdgeOps};
 use candle_core::{DType, Device, Tensor, Var};
 
@@ -175,38 +175,18 @@ impl ForceGraph {
         let atoms = positions.dim(0)?;
         check_capturable(calc, atoms)?;
         let (cutoff, dtype) = (calc.model().config().cutoff, calc.dtype());
-        let tensors = match edges {
+        let [centers, neighbors, offsets] = match edges {
             GraphEdges::Host(edges, capacity) => {
                 edge_tensors(edges, atoms, capacity, cutoff, calc.device(), dtype)?
             }
             GraphEdges::Padded(list) => padded_tensors(list, dtype)?,
         };
-        Self::capture_with(
-            calc,
-            species,
-            atom_structure,
-            structures,
-            positions,
-            tensors,
-        )
-    }
-
-    fn capture_with(
-        calc: &PainnCalculator,
-        species: &Tensor,
-        atom_structure: &Tensor,
-        structures: usize,
-        positions: &Tensor,
-        [centers, neighbors, offsets]: [Tensor; 3],
-    ) -> Result<Self> {
         let dev = calc.device().clone();
-        let atoms = positions.dim(0)?;
         let shape = GraphShape {
             atoms,
             structures,
             edge_capacity: centers.dim(0)?,
         };
-        let (cutoff, dtype) = (calc.model().config().cutoff, calc.dtype());
         let var = |t: Tensor| Var::from_tensor(&t);
         let positions = var(positions.to_dtype(DType::F64)?)?;
         let (centers, neighbors, offsets) = (var(centers)?, var(neighbors)?, var(offsets)?);
@@ -411,7 +391,7 @@ pub fn pad_edges(
     let pad = (0..capacity - e).map(|k| (k % atoms) as u32);
     let centers = edges.centers.iter().copied().chain(pad.clone()).collect();
     let neighbors = edges.neighbors.iter().copied().chain(pad).collect();
-    let far = [2.0 * cutoff + 1.0, 0.0, 0.0];
+    let far = [padding_offset(cutoff), 0.0, 0.0];
     let offsets = edges
         .offsets
         .iter()

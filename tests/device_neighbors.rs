@@ -5,30 +5,10 @@
 mod common;
 
 use candle_core::{DType, Device, Tensor};
-use common::device_list::check_against_host;
+use common::device_list::{check_against_host, scattered};
 use common::{random_box, random_molecule};
 use mlff_distiller::neighbors::DeviceListBuilder;
 use mlff_distiller::systems::{aspirin, water_box};
-use mlff_distiller::Structure;
-
-/// `s` with every atom moved by a different whole number of cell vectors (some far outside).
-fn scattered(s: &Structure) -> Structure {
-    let c = s.cell.expect("a periodic structure");
-    let mut out = s.clone();
-    for (i, x) in out.positions.iter_mut().enumerate() {
-        let m = [
-            (i % 5) as f64 - 2.0,
-            (i % 3) as f64 - 1.0,
-            (i % 7) as f64 - 3.0,
-        ];
-        for (k, mk) in m.iter().enumerate() {
-            if s.pbc[k] {
-                x.iter_mut().zip(&c[k]).for_each(|(xd, cd)| *xd += mk * cd);
-            }
-        }
-    }
-    out
-}
 
 #[test]
 fn molecules_match_the_host_list() {

@@ -463,22 +463,15 @@ fn cuda_device_list_matches_host_list() {
     use common::device_list::check_against_host;
     use mlff_distiller::neighbors::DeviceListBuilder;
     let dev = cuda();
+    use common::device_list::scattered;
     let mut slab = random_box(300, 0.25, 5);
     slab.pbc = [true, true, false];
-    let mut outside = random_box(300, 0.3, 6);
-    for (i, x) in outside.positions.iter_mut().enumerate() {
-        let c = outside.cell.unwrap();
-        let m = (i % 5) as f64 - 2.0;
-        x.iter_mut()
-            .zip(&c[i % 3])
-            .for_each(|(xd, cd)| *xd += m * cd);
-    }
     let cases = [
         (aspirin(), 5.0, 600),
         (random_molecule(64, 2), 6.0, 4096),
         (water_box(1667, 1), 6.0, 600_000),
-        (outside, 4.0, 40_000),
-        (slab, 4.0, 40_000),
+        (scattered(&random_box(300, 0.3, 6)), 4.0, 40_000),
+        (scattered(&slab), 4.0, 40_000),
     ];
     for (s, cutoff, capacity) in &cases {
         let (list, st) = check_against_host(s, *cutoff, *capacity, &dev);

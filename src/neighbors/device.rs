@@ -66,6 +66,12 @@ impl PaddedList {
     }
 }
 
+/// How far along x a padding edge's image lies for `cutoff`: beyond it, so that its basis,
+/// filter and gradients are exactly zero (also the host padding of `graph::pad_edges`).
+pub fn padding_offset(cutoff: f64) -> f64 {
+    2.0 * cutoff + 1.0
+}
+
 /// Builds [`PaddedList`]s for one cutoff and cell on one device.
 #[derive(Clone, Debug)]
 pub struct DeviceListBuilder {
@@ -133,7 +139,7 @@ impl DeviceListBuilder {
 
     /// Offset along x of the padding slots' images.
     pub fn pad_distance(&self) -> f64 {
-        2.0 * self.cutoff + 1.0
+        padding_offset(self.cutoff)
     }
 
     /// Positions ([N, 3] f64) wrapped into the cell along periodic axes, as
@@ -229,8 +235,7 @@ impl DeviceListBuilder {
         let cut2 = (cutoff * (1.0 + PRUNE_MARGIN)).powi(2);
         let x = positions.contiguous()?;
         let inputs = [&x, &list.scan, &list.neighbors, &list.offsets];
-        let suffix = list.offsets.dtype();
-        let counts = self.run_with(Step::PruneCount, &inputs, n, DType::U32, n, cut2, suffix)?;
+        let counts = self.run(Step::PruneCount { cut2 }, &inputs, n, DType::U32, n)?;
         let kept_scan = self.run(
             Step::Scan { capacity: edges },
             &[&counts],
@@ -241,8 +246,8 @@ impl DeviceListBuilder {
         let kept = kept_scan.narrow(0, n, 1)?.to_vec1::<u32>()?[0] as usize;
         let mut inputs = inputs.to_vec();
         inputs.push(&kept_scan);
-        let fill = Step::PruneFill { edges };
-        let out = self.run_with(fill, &inputs, 3 * edges, DType::U32, n, cut2, suffix)?;
+        let fill = Step::PruneFill { edges, cut2 };
+        let out = self.run(fill, &inputs, 3 * edges, DType::U32, n)?;
         let slots = out.narrow(0, 2 * edges, kept)?;
         Ok((
             out.narrow(0, 0, kept)?,
@@ -282,32 +287,14 @@ impl DeviceListBuilder {
         dtype: DType,
         atoms: usize,
     ) -> Result<Tensor> {
-        let suffix = if dtype == DType::F32 {
-            DType::F32
-        } else {
-            DType::F64
-        };
-        let cut2 = self.cutoff * self.cutoff;
-        self.run_with(step, inputs, shape, dtype, atoms, cut2, suffix)
-    }
-
-    /// [`run`](Self::run) with a squared cutoff and the kernel's dtype suffix given.
-    #[allow(clippy::too_many_arguments)]
-    fn run_with(
-        &self,
-        step: Step,
-        inputs: &[&Tensor],
-        shape: impl Into<candle_core::Shape>,
-        dtype: DType,
-        atoms: usize,
-        cut2: f64,
-        suffix: DType,
-    ) -> Result<Tensor> {
         let shape = shape.into();
+        let cut2 = match step {
+            Step::PruneCount { cut2 } | Step::PruneFill { cut2, .. } => cut2,
+            _ => self.cutoff * self.cutoff,
+        };
         let op = StepOp {
             step,
             atoms,
-            suffix,
             cut2,
             pad: self.pad_distance(),
             periodic: self.periodic,
@@ -326,19 +313,28 @@ impl DeviceListBuilder {
 enum Step {
     Wrap,
     Count,
-    Scan { capacity: usize },
-    Fill { capacity: usize },
-    Offsets { capacity: usize },
-    PruneCount,
-    PruneFill { edges: usize },
+    Scan {
+        capacity: usize,
+    },
+    Fill {
+        capacity: usize,
+    },
+    Offsets {
+        capacity: usize,
+    },
+    /// Pruning, to the squared cutoff `cut2`.
+    PruneCount {
+        cut2: f64,
+    },
+    PruneFill {
+        edges: usize,
+        cut2: f64,
+    },
 }
 
 struct StepOp {
     step: Step,
     atoms: usize,
-    /// The kernel's dtype suffix (_f32 or _f64).
-    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-    suffix: DType,
     cut2: f64,
     pad: f64,
     periodic: bool,
@@ -374,39 +370,15 @@ impl candle_core::CustomOp1 for StepOp {
             Step::Count => CpuStorage::U32(twin.count(&f64s(0)?)),
             Step::Scan { capacity } => CpuStorage::U32(cpu::scan(&u32s(0)?, capacity)),
             Step::Fill { capacity } => CpuStorage::U32(twin.fill(&f64s(0)?, &u32s(1)?, capacity)),
-            Step::PruneCount | Step::PruneFill { .. } => {
-                let x = f64s(0)?;
-                let (scan, neighbors) = (u32s(1)?, u32s(2)?);
-                let off = self.inputs[3]
-                    .flatten_all()?
-                    .to_dtype(DType::F64)?
-                    .to_vec1::<f64>()?;
-                let kept = |i: usize| -> Vec<usize> {
-                    (scan[i] as usize..scan[i + 1] as usize)
-                        .filter(|&k| {
-                            let j = neighbors[k] as usize;
-                            let v: [f64; 3] = std::array::from_fn(|c| {
-                                x[3 * j + c] - x[3 * i + c] + off[3 * k + c]
-                            });
-                            v[0] * v[0] + v[1] * v[1] + v[2] * v[2] < self.cut2
-                        })
-                        .collect()
-                };
-                match self.step {
-                    Step::PruneFill { edges } => {
-                        let mut out = vec![0u32; 3 * edges];
-                        let kept_scan = u32s(4)?;
-                        for (i, &start) in kept_scan[..self.atoms].iter().enumerate() {
-                            for (s, k) in (start as usize..).zip(kept(i)) {
-                                out[s] = i as u32;
-                                out[edges + s] = neighbors[k];
-                                out[2 * edges + s] = k as u32;
-                            }
-                        }
-                        CpuStorage::U32(out)
-                    }
-                    _ => CpuStorage::U32((0..self.atoms).map(|i| kept(i).len() as u32).collect()),
-                }
+            Step::PruneCount { .. } => {
+                let off = self.inputs[3].flatten_all()?.to_dtype(DType::F64)?;
+                let kept = twin.kept(&f64s(0)?, &u32s(1)?, &u32s(2)?, &off.to_vec1()?);
+                CpuStorage::U32(kept.iter().map(|k| k.len() as u32).collect())
+            }
+            Step::PruneFill { edges, .. } => {
+                let off = self.inputs[3].flatten_all()?.to_dtype(DType::F64)?;
+                let kept = twin.kept(&f64s(0)?, &u32s(1)?, &u32s(2)?, &off.to_vec1()?);
+                CpuStorage::U32(cpu::prune_fill(&kept, &u32s(2)?, &u32s(4)?, edges))
             }
             Step::Offsets { capacity } => {
                 let o = twin.offsets(&f64s(0)?, &u32s(1)?, &u32s(2)?, capacity, self.pad);
@@ -437,7 +409,7 @@ impl Step {
             Self::Scan { .. } => "nl_scan",
             Self::Fill { .. } => "nl_fill",
             Self::Offsets { .. } => "nl_offsets",
-            Self::PruneCount => "nl_within_count",
+            Self::PruneCount { .. } => "nl_within_count",
             Self::PruneFill { .. } => "nl_within_fill",
         }
     }
@@ -536,6 +508,30 @@ mod cpu {
             out
         }
 
+        /// Each atom's slots of a built list (`scan`, `neighbors`, f64 `off`sets) whose pair
+        /// is still within the cutoff at `x`.
+        pub fn kept(
+            &self,
+            x: &[f64],
+            scan: &[u32],
+            neighbors: &[u32],
+            off: &[f64],
+        ) -> Vec<Vec<usize>> {
+            (0..self.n)
+                .map(|i| {
+                    (scan[i] as usize..scan[i + 1] as usize)
+                        .filter(|&k| {
+                            let j = neighbors[k] as usize;
+                            let v: [f64; 3] = std::array::from_fn(|c| {
+                                x[3 * j + c] - x[3 * i + c] + off[3 * k + c]
+                            });
+                            v[0] * v[0] + v[1] * v[1] + v[2] * v[2] < self.cut2
+                        })
+                        .collect()
+                })
+                .collect()
+        }
+
         pub fn offsets(
             &self,
             x: &[f64],
@@ -570,6 +566,25 @@ mod cpu {
             }
             out
         }
+    }
+
+    /// The kept slots ([`Twin::kept`]) at their new places (`kept_scan`): [centers |
+    /// neighbours | slot in the old list], each `edges` long.
+    pub(super) fn prune_fill(
+        kept: &[Vec<usize>],
+        neighbors: &[u32],
+        kept_scan: &[u32],
+        edges: usize,
+    ) -> Vec<u32> {
+        let mut out = vec![0u32; 3 * edges];
+        for (i, (slots, &start)) in kept.iter().zip(kept_scan).enumerate() {
+            for (s, &k) in (start as usize..).zip(slots) {
+                out[s] = i as u32;
+                out[edges + s] = neighbors[k];
+                out[2 * edges + s] = k as u32;
+            }
+        }
+        out
     }
 
     /// Exclusive prefix sum, then the edge count (saturated) and the overflow flag.
@@ -642,10 +657,17 @@ mod cuda {
             candle_core::bail!("neighbour list: geometry must be f64")
         };
         let (n, len) = (op.atoms, op.shape.elem_count());
-        let func = cached_function(dev, op.step.kernel(), "neighbors", PTX, op.suffix, 0)?;
+        // The pruning kernels are instantiated for the list's offsets, the offsets kernel for
+        // its output; the others read f64 positions only.
+        let suffix = match op.step {
+            Step::PruneCount { .. } | Step::PruneFill { .. } => op.inputs[3].dtype(),
+            _ if op.dtype == DType::F32 => DType::F32,
+            _ => DType::F64,
+        };
+        let func = cached_function(dev, op.step.kernel(), "neighbors", PTX, suffix, 0)?;
         let cfg = match op.step {
             Step::Wrap => grid_stride(n),
-            Step::Count | Step::Fill { .. } | Step::PruneCount | Step::PruneFill { .. } => {
+            Step::Count | Step::Fill { .. } | Step::PruneCount { .. } | Step::PruneFill { .. } => {
                 warp_per_atom(n)
             }
             Step::Scan { .. } => LaunchConfig {
@@ -677,8 +699,8 @@ mod cuda {
             Step::Scan { capacity } | Step::Fill { capacity } | Step::Offsets { capacity } => {
                 capacity
             }
-            Step::PruneFill { edges } => edges,
-            Step::Wrap | Step::Count | Step::PruneCount => 0,
+            Step::PruneFill { edges, .. } => edges,
+            Step::Wrap | Step::Count | Step::PruneCount { .. } => 0,
         };
         macro_rules! finish {
             ($t:ty) => {{
@@ -706,7 +728,7 @@ mod cuda {
                         b.arg(&op.cut2);
                         b.arg(&op.pad);
                     }
-                    Step::PruneCount => {
+                    Step::PruneCount { .. } => {
                         b.arg(&op.cut2);
                     }
                     Step::PruneFill { .. } => {

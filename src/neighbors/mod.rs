@@ -18,7 +18,7 @@ mod verlet;
 
 pub use brute::brute_force_neighbor_list;
 pub use cell_list::neighbor_list;
-pub use device::{DeviceListBuilder, ListStatus, PaddedList, PRUNE_MARGIN};
+pub use device::{padding_offset, DeviceListBuilder, ListStatus, PaddedList, PRUNE_MARGIN};
 pub use verlet::VerletList;
 
 use crate::error::{Error, Result};

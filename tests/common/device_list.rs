@@ -57,3 +57,22 @@ pub fn check_against_host(
     }
     (list, status)
 }
+
+/// `s` with every atom moved by a different whole number of cell vectors (some far outside).
+pub fn scattered(s: &Structure) -> Structure {
+    let c = s.cell.expect("a periodic structure");
+    let mut out = s.clone();
+    for (i, x) in out.positions.iter_mut().enumerate() {
+        let m = [
+            (i % 5) as f64 - 2.0,
+            (i % 3) as f64 - 1.0,
+            (i % 7) as f64 - 3.0,
+        ];
+        for (k, mk) in m.iter().enumerate() {
+            if s.pbc[k] {
+                x.iter_mut().zip(&c[k]).for_each(|(xd, cd)| *xd += mk * cd);
+            }
+        }
+    }
+    out
+}
