@@ -56,11 +56,12 @@ fn cuda_ops_second_order_matches_cpu() {
     assert!(max_abs_diff(&h_cpu, &h_gpu) <= 1e-12 * scale(&h_cpu));
 }
 
-/// One training step's loss and gradients (through the double backward) agree between CUDA
-/// and the CPU, in f64.
+/// One training step's loss and gradients agree between CUDA and the CPU, in f64, with either
+/// force gradient (the double backward, and the directional one whose forces at x come from
+/// the fused kernels).
 #[test]
 fn cuda_training_gradients_match_cpu() {
-    use mlff_distiller::train::{Dataset, TrainConfig, Trainer};
+    use mlff_distiller::train::{Dataset, ForceGradient, TrainConfig};
     use mlff_distiller::{Batch, Calculator, PainnCalculator};
     std::env::set_var("CANDLE_GRAD_DO_NOT_DETACH", "1");
     let cfg = common::small_config();
@@ -83,9 +84,23 @@ fn cuda_training_gradients_match_cpu() {
         s.forces = Some(f);
     }
     let ds = Dataset::from_frames(std::path::Path::new("mem"), frames).unwrap();
-    let tc = TrainConfig::default();
+    for mode in [ForceGradient::DoubleBackward, ForceGradient::Directional] {
+        let tc = TrainConfig {
+            force_gradient: mode,
+            ..TrainConfig::default()
+        };
+        training_gradients_agree(&cfg, &tc, &ds);
+    }
+}
+
+fn training_gradients_agree(
+    cfg: &mlff_distiller::model::PainnConfig,
+    tc: &mlff_distiller::train::TrainConfig,
+    ds: &mlff_distiller::train::Dataset,
+) {
+    use mlff_distiller::train::Trainer;
     let grads_on = |dev: &Device| {
-        let t = Trainer::new(&cfg, &tc, &ds, &ds, dev, DType::F64, None).unwrap();
+        let t = Trainer::new(cfg, tc, ds, ds, dev, DType::F64, None).unwrap();
         let (loss, g) = t.loss_and_grads(&[0, 1, 2, 3, 4, 5]).unwrap();
         let grads: Vec<Tensor> = t
             .optimizer()
@@ -104,10 +119,16 @@ fn cuda_training_gradients_match_cpu() {
     let (l_gpu, g_gpu) = grads_on(&Device::new_cuda(0).unwrap());
     assert!(
         (l_cpu - l_gpu).abs() <= 1e-10 * l_cpu.abs(),
-        "{l_cpu} vs {l_gpu}"
+        "{:?}: {l_cpu} vs {l_gpu}",
+        tc.force_gradient
     );
     for (a, b) in g_cpu.iter().zip(&g_gpu) {
         let scale = common::max_abs_tensor(a);
-        assert!(max_abs_diff(a, b) <= 1e-9 * scale.max(1e-6));
+        assert!(
+            max_abs_diff(a, b) <= 1e-9 * scale.max(1e-6),
+            "{:?}: {} vs scale {scale}",
+            tc.force_gradient,
+            max_abs_diff(a, b)
+        );
     }
 }

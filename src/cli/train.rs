@@ -9,7 +9,7 @@ use mlff_distiller::checkpoint;
 use mlff_distiller::device::device_name;
 use mlff_distiller::model::PainnConfig;
 use mlff_distiller::train::{
-    split_by_trajectory, Dataset, Metrics, Schedule, TrainConfig, Trainer,
+    split_by_trajectory, Dataset, ForceGradient, Metrics, Schedule, TrainConfig, Trainer,
 };
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -68,6 +68,11 @@ pub struct TrainArgs {
     ema_decay: Option<f64>,
     #[arg(long)]
     seed: Option<u64>,
+    /// How the force loss is differentiated: directional (default; the energy gradient's
+    /// central difference along the force error, first-order backprop only) or
+    /// double-backward (exact, several times slower).
+    #[arg(long)]
+    force_gradient: Option<ForceGradient>,
     /// Stop after the epoch during which this many minutes of training have passed (the
     /// checkpoints and state are saved; --resume continues).
     #[arg(long)]
@@ -100,7 +105,8 @@ fn train_config(a: &TrainArgs) -> Result<TrainConfig> {
         force_weight,
         clip_grad_norm,
         ema_decay,
-        seed
+        seed,
+        force_gradient
     );
     if let Some(s) = &a.schedule {
         c.schedule = match s.as_str() {
@@ -117,10 +123,13 @@ fn train_config(a: &TrainArgs) -> Result<TrainConfig> {
 }
 
 pub fn run(a: TrainArgs) -> Result<()> {
-    // Second-order gradients (force loss) need candle to keep the graph of the first backward;
-    // it reads this once per thread, so set it before anything runs.
-    std::env::set_var("CANDLE_GRAD_DO_NOT_DETACH", "1");
     let cfg = train_config(&a)?;
+    if cfg.force_gradient == ForceGradient::DoubleBackward && cfg.force_weight > 0.0 {
+        // The double backward needs candle to keep the graph of the first backward; it reads
+        // this once per thread, so set it before anything runs (the directional gradient
+        // needs no second-order graph, and keeping one costs memory).
+        std::env::set_var("CANDLE_GRAD_DO_NOT_DETACH", "1");
+    }
     let init = a.init.as_deref().map(checkpoint::load).transpose()?;
     let model_cfg = match (&a.config, &init) {
         (Some(_), Some(_)) => {

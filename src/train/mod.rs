@@ -4,18 +4,20 @@
 
 mod adamw;
 mod data;
+mod force_gradient;
 mod reference;
 mod schedule;
 
 pub use adamw::AdamW;
 pub use data::{split_by_trajectory, Dataset};
+pub use force_gradient::{displacement_rms, step_along, ForceGradient};
 pub use reference::{composition, fit_reference_energies, fit_scale_shift};
 pub use schedule::{LrSchedule, Schedule};
 
 use crate::calculator::PainnCalculator;
 use crate::checkpoint::{self, Checkpoint};
 use crate::error::{Error, Result};
-use crate::model::{init_varmap, Painn, PainnConfig};
+use crate::model::{init_varmap, FusedPainn, Painn, PainnConfig};
 use crate::neighbors::{structure_neighbor_list, NeighborList};
 use crate::structure::{Batch, Structure};
 use candle_core::backprop::GradStore;
@@ -50,6 +52,8 @@ pub struct TrainConfig {
     /// Decay of the exponential moving average of the weights (0: none).
     pub ema_decay: f64,
     pub seed: u64,
+    /// How the force loss is differentiated with respect to the weights.
+    pub force_gradient: ForceGradient,
 }
 
 impl Default for TrainConfig {
@@ -67,6 +71,7 @@ impl Default for TrainConfig {
             clip_grad_norm: 10.0,
             ema_decay: 0.99,
             seed: 0,
+            force_gradient: ForceGradient::default(),
         }
     }
 }
@@ -236,15 +241,98 @@ impl Trainer {
         Ok((batch, nl))
     }
 
-    /// Loss of training frames `idx` and its gradients with respect to every variable.
-    /// Forces come from a first backward pass whose graph is kept, so the force loss can be
-    /// differentiated again: that needs CANDLE_GRAD_DO_NOT_DETACH=1 in the environment before
-    /// the first backward on this thread (`mlff train` sets it).
+    /// Loss of training frames `idx` and its gradients with respect to every variable, the
+    /// force term's by [`TrainConfig::force_gradient`].
     pub fn loss_and_grads(&self, idx: &[usize]) -> Result<(f64, GradStore)> {
         let (batch, nl) = Self::batch(&self.train, idx)?;
+        if self.cfg.force_gradient == ForceGradient::Directional && self.cfg.force_weight > 0.0 {
+            return self.directional_loss_and_grads(&batch, &nl);
+        }
+        // Forces come from a first backward pass whose graph is kept, so the force loss can
+        // be differentiated again: that needs CANDLE_GRAD_DO_NOT_DETACH=1 in the environment
+        // before the first backward on this thread (`mlff train` sets it).
         let loss = self.loss(&self.calc, &batch, &nl, true)?;
         let value = loss.to_dtype(DType::F64)?.to_scalar::<f64>()?;
         Ok((value, loss.backward()?))
+    }
+
+    /// [`ForceGradient::Directional`]: forces at x by the fused kernels (no graph), then one
+    /// forward and backward pass over the batch at x (energy term) and at x ± h·u (force
+    /// term), u = F − F̂ (see `force_gradient`).
+    fn directional_loss_and_grads(
+        &self,
+        batch: &Batch,
+        nl: &NeighborList,
+    ) -> Result<(f64, GradStore)> {
+        let model = self.calc.model();
+        let (inputs, _) = self.calc.prepare_with(batch, nl)?;
+        let fused = FusedPainn::new(model)?;
+        let forces = fused.forward(&inputs)?.forces()?.detach();
+        let errors = (forces - self.reference_forces(batch)?)?
+            .to_dtype(DType::F64)?
+            .to_vec2::<f64>()?;
+        let errors: Vec<[f64; 3]> = errors.iter().map(|r| [r[0], r[1], r[2]]).collect();
+        let m = (3 * errors.len()).max(1) as f64;
+        let force_loss = errors.iter().flatten().map(|c| c * c).sum::<f64>() / m;
+        let h = step_along(&errors, displacement_rms(self.dtype));
+        let copies = if h.is_some() { 3 } else { 1 };
+        let mut structures = batch.structures.clone();
+        for sign in [1.0, -1.0].into_iter().take(copies - 1) {
+            for (k, s) in batch.structures.iter().enumerate() {
+                let u = &errors[batch.offsets[k]..batch.offsets[k + 1]];
+                let mut moved = s.clone();
+                for (x, u) in moved.positions.iter_mut().zip(u) {
+                    for d in 0..3 {
+                        x[d] += sign * h.unwrap_or(0.0) * u[d];
+                    }
+                }
+                structures.push(moved);
+            }
+        }
+        let all = Batch::new(structures)?;
+        let lists = vec![nl; copies];
+        let n = batch.n_atoms();
+        let offsets: Vec<usize> = (0..copies).map(|c| c * n).collect();
+        let all_nl = NeighborList::concat(lists.into_iter(), &offsets);
+        let (all_inputs, _) = self.calc.prepare_with(&all, &all_nl)?;
+        let energies = model.energies(&all_inputs)?;
+        let b = batch.n_structures();
+        let energy_term = self.energy_term(batch, &energies.narrow(0, 0, b)?)?;
+        let mut surrogate = energy_term.clone();
+        if let Some(h) = h {
+            let along = (energies.narrow(0, b, b)? - energies.narrow(0, 2 * b, b)?)?.sum_all()?;
+            let c = -self.cfg.force_weight / (m * h);
+            surrogate = (surrogate + (along * c)?)?;
+        }
+        let value = energy_term.to_dtype(DType::F64)?.to_scalar::<f64>()?
+            + self.cfg.force_weight * force_loss;
+        Ok((value, surrogate.backward()?))
+    }
+
+    /// w_E · mean((E − Ê)² / n_atoms²) of the structures of `batch`.
+    fn energy_term(&self, batch: &Batch, energies: &Tensor) -> Result<Tensor> {
+        let dev = &self.device;
+        let n_atoms: Vec<f64> = batch.structures.iter().map(|s| s.len() as f64).collect();
+        let e_ref: Vec<f64> = batch
+            .structures
+            .iter()
+            .map(|s| s.energy.unwrap_or(0.0))
+            .collect();
+        let b = batch.n_structures();
+        let n_atoms = Tensor::from_vec(n_atoms, b, dev)?.to_dtype(self.dtype)?;
+        let e_ref = Tensor::from_vec(e_ref, b, dev)?.to_dtype(self.dtype)?;
+        let e_err = ((energies - e_ref)? / n_atoms)?;
+        Ok((e_err.sqr()?.mean_all()? * self.cfg.energy_weight)?)
+    }
+
+    /// Force labels of `batch` as an [N, 3] tensor.
+    fn reference_forces(&self, batch: &Batch) -> Result<Tensor> {
+        let f_ref: Vec<f64> = batch
+            .structures
+            .iter()
+            .flat_map(|s| s.forces.iter().flatten().flatten().copied())
+            .collect();
+        Ok(Tensor::from_vec(f_ref, (batch.n_atoms(), 3), &self.device)?.to_dtype(self.dtype)?)
     }
 
     /// The weighted loss as a tensor; `train` requires the force term to be differentiable.
@@ -256,19 +344,8 @@ impl Trainer {
         train: bool,
     ) -> Result<Tensor> {
         let (inputs, positions) = calc.prepare_with(batch, nl)?;
-        let dev = &self.device;
         let energies = calc.model().energies(&inputs)?;
-        let n_atoms: Vec<f64> = batch.structures.iter().map(|s| s.len() as f64).collect();
-        let e_ref: Vec<f64> = batch
-            .structures
-            .iter()
-            .map(|s| s.energy.unwrap_or(0.0))
-            .collect();
-        let b = batch.n_structures();
-        let n_atoms = Tensor::from_vec(n_atoms, b, dev)?.to_dtype(self.dtype)?;
-        let e_ref = Tensor::from_vec(e_ref, b, dev)?.to_dtype(self.dtype)?;
-        let e_err = ((&energies - e_ref)? / n_atoms)?;
-        let mut loss = (e_err.sqr()?.mean_all()? * self.cfg.energy_weight)?;
+        let mut loss = self.energy_term(batch, &energies)?;
         if self.cfg.force_weight > 0.0 {
             let forces = match energies.sum_all()?.backward()?.get(&inputs.positions) {
                 Some(g) => g.neg()?,
@@ -281,13 +358,9 @@ impl Trainer {
                         .into(),
                 ));
             }
-            let f_ref: Vec<f64> = batch
-                .structures
-                .iter()
-                .flat_map(|s| s.forces.iter().flatten().flatten().copied())
-                .collect();
-            let f_ref = Tensor::from_vec(f_ref, (batch.n_atoms(), 3), dev)?.to_dtype(self.dtype)?;
-            let f_loss = (forces - f_ref)?.sqr()?.mean_all()?;
+            let f_loss = (forces - self.reference_forces(batch)?)?
+                .sqr()?
+                .mean_all()?;
             loss = (loss + (f_loss * self.cfg.force_weight)?)?;
         }
         Ok(loss)

@@ -1,0 +1,64 @@
+//! How the force loss is differentiated with respect to the weights.
+//!
+//! The force loss w_F·mean((F − F̂)²) has the gradient (2 w_F / M) Σ u·∂F/∂θ with u = F − F̂
+//! (held fixed) and M the number of force components. Since F = −∇ₓE, Σ u·∂F/∂θ is
+//! −∂/∂θ (u·∇ₓE), and u·∇ₓE is the derivative of E along u:
+//! (E(x + h·u) − E(x − h·u)) / 2h + O(h²). So the weights' gradient of
+//! −(w_F / M h)·(E(x + h·u) − E(x − h·u)) is the force loss's gradient: two displaced copies of
+//! the batch through one ordinary forward and backward pass, instead of a backward pass whose
+//! own graph is differentiated again (several times the ops, each a launch on the GPU).
+
+use serde::{Deserialize, Serialize};
+
+/// Which way the trainer takes the force loss's gradient.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ForceGradient {
+    /// Central difference of the energy gradient along the force error (see the module docs):
+    /// first-order backprop only; forces at x by the fused kernels.
+    #[default]
+    Directional,
+    /// Exact: backprop through the backward pass that gives the forces (needs
+    /// CANDLE_GRAD_DO_NOT_DETACH=1 before the first backward on the thread).
+    DoubleBackward,
+}
+
+impl ForceGradient {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Directional => "directional",
+            Self::DoubleBackward => "double-backward",
+        }
+    }
+}
+
+impl std::str::FromStr for ForceGradient {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "directional" => Ok(Self::Directional),
+            "double-backward" => Ok(Self::DoubleBackward),
+            _ => Err(format!(
+                "unknown force gradient `{s}` (expected directional or double-backward)"
+            )),
+        }
+    }
+}
+
+/// Root-mean-square displacement (Å) of the difference quotient's two copies. In f32 the
+/// rounding of the positions (ulp ~5e-7 Å at 5 Å) and of the two gradients' difference stays
+/// ~1e-4 of the result at 1e-3 Å, and the O(h²) error ~(1e-3 Å / 0.26 Å Gaussian width)² ~ 1e-5.
+pub fn displacement_rms(dtype: candle_core::DType) -> f64 {
+    match dtype {
+        candle_core::DType::F64 => 1e-5,
+        _ => 1e-3,
+    }
+}
+
+/// Step h along u = F − F̂ (eV/Å) so that the displacements h·u have `rms` root mean square;
+/// `None` when every force is already exact (the force term then has no gradient).
+pub fn step_along(u: &[[f64; 3]], rms: f64) -> Option<f64> {
+    let m = (3 * u.len()).max(1) as f64;
+    let u_rms = (u.iter().flatten().map(|c| c * c).sum::<f64>() / m).sqrt();
+    (u_rms > 0.0 && u_rms.is_finite()).then(|| rms / u_rms)
+}
