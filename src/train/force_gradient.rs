@@ -14,9 +14,12 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ForceGradient {
+    /// Directional on CUDA, where it runs ~2x as many structures per second (fewer, larger
+    /// launches), double backward on the CPU, where it is the faster one (measured 0.5-0.85x).
+    #[default]
+    Auto,
     /// Central difference of the energy gradient along the force error (see the module docs):
     /// first-order backprop only; forces at x by the fused kernels.
-    #[default]
     Directional,
     /// Exact: backprop through the backward pass that gives the forces (needs
     /// CANDLE_GRAD_DO_NOT_DETACH=1 before the first backward on the thread).
@@ -24,8 +27,18 @@ pub enum ForceGradient {
 }
 
 impl ForceGradient {
+    /// The way used on `device` (`Auto` resolved).
+    pub fn on(self, device: &candle_core::Device) -> Self {
+        match (self, device) {
+            (Self::Auto, candle_core::Device::Cpu) => Self::DoubleBackward,
+            (Self::Auto, _) => Self::Directional,
+            (mode, _) => mode,
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
+            Self::Auto => "auto",
             Self::Directional => "directional",
             Self::DoubleBackward => "double-backward",
         }
@@ -36,10 +49,11 @@ impl std::str::FromStr for ForceGradient {
     type Err = String;
     fn from_str(s: &str) -> std::result::Result<Self, String> {
         match s {
+            "auto" => Ok(Self::Auto),
             "directional" => Ok(Self::Directional),
             "double-backward" => Ok(Self::DoubleBackward),
             _ => Err(format!(
-                "unknown force gradient `{s}` (expected directional or double-backward)"
+                "unknown force gradient `{s}` (expected auto, directional or double-backward)"
             )),
         }
     }

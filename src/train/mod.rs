@@ -245,7 +245,8 @@ impl Trainer {
     /// force term's by [`TrainConfig::force_gradient`].
     pub fn loss_and_grads(&self, idx: &[usize]) -> Result<(f64, GradStore)> {
         let (batch, nl) = Self::batch(&self.train, idx)?;
-        if self.cfg.force_gradient == ForceGradient::Directional && self.cfg.force_weight > 0.0 {
+        let mode = self.cfg.force_gradient.on(&self.device);
+        if mode == ForceGradient::Directional && self.cfg.force_weight > 0.0 {
             return self.directional_loss_and_grads(&batch, &nl);
         }
         // Forces come from a first backward pass whose graph is kept, so the force loss can
