@@ -122,8 +122,10 @@ pub struct Trainer {
     varmap: VarMap,
     calc: PainnCalculator,
     opt: AdamW,
-    /// EMA of every tensor of the model (fixed statistics included, unchanged).
-    ema: BTreeMap<String, Tensor>,
+    /// The fixed statistics (their EMA is themselves).
+    fixed: BTreeMap<String, Tensor>,
+    /// EMA of the trainable weights, flat in the optimiser's order.
+    ema: Tensor,
     pub schedule: LrSchedule,
     train: Vec<Frame>,
     val: Vec<Frame>,
@@ -194,7 +196,9 @@ impl Trainer {
             .collect();
         trainable.sort_by(|a, b| a.0.cmp(&b.0));
         let opt = AdamW::new(trainable, cfg.weight_decay)?;
-        let ema = snapshot(&varmap)?;
+        let mut fixed = snapshot(&varmap)?;
+        fixed.retain(|k, _| FIXED.contains(&k.as_str()));
+        let ema = opt.flat_weights()?;
         let train = frames(&train.frames, model_cfg.cutoff)?;
         let val = frames(&val.frames, model_cfg.cutoff)?;
         let steps_per_epoch = train.len().div_ceil(cfg.batch_size) as u64;
@@ -213,6 +217,7 @@ impl Trainer {
             varmap,
             calc,
             opt,
+            fixed,
             ema,
             schedule,
             train,
@@ -384,9 +389,10 @@ impl Trainer {
                     self.epoch
                 )));
             }
+            let grads = self.opt.flat_grads(&grads)?;
             let scale = match self.cfg.clip_grad_norm {
                 c if c > 0.0 => {
-                    let norm = self.opt.grad_norm(&grads)?;
+                    let norm = AdamW::norm(&grads)?;
                     if norm > c {
                         c / norm
                     } else {
@@ -396,8 +402,8 @@ impl Trainer {
                 _ => 1.0,
             };
             let lr = self.schedule.at(self.opt.step + 1);
-            self.opt.step(&grads, lr, scale)?;
-            self.update_ema()?;
+            let weights = self.opt.step_flat(&grads, lr, scale)?;
+            self.update_ema(&weights)?;
             total += loss * idx.len() as f64;
             n += idx.len();
             on_step(self.opt.step, loss);
@@ -406,30 +412,33 @@ impl Trainer {
         Ok(total / n.max(1) as f64)
     }
 
-    fn update_ema(&mut self) -> Result<()> {
+    /// Folds the weights after a step (flat, in the optimiser's order) into their EMA.
+    fn update_ema(&mut self, weights: &Tensor) -> Result<()> {
         let d = self.cfg.ema_decay;
         if d == 0.0 {
-            self.ema = snapshot(&self.varmap)?;
+            self.ema = weights.clone();
             return Ok(());
         }
         // Warm-up of the decay so early weights do not dominate.
         let t = self.opt.step as f64;
         let d = d.min((1.0 + t) / (10.0 + t));
-        for (name, var) in self.opt.vars() {
-            let e = self.ema.get_mut(name).expect("ema has every variable");
-            *e = ((&*e * d)? + (var.as_tensor().detach() * (1.0 - d))?)?;
-            debug_assert!(!e.track_op(), "the EMA of {name} is recorded in the graph");
-        }
+        self.ema = ((&self.ema * d)? + (weights * (1.0 - d))?)?;
+        debug_assert!(!self.ema.track_op(), "the EMA is recorded in the graph");
         Ok(())
+    }
+
+    /// The EMA of every tensor of the model by name (fixed statistics included, unchanged).
+    fn ema_tensors(&self) -> Result<BTreeMap<String, Tensor>> {
+        let mut out = self.fixed.clone();
+        for ((name, _), t) in self.opt.vars().iter().zip(self.opt.unflatten(&self.ema)?) {
+            out.insert(name.clone(), t.contiguous()?);
+        }
+        Ok(out)
     }
 
     /// The EMA weights as a model (what checkpoints hold and validation uses).
     pub fn ema_model(&self) -> Result<Painn> {
-        let map: HashMap<String, Tensor> = self
-            .ema
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
+        let map: HashMap<String, Tensor> = self.ema_tensors()?.into_iter().collect();
         Ok(Painn::new(
             &self.model_cfg,
             VarBuilder::from_tensors(map, self.dtype, &self.device),
@@ -480,7 +489,7 @@ impl Trainer {
         provenance: &serde_json::Value,
     ) -> Result<()> {
         let cpu: BTreeMap<String, Tensor> = self
-            .ema
+            .ema_tensors()?
             .iter()
             .map(|(k, v)| Ok((k.clone(), v.to_dtype(DType::F32)?.to_device(&Device::Cpu)?)))
             .collect::<Result<_>>()?;
@@ -493,10 +502,10 @@ impl Trainer {
         for (k, v) in snapshot(&self.varmap)? {
             tensors.insert(format!("param.{k}"), v);
         }
-        for (k, v) in &self.ema {
-            tensors.insert(format!("ema.{k}"), v.clone());
+        for (k, v) in self.ema_tensors()? {
+            tensors.insert(format!("ema.{k}"), v);
         }
-        tensors.extend(self.opt.state());
+        tensors.extend(self.opt.state()?);
         let tensors: Vec<(String, Tensor)> = tensors
             .into_iter()
             .map(|(k, v)| Ok((k, v.to_device(&Device::Cpu)?)))
@@ -555,10 +564,18 @@ impl Trainer {
                 .collect()
         };
         set_vars(&self.varmap, &strip("param."))?;
-        for (k, v) in strip("ema.") {
-            self.ema
-                .insert(k, v.to_device(&self.device)?.to_dtype(self.dtype)?);
+        let ema = strip("ema.");
+        for (k, v) in ema.iter().filter(|(k, _)| FIXED.contains(&k.as_str())) {
+            self.fixed
+                .insert(k.clone(), v.to_device(&self.device)?.to_dtype(self.dtype)?);
         }
+        self.ema = self.opt.flatten(|k, var| {
+            let name = &self.opt.vars()[k].0;
+            let t = ema
+                .get(name)
+                .ok_or_else(|| bad(format!("the EMA lacks `{name}`")))?;
+            Ok(t.to_device(var.device())?.to_dtype(var.dtype())?)
+        })?;
         let moments: BTreeMap<String, Tensor> = all
             .iter()
             .filter(|(k, _)| k.starts_with("m.") || k.starts_with("v."))
