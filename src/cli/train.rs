@@ -80,6 +80,10 @@ pub struct TrainArgs {
     max_minutes: Option<f64>,
     #[arg(long, default_value = "f32", value_parser = parse_dtype)]
     dtype: DType,
+    /// Edge ops of the autograd graph that training differentiates (the same maths): custom
+    /// (our gather/scatter ops), fused (the differentiable fused message op) or stock.
+    #[arg(long, default_value = "custom")]
+    ops: mlff_distiller::ops::EdgeOps,
     #[command(flatten)]
     device: DeviceArgs,
 }
@@ -172,7 +176,8 @@ pub fn run(a: TrainArgs) -> Result<()> {
         &dev,
         a.dtype,
         init.as_ref(),
-    )?;
+    )?
+    .with_ops(a.ops);
     if a.resume {
         t.load_state(&state_path)?;
         eprintln!("resuming at epoch {} (step {})", t.epoch, t.step());
@@ -206,6 +211,8 @@ pub fn run(a: TrainArgs) -> Result<()> {
             "validation_metrics": best,
             "device": device_name(&dev),
             "dtype": format!("{:?}", a.dtype),
+            "ops": a.ops.name(),
+            "force_gradient": cfg.force_gradient.on(&dev).name(),
         })
     };
     let steps_per_epoch = t.n_train().div_ceil(cfg.batch_size) as u64;

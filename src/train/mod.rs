@@ -19,6 +19,7 @@ use crate::checkpoint::{self, Checkpoint};
 use crate::error::{Error, Result};
 use crate::model::{init_varmap, FusedPainn, Painn, PainnConfig};
 use crate::neighbors::{structure_neighbor_list, NeighborList};
+use crate::ops::EdgeOps;
 use crate::structure::{Batch, Structure};
 use candle_core::backprop::GradStore;
 use candle_core::{DType, Device, Tensor};
@@ -225,6 +226,12 @@ impl Trainer {
             epoch: 0,
             best_val_loss: f64::INFINITY,
         })
+    }
+
+    /// Runs the model's autograd graph with `ops` (the same maths; `Custom` by default).
+    pub fn with_ops(mut self, ops: EdgeOps) -> Self {
+        self.calc = self.calc.with_ops(ops);
+        self
     }
 
     pub fn n_train(&self) -> usize {
@@ -447,7 +454,8 @@ impl Trainer {
 
     /// Loss and errors of the EMA model on the validation frames.
     pub fn validate(&self) -> Result<Metrics> {
-        let calc = PainnCalculator::new(self.ema_model()?, self.device.clone(), self.dtype);
+        let calc = PainnCalculator::new(self.ema_model()?, self.device.clone(), self.dtype)
+            .with_ops(self.calc.model().ops());
         let mut m = Metrics::default();
         let idx: Vec<usize> = (0..self.val.len()).collect();
         let (mut n_f, mut loss_sum) = (0usize, 0.0);
