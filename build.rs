@@ -2,12 +2,13 @@
 //! PTX with include_str!. Without the feature nothing is compiled, so CPU-only builds need no
 //! CUDA toolchain.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn main() {
     git_commit();
     println!("cargo:rerun-if-changed=kernels");
+    println!("cargo:rerun-if-changed=src");
     println!("cargo:rerun-if-env-changed=CUDA_COMPUTE_CAP");
     if std::env::var_os("CARGO_FEATURE_CUDA").is_none() {
         return;
@@ -25,9 +26,22 @@ fn main() {
         .filter(|p| p.extension().is_some_and(|x| x == "cu"))
         .collect();
     sources.sort();
+    // A change under src/ reruns this script (for the name check below) but recompiles
+    // nothing unless a kernel source, a header or this script is newer than the PTX (or the
+    // target changed).
+    let stamp = out_dir.join("compute_cap");
+    let cap_changed = std::fs::read_to_string(&stamp).ok().as_deref() != Some(cap.as_str());
+    let this_script = std::fs::metadata("build.rs").and_then(|m| m.modified()).ok();
+    let newest_kernel = newest_mtime(Path::new("kernels")).max(this_script);
     for src in sources {
         let stem = src.file_stem().unwrap().to_string_lossy().to_string();
         let ptx = out_dir.join(format!("{stem}.ptx"));
+        let fresh = std::fs::metadata(&ptx)
+            .and_then(|m| m.modified())
+            .is_ok_and(|t| Some(t) >= newest_kernel);
+        if fresh && !cap_changed {
+            continue;
+        }
         let status = Command::new(&nvcc)
             .args(["--ptx", "-O3", "-std=c++17", "-Ikernels"])
             .arg(format!("-arch=compute_{cap}"))
@@ -37,6 +51,62 @@ fn main() {
             .status()
             .unwrap_or_else(|e| panic!("running {nvcc:?} (set CUDA_ROOT or PATH): {e}"));
         assert!(status.success(), "nvcc failed on {}", src.display());
+    }
+    std::fs::write(&stamp, &cap).expect("writing the compute-capability stamp");
+    check_kernel_names(Path::new("src"), &out_dir);
+}
+
+fn newest_mtime(dir: &Path) -> Option<std::time::SystemTime> {
+    std::fs::read_dir(dir)
+        .ok()?
+        .filter_map(|e| e.ok()?.metadata().ok()?.modified().ok())
+        .max()
+}
+
+/// Every kernel that Rust code names as `kernel_source!("NAME", "MODULE")` must be an entry
+/// (`NAME_f32` or `NAME_f64`) of kernels/MODULE.cu's PTX. Names are strings, so without this a
+/// kernel missing from a committed .cu file builds everywhere and fails only on a GPU.
+fn check_kernel_names(dir: &Path, out_dir: &Path) {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .expect("src/ directory")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .collect();
+    files.sort();
+    for path in files {
+        if path.is_dir() {
+            check_kernel_names(&path, out_dir);
+            continue;
+        }
+        if path.extension().is_none_or(|x| x != "rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).expect("reading a source file");
+        for (line_no, line) in text.lines().enumerate() {
+            let Some(rest) = line.trim().strip_prefix("kernel_source!(") else {
+                continue;
+            };
+            let quoted: Vec<&str> = rest.split('"').skip(1).step_by(2).collect();
+            let [name, module] = quoted[..] else {
+                continue; // the macro's own definition
+            };
+            let ptx_path = out_dir.join(format!("{module}.ptx"));
+            let ptx = std::fs::read_to_string(&ptx_path).unwrap_or_else(|_| {
+                panic!(
+                    "{}:{}: kernel `{name}` names module `{module}`, but kernels/{module}.cu does not exist",
+                    path.display(),
+                    line_no + 1
+                )
+            });
+            let defined = ["f32", "f64"]
+                .iter()
+                .any(|suffix| ptx.contains(&format!(".entry {name}_{suffix}(")));
+            assert!(
+                defined,
+                "{}:{}: kernel `{name}` (`{name}_f32` or `{name}_f64`) is not defined in kernels/{module}.cu",
+                path.display(),
+                line_no + 1
+            );
+        }
     }
 }
 
