@@ -31,7 +31,9 @@ fn main() {
     // target changed).
     let stamp = out_dir.join("compute_cap");
     let cap_changed = std::fs::read_to_string(&stamp).ok().as_deref() != Some(cap.as_str());
-    let this_script = std::fs::metadata("build.rs").and_then(|m| m.modified()).ok();
+    let this_script = std::fs::metadata("build.rs")
+        .and_then(|m| m.modified())
+        .ok();
     let newest_kernel = newest_mtime(Path::new("kernels")).max(this_script);
     for src in sources {
         let stem = src.file_stem().unwrap().to_string_lossy().to_string();
