@@ -6,7 +6,9 @@
 //! (E(x + h·u) − E(x − h·u)) / 2h + O(h²). So the weights' gradient of
 //! −(w_F / M h)·(E(x + h·u) − E(x − h·u)) is the force loss's gradient: two displaced copies of
 //! the batch through one ordinary forward and backward pass, instead of a backward pass whose
-//! own graph is differentiated again (several times the ops, each a launch on the GPU).
+//! own graph is differentiated again (several times the ops, each a launch on the GPU). The
+//! copies' mean energy also gives the energy term's gradient (exact to O(h²)); the loss values
+//! themselves come from the energies and forces at x.
 
 use serde::{Deserialize, Serialize};
 
@@ -14,8 +16,8 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ForceGradient {
-    /// Directional on CUDA, where it runs ~2x as many structures per second (fewer, larger
-    /// launches), double backward on the CPU, where it is the faster one (measured 0.5-0.85x).
+    /// Directional on CUDA, where it runs ~2.3x as many structures per second (fewer, larger
+    /// launches); the exact double backward on the CPU, where the two are about as fast.
     #[default]
     Auto,
     /// Central difference of the energy gradient along the force error (see the module docs):

@@ -269,9 +269,10 @@ impl Trainer {
         Ok((value, loss.backward()?))
     }
 
-    /// [`ForceGradient::Directional`]: forces at x by the fused kernels (no graph), then one
-    /// forward and backward pass over the batch at x (energy term) and at x ± h·u (force
-    /// term), u = F − F̂ (see `force_gradient`).
+    /// [`ForceGradient::Directional`]: energies and forces at x by the fused kernels (no
+    /// graph), then one forward and backward pass over the batch at x + h·u and x − h·u,
+    /// u = F − F̂ (see `force_gradient`): their difference gives the force term's gradient,
+    /// their mean the energy term's.
     fn directional_loss_and_grads(
         &self,
         batch: &Batch,
@@ -280,7 +281,21 @@ impl Trainer {
         let model = self.calc.model();
         let (inputs, _) = self.calc.prepare_with(batch, nl)?;
         let fused = FusedPainn::new(model)?;
-        let forces = fused.forward(&inputs)?.forces()?.detach();
+        let pass = fused.forward(&inputs)?;
+        let forces = pass.forces()?.detach();
+        // Energy errors per atom at x, summed in f64 on the host.
+        let atom_energies = pass.atom_energies.to_dtype(DType::F64)?.to_vec1::<f64>()?;
+        let b = batch.n_structures();
+        let energy_errors: Vec<f64> = (0..b)
+            .map(|k| {
+                let e: f64 = atom_energies[batch.offsets[k]..batch.offsets[k + 1]]
+                    .iter()
+                    .sum();
+                let s = &batch.structures[k];
+                (e - s.energy.unwrap_or(0.0)) / s.len() as f64
+            })
+            .collect();
+        let energy_loss = energy_errors.iter().map(|e| e * e).sum::<f64>() / b as f64;
         let errors = (forces - self.reference_forces(batch)?)?
             .to_dtype(DType::F64)?
             .to_vec2::<f64>()?;
@@ -288,9 +303,10 @@ impl Trainer {
         let m = (3 * errors.len()).max(1) as f64;
         let force_loss = errors.iter().flatten().map(|c| c * c).sum::<f64>() / m;
         let h = step_along(&errors, displacement_rms(self.dtype));
-        let copies = if h.is_some() { 3 } else { 1 };
-        let mut structures = batch.structures.clone();
-        for sign in [1.0, -1.0].into_iter().take(copies - 1) {
+        // The batch at x + h·u and x − h·u (or at x alone when every force is exact).
+        let signs: &[f64] = if h.is_some() { &[1.0, -1.0] } else { &[0.0] };
+        let mut structures = Vec::with_capacity(signs.len() * b);
+        for &sign in signs {
             for (k, s) in batch.structures.iter().enumerate() {
                 let u = &errors[batch.offsets[k]..batch.offsets[k + 1]];
                 let mut moved = s.clone();
@@ -302,23 +318,28 @@ impl Trainer {
                 structures.push(moved);
             }
         }
+        let copies = signs.len();
         let all = Batch::new(structures)?;
-        let lists = vec![nl; copies];
         let n = batch.n_atoms();
         let offsets: Vec<usize> = (0..copies).map(|c| c * n).collect();
-        let all_nl = NeighborList::concat(lists.into_iter(), &offsets);
+        let all_nl = NeighborList::concat(vec![nl; copies].into_iter(), &offsets);
         let (all_inputs, _) = self.calc.prepare_with(&all, &all_nl)?;
-        let energies = model.energies(&all_inputs)?;
-        let b = batch.n_structures();
-        let energy_term = self.energy_term(batch, &energies.narrow(0, 0, b)?)?;
-        let mut surrogate = energy_term.clone();
+        let energies = model.energies(&all_inputs)?.reshape((copies, b))?;
+        // Energy term: its gradient 2 w_E mean(ε_k ∂E_k/∂θ / n_k), ε_k the error per atom at x,
+        // with ∂E_k/∂θ taken as the mean of the copies' (equal to O(h²)).
+        let dev = &self.device;
+        let weights: Vec<f64> = (0..b)
+            .map(|k| 2.0 * energy_errors[k] / (b * batch.structures[k].len()) as f64)
+            .collect();
+        let weights = Tensor::from_vec(weights, b, dev)?.to_dtype(self.dtype)?;
+        let mean_energies = energies.mean(0)?;
+        let mut surrogate = ((mean_energies * weights)?.sum_all()? * self.cfg.energy_weight)?;
         if let Some(h) = h {
-            let along = (energies.narrow(0, b, b)? - energies.narrow(0, 2 * b, b)?)?.sum_all()?;
+            let along = (energies.get(0)? - energies.get(1)?)?.sum_all()?;
             let c = -self.cfg.force_weight / (m * h);
             surrogate = (surrogate + (along * c)?)?;
         }
-        let value = energy_term.to_dtype(DType::F64)?.to_scalar::<f64>()?
-            + self.cfg.force_weight * force_loss;
+        let value = self.cfg.energy_weight * energy_loss + self.cfg.force_weight * force_loss;
         Ok((value, surrogate.backward()?))
     }
 
