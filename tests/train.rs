@@ -297,6 +297,39 @@ fn directional_force_gradient_equals_double_backward() {
     }
 }
 
+/// Validation (fused inference, host sums) reports the same loss that training minimises, for
+/// the same frames and weights (before any step the EMA weights are the weights).
+#[test]
+fn validation_loss_is_the_training_loss() {
+    second_order();
+    let frames = dataset(teacher_data(6, 7));
+    for mode in [ForceGradient::DoubleBackward, ForceGradient::Directional] {
+        let cfg = TrainConfig {
+            energy_weight: 3.0,
+            force_weight: 10.0,
+            force_gradient: mode,
+            ..train_config()
+        };
+        let t = Trainer::new(
+            &tiny_config(),
+            &cfg,
+            &frames,
+            &frames,
+            &Device::Cpu,
+            DType::F64,
+            None,
+        )
+        .unwrap();
+        let (train_loss, _) = t.loss_and_grads(&[0, 1, 2, 3, 4, 5]).unwrap();
+        let val = t.validate().unwrap();
+        assert!(
+            (train_loss - val.loss).abs() <= 1e-10 * train_loss,
+            "{mode:?}: training loss {train_loss} vs validation loss {}",
+            val.loss
+        );
+    }
+}
+
 #[test]
 fn resume_continues_exactly() {
     second_order();

@@ -14,12 +14,13 @@ pub use force_gradient::{displacement_rms, step_along, ForceGradient};
 pub use reference::{composition, fit_reference_energies, fit_scale_shift};
 pub use schedule::{LrSchedule, Schedule};
 
-use crate::calculator::PainnCalculator;
+use crate::calculator::{atom_energies_and_forces, PainnCalculator};
 use crate::checkpoint::{self, Checkpoint};
 use crate::error::{Error, Result};
 use crate::model::{init_varmap, FusedPainn, Painn, PainnConfig};
 use crate::neighbors::{structure_neighbor_list, NeighborList};
 use crate::ops::EdgeOps;
+use crate::profiler::NoClock;
 use crate::structure::{Batch, Structure};
 use candle_core::backprop::GradStore;
 use candle_core::{DType, Device, Tensor};
@@ -264,7 +265,7 @@ impl Trainer {
         // Forces come from a first backward pass whose graph is kept, so the force loss can
         // be differentiated again: that needs CANDLE_GRAD_DO_NOT_DETACH=1 in the environment
         // before the first backward on this thread (`mlff train` sets it).
-        let loss = self.loss(&self.calc, &batch, &nl, true)?;
+        let loss = self.loss(&batch, &nl)?;
         let value = loss.to_dtype(DType::F64)?.to_scalar::<f64>()?;
         Ok((value, loss.backward()?))
     }
@@ -369,14 +370,9 @@ impl Trainer {
         Ok(Tensor::from_vec(f_ref, (batch.n_atoms(), 3), &self.device)?.to_dtype(self.dtype)?)
     }
 
-    /// The weighted loss as a tensor; `train` requires the force term to be differentiable.
-    fn loss(
-        &self,
-        calc: &PainnCalculator,
-        batch: &Batch,
-        nl: &NeighborList,
-        train: bool,
-    ) -> Result<Tensor> {
+    /// The weighted loss as a tensor whose force term is differentiable (double backward).
+    fn loss(&self, batch: &Batch, nl: &NeighborList) -> Result<Tensor> {
+        let calc = &self.calc;
         let (inputs, positions) = calc.prepare_with(batch, nl)?;
         let energies = calc.model().energies(&inputs)?;
         let mut loss = self.energy_term(batch, &energies)?;
@@ -385,7 +381,7 @@ impl Trainer {
                 Some(g) => g.neg()?,
                 None => positions.as_tensor().zeros_like()?,
             };
-            if train && !nl.is_empty() && !forces.track_op() {
+            if !nl.is_empty() && !forces.track_op() {
                 return Err(Error::Train(
                     "forces were detached from the graph, so the force loss has no gradient: \
                      set CANDLE_GRAD_DO_NOT_DETACH=1 before the first backward pass"
@@ -475,32 +471,43 @@ impl Trainer {
 
     /// Loss and errors of the EMA model on the validation frames.
     pub fn validate(&self) -> Result<Metrics> {
+        // The fused kernels' energies and forces (inference: no graph), totals summed in f64.
         let calc = PainnCalculator::new(self.ema_model()?, self.device.clone(), self.dtype)
-            .with_ops(self.calc.model().ops());
+            .with_ops(EdgeOps::Fused);
         let mut m = Metrics::default();
         let idx: Vec<usize> = (0..self.val.len()).collect();
         let (mut n_f, mut loss_sum) = (0usize, 0.0);
         for chunk in idx.chunks(self.cfg.batch_size.max(32)) {
             let (batch, nl) = Self::batch(&self.val, chunk)?;
-            let loss = self.loss(&calc, &batch, &nl, false)?;
-            loss_sum += loss.to_dtype(DType::F64)?.to_scalar::<f64>()? * chunk.len() as f64;
             let (inputs, positions) = calc.prepare_with(&batch, &nl)?;
-            let out = calc.compute_device(&inputs, &positions)?;
-            let e = out.energies.to_dtype(DType::F64)?.to_vec1::<f64>()?;
-            let f = out.forces.to_dtype(DType::F64)?.to_vec2::<f64>()?;
-            let mut atom = 0;
+            let (atom_e, f) =
+                atom_energies_and_forces(calc.model(), &inputs, &positions, &mut NoClock)?;
+            let atom_e = atom_e.to_dtype(DType::F64)?.to_vec1::<f64>()?;
+            let f = f.to_dtype(DType::F64)?.to_vec2::<f64>()?;
+            let (mut e_sq, mut f_sq, mut chunk_f) = (0.0, 0.0, 0usize);
             for (k, s) in batch.structures.iter().enumerate() {
-                let de = (e[k] - s.energy.unwrap_or(0.0)).abs();
-                m.energy_mae += de;
-                m.energy_per_atom_mae += de / s.len() as f64;
-                for fr in s.forces.iter().flatten() {
+                let atoms = batch.offsets[k]..batch.offsets[k + 1];
+                let e: f64 = atom_e[atoms.clone()].iter().sum();
+                let de = e - s.energy.unwrap_or(0.0);
+                e_sq += (de / s.len() as f64).powi(2);
+                m.energy_mae += de.abs();
+                m.energy_per_atom_mae += de.abs() / s.len() as f64;
+                for (fr, fp) in s.forces.iter().flatten().zip(&f[atoms]) {
                     for d in 0..3 {
-                        m.force_mae += (f[atom][d] - fr[d]).abs();
+                        let df = fp[d] - fr[d];
+                        m.force_mae += df.abs();
+                        f_sq += df * df;
                     }
-                    atom += 1;
-                    n_f += 3;
+                    chunk_f += 3;
                 }
             }
+            // The training loss of this chunk, weighted by its frames.
+            let mut loss = self.cfg.energy_weight * e_sq / chunk.len() as f64;
+            if self.cfg.force_weight > 0.0 {
+                loss += self.cfg.force_weight * f_sq / chunk_f.max(1) as f64;
+            }
+            loss_sum += loss * chunk.len() as f64;
+            n_f += chunk_f;
         }
         let n = self.val.len().max(1) as f64;
         m.frames = self.val.len();
