@@ -80,6 +80,27 @@ fn train_config() -> TrainConfig {
     }
 }
 
+/// A trainer of the tiny model on `frames` (also its validation set) with these loss weights
+/// and force gradient.
+fn trainer(frames: &Dataset, mode: ForceGradient, weights: (f64, f64), dtype: DType) -> Trainer {
+    let cfg = TrainConfig {
+        energy_weight: weights.0,
+        force_weight: weights.1,
+        force_gradient: mode,
+        ..train_config()
+    };
+    Trainer::new(
+        &tiny_config(),
+        &cfg,
+        frames,
+        frames,
+        &Device::Cpu,
+        dtype,
+        None,
+    )
+    .unwrap()
+}
+
 #[test]
 fn reference_energies_recover_known_values() {
     let elements = [1u8, 6, 7, 8];
@@ -167,22 +188,7 @@ fn force_loss_gradients_match_finite_differences() {
         .into_iter()
         .flat_map(|m| [(m, (0.0, 1.0)), (m, (1.0, 10.0))])
     {
-        let cfg = TrainConfig {
-            energy_weight: ew,
-            force_weight: fw,
-            force_gradient: mode,
-            ..train_config()
-        };
-        let t = Trainer::new(
-            &tiny_config(),
-            &cfg,
-            &train,
-            &train,
-            &Device::Cpu,
-            DType::F64,
-            None,
-        )
-        .unwrap();
+        let t = trainer(&train, mode, (ew, fw), DType::F64);
         let idx = [0usize, 2, 5];
         let (_, grads) = t.loss_and_grads(&idx).unwrap();
         let probes = [
@@ -246,22 +252,7 @@ fn directional_force_gradient_equals_double_backward() {
     let train = dataset(teacher_data(6, 5));
     for (dtype, tol) in [(DType::F64, 1e-7), (DType::F32, 2e-3)] {
         let grads = |mode| {
-            let cfg = TrainConfig {
-                energy_weight: 1.0,
-                force_weight: 10.0,
-                force_gradient: mode,
-                ..train_config()
-            };
-            let t = Trainer::new(
-                &tiny_config(),
-                &cfg,
-                &train,
-                &train,
-                &Device::Cpu,
-                dtype,
-                None,
-            )
-            .unwrap();
+            let t = trainer(&train, mode, (1.0, 10.0), dtype);
             let (loss, g) = t.loss_and_grads(&[0, 1, 3, 4]).unwrap();
             let flat: Vec<(String, Vec<f64>)> = t
                 .optimizer()
@@ -304,22 +295,7 @@ fn validation_loss_is_the_training_loss() {
     second_order();
     let frames = dataset(teacher_data(6, 7));
     for mode in [ForceGradient::DoubleBackward, ForceGradient::Directional] {
-        let cfg = TrainConfig {
-            energy_weight: 3.0,
-            force_weight: 10.0,
-            force_gradient: mode,
-            ..train_config()
-        };
-        let t = Trainer::new(
-            &tiny_config(),
-            &cfg,
-            &frames,
-            &frames,
-            &Device::Cpu,
-            DType::F64,
-            None,
-        )
-        .unwrap();
+        let t = trainer(&frames, mode, (3.0, 10.0), DType::F64);
         let (train_loss, _) = t.loss_and_grads(&[0, 1, 2, 3, 4, 5]).unwrap();
         let val = t.validate().unwrap();
         assert!(
