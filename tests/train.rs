@@ -315,46 +315,55 @@ fn resume_continues_exactly() {
         epochs: 3,
         ..train_config()
     };
-    let make = || {
-        Trainer::new(
-            &tiny_config(),
-            &cfg,
-            &train,
-            &val,
-            &Device::Cpu,
-            DType::F32,
-            None,
-        )
-        .unwrap()
-    };
-    let mut straight = make();
-    for _ in 0..3 {
-        straight.train_epoch(|_, _| {}).unwrap();
-    }
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state.safetensors");
-    let mut first = make();
-    first.train_epoch(|_, _| {}).unwrap();
-    first.save_state(&state).unwrap();
-    drop(first);
-    let mut resumed = make();
-    resumed.load_state(&state).unwrap();
-    assert_eq!(resumed.epoch, 1);
-    for _ in 1..3 {
-        resumed.train_epoch(|_, _| {}).unwrap();
-    }
-    assert_eq!(resumed.step(), straight.step());
-    for ((n, a), (_, b)) in straight
-        .optimizer()
-        .vars()
-        .iter()
-        .zip(resumed.optimizer().vars())
-    {
-        assert_eq!(
-            max_abs_diff(a.as_tensor(), b.as_tensor()),
-            0.0,
-            "{n} differs after resume"
-        );
+    for mode in [ForceGradient::DoubleBackward, ForceGradient::Directional] {
+        let cfg = TrainConfig {
+            force_gradient: mode,
+            ..cfg.clone()
+        };
+        let make = || {
+            Trainer::new(
+                &tiny_config(),
+                &cfg,
+                &train,
+                &val,
+                &Device::Cpu,
+                DType::F32,
+                None,
+            )
+            .unwrap()
+        };
+        let mut straight = make();
+        for _ in 0..3 {
+            straight.train_epoch(|_, _| {}).unwrap();
+        }
+        let mut first = make();
+        first.train_epoch(|_, _| {}).unwrap();
+        first.save_state(&state).unwrap();
+        drop(first);
+        let mut resumed = make();
+        resumed.load_state(&state).unwrap();
+        assert_eq!(resumed.epoch, 1);
+        for _ in 1..3 {
+            resumed.train_epoch(|_, _| {}).unwrap();
+        }
+        assert_eq!(resumed.step(), straight.step());
+        for ((n, a), (_, b)) in straight
+            .optimizer()
+            .vars()
+            .iter()
+            .zip(resumed.optimizer().vars())
+        {
+            assert_eq!(
+                max_abs_diff(a.as_tensor(), b.as_tensor()),
+                0.0,
+                "{mode:?}: {n} differs after resume"
+            );
+        }
+        // The EMA weights (what validation and checkpoints use) too.
+        let (a, b) = (straight.validate().unwrap(), resumed.validate().unwrap());
+        assert_eq!(a.loss, b.loss, "{mode:?}: EMA differs after resume");
     }
     // A state from other settings is refused with a reason.
     let other = TrainConfig {
