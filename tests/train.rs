@@ -89,16 +89,12 @@ fn trainer(frames: &Dataset, mode: ForceGradient, weights: (f64, f64), dtype: DT
         force_gradient: mode,
         ..train_config()
     };
-    Trainer::new(
-        &tiny_config(),
-        &cfg,
-        frames,
-        frames,
-        &Device::Cpu,
-        dtype,
-        None,
-    )
-    .unwrap()
+    tiny_trainer(&cfg, frames, frames, dtype)
+}
+
+/// A trainer of the tiny model on the CPU.
+fn tiny_trainer(cfg: &TrainConfig, train: &Dataset, val: &Dataset, dtype: DType) -> Trainer {
+    Trainer::new(&tiny_config(), cfg, train, val, &Device::Cpu, dtype, None).unwrap()
 }
 
 #[test]
@@ -151,16 +147,7 @@ fn training_lowers_the_validation_loss() {
             force_gradient: mode,
             ..train_config()
         };
-        let mut t = Trainer::new(
-            &tiny_config(),
-            &cfg,
-            &train,
-            &val,
-            &Device::Cpu,
-            DType::F32,
-            None,
-        )
-        .unwrap();
+        let mut t = tiny_trainer(&cfg, &train, &val, DType::F32);
         let before = t.validate().unwrap();
         for _ in 0..30 {
             t.train_epoch(|_, _| {}).unwrap();
@@ -322,18 +309,7 @@ fn resume_continues_exactly() {
             force_gradient: mode,
             ..cfg.clone()
         };
-        let make = || {
-            Trainer::new(
-                &tiny_config(),
-                &cfg,
-                &train,
-                &val,
-                &Device::Cpu,
-                DType::F32,
-                None,
-            )
-            .unwrap()
-        };
+        let make = || tiny_trainer(&cfg, &train, &val, DType::F32);
         let mut straight = make();
         for _ in 0..3 {
             straight.train_epoch(|_, _| {}).unwrap();
