@@ -129,7 +129,6 @@ fn train_config(a: &TrainArgs) -> Result<TrainConfig> {
 
 pub fn run(a: TrainArgs) -> Result<()> {
     let cfg = train_config(&a)?;
-
     let init = a.init.as_deref().map(checkpoint::load).transpose()?;
     let model_cfg = match (&a.config, &init) {
         (Some(_), Some(_)) => {

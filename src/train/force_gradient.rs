@@ -78,3 +78,40 @@ pub fn step_along(u: &[[f64; 3]], rms: f64) -> Option<f64> {
     let u_rms = (u.iter().flatten().map(|c| c * c).sum::<f64>() / m).sqrt();
     (u_rms > 0.0 && u_rms.is_finite()).then(|| rms / u_rms)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn step_gives_the_wanted_rms_displacement() {
+        let u = [[3.0, 0.0, -4.0], [0.0, 0.0, 0.0]];
+        let h = step_along(&u, 1e-3).unwrap();
+        let rms = (u.iter().flatten().map(|c| (h * c).powi(2)).sum::<f64>() / 6.0).sqrt();
+        assert!((rms - 1e-3).abs() < 1e-15, "{rms}");
+        assert_eq!(step_along(&[[0.0; 3]; 4], 1e-3), None);
+        assert_eq!(step_along(&[[f64::NAN, 0.0, 0.0]], 1e-3), None);
+        assert_eq!(step_along(&[], 1e-3), None);
+    }
+
+    #[test]
+    fn auto_resolves_by_device_and_names_parse_back() {
+        let cpu = candle_core::Device::Cpu;
+        assert_eq!(ForceGradient::Auto.on(&cpu), ForceGradient::DoubleBackward);
+        assert_eq!(
+            ForceGradient::Directional.on(&cpu),
+            ForceGradient::Directional
+        );
+        for g in [
+            ForceGradient::Auto,
+            ForceGradient::Directional,
+            ForceGradient::DoubleBackward,
+        ] {
+            assert_eq!(g.name().parse::<ForceGradient>(), Ok(g));
+        }
+        assert!("exact"
+            .parse::<ForceGradient>()
+            .unwrap_err()
+            .contains("double-backward"));
+    }
+}
