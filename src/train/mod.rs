@@ -320,7 +320,7 @@ impl Trainer {
             }
         }
         // The copies keep x's neighbour list: they are ~1e-3 Å away, and a pair that crosses
-        // the cutoff in between adds ~1e-7 of a pair (the cosine cutoff and its slope vanish there).
+        // the cutoff in between weighs ~1e-7 (the cosine cutoff and its slope vanish there).
         let copies = signs.len();
         let all = Batch::new(structures)?;
         let n = batch.n_atoms();
