@@ -181,6 +181,46 @@ fn validate_md_compares_code_paths_in_one_report() {
     assert!((drift(0) - drift(2)).abs() < 0.05 * drift(0).abs().max(1e-3));
     assert!(out.join("etot_ethanol.png").exists());
     assert!(out.join("runs/ethanol_painn-gfn2-fused_nve.jsonl").exists());
+    assert_eq!(json["settings"]["neighbor_list"], "auto");
+
+    // The device list (its CPU twin here), as `mlff md --neighbor-list device`.
+    let device_out = dir.path().join("device-list");
+    let o = mlff(&[
+        "validate-md",
+        "--model",
+        model.to_str().unwrap(),
+        "--ops",
+        "fused",
+        "--systems",
+        "ethanol",
+        "--nve-steps",
+        "20",
+        "--nvt-steps",
+        "0",
+        "--traj-every",
+        "0",
+        "--neighbor-list",
+        "device",
+        "--device",
+        "cpu",
+        "--out",
+        device_out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(device_out.join("report.json")).unwrap()).unwrap();
+    assert_eq!(json["settings"]["neighbor_list"], "device");
+    // Same trajectory as the host list's run above (the lists hold the same edges).
+    // The 20-step NVE window: the host run's second, the device run's only one.
+    let e =
+        |run: &serde_json::Value, w: usize| run["windows"][w]["energy_std_mev_per_atom"].as_f64();
+    let host_fused = runs
+        .iter()
+        .find(|r| {
+            r["system"] == "ethanol" && r["variant"] == "painn-gfn2/fused" && r["ensemble"] == "nve"
+        })
+        .unwrap();
+    assert_eq!(e(&json["runs"][0], 0), e(host_fused, 1));
 
     let o = mlff(&[
         "validate-md",

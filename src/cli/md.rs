@@ -8,8 +8,8 @@ use mlff_distiller::fsutil::{sha256_file, write_json};
 use mlff_distiller::graph::Graphs;
 use mlff_distiller::io::read_extxyz;
 use mlff_distiller::md::{
-    Ensemble, ListSite, MdOutputs, MdSettings, MdSummary, PainnForces, Progress, Restart,
-    Simulation, StopReason,
+    Ensemble, MdOutputs, MdSettings, MdSummary, PainnForces, Progress, Restart, Simulation,
+    StopReason,
 };
 use mlff_distiller::ops::EdgeOps;
 use mlff_distiller::Structure;
@@ -86,12 +86,6 @@ pub struct MdArgs {
     /// every kernel.
     #[arg(long, default_value = "auto")]
     graphs: Graphs,
-    /// Where the Verlet neighbour list is built. auto: on a CUDA device wherever the cell
-    /// allows (molecules; periodic widths above twice the cutoff + skin), so positions stay on
-    /// the GPU; host: the host cell list (any cell); device: the device list, an error where
-    /// the cell does not allow it. Both list the same edges.
-    #[arg(long, default_value = "auto")]
-    neighbor_list: ListSite,
     /// Keep running after a bond has stretched more than 0.5 Å (the run still counts as
     /// unstable).
     #[arg(long)]
@@ -168,7 +162,7 @@ fn fresh(a: &MdArgs) -> Result<MdSummary> {
         "frame": a.frame,
     });
     let forces = PainnForces::new(&calc, &start, settings.skin)?
-        .with_list_site(a.neighbor_list)?
+        .with_list_site(a.dynamics.neighbor_list)?
         .with_graphs(a.graphs)?;
     eprintln!(
         "md: {} atoms, {} steps of {} fs, {}, on {:?}",
@@ -226,7 +220,7 @@ fn resume(a: &MdArgs, path: &Path) -> Result<MdSummary> {
         ..Structure::molecule(restart.numbers.clone(), restart.positions.clone())
     };
     let forces = PainnForces::new(&calc, &template, restart.settings.skin)?
-        .with_list_site(a.neighbor_list)?
+        .with_list_site(a.dynamics.neighbor_list)?
         .with_graphs(a.graphs)?;
     eprintln!(
         "md: resuming {} at step {} of {}",

@@ -91,6 +91,12 @@ pub struct DynamicsArgs {
     /// Verlet skin in Å: the neighbour list is rebuilt once an atom has moved half of it.
     #[arg(long, default_value_t = 1.0)]
     pub skin: f64,
+    /// Where the Verlet neighbour list is built. auto: on a CUDA device wherever the cell
+    /// allows (molecules; periodic widths above twice the cutoff + skin), so positions stay on
+    /// the GPU; host: the host cell list (any cell); device: the device list, an error where
+    /// the cell does not allow it. Both list the same edges.
+    #[arg(long, default_value = "auto")]
+    pub neighbor_list: mlff_distiller::md::ListSite,
 }
 
 /// How a checkpoint is run: `--dtype`, `--ops`, `--device`.

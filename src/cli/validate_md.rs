@@ -128,6 +128,7 @@ pub fn run(a: ValidateMdArgs) -> Result<()> {
         friction: a.dynamics.friction,
         seed: a.dynamics.seed,
         skin: a.dynamics.skin,
+        neighbor_list: a.dynamics.neighbor_list,
         log_every: a.log_every,
         traj_every: a.traj_every,
         graphs: a.graphs,

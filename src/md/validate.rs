@@ -89,6 +89,8 @@ pub struct SuiteSettings {
     pub friction: f64,
     pub seed: u64,
     pub skin: f64,
+    /// Where each run builds its neighbour list.
+    pub neighbor_list: crate::md::ListSite,
     pub log_every: u64,
     pub traj_every: u64,
     /// CUDA graphs for the force calls where wanted (a run that replayed them is labelled
@@ -220,7 +222,9 @@ fn run_one(
             },
             ..Default::default()
         };
-        let forces = PainnForces::new(calc, structure, s.skin)?.with_graphs(graphs)?;
+        let forces = PainnForces::new(calc, structure, s.skin)?
+            .with_list_site(s.neighbor_list)?
+            .with_graphs(graphs)?;
         let mut sim = Simulation::new(forces, structure, settings, serde_json::Value::Null)
             .map_err(|e| Error::Md(format!("{name} with {label}: {e}")))?;
         let summary = sim.run(&mut |_| {})?;
