@@ -136,28 +136,38 @@ fn validate_md_compares_code_paths_in_one_report() {
     let dir = tempfile::tempdir().unwrap();
     let model = root().join("models/painn-gfn2.safetensors");
     let out = dir.path().join("report");
-    let o = mlff(&[
-        "validate-md",
-        "--model",
-        model.to_str().unwrap(),
-        "--ops",
-        "stock,fused",
-        "--systems",
-        "ethanol,water8",
-        "--jobs",
-        "2",
-        "--nve-steps",
-        "10,20",
-        "--nvt-steps",
-        "10",
-        "--traj-every",
-        "0",
-        "--device",
-        "cpu",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let report = |out: &Path, args: &[&str]| {
+        let mut all = vec!["validate-md", "--model", model.to_str().unwrap()];
+        all.extend_from_slice(args);
+        all.extend([
+            "--traj-every",
+            "0",
+            "--device",
+            "cpu",
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        let o = mlff(&all);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let json: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
+        json
+    };
+    let json = report(
+        &out,
+        &[
+            "--ops",
+            "stock,fused",
+            "--systems",
+            "ethanol,water8",
+            "--jobs",
+            "2",
+            "--nve-steps",
+            "10,20",
+            "--nvt-steps",
+            "10",
+        ],
+    );
     let md = std::fs::read_to_string(out.join("report.md")).unwrap();
     let rows: Vec<&str> = md
         .lines()
@@ -168,8 +178,6 @@ fn validate_md_compares_code_paths_in_one_report() {
     assert!(rows
         .iter()
         .any(|r| r.contains("painn-gfn2/stock") && r.contains("20/20")));
-    let json: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
     let runs = json["runs"].as_array().unwrap();
     assert_eq!(runs.len(), 8);
     // Same model, same seed: the two code paths agree on the trajectory's energies.
@@ -185,30 +193,21 @@ fn validate_md_compares_code_paths_in_one_report() {
 
     // The device list (its CPU twin here), as `mlff md --neighbor-list device`.
     let device_out = dir.path().join("device-list");
-    let o = mlff(&[
-        "validate-md",
-        "--model",
-        model.to_str().unwrap(),
-        "--ops",
-        "fused",
-        "--systems",
-        "ethanol",
-        "--nve-steps",
-        "20",
-        "--nvt-steps",
-        "0",
-        "--traj-every",
-        "0",
-        "--neighbor-list",
-        "device",
-        "--device",
-        "cpu",
-        "--out",
-        device_out.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let json: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(device_out.join("report.json")).unwrap()).unwrap();
+    let json = report(
+        &device_out,
+        &[
+            "--ops",
+            "fused",
+            "--systems",
+            "ethanol",
+            "--nve-steps",
+            "20",
+            "--nvt-steps",
+            "0",
+            "--neighbor-list",
+            "device",
+        ],
+    );
     assert_eq!(json["settings"]["neighbor_list"], "device");
     // Same trajectory as the host list's run above (the lists hold the same edges).
     // The 20-step NVE window: the host run's second, the device run's only one.
