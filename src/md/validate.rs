@@ -228,11 +228,17 @@ fn run_one(
         let mut sim = Simulation::new(forces, structure, settings, serde_json::Value::Null)
             .map_err(|e| Error::Md(format!("{name} with {label}: {e}")))?;
         let summary = sim.run(&mut |_| {})?;
-        // `auto` captures nothing where replays do not pay (one-kernel molecules, large
-        // lists): such a run is reported as the plain path it was.
-        let variant = match sim.forces().graph_captures() {
-            0 => plain,
-            _ => label,
+        let records = sim.records().to_vec();
+        let captures = sim.forces().graph_captures();
+        drop(sim); // closes the run's files
+                   // `auto` captures nothing where replays do not pay (one-kernel molecules, large
+                   // lists): such a run is reported, and its files named, as the plain path it was.
+        let (variant, log) = match captures {
+            0 if plain != label => {
+                let plain_stem = format!("{}_{}_{}", name, slug(plain), ensemble.name());
+                (plain, rename_run_files(runs_dir, &stem, &plain_stem)?)
+            }
+            _ => (label.as_str(), log),
         };
         let nonfinite_at = match &summary.stop {
             StopReason::NonFinite { step, .. } => Some(*step),
@@ -246,7 +252,7 @@ fn run_one(
         };
         let windows = lengths
             .iter()
-            .map(|&w| window(sim.records(), structure.len(), w, conserved, nonfinite_at))
+            .map(|&w| window(&records, structure.len(), w, conserved, nonfinite_at))
             .collect();
         reports.push(RunReport {
             system: name.to_string(),
@@ -256,10 +262,23 @@ fn run_one(
             summary,
             windows,
             log,
-            records: sim.records().to_vec(),
+            records,
         });
     }
     Ok(reports)
+}
+
+/// Renames a run's log (`.jsonl`) and trajectory (`.extxyz`, if written) in `dir` from stem
+/// `from` to stem `to`; returns the log's new path.
+fn rename_run_files(dir: &Path, from: &str, to: &str) -> Result<std::path::PathBuf> {
+    for ext in ["jsonl", "extxyz"] {
+        let src = dir.join(format!("{from}.{ext}"));
+        if src.exists() {
+            let dst = dir.join(format!("{to}.{ext}"));
+            std::fs::rename(&src, &dst).map_err(|source| Error::Io { path: dst, source })?;
+        }
+    }
+    Ok(dir.join(format!("{to}.jsonl")))
 }
 
 /// A file-name-safe version of a label.
@@ -367,6 +386,23 @@ pub fn plot_energies(reports: &[RunReport], out: &Path) -> Result<Vec<PathBuf>> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn run_files_move_to_the_path_that_ran() {
+        let dir = tempfile::tempdir().unwrap();
+        let from = "ethanol_m-fused-graph_nve";
+        std::fs::write(dir.path().join(format!("{from}.jsonl")), "{}\n").unwrap();
+        std::fs::write(dir.path().join(format!("{from}.extxyz")), "1\n\nH 0 0 0\n").unwrap();
+        let log = rename_run_files(dir.path(), from, "ethanol_m-fused_nve").unwrap();
+        assert_eq!(log, dir.path().join("ethanol_m-fused_nve.jsonl"));
+        assert_eq!(std::fs::read_to_string(&log).unwrap(), "{}\n");
+        assert!(dir.path().join("ethanol_m-fused_nve.extxyz").exists());
+        assert!(!dir.path().join(format!("{from}.jsonl")).exists());
+        // Without a trajectory only the log moves.
+        std::fs::write(dir.path().join("a.jsonl"), "").unwrap();
+        rename_run_files(dir.path(), "a", "b").unwrap();
+        assert!(dir.path().join("b.jsonl").exists() && !dir.path().join("b.extxyz").exists());
+    }
 
     fn record(step: u64, e_tot: f64, bond_deviation: f64) -> LogRecord {
         LogRecord {
