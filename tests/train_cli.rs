@@ -1,0 +1,116 @@
+//! `mlff train` end to end on the CPU with a tiny model: outputs, a run stopped by its time
+//! limit and resumed, the provenance, both force gradients, `mlff eval` on the result, and the
+//! errors of bad flags.
+
+mod common;
+
+use common::{mlff, root};
+use std::path::Path;
+
+fn stderr(o: &std::process::Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn log_lines(out: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(out.join("log.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[test]
+fn train_resume_and_eval_from_the_command_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("tiny.json");
+    std::fs::write(
+        &config,
+        r#"{"hidden": 8, "n_blocks": 2, "n_rbf": 6, "cutoff": 4.0, "elements": [1, 6, 7, 8]}"#,
+    )
+    .unwrap();
+    let frames = root().join("data/aspirin_rmd17_10frames.extxyz");
+    let (frames, config) = (frames.to_str().unwrap(), config.to_str().unwrap());
+    let out = dir.path().join("run");
+    let train = |out: &Path, extra: &[&str]| {
+        let mut args = vec![
+            "train",
+            "--train",
+            frames,
+            "--val",
+            frames,
+            "--config",
+            config,
+            "--epochs",
+            "3",
+            "--batch-size",
+            "4",
+            "--device",
+            "cpu",
+            "--out",
+        ];
+        args.push(out.to_str().unwrap());
+        args.extend_from_slice(extra);
+        mlff(&args)
+    };
+
+    // A limit already passed stops the run after its first epoch, with everything saved.
+    let o = train(&out, &["--max-minutes", "0"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("--max-minutes 0 reached"),
+        "{}",
+        stderr(&o)
+    );
+    for f in ["best", "last", "state"] {
+        assert!(out.join(format!("{f}.safetensors")).exists(), "{f}");
+    }
+    assert_eq!(log_lines(&out).len(), 1);
+
+    // The same command again would overwrite the run: refused, pointing at --resume.
+    let o = train(&out, &[]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("--resume"), "{}", stderr(&o));
+
+    // Resumed, it finishes the schedule it started.
+    let o = train(&out, &["--resume"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("resuming at epoch 1"), "{}", stderr(&o));
+    let log = log_lines(&out);
+    assert_eq!(log.len(), 3);
+    assert_eq!(log[2]["epoch"], 3);
+    assert!(log[2]["val_force_mae"].as_f64().unwrap().is_finite());
+
+    // The checkpoint says how it was trained: on the CPU `auto` is the double backward.
+    let o = mlff(&["info", out.join("last.safetensors").to_str().unwrap()]);
+    let info = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        info.contains(r#""force_gradient": "double-backward""#),
+        "{info}"
+    );
+    assert!(info.contains(r#""ops": "custom""#), "{info}");
+
+    // The directional gradient trains on the CPU too, and says so.
+    let directional = dir.path().join("directional");
+    let o = train(&directional, &["--force-gradient", "directional"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = mlff(&[
+        "info",
+        directional.join("last.safetensors").to_str().unwrap(),
+    ]);
+    let info = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        info.contains(r#""force_gradient": "directional""#),
+        "{info}"
+    );
+
+    // The result evaluates like any checkpoint.
+    let last = out.join("last.safetensors");
+    let o = mlff(&["eval", last.to_str().unwrap(), frames, "--device", "cpu"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("F MAE"));
+
+    // A bad choice names what is accepted.
+    let o = train(&dir.path().join("bad"), &["--force-gradient", "exact"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("double-backward"), "{}", stderr(&o));
+}
