@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{mlff, root};
+use common::{config_file, mlff, root};
 
 #[test]
 fn predict_shipped_model_on_shipped_frames() {
@@ -63,12 +63,10 @@ fn predict_shipped_model_on_shipped_frames() {
 #[test]
 fn init_model_info_and_errors() {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = dir.path().join("cfg.json");
-    std::fs::write(
-        &cfg,
+    let cfg = config_file(
+        dir.path(),
         r#"{"hidden": 8, "n_blocks": 1, "n_rbf": 4, "cutoff": 3.0, "elements": [1, 8]}"#,
-    )
-    .unwrap();
+    );
     let model = dir.path().join("m.safetensors");
     let o = mlff(&[
         "init-model",

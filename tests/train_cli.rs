@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{mlff, root};
+use common::{config_file, mlff, root};
 use std::path::Path;
 
 fn stderr(o: &std::process::Output) -> String {
@@ -22,12 +22,10 @@ fn log_lines(out: &Path) -> Vec<serde_json::Value> {
 #[test]
 fn train_resume_and_eval_from_the_command_line() {
     let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("tiny.json");
-    std::fs::write(
-        &config,
+    let config = config_file(
+        dir.path(),
         r#"{"hidden": 8, "n_blocks": 2, "n_rbf": 6, "cutoff": 4.0, "elements": [1, 6, 7, 8]}"#,
-    )
-    .unwrap();
+    );
     let frames = root().join("data/aspirin_rmd17_10frames.extxyz");
     let (frames, config) = (frames.to_str().unwrap(), config.to_str().unwrap());
     let out = dir.path().join("run");

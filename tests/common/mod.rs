@@ -164,6 +164,13 @@ pub fn mlff(args: &[&str]) -> std::process::Output {
         .expect("run mlff")
 }
 
+/// Writes a model config JSON into `dir` and returns its path.
+pub fn config_file(dir: &std::path::Path, json: &str) -> std::path::PathBuf {
+    let path = dir.join("config.json");
+    std::fs::write(&path, json).unwrap();
+    path
+}
+
 /// The crate root (shipped models and data live under it).
 pub fn root() -> &'static std::path::Path {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
