@@ -10,7 +10,8 @@ mod schedule;
 
 pub use adamw::AdamW;
 pub use data::{split_by_trajectory, Dataset};
-pub use force_gradient::{displacement_rms, step_along, ForceGradient};
+pub use force_gradient::ForceGradient;
+use force_gradient::{displacement_rms, step_along};
 pub use reference::{composition, fit_reference_energies, fit_scale_shift};
 pub use schedule::{LrSchedule, Schedule};
 
@@ -114,6 +115,50 @@ pub struct Metrics {
     pub energy_per_atom_mae: f64,
     pub force_mae: f64,
     pub frames: usize,
+}
+
+/// Errors of one prediction of a batch against its labels, on the host in f64.
+struct HostErrors {
+    /// Energy error of each structure (eV; atom energies summed in f64).
+    energy: Vec<f64>,
+    /// Force error of each atom (eV/Å).
+    forces: Vec<[f64; 3]>,
+}
+
+impl HostErrors {
+    fn of(batch: &Batch, atom_energies: &Tensor, forces: &Tensor) -> Result<Self> {
+        let atom_e = atom_energies.to_dtype(DType::F64)?.to_vec1::<f64>()?;
+        let f = forces.to_dtype(DType::F64)?.to_vec2::<f64>()?;
+        let mut out = Self {
+            energy: Vec::with_capacity(batch.n_structures()),
+            forces: Vec::with_capacity(batch.n_atoms()),
+        };
+        for (k, s) in batch.structures.iter().enumerate() {
+            let atoms = batch.offsets[k]..batch.offsets[k + 1];
+            let e: f64 = atom_e[atoms.clone()].iter().sum();
+            out.energy.push(e - s.energy.unwrap_or(0.0));
+            for (fr, fp) in s.forces.iter().flatten().zip(&f[atoms]) {
+                out.forces
+                    .push([fp[0] - fr[0], fp[1] - fr[1], fp[2] - fr[2]]);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The training loss: w_E · mean((ΔE / n_atoms)²) + w_F · mean(ΔF²) over components.
+    fn loss(&self, cfg: &TrainConfig, batch: &Batch) -> f64 {
+        let per_atom = self
+            .energy
+            .iter()
+            .zip(&batch.structures)
+            .map(|(de, s)| (de / s.len() as f64).powi(2));
+        let mut loss = cfg.energy_weight * per_atom.sum::<f64>() / self.energy.len().max(1) as f64;
+        if cfg.force_weight > 0.0 {
+            let sq = self.forces.iter().flatten().map(|c| c * c).sum::<f64>();
+            loss += cfg.force_weight * sq / (3 * self.forces.len()).max(1) as f64;
+        }
+        loss
+    }
 }
 
 pub struct Trainer {
@@ -282,38 +327,21 @@ impl Trainer {
         let model = self.calc.model();
         let (inputs, _) = self.calc.prepare_with(batch, nl)?;
         let fused = FusedPainn::new(model)?;
-        let pass = fused.forward(&inputs)?;
-        let forces = pass.forces()?.detach();
-        // Energy errors per atom at x, summed in f64 on the host.
-        let atom_energies = pass.atom_energies.to_dtype(DType::F64)?.to_vec1::<f64>()?;
         let b = batch.n_structures();
-        let energy_errors: Vec<f64> = (0..b)
-            .map(|k| {
-                let e: f64 = atom_energies[batch.offsets[k]..batch.offsets[k + 1]]
-                    .iter()
-                    .sum();
-                let s = &batch.structures[k];
-                (e - s.energy.unwrap_or(0.0)) / s.len() as f64
-            })
-            .collect();
-        let energy_loss = energy_errors.iter().map(|e| e * e).sum::<f64>() / b as f64;
-        let errors = (forces - self.reference_forces(batch)?)?
-            .to_dtype(DType::F64)?
-            .to_vec2::<f64>()?;
-        let errors: Vec<[f64; 3]> = errors.iter().map(|r| [r[0], r[1], r[2]]).collect();
-        let m = (3 * errors.len()).max(1) as f64;
-        let force_loss = errors.iter().flatten().map(|c| c * c).sum::<f64>() / m;
-        let h = step_along(&errors, displacement_rms(self.dtype));
+        let pass = fused.forward(&inputs)?;
+        let errors = HostErrors::of(batch, &pass.atom_energies, &pass.forces()?)?;
+        let h = step_along(&errors.forces, displacement_rms(self.dtype));
+        let step = h.unwrap_or(0.0);
         // The batch at x + h·u and x − h·u (or at x alone when every force is exact).
         let signs: &[f64] = if h.is_some() { &[1.0, -1.0] } else { &[0.0] };
         let mut structures = Vec::with_capacity(signs.len() * b);
         for &sign in signs {
             for (k, s) in batch.structures.iter().enumerate() {
-                let u = &errors[batch.offsets[k]..batch.offsets[k + 1]];
+                let u = &errors.forces[batch.offsets[k]..batch.offsets[k + 1]];
                 let mut moved = s.clone();
                 for (x, u) in moved.positions.iter_mut().zip(u) {
                     for d in 0..3 {
-                        x[d] += sign * h.unwrap_or(0.0) * u[d];
+                        x[d] += sign * step * u[d];
                     }
                 }
                 structures.push(moved);
@@ -328,27 +356,33 @@ impl Trainer {
         let all_nl = NeighborList::concat(vec![nl; copies].into_iter(), &offsets);
         let (all_inputs, _) = self.calc.prepare_with(&all, &all_nl)?;
         let energies = model.energies(&all_inputs)?.reshape((copies, b))?;
-        // Energy term: its gradient 2 w_E mean(ε_k ∂E_k/∂θ / n_k), ε_k the error per atom at x,
+        // Energy term: its gradient is 2 w_E mean(ΔE_k ∂E_k/∂θ / n_k²), ΔE_k the error at x,
         // with ∂E_k/∂θ taken as the mean of the copies' (equal to O(h²)).
         let dev = &self.device;
         let weights: Vec<f64> = (0..b)
-            .map(|k| 2.0 * energy_errors[k] / (b * batch.structures[k].len()) as f64)
+            .map(|k| {
+                let n_k = batch.structures[k].len() as f64;
+                2.0 * errors.energy[k] / (n_k * n_k * b as f64)
+            })
             .collect();
         let weights = Tensor::from_vec(weights, b, dev)?.to_dtype(self.dtype)?;
         let mean_energies = energies.mean(0)?;
         let mut surrogate = ((mean_energies * weights)?.sum_all()? * self.cfg.energy_weight)?;
         if let Some(h) = h {
             let along = (energies.get(0)? - energies.get(1)?)?.sum_all()?;
+            let m = 3.0 * batch.n_atoms() as f64;
             let c = -self.cfg.force_weight / (m * h);
             surrogate = (surrogate + (along * c)?)?;
         }
-        let value = self.cfg.energy_weight * energy_loss + self.cfg.force_weight * force_loss;
-        Ok((value, surrogate.backward()?))
+        Ok((errors.loss(&self.cfg, batch), surrogate.backward()?))
     }
 
-    /// w_E · mean((E − Ê)² / n_atoms²) of the structures of `batch`.
-    fn energy_term(&self, batch: &Batch, energies: &Tensor) -> Result<Tensor> {
+    /// The weighted loss as a tensor whose force term is differentiable (double backward).
+    fn loss(&self, batch: &Batch, nl: &NeighborList) -> Result<Tensor> {
+        let calc = &self.calc;
+        let (inputs, positions) = calc.prepare_with(batch, nl)?;
         let dev = &self.device;
+        let energies = calc.model().energies(&inputs)?;
         let n_atoms: Vec<f64> = batch.structures.iter().map(|s| s.len() as f64).collect();
         let e_ref: Vec<f64> = batch
             .structures
@@ -358,26 +392,8 @@ impl Trainer {
         let b = batch.n_structures();
         let n_atoms = Tensor::from_vec(n_atoms, b, dev)?.to_dtype(self.dtype)?;
         let e_ref = Tensor::from_vec(e_ref, b, dev)?.to_dtype(self.dtype)?;
-        let e_err = ((energies - e_ref)? / n_atoms)?;
-        Ok((e_err.sqr()?.mean_all()? * self.cfg.energy_weight)?)
-    }
-
-    /// Force labels of `batch` as an [N, 3] tensor.
-    fn reference_forces(&self, batch: &Batch) -> Result<Tensor> {
-        let f_ref: Vec<f64> = batch
-            .structures
-            .iter()
-            .flat_map(|s| s.forces.iter().flatten().flatten().copied())
-            .collect();
-        Ok(Tensor::from_vec(f_ref, (batch.n_atoms(), 3), &self.device)?.to_dtype(self.dtype)?)
-    }
-
-    /// The weighted loss as a tensor whose force term is differentiable (double backward).
-    fn loss(&self, batch: &Batch, nl: &NeighborList) -> Result<Tensor> {
-        let calc = &self.calc;
-        let (inputs, positions) = calc.prepare_with(batch, nl)?;
-        let energies = calc.model().energies(&inputs)?;
-        let mut loss = self.energy_term(batch, &energies)?;
+        let e_err = ((&energies - e_ref)? / n_atoms)?;
+        let mut loss = (e_err.sqr()?.mean_all()? * self.cfg.energy_weight)?;
         if self.cfg.force_weight > 0.0 {
             let forces = match energies.sum_all()?.backward()?.get(&inputs.positions) {
                 Some(g) => g.neg()?,
@@ -390,9 +406,13 @@ impl Trainer {
                         .into(),
                 ));
             }
-            let f_loss = (forces - self.reference_forces(batch)?)?
-                .sqr()?
-                .mean_all()?;
+            let f_ref: Vec<f64> = batch
+                .structures
+                .iter()
+                .flat_map(|s| s.forces.iter().flatten().flatten().copied())
+                .collect();
+            let f_ref = Tensor::from_vec(f_ref, (batch.n_atoms(), 3), dev)?.to_dtype(self.dtype)?;
+            let f_loss = (forces - f_ref)?.sqr()?.mean_all()?;
             loss = (loss + (f_loss * self.cfg.force_weight)?)?;
         }
         Ok(loss)
@@ -484,32 +504,14 @@ impl Trainer {
             let (inputs, positions) = calc.prepare_with(&batch, &nl)?;
             let (atom_e, f) =
                 atom_energies_and_forces(calc.model(), &inputs, &positions, &mut NoClock)?;
-            let atom_e = atom_e.to_dtype(DType::F64)?.to_vec1::<f64>()?;
-            let f = f.to_dtype(DType::F64)?.to_vec2::<f64>()?;
-            let (mut e_sq, mut f_sq, mut chunk_f) = (0.0, 0.0, 0usize);
-            for (k, s) in batch.structures.iter().enumerate() {
-                let atoms = batch.offsets[k]..batch.offsets[k + 1];
-                let e: f64 = atom_e[atoms.clone()].iter().sum();
-                let de = e - s.energy.unwrap_or(0.0);
-                e_sq += (de / s.len() as f64).powi(2);
+            let errors = HostErrors::of(&batch, &atom_e, &f)?;
+            for (de, s) in errors.energy.iter().zip(&batch.structures) {
                 m.energy_mae += de.abs();
                 m.energy_per_atom_mae += de.abs() / s.len() as f64;
-                for (fr, fp) in s.forces.iter().flatten().zip(&f[atoms]) {
-                    for d in 0..3 {
-                        let df = fp[d] - fr[d];
-                        m.force_mae += df.abs();
-                        f_sq += df * df;
-                    }
-                    chunk_f += 3;
-                }
             }
-            // The training loss of this chunk, weighted by its frames.
-            let mut loss = self.cfg.energy_weight * e_sq / chunk.len() as f64;
-            if self.cfg.force_weight > 0.0 {
-                loss += self.cfg.force_weight * f_sq / chunk_f.max(1) as f64;
-            }
-            loss_sum += loss * chunk.len() as f64;
-            n_f += chunk_f;
+            m.force_mae += errors.forces.iter().flatten().map(|c| c.abs()).sum::<f64>();
+            n_f += 3 * errors.forces.len();
+            loss_sum += errors.loss(&self.cfg, &batch) * chunk.len() as f64;
         }
         let n = self.val.len().max(1) as f64;
         m.frames = self.val.len();
