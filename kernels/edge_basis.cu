@@ -6,11 +6,25 @@
 #include "common.cuh"
 #include "edge_basis.cuh"
 
+// A block forms its edges' rows in shared memory ([blockDim.x][R + 4]) and stores them as one
+// contiguous run: a thread writing its own row left every store instruction of a warp spread
+// over 32 rows (232 us for 541,000 edges on an H100, against ~10 us of arithmetic).
 template <typename T>
 __device__ void basis_fwd(const T* pos, const T* off, const unsigned int* ci,
                           const unsigned int* nj, T* out, size_t n_edges, size_t n_rbf,
                           double cutoff) {
-    FOR_EACH(e, n_edges) edge_basis_of(pos, off, ci, nj, e, n_rbf, T(cutoff), out + e * (n_rbf + 4));
+    extern __shared__ __align__(16) unsigned char basis_rows[];
+    T* rows = reinterpret_cast<T*>(basis_rows);
+    const size_t bw = n_rbf + 4;
+    for (size_t e0 = blockIdx.x * (size_t)blockDim.x; e0 < n_edges;
+         e0 += (size_t)gridDim.x * blockDim.x) {
+        const size_t e = e0 + threadIdx.x;
+        if (e < n_edges) edge_basis_of(pos, off, ci, nj, e, n_rbf, T(cutoff), rows + threadIdx.x * bw);
+        __syncthreads();
+        const size_t len = min((size_t)blockDim.x, n_edges - e0) * bw;
+        for (size_t k = threadIdx.x; k < len; k += blockDim.x) out[e0 * bw + k] = rows[k];
+        __syncthreads();  // the rows are stored before the next edges overwrite them
+    }
 }
 
 // One thread per edge, atomic adds into the two atoms' gradients (gpos zeroed).

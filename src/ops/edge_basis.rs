@@ -108,6 +108,17 @@ impl Kernel for Forward {
             g.basis(x[0], x[1], (i as usize, j as usize, e), o);
         }
     }
+    /// The default grid-stride loop, with a block's rows staged in shared memory.
+    #[cfg(feature = "cuda")]
+    fn launch_config(
+        &self,
+        elem_bytes: usize,
+    ) -> candle_core::cuda_backend::cudarc::driver::LaunchConfig {
+        let mut cfg = super::kernel::grid_stride(self.work());
+        cfg.shared_mem_bytes =
+            (cfg.block_dim.0 as usize * basis_width(self.0.n_rbf) * elem_bytes) as u32;
+        cfg
+    }
 }
 
 struct Adjoint(Geometry);
