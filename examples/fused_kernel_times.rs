@@ -122,6 +122,9 @@ fn rows(dev: &Device, batch: &Batch) -> Result<Vec<Row>> {
             flop: ed * (R as f64 * 16.0 + 60.0),
             bytes: ed * 4.0 * (9.0 + 2.0 + bw + 6.0),
         },
+        // From TILE_FROM_EDGES (src/ops/interaction.rs) edges on CUDA these two are the tiled kernels;
+        // the tiled adjoint then leaves dL/dw as rows (the "filter rows adjoint" product below
+        // maps them back to the basis; not timed here).
         Row {
             name: "interaction (filter in kernel)",
             micros: time(dev, || ops::interaction(&x))?,

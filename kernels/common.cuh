@@ -22,3 +22,18 @@ template <typename T>
 __device__ __forceinline__ T sigmoid(T z) {
     return T(1) / (T(1) + exp(-z));
 }
+
+// One step of a warp reduce-scatter of 2 * BIT values: lanes with BIT set keep the upper half.
+template <int BIT, typename T>
+__device__ __forceinline__ void reduce_scatter_step(T* v, size_t lane) {
+    const bool upper = lane & BIT;
+#pragma unroll
+    for (int r = 0; r < BIT; ++r) {
+        const T lo = v[r], hi = v[r + BIT];
+        v[r] = (upper ? hi : lo) + __shfl_xor_sync(0xffffffffu, upper ? lo : hi, BIT);
+    }
+}
+
+// Basis columns the adjoint keeps per lane in registers, one per lane of a warp for the final
+// reduction (n_rbf + 4 <= MAX_BASIS; the host checks).
+#define MAX_BASIS 32

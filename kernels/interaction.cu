@@ -8,6 +8,7 @@
 // Forward: one thread per (edge, feature); adjoint: one warp per edge. Mirrors
 // src/ops/interaction.rs.
 #include "common.cuh"
+#include "interaction.cuh"
 
 // Adds edge e's message for feature c to atom i: the filter (ws, wd, wv) times the context of
 // atom j, along the unit vector u and j's vector features.
@@ -41,19 +42,6 @@ __device__ __forceinline__ void message_grad(const T* gm, const T* gve, const T*
     }
 }
 
-// Adds edge e's gradients for feature c to its sending atom j: dL/dφ_j and, through
-// x_v = φ_v w_v (xv), dL/dv_j.
-template <typename T>
-__device__ __forceinline__ void add_sender_grads(T* gphi, T* gv, const T g[3], T gs, T gxd,
-                                                 T gxv, T ws, T wd, T wv, T xv, size_t n,
-                                                 size_t f, size_t j, size_t c) {
-    atomicAdd(gphi + j * 3 * f + c, gs * ws);
-    atomicAdd(gphi + j * 3 * f + f + c, gxd * wd);
-    atomicAdd(gphi + j * 3 * f + 2 * f + c, gxv * wv);
-#pragma unroll
-    for (int a = 0; a < 3; ++a) atomicAdd(gv + (a * n + j) * f + c, g[a] * xv);
-}
-
 // Forward, one thread per (edge, feature); out holds a copy of the input state sv and the
 // messages are added to it with atomic adds. (Keeping each feature's filter column in registers
 // over many edges, blocks of (F, edges), measured 2.6x slower at 10,000 atoms on an H100.)
@@ -76,20 +64,6 @@ __device__ void interaction_fwd(const T* phi, const T* pb, const T* wt, const T*
     }
 }
 
-// One step of a warp reduce-scatter of 2 * BIT values: lanes with BIT set keep the upper half.
-template <int BIT, typename T>
-__device__ __forceinline__ void reduce_scatter_step(T* v, size_t lane) {
-    const bool upper = lane & BIT;
-#pragma unroll
-    for (int r = 0; r < BIT; ++r) {
-        const T lo = v[r], hi = v[r + BIT];
-        v[r] = (upper ? hi : lo) + __shfl_xor_sync(0xffffffffu, upper ? lo : hi, BIT);
-    }
-}
-
-// Basis columns the adjoint keeps per lane in registers, one per lane of a warp for the final
-// reduction (n_rbf + 4 <= MAX_BASIS; the host checks).
-#define MAX_BASIS 32
 
 // Adjoint, one warp per (edge, `cpw` chunks of 32 features): lane l handles feature 32 q + l
 // of each of its chunks q and its share of the edge's basis gradient in registers; a
@@ -242,10 +216,7 @@ __device__ void interaction_rows_adj(const T* phi, const T* pb, const T* w, cons
         message_grad(gm, gve, sv, b + nb, n, f, i, j, c, g, gxd, gxv);
         add_sender_grads(gphi, gv, g, gs, gxd, gxv, ws, wd, wv, pv * wv, n, f, j, c);
         const T xd = pd * wd;
-        T* gwe = gw + e * 3 * f;
-        gwe[c] = gs * ps;
-        gwe[f + c] = gxd * pd;
-        gwe[2 * f + c] = gxv * pv;
+        store_filter_grads(gw + e * 3 * f, f, c, gs * ps, gxd * pd, gxv * pv);
 #pragma unroll
         for (int a = 0; a < 3; ++a) {
             T x = g[a] * xd;

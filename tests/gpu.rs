@@ -304,8 +304,10 @@ fn cuda_fused_message_matches_cpu() {
 }
 
 /// Every fused kernel (forward and adjoint) on CUDA equals its CPU twin: the test shapes (zero
-/// edges, one edge, isolated atoms, F below and at a multiple of 32) and two large ones (the
-/// adjoint's several-chunks-per-warp layout from 8,192 edges, with F = 128 and with F = 40).
+/// edges, one edge, isolated atoms, F below and at a multiple of 32) and three large ones, which
+/// take the tiled interaction kernels (from 8,192 edges): F = 128 (one feature chunk), F = 40
+/// (threads past F idle) and F = 160 (a second, partial chunk of 128 features); the first with
+/// its edges sorted by receiving atom as neighbour lists are, the others in random order.
 #[test]
 fn cuda_fused_kernels_match_cpu() {
     use common::fused::{fused_outputs, inputs, Shape, SHAPES};
@@ -322,9 +324,21 @@ fn cuda_fused_kernels_match_cpu() {
         f: 40,
         r: 9,
     };
+    let wide = Shape {
+        n: 400,
+        e: 9_000,
+        f: 160,
+        r: 6,
+    };
     for (dtype, tol) in [(DType::F32, 2e-5), (DType::F64, 1e-12)] {
-        for (k, shape) in SHAPES.iter().chain([&large, &odd]).enumerate() {
+        for (k, shape) in SHAPES.iter().chain([&large, &odd, &wide]).enumerate() {
             let x = inputs(*shape, dtype, 300 + k as u64);
+            // The F = 128 shape in neighbour-list order, the others in random order.
+            let x = if shape.f == 128 {
+                x.sorted_by_receiver()
+            } else {
+                x
+            };
             let cpu = fused_outputs(&x, &Device::Cpu).unwrap();
             let cuda = fused_outputs(&x, &gpu).unwrap();
             for ((name, a), (_, b)) in cuda.iter().zip(&cpu) {

@@ -7,7 +7,9 @@
 //! instead of ~1,000. Below [`FILTER_ROWS_FROM_EDGES`] edges no [E, F]-sized tensor exists at
 //! all (the filter is formed inside the interaction kernels); from there on each block's filter
 //! rows W(r) [E, 3F] are one cuBLAS product, kept for the adjoint up to
-//! [`FILTER_ROWS_KEEP_BYTES`] for all blocks together and made again beyond. Forces only: the
+//! [`FILTER_ROWS_KEEP_BYTES`] for all blocks together and made again beyond; on CUDA from
+//! [`FILTER_ROWS_UNTIL_EDGES`] the filter is formed in the (tiled) kernels again, whose adjoint
+//! leaves dL/dw as rows for one product per block. Forces only: the
 //! weights are read once (`FusedPainn::new`), so this path is for inference; training
 //! differentiates the graph of `Painn::atom_energies`.
 //!
@@ -132,10 +134,19 @@ pub const ONE_KERNEL_MAX_BLOCKS: usize = 64;
 
 /// Edge count from which the filter rows are a matrix product instead of being formed per
 /// edge and feature inside the interaction kernels, for an [E, 3F] buffer per block kept for
-/// the adjoint. On an H100 (BENCHMARKS.md): 12-15% faster at 54,000-541,000 edges when the rows
-/// were made again in the adjoint; kept, also ~21% at 17,000-19,000 edges (64 aspirins, 300
-/// waters) and within the noise at 4,700. `MLFF_FILTER_ROWS_FROM_EDGES` changes it.
+/// the adjoint. On an H100 (BENCHMARKS.md), against the untiled kernels: 12-15% faster at
+/// 54,000-541,000 edges when the rows were made again in the adjoint; kept, also ~21% at
+/// 17,000-19,000 edges (64 aspirins, 300 waters) and within the noise at 4,700.
+/// `MLFF_FILTER_ROWS_FROM_EDGES` changes it.
 pub const FILTER_ROWS_FROM_EDGES: usize = 8192;
+
+/// Edge count from which CUDA goes back to the filter formed in the kernels, there the tiled
+/// kernels (`ops::interaction`, kernels/interaction_tile.cu: no forward product, no rows kept,
+/// half the memory). On an H100 (BENCHMARKS.md): rows faster at 17,000-54,000 edges (water-1000
+/// replayed 1.39-1.40 against 1.47-1.49 ms), tiled from 162,000 (water-3000 3.28-3.30 against
+/// 3.52-3.53 ms, water-10000 9.13-9.16 against 10.89); between 54,000 and 162,000 not measured.
+/// `MLFF_FILTER_ROWS_UNTIL_EDGES` changes it. The CPU keeps the rows at any size.
+pub const FILTER_ROWS_UNTIL_EDGES: usize = 100_000;
 
 /// Largest filter-rows buffer made (bytes); beyond it the kernels form the filter themselves,
 /// so that very large systems keep the O(N·F + E·R) memory of that path.
@@ -177,6 +188,8 @@ pub struct FusedPainn {
     atom_constant: Tensor,
     /// Filter rows by a matrix product from this many edges on.
     rows_from_edges: usize,
+    /// ... and on CUDA up to (excluding) this many.
+    rows_until_edges: usize,
     /// Filter rows of all blocks up to this many bytes are kept for the adjoint.
     keep_rows_bytes: usize,
     /// Our dense kernels for layers of at most this many rows (CUDA, and the CPU when set).
@@ -240,6 +253,7 @@ impl FusedPainn {
             readout: Mlp::new(Dense::of(&ro.hidden)?, readout_out)?,
             atom_constant,
             rows_from_edges: env_usize("MLFF_FILTER_ROWS_FROM_EDGES", FILTER_ROWS_FROM_EDGES),
+            rows_until_edges: env_usize("MLFF_FILTER_ROWS_UNTIL_EDGES", FILTER_ROWS_UNTIL_EDGES),
             keep_rows_bytes: env_usize("MLFF_FILTER_ROWS_KEEP_BYTES", FILTER_ROWS_KEEP_BYTES),
             dense_kernel_rows: env_usize("MLFF_DENSE_KERNEL_ROWS", DENSE_KERNEL_MAX_ROWS),
             dense_on_cpu: false,
@@ -407,6 +421,13 @@ impl FusedPainn {
         self
     }
 
+    /// On CUDA, goes back to the filter formed in the kernels from `edges` edges on instead of
+    /// [`FILTER_ROWS_UNTIL_EDGES`] (`usize::MAX`: never); both paths give the same forces.
+    pub fn with_filter_rows_until(mut self, edges: usize) -> Self {
+        self.rows_until_edges = edges;
+        self
+    }
+
     /// Keeps the filter rows of all blocks for the adjoint up to `bytes` in total
     /// ([`FILTER_ROWS_KEEP_BYTES`] by default; 0: made again in the adjoint). Both give the
     /// same forces.
@@ -425,7 +446,8 @@ impl FusedPainn {
     ) -> Result<EdgeFilter<'a>> {
         let e = basis.dim(0)?;
         let bytes = e * b.filter.dim(1)? * basis.dtype().size_in_bytes();
-        if e < self.rows_from_edges || bytes > FILTER_ROWS_MAX_BYTES {
+        let tiled = basis.device().is_cuda() && e >= self.rows_until_edges;
+        if e < self.rows_from_edges || bytes > FILTER_ROWS_MAX_BYTES || tiled {
             return Ok(EdgeFilter::Weights(&b.filter));
         }
         let made = match rows.take() {
@@ -548,11 +570,8 @@ impl FusedForward<'_> {
                 neighbors: &x.neighbors,
             };
             let grads = interaction_adjoint(&inputs, &g_messaged, &g_mix)?;
+            let g_b = grads.complete_basis(&b.filter_basis)?;
             let (g_v, g_phi) = (grads.v, grads.phi);
-            let mut g_b = grads.basis;
-            if let Some(g_rows) = grads.filter_rows {
-                g_b = (g_b + g_rows.matmul(&b.filter_basis.t()?)?)?;
-            }
             g_basis = Some(match g_basis {
                 Some(acc) => (acc + g_b)?,
                 None => g_b,

@@ -1,11 +1,14 @@
 //! The PaiNN interaction (message) block: for each edge the filter W·[rbf f_c, f_c] is
 //! multiplied with the neighbour's context φ_j and direction or vector features and summed onto
 //! the receiving atom (kernels/interaction.cu). The filter is either formed inside the kernel
-//! from the edge basis ([`EdgeFilter::Weights`]: no [E, 3F] tensor, forward or adjoint) or read
-//! from rows a matrix product made ([`EdgeFilter::Rows`]: fewer instructions per edge, for large
-//! systems). State tensors are component-major [4N, F]: s, then v_x, v_y, v_z.
+//! from the edge basis ([`EdgeFilter::Weights`]: no [E, 3F] tensor; on CUDA from
+//! [`TILE_FROM_EDGES`](crate::ops::TILE_FROM_EDGES) edges the tiled kernels of
+//! `interaction_tile`, whose adjoint leaves dL/dw as rows) or read from rows a matrix product
+//! made ([`EdgeFilter::Rows`]: fewer instructions per edge). State tensors are component-major
+//! [4N, F]: s, then v_x, v_y, v_z.
 
 use super::edge_basis::basis_width;
+use super::interaction_tile::{tiled, TileAdjoint, TileForward};
 use super::kernel::{check_edges, launch, Init, Kernel, Real};
 
 use candle_core::{bail, Result, Tensor};
@@ -19,15 +22,15 @@ const MAX_BASIS: usize = 32;
 const ROWS_EDGES_PER_THREAD: usize = 8;
 
 #[derive(Clone, Copy)]
-struct Sizes {
-    n_edges: usize,
-    hidden: usize,
-    n_atoms: usize,
-    n_rbf: usize,
+pub(super) struct Sizes {
+    pub(super) n_edges: usize,
+    pub(super) hidden: usize,
+    pub(super) n_atoms: usize,
+    pub(super) n_rbf: usize,
 }
 
 impl Sizes {
-    fn list(&self) -> Vec<usize> {
+    pub(super) fn list(&self) -> Vec<usize> {
         vec![self.n_edges, self.hidden, self.n_atoms, self.n_rbf]
     }
 
@@ -70,7 +73,13 @@ impl Sizes {
 
 /// The per-edge loops of the CPU twins; `rows` says whether x[2] holds filter rows [E, 3F]
 /// (else the weights [R + 1, 3F], the filter formed per edge).
-fn forward_cpu<T: Real>(z: Sizes, rows: bool, x: &[&[T]], idx: &[&[u32]], out: &mut [T]) {
+pub(super) fn forward_cpu<T: Real>(
+    z: Sizes,
+    rows: bool,
+    x: &[&[T]],
+    idx: &[&[u32]],
+    out: &mut [T],
+) {
     let (f, n, bw, nb) = (z.hidden, z.n_atoms, basis_width(z.n_rbf), z.n_rbf + 1);
     let sv = x[4];
     let mut formed = vec![T::zero(); 3 * f];
@@ -91,9 +100,17 @@ fn forward_cpu<T: Real>(z: Sizes, rows: bool, x: &[&[T]], idx: &[&[u32]], out: &
     }
 }
 
-/// out (zeroed) = [g_v | g_phi | g_basis] and, with `rows`, then g_w [E, 3F] (g_basis then
-/// only holds the unit-vector columns).
-fn adjoint_cpu<T: Real>(z: Sizes, rows: bool, x: &[&[T]], idx: &[&[u32]], out: &mut [T]) {
+/// out (zeroed) = [g_v | g_phi | g_basis] and, with `grad_rows`, then g_w [E, 3F] (g_basis
+/// then only holds the unit-vector columns); `rows` says where the filter comes from, as in
+/// the forward.
+pub(super) fn adjoint_cpu<T: Real>(
+    z: Sizes,
+    rows: bool,
+    grad_rows: bool,
+    x: &[&[T]],
+    idx: &[&[u32]],
+    out: &mut [T],
+) {
     let (f, n, bw, nb) = (z.hidden, z.n_atoms, basis_width(z.n_rbf), z.n_rbf + 1);
     let (sv, gm, gve) = (x[4], x[5], x[6]);
     let (gv, rest) = out.split_at_mut(3 * n * f);
@@ -125,7 +142,7 @@ fn adjoint_cpu<T: Real>(z: Sizes, rows: bool, x: &[&[T]], idx: &[&[u32]], out: &
             }
             (gw[c], gw[f + c], gw[2 * f + c]) = (gs * ps, gxd * pd, gxv * pv);
         }
-        if rows {
+        if grad_rows {
             g_rows[e * 3 * f..(e + 1) * 3 * f].copy_from_slice(&gw);
             continue;
         }
@@ -195,7 +212,7 @@ impl<const ROWS: bool> Kernel for Adjoint<ROWS> {
     /// x = [phi, phi_bias, weights or rows, basis, sv, gm, gve]; out = [g_v | g_phi | g_basis]
     /// and, with rows, g_w after it (g_basis then holds the unit-vector columns only).
     fn cpu<T: Real>(&self, x: &[&[T]], idx: &[&[u32]], out: &mut [T]) {
-        adjoint_cpu(self.0, ROWS, x, idx, out)
+        adjoint_cpu(self.0, ROWS, ROWS, x, idx, out)
     }
 }
 
@@ -310,6 +327,9 @@ pub fn interaction(x: &InteractionInputs) -> Result<Tensor> {
     let inputs = [x.phi, x.phi_bias, x.filter_tensor(), x.basis, x.state];
     let (idx, shape) = ([x.centers, x.neighbors], x.state.shape());
     match x.filter {
+        EdgeFilter::Weights(_) if tiled(&z, x, false) => {
+            launch(TileForward(z), &inputs, &idx, shape, Init::Copy(4))
+        }
         EdgeFilter::Weights(_) => launch(Forward::<false>(z), &inputs, &idx, shape, Init::Copy(4)),
         EdgeFilter::Rows(_) => launch(Forward::<true>(z), &inputs, &idx, shape, Init::Copy(4)),
     }
@@ -321,11 +341,25 @@ pub struct InteractionGrads {
     pub v: Tensor,
     /// dL/dφ, [N, 3F].
     pub phi: Tensor,
-    /// dL/d(basis), [E, R + 4]: complete for [`EdgeFilter::Weights`]; for
-    /// [`EdgeFilter::Rows`] only its unit-vector columns, the rest being `filter_rows` · Wtᵀ.
+    /// dL/d(basis), [E, R + 4]: complete when `filter_rows` is None; else only its
+    /// unit-vector columns, the rest being `filter_rows` · Wtᵀ.
     pub basis: Tensor,
-    /// dL/d(filter rows) [E, 3F], for [`EdgeFilter::Rows`].
+    /// dL/d(filter rows) [E, 3F]: for [`EdgeFilter::Rows`], and for [`EdgeFilter::Weights`]
+    /// on CUDA from [`TILE_FROM_EDGES`](crate::ops::TILE_FROM_EDGES) edges (the tiled
+    /// adjoint) up to [`TILE_GRAD_ROWS_MAX_BYTES`](crate::ops::TILE_GRAD_ROWS_MAX_BYTES).
     pub filter_rows: Option<Tensor>,
+}
+
+impl InteractionGrads {
+    /// dL/d(basis) complete: `basis`, plus the product of the dL/dw rows (when the adjoint
+    /// left them) with `filter_basis` [R + 4, 3F] transposed (the filter weights with zero rows
+    /// for the unit-vector columns: basis · filter_basis = the filter rows).
+    pub fn complete_basis(&self, filter_basis: &Tensor) -> Result<Tensor> {
+        match &self.filter_rows {
+            Some(g) => self.basis.add(&g.matmul(&filter_basis.t()?)?),
+            None => Ok(self.basis.clone()),
+        }
+    }
 }
 
 /// Adjoint of [`interaction`] for the output gradient `gm` [4N, F] plus `gve` [3N, F] on its
@@ -357,22 +391,25 @@ pub fn interaction_adjoint(
     ];
     let idx = [x.centers, x.neighbors];
     let zeroed = 6 * nf + e * bw;
-    let out = match x.filter {
-        EdgeFilter::Weights(_) => launch(Adjoint::<false>(z), &inputs, &idx, zeroed, Init::Zero)?,
-        EdgeFilter::Rows(_) => {
-            let len = zeroed + 3 * e * f;
-            launch(
-                Adjoint::<true>(z),
-                &inputs,
-                &idx,
-                len,
-                Init::ZeroPrefix(zeroed),
-            )?
-        }
+    let (with_rows, init) = (zeroed + 3 * e * f, Init::ZeroPrefix(zeroed));
+    let tile = tiled(&z, x, true);
+    let (out, grad_rows) = match x.filter {
+        EdgeFilter::Weights(_) if tile => (
+            launch(TileAdjoint(z), &inputs, &idx, with_rows, init)?,
+            true,
+        ),
+        EdgeFilter::Weights(_) => (
+            launch(Adjoint::<false>(z), &inputs, &idx, zeroed, Init::Zero)?,
+            false,
+        ),
+        EdgeFilter::Rows(_) => (
+            launch(Adjoint::<true>(z), &inputs, &idx, with_rows, init)?,
+            true,
+        ),
     };
-    let filter_rows = match x.filter {
-        EdgeFilter::Weights(_) => None,
-        EdgeFilter::Rows(_) => Some(out.narrow(0, zeroed, 3 * e * f)?.reshape((e, 3 * f))?),
+    let filter_rows = match grad_rows {
+        true => Some(out.narrow(0, zeroed, 3 * e * f)?.reshape((e, 3 * f))?),
+        false => None,
     };
     Ok(InteractionGrads {
         v: out.narrow(0, 0, 3 * nf)?.reshape((3 * n, f))?,

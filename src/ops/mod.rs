@@ -19,6 +19,7 @@ mod edge_basis;
 mod gather;
 mod integrator;
 mod interaction;
+mod interaction_tile;
 pub mod kernel;
 mod message;
 mod rows;
@@ -34,6 +35,7 @@ pub use integrator::{md_advance, md_displacement2, md_kick, LangevinNoise};
 pub use interaction::{
     interaction, interaction_adjoint, EdgeFilter, InteractionGrads, InteractionInputs,
 };
+pub use interaction_tile::{TILE_FROM_EDGES, TILE_GRAD_ROWS_MAX_BYTES};
 pub use message::{message, Message};
 pub use scatter_add::{scatter_add, ScatterAdd};
 pub use small_system::{

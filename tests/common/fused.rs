@@ -123,6 +123,25 @@ pub fn inputs(shape: Shape, dtype: DType, seed: u64) -> Inputs {
     }
 }
 
+impl Inputs {
+    /// The same edges in the order neighbour lists give them, sorted by receiving atom (the
+    /// tiled kernels sum runs of edges per receiver in registers); `inputs` leaves them random.
+    pub fn sorted_by_receiver(self) -> Self {
+        let ci = self.centers.to_vec1::<u32>().unwrap();
+        let mut order: Vec<u32> = (0..ci.len() as u32).collect();
+        order.sort_by_key(|&e| ci[e as usize]);
+        let order = Tensor::new(order, &Device::Cpu).unwrap();
+        let take = |t: &Tensor| t.index_select(&order, 0).unwrap();
+        Inputs {
+            offsets: take(&self.offsets),
+            centers: take(&self.centers),
+            neighbors: take(&self.neighbors),
+            g_basis: take(&self.g_basis),
+            ..self
+        }
+    }
+}
+
 /// Every fused output, by name, computed on `dev`.
 pub fn fused_outputs(x: &Inputs, dev: &Device) -> Result<Vec<(&'static str, Tensor)>> {
     let d = |t: &Tensor| t.to_device(dev);
@@ -152,6 +171,8 @@ pub fn fused_outputs(x: &Inputs, dev: &Device) -> Result<Vec<(&'static str, Tens
     // The same with precomputed filter rows: basis · [weights; 0] (the unit-vector columns
     // of the basis have zero weights), and dL/d(basis) completed from dL/d(rows).
     let filter_basis = Tensor::cat(&[&filter, &filter.zeros_like()?.narrow(0, 0, 3)?], 0)?;
+    // Complete whether the adjoint summed it or left dL/dw as rows (tiled, on CUDA).
+    let g_basis = grads.complete_basis(&filter_basis)?;
     let filter_rows = ref_basis.matmul(&filter_basis)?;
     let with_rows = InteractionInputs {
         filter: EdgeFilter::Rows(&filter_rows),
@@ -159,7 +180,7 @@ pub fn fused_outputs(x: &Inputs, dev: &Device) -> Result<Vec<(&'static str, Tens
     };
     let messaged_rows = ops::interaction(&with_rows)?;
     let rows = ops::interaction_adjoint(&with_rows, &d(&x.g_state)?, &d(&x.g_rows)?)?;
-    let g_b_rows = (rows.basis + rows.filter_rows.unwrap().matmul(&filter_basis.t()?)?)?;
+    let g_b_rows = rows.complete_basis(&filter_basis)?;
     let (mixed, act, ab) = (d(&x.mixed)?, d(&x.act)?, d(&x.act_bias)?);
     let ctx = ops::update_context(&state, &mixed)?;
     let combined = ops::update_combine(&state, &mixed, &act, &ab)?;
@@ -203,7 +224,7 @@ pub fn fused_outputs(x: &Inputs, dev: &Device) -> Result<Vec<(&'static str, Tens
         ("interaction", messaged),
         ("interaction adjoint v", grads.v),
         ("interaction adjoint phi", grads.phi),
-        ("interaction adjoint basis", grads.basis),
+        ("interaction adjoint basis", g_basis),
         ("interaction, filter rows", messaged_rows),
         ("interaction adjoint v, filter rows", rows.v),
         ("interaction adjoint phi, filter rows", rows.phi),
