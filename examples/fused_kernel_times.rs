@@ -90,6 +90,12 @@ fn rows(dev: &Device, batch: &Batch) -> Result<Vec<Row>> {
         state: &state,
         centers: &ci,
         neighbors: &nj,
+        // A neighbour list: every edge with its reverse.
+        symmetric_edges: true,
+    };
+    let x_one_way = InteractionInputs {
+        symmetric_edges: false,
+        ..x
     };
     let grad = StateGrad {
         gx: &g_s,
@@ -122,9 +128,9 @@ fn rows(dev: &Device, batch: &Batch) -> Result<Vec<Row>> {
             flop: ed * (R as f64 * 16.0 + 60.0),
             bytes: ed * 4.0 * (9.0 + 2.0 + bw + 6.0),
         },
-        // From TILE_FROM_EDGES (src/ops/interaction.rs) edges on CUDA these two are the tiled kernels;
-        // the tiled adjoint then leaves dL/dw as rows (the "filter rows adjoint" product below
-        // maps them back to the basis; not timed here).
+        // From TILE_FROM_EDGES (src/ops/interaction_tile.rs) edges on CUDA these are the tiled
+        // kernels (the adjoint for a symmetric list first); the tiled adjoints leave dL/dw as
+        // rows (the "filter rows adjoint" product below maps them back; not timed here).
         Row {
             name: "interaction (filter in kernel)",
             micros: time(dev, || ops::interaction(&x))?,
@@ -135,6 +141,14 @@ fn rows(dev: &Device, batch: &Batch) -> Result<Vec<Row>> {
             name: "interaction adjoint",
             micros: time(dev, || {
                 ops::interaction_adjoint(&x, &state, &g_rows).map(|t| t.v)
+            })?,
+            flop: ef * (2.0 * filter_flop + 2.0 * (R + 4) as f64 + 30.0),
+            bytes: 4.0 * (ef * 19.0 + ed * 2.0 * (bw + 1.0) + nf * 13.0),
+        },
+        Row {
+            name: "interaction adjoint, list not said symmetric",
+            micros: time(dev, || {
+                ops::interaction_adjoint(&x_one_way, &state, &g_rows).map(|t| t.v)
             })?,
             flop: ef * (2.0 * filter_flop + 2.0 * (R + 4) as f64 + 30.0),
             bytes: 4.0 * (ef * 19.0 + ed * 2.0 * (bw + 1.0) + nf * 13.0),

@@ -11,8 +11,10 @@
 // edges at once: per basis column two vector loads and three weight loads for 24 FMAs (the
 // untiled kernel: one load per FMA). Edge lists are sorted by receiving atom, so the receiver's
 // values are kept in registers over a run of edges (sums in the forward, output gradients in
-// the adjoint) and touched once per run; any order is correct.
-// Mirrors src/ops/interaction.rs (the CPU twins are the untiled kernels').
+// the adjoint) and touched once per run; any order is correct. For lists that hold every
+// edge's reverse, tile_sym_adj computes each edge's terms on its reverse, so that the senders'
+// gradients are sums over runs too.
+// Mirrors src/ops/interaction_tile.rs (the CPU twins are src/ops/interaction.rs's).
 #include "common.cuh"
 #include "interaction.cuh"
 
@@ -84,6 +86,32 @@ struct Tile {
         for (size_t m = threadIdx.x; m < TILE_E; m += TILE_F) {
             si[m] = m < cnt ? ci[e0 + m] : NO_ATOM;
             sj[m] = m < cnt ? nj[e0 + m] : 0;
+        }
+    }
+    // The adjoint's tile: staged edges and zeroed unit-vector sums, between two barriers.
+    __device__ void begin_adjoint_tile(const T* basis, const unsigned* ci, const unsigned* nj,
+                                       size_t e0, size_t cnt, size_t bw) {
+        __syncthreads();  // the previous tile's sums are stored
+        stage_edges(basis, ci, nj, e0, cnt, bw);
+        for (size_t k = threadIdx.x; k < TILE_E * 3; k += TILE_F) sg[k] = T(0);
+        __syncthreads();
+    }
+    // Adds this thread's share of staged edge m's unit-vector gradient (every lane calls it).
+    __device__ __forceinline__ void add_unit_grads(const T gu[3], size_t m) {
+#pragma unroll
+        for (int a = 0; a < 3; ++a) {
+            const T x = warp_sum(gu[a]);
+            if (threadIdx.x % 32 == 0) atomicAdd(sg + m * 3 + a, x);
+        }
+    }
+    // Stores (one feature chunk) or adds (several) the tile's unit-vector sums to g_basis.
+    __device__ void end_adjoint_tile(T* gb, size_t e0, size_t cnt, size_t nb, size_t bw) {
+        __syncthreads();
+        const bool alone = gridDim.y == 1;  // one feature chunk: this block's sums are final
+        for (size_t k = threadIdx.x; k < cnt * 3; k += TILE_F) {
+            T* to = gb + (e0 + k / 3) * bw + nb + k % 3;
+            if (alone) *to = sg[k];
+            else atomicAdd(to, sg[k]);
         }
     }
     __device__ T w(size_t r, int p) const { return sw[(r * 3 + p) * TILE_F + threadIdx.x]; }
@@ -180,6 +208,15 @@ __device__ void tile_fwd(const T* __restrict__ phi, const T* __restrict__ pb,
     if (t.active) flush_run(out, n, f, cur, c, s, v);
 }
 
+// The adjoints' output [g_v (3NF) | g_phi (3NF) | g_basis (E (R + 4)) | g_w (E 3F)].
+template <typename T>
+struct AdjointOut {
+    T *gv, *gphi, *gb, *gw;
+    __device__ AdjointOut(T* out, size_t n, size_t f, size_t n_edges, size_t bw)
+        : gv(out), gphi(out + 3 * n * f), gb(out + 6 * n * f),
+          gw(out + 6 * n * f + n_edges * bw) {}
+};
+
 // Adjoint; out = [g_v (3NF) | g_phi (3NF) | g_basis (E (R + 4)) | g_w (E 3F)] with the first
 // three zeroed, as interaction_rows_adj writes it: the filter is formed here (TILE_G edges at
 // once, as in the forward) instead of read from rows, dL/dw is written as rows for the caller's
@@ -198,19 +235,13 @@ __device__ void tile_adj(const T* __restrict__ phi, const T* __restrict__ pb,
     const size_t nb = n_rbf + 1, bw = n_rbf + 4;
     Tile<T> t(wt, pb, nb, bw, f, true);
     const size_t c = t.c;
-    T* gv = out;
-    T* gphi = out + 3 * n * f;
-    T* gb = out + 6 * n * f;
-    T* gw = gb + n_edges * bw;
+    const AdjointOut<T> o(out, n, f, n_edges, bw);
     // The receiving atom's output gradients: dL/ds_i and dL/dv_i (with the mixing term).
     unsigned cur = NO_ATOM;
     T gs = 0, g[3] = {0, 0, 0};
     for (size_t e0 = blockIdx.x * (size_t)TILE_E; e0 < n_edges; e0 += gridDim.x * (size_t)TILE_E) {
         const size_t cnt = min((size_t)TILE_E, n_edges - e0);
-        __syncthreads();  // the previous tile's sums are stored
-        t.stage_edges(basis, ci, nj, e0, cnt, bw);
-        for (size_t k = threadIdx.x; k < TILE_E * 3; k += TILE_F) t.sg[k] = T(0);
-        __syncthreads();
+        t.begin_adjoint_tile(basis, ci, nj, e0, cnt, bw);
         for (size_t g0 = 0; g0 < cnt; g0 += TILE_G) {
             Senders<T> from;
             if (t.active) from.load(t, phi, sv, t.bias, g0, n, f, c);
@@ -239,28 +270,125 @@ __device__ void tile_adj(const T* __restrict__ phi, const T* __restrict__ pb,
                         gxd += g[a] * t.sb[(nb + a) * TILE_SB + m];
                         gxv += g[a] * from.vec[a][k];
                     }
-                    add_sender_grads(gphi, gv, g, gs, gxd, gxv, fs[k], fd[k], fv[k],
+                    add_sender_grads(o.gphi, o.gv, g, gs, gxd, gxv, fs[k], fd[k], fv[k],
                                      pv * fv[k], n, f, j, c);
-                    store_filter_grads(gw + e * 3 * f, f, c, gs * ps, gxd * pd, gxv * pv);
+                    store_filter_grads(o.gw + e * 3 * f, f, c, gs * ps, gxd * pd, gxv * pv);
                     const T xd = pd * fd[k];
 #pragma unroll
                     for (int a = 0; a < 3; ++a) gu[a] = g[a] * xd;
                 }
-#pragma unroll
-                for (int a = 0; a < 3; ++a) {
-                    const T x = warp_sum(gu[a]);
-                    if (threadIdx.x % 32 == 0) atomicAdd(t.sg + m * 3 + a, x);
-                }
+                t.add_unit_grads(gu, m);
             }
         }
-        __syncthreads();
-        const bool alone = gridDim.y == 1;  // one feature chunk: this block's sums are final
-        for (size_t k = threadIdx.x; k < cnt * 3; k += TILE_F) {
-            T* to = gb + (e0 + k / 3) * bw + nb + k % 3;
-            if (alone) *to = t.sg[k];
-            else atomicAdd(to, t.sg[k]);
+        t.end_adjoint_tile(o.gb, e0, cnt, nb, bw);
+    }
+}
+// The output gradients of the atoms at the far end of staged edges [g, g + TILE_G), this
+// thread's feature: dL/ds and dL/dv with the mixing term, gathered before the filters are
+// formed (as Senders).
+template <typename T>
+struct Others {
+    T gs[TILE_G], g[3][TILE_G];
+    __device__ __forceinline__ void load(const Tile<T>& t, const T* __restrict__ gm,
+                                         const T* __restrict__ gve, size_t g0, size_t n,
+                                         size_t f, size_t c) {
+#pragma unroll
+        for (int k = 0; k < TILE_G; ++k) {
+            const size_t i = t.sj[g0 + k];
+            gs[k] = __ldg(gm + i * f + c);
+#pragma unroll
+            for (int a = 0; a < 3; ++a)
+                g[a][k] = __ldg(gm + ((1 + a) * n + i) * f + c) +
+                          __ldg(gve + (a * n + i) * f + c);
         }
     }
+};
+
+// Adds a run's sums to its atom j's gradients dL/dφ_j and dL/dv_j, and zeroes them.
+template <typename T>
+__device__ __forceinline__ void flush_own(T* gphi, T* gv, size_t n, size_t f, unsigned j,
+                                          size_t c, T sum_phi[3], T sum_v[3]) {
+    if (j == NO_ATOM) return;
+#pragma unroll
+    for (int p = 0; p < 3; ++p) {
+        atomicAdd(gphi + j * 3 * f + p * f + c, sum_phi[p]);
+        atomicAdd(gv + (p * n + j) * f + c, sum_v[p]);
+        sum_phi[p] = sum_v[p] = T(0);
+    }
+}
+
+// Adjoint for symmetric edge lists (every edge i <- j with offset o has its reverse j <- i with
+// offset -o, as neighbour lists hold them), same out as tile_adj: edge j <- i computes the terms
+// of its reverse i <- j, whose sender j is its own receiving atom. j's gradients dL/dφ_j, dL/dv_j
+// are then sums over j's run of edges, kept in registers and added once per run, instead of six
+// atomic adds per edge and feature; the far atom i's output gradients are gathered instead. The
+// reverse edge has the same length, hence the same filter: its dL/dw goes to this edge's row,
+// and its dL/du (its u is minus this edge's) with the sign flipped to this edge's unit-vector
+// columns, so edge_basis_adjoint gives the standard adjoint's position gradients.
+template <typename T>
+__device__ void tile_sym_adj(const T* __restrict__ phi, const T* __restrict__ pb,
+                             const T* __restrict__ wt, const T* __restrict__ basis,
+                             const T* __restrict__ sv, const T* __restrict__ gm,
+                             const T* __restrict__ gve, const unsigned* __restrict__ ci,
+                             const unsigned* __restrict__ nj, T* __restrict__ out,
+                             size_t n_edges, size_t f, size_t n, size_t n_rbf,
+                             size_t /* cpw: not used by the tiled kernel */) {
+    const size_t nb = n_rbf + 1, bw = n_rbf + 4;
+    Tile<T> t(wt, pb, nb, bw, f, true);
+    const size_t c = t.c;
+    const AdjointOut<T> o(out, n, f, n_edges, bw);
+    // The run's atom j: its context and vectors, and its gradients' sums.
+    unsigned cur = NO_ATOM;
+    T ctx[3] = {0, 0, 0}, vec[3] = {0, 0, 0}, sum_phi[3] = {0, 0, 0}, sum_v[3] = {0, 0, 0};
+    for (size_t e0 = blockIdx.x * (size_t)TILE_E; e0 < n_edges; e0 += gridDim.x * (size_t)TILE_E) {
+        const size_t cnt = min((size_t)TILE_E, n_edges - e0);
+        t.begin_adjoint_tile(basis, ci, nj, e0, cnt, bw);
+        for (size_t g0 = 0; g0 < cnt; g0 += TILE_G) {
+            Others<T> far;
+            if (t.active) far.load(t, gm, gve, g0, n, f, c);
+            T fs[TILE_G], fd[TILE_G], fv[TILE_G];
+            t.filters(g0, nb, fs, fd, fv);
+            // Uniform over the block (cnt is), so every lane reaches the warp sums.
+#pragma unroll
+            for (int k = 0; k < TILE_G; ++k) {
+                const size_t m = g0 + k;
+                if (m >= cnt) break;
+                T gu[3] = {0, 0, 0};
+                if (t.active) {
+                    const unsigned j = t.si[m];
+                    if (j != cur) {
+                        flush_own(o.gphi, o.gv, n, f, cur, c, sum_phi, sum_v);
+                        cur = j;
+#pragma unroll
+                        for (int p = 0; p < 3; ++p) {
+                            ctx[p] = phi[j * 3 * f + p * f + c] + t.bias[p];
+                            vec[p] = sv[((1 + p) * n + j) * f + c];
+                        }
+                    }
+                    T gxd = 0, gxv = 0;  // with the reverse edge's unit vector, -u
+#pragma unroll
+                    for (int a = 0; a < 3; ++a) {
+                        gxd -= far.g[a][k] * t.sb[(nb + a) * TILE_SB + m];
+                        gxv += far.g[a][k] * vec[a];
+                    }
+                    sum_phi[0] += far.gs[k] * fs[k];
+                    sum_phi[1] += gxd * fd[k];
+                    sum_phi[2] += gxv * fv[k];
+                    const T xv = ctx[2] * fv[k], xd = ctx[1] * fd[k];
+#pragma unroll
+                    for (int a = 0; a < 3; ++a) {
+                        sum_v[a] += far.g[a][k] * xv;
+                        gu[a] = -far.g[a][k] * xd;
+                    }
+                    store_filter_grads(o.gw + (e0 + m) * 3 * f, f, c, far.gs[k] * ctx[0],
+                                       gxd * ctx[1], gxv * ctx[2]);
+                }
+                t.add_unit_grads(gu, m);
+            }
+        }
+        t.end_adjoint_tile(o.gb, e0, cnt, nb, bw);
+    }
+    if (t.active) flush_own(o.gphi, o.gv, n, f, cur, c, sum_phi, sum_v);
 }
 
 }  // namespace
@@ -277,6 +405,13 @@ __device__ void tile_adj(const T* __restrict__ phi, const T* __restrict__ pb,
         const T* gve, const unsigned int* ci, const unsigned int* nj, T* out,                \
         size_t n_edges, size_t f, size_t n, size_t n_rbf, size_t cpw) {                      \
         tile_adj(phi, pb, w, basis, sv, gm, gve, ci, nj, out, n_edges, f, n, n_rbf, cpw);    \
+    }                                                                                        \
+    extern "C" __global__ void __launch_bounds__(TILE_F) interaction_tile_sym_adj_##S(        \
+        const T* phi, const T* pb, const T* w, const T* basis, const T* sv, const T* gm,     \
+        const T* gve, const unsigned int* ci, const unsigned int* nj, T* out,                \
+        size_t n_edges, size_t f, size_t n, size_t n_rbf, size_t cpw) {                      \
+        tile_sym_adj(phi, pb, w, basis, sv, gm, gve, ci, nj, out, n_edges, f, n, n_rbf,       \
+                     cpw);                                                                   \
     }
 INTERACTION_TILE(float, f32)
 INTERACTION_TILE(double, f64)

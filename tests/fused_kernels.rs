@@ -247,6 +247,7 @@ fn bad_inputs_are_named() {
         state: &x.state,
         centers,
         neighbors: &x.neighbors,
+        symmetric_edges: false,
     };
     let err = interaction(&args(&bad)).unwrap_err();
     assert!(
@@ -254,4 +255,88 @@ fn bad_inputs_are_named() {
         "{err}"
     );
     assert!(interaction(&args(&x.centers)).is_ok());
+}
+
+/// For a list holding every edge's reverse, the adjoint that sums each atom's sending gradients
+/// over its own run of edges (`symmetric_edges`, from `TILE_FROM_EDGES` edges on any device;
+/// here its CPU twin) gives the standard adjoint's dL/dv and dL/dφ and, through the edge basis,
+/// the same position gradients, although it spreads dL/d(basis) differently over each edge and
+/// its reverse.
+#[test]
+fn symmetric_adjoint_gives_the_standard_position_gradients() {
+    use common::fused::{Shape, CUTOFF};
+    use mlff_distiller::ops::{
+        edge_basis, edge_basis_adjoint, interaction_adjoint, EdgeFilter, InteractionGrads,
+        InteractionInputs, TILE_FROM_EDGES,
+    };
+    let shape = Shape {
+        n: 300,
+        e: 4_500,
+        f: 16,
+        r: 6,
+    };
+    let x = inputs(shape, DType::F64, 77).symmetric();
+    assert!(x.shape.e >= TILE_FROM_EDGES);
+    let (pos, off, ci, nj, r) = (
+        &x.positions,
+        &x.offsets,
+        &x.centers,
+        &x.neighbors,
+        x.shape.r,
+    );
+    let basis = edge_basis(pos, off, ci, nj, r, CUTOFF).unwrap();
+    let grads = |symmetric_edges| {
+        let inputs = InteractionInputs {
+            phi: &x.phi,
+            phi_bias: &x.phi_bias,
+            filter: EdgeFilter::Weights(&x.filter),
+            basis: &basis,
+            state: &x.state,
+            centers: ci,
+            neighbors: nj,
+            symmetric_edges,
+        };
+        interaction_adjoint(&inputs, &x.g_state, &x.g_rows).unwrap()
+    };
+    let (plain, sym) = (grads(false), grads(true));
+    assert!(plain.filter_rows.is_none() && sym.filter_rows.is_some());
+    // basis · filter_basis = the filter rows (zero weights for the unit-vector columns).
+    let zeros = x.filter.zeros_like().unwrap().narrow(0, 0, 3).unwrap();
+    let filter_basis = Tensor::cat(&[&x.filter, &zeros], 0).unwrap();
+    let complete = |g: &InteractionGrads| g.complete_basis(&filter_basis).unwrap();
+    let to_positions =
+        |g: &InteractionGrads| edge_basis_adjoint(pos, off, &complete(g), ci, nj, r, CUTOFF);
+    let (p_plain, p_sym) = (to_positions(&plain).unwrap(), to_positions(&sym).unwrap());
+    for (what, a, b) in [
+        ("dL/dv", &plain.v, &sym.v),
+        ("dL/dphi", &plain.phi, &sym.phi),
+        ("dL/dx", &p_plain, &p_sym),
+    ] {
+        let d = max_abs_diff(a, b);
+        assert!(d <= 1e-12 * scale(a), "{what}: {d}");
+    }
+    // The two spread dL/d(basis) differently: equal position gradients are not trivial.
+    assert!(max_abs_diff(&complete(&plain), &complete(&sym)) > 1e-3);
+}
+
+/// The fused model on a periodic box of more than `TILE_FROM_EDGES` edges with the filter
+/// formed in the kernels takes the symmetric-list adjoint (on the CPU its twin): its forces equal
+/// the autograd model's.
+#[test]
+fn fused_forces_with_the_symmetric_adjoint_match_autograd() {
+    use mlff_distiller::calculator::forces_from;
+    use mlff_distiller::ops::TILE_FROM_EDGES;
+    let batch = Batch::new(vec![mlff_distiller::systems::water_box(128, 5)]).unwrap();
+    let calc = common::calculator(DType::F64, &Device::Cpu).with_ops(EdgeOps::Fused);
+    let (inputs, positions) = calc.prepare(&batch).unwrap();
+    assert!(inputs.centers.dim(0).unwrap() >= TILE_FROM_EDGES);
+    let fused = calc.model().fused().unwrap().clone();
+    let pass = fused.with_filter_rows_from(usize::MAX);
+    let pass = pass.forward(&inputs).unwrap();
+    let graph = common::calculator(DType::F64, &Device::Cpu);
+    let e_graph = graph.model().atom_energies(&inputs).unwrap();
+    let f_graph = forces_from(&e_graph.sum_all().unwrap(), &positions).unwrap();
+    assert!(max_abs_diff(&pass.atom_energies, &e_graph) < 1e-10);
+    let d = max_abs_diff(&pass.forces().unwrap(), &f_graph);
+    assert!(d < 1e-10, "forces: {d}");
 }

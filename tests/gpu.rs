@@ -307,7 +307,9 @@ fn cuda_fused_message_matches_cpu() {
 /// edges, one edge, isolated atoms, F below and at a multiple of 32) and three large ones, which
 /// take the tiled interaction kernels (from 8,192 edges): F = 128 (one feature chunk), F = 40
 /// (threads past F idle) and F = 160 (a second, partial chunk of 128 features); the first with
-/// its edges sorted by receiving atom as neighbour lists are, the others in random order.
+/// its edges sorted by receiving atom as neighbour lists are, the others in random order; and
+/// a symmetric list (every edge with its reverse, sorted), whose adjoint sums each atom's
+/// sending gradients over its own run of edges.
 #[test]
 fn cuda_fused_kernels_match_cpu() {
     use common::fused::{fused_outputs, inputs, Shape, SHAPES};
@@ -330,23 +332,35 @@ fn cuda_fused_kernels_match_cpu() {
         f: 160,
         r: 6,
     };
+    // Every edge with its reverse: the adjoint that sums each atom's sending gradients over its
+    // own run of edges (`symmetric_edges`), 60,000 edges.
+    let half = Shape {
+        n: 2_000,
+        e: 30_000,
+        f: 128,
+        r: 20,
+    };
     for (dtype, tol) in [(DType::F32, 2e-5), (DType::F64, 1e-12)] {
-        for (k, shape) in SHAPES.iter().chain([&large, &odd, &wide]).enumerate() {
-            let x = inputs(*shape, dtype, 300 + k as u64);
-            // The F = 128 shape in neighbour-list order, the others in random order.
-            let x = if shape.f == 128 {
-                x.sorted_by_receiver()
-            } else {
-                x
-            };
-            let cpu = fused_outputs(&x, &Device::Cpu).unwrap();
-            let cuda = fused_outputs(&x, &gpu).unwrap();
+        let mut cases: Vec<_> = SHAPES
+            .iter()
+            .chain([&odd, &wide])
+            .enumerate()
+            .map(|(k, shape)| inputs(*shape, dtype, 300 + k as u64))
+            .collect();
+        // The F = 128 shapes in neighbour-list order, the others in random order.
+        cases.push(inputs(large, dtype, 310).sorted_by_receiver());
+        cases.push(inputs(half, dtype, 311).symmetric());
+        for x in &cases {
+            let cpu = fused_outputs(x, &Device::Cpu).unwrap();
+            let cuda = fused_outputs(x, &gpu).unwrap();
             for ((name, a), (_, b)) in cuda.iter().zip(&cpu) {
                 let scale = max_abs_tensor(b).max(1.0);
                 let d = max_abs_diff(a, b);
                 assert!(
                     d <= tol * scale,
-                    "{dtype:?} {shape:?} {name}: {d} (scale {scale})"
+                    "{dtype:?} {:?} symmetric {} {name}: {d} (scale {scale})",
+                    x.shape,
+                    x.symmetric
                 );
             }
         }

@@ -493,6 +493,7 @@ impl FusedPainn {
                 state: &state,
                 centers: &x.centers,
                 neighbors: &x.neighbors,
+                symmetric_edges: true,
             })?;
             let rows = if keep_rows { rows } else { None };
             let mixed = self.mix(b, &messaged.narrow(0, n, 3 * n)?)?;
@@ -568,6 +569,8 @@ impl FusedForward<'_> {
                 state: &t.state,
                 centers: &x.centers,
                 neighbors: &x.neighbors,
+                // Model inputs hold both directions of every edge (`PainnInputs`).
+                symmetric_edges: true,
             };
             let grads = interaction_adjoint(&inputs, &g_messaged, &g_mix)?;
             let g_b = grads.complete_basis(&b.filter_basis)?;

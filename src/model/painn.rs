@@ -16,7 +16,10 @@ pub struct PainnInputs {
     pub species: Tensor,
     /// Cartesian positions, [N, 3] (a `Var` when forces are wanted).
     pub positions: Tensor,
-    /// Receiving atom i of each edge, [E] u32.
+    /// Receiving atom i of each edge, [E] u32. Every edge i ← j with offset S·cell comes with
+    /// its reverse j ← i with −S·cell, as [`NeighborList`](crate::neighbors::NeighborList)
+    /// gives them (the fused path's adjoint for large systems relies on it; padding edges
+    /// beyond the cutoff contribute nothing either way).
     pub centers: Tensor,
     /// Sending atom j of each edge, [E] u32.
     pub neighbors: Tensor,

@@ -8,7 +8,7 @@
 //! [4N, F]: s, then v_x, v_y, v_z.
 
 use super::edge_basis::basis_width;
-use super::interaction_tile::{tiled, TileAdjoint, TileForward};
+use super::interaction_tile::{symmetric, tiled, TileAdjoint, TileForward};
 use super::kernel::{check_edges, launch, Init, Kernel, Real};
 
 use candle_core::{bail, Result, Tensor};
@@ -100,13 +100,23 @@ pub(super) fn forward_cpu<T: Real>(
     }
 }
 
-/// out (zeroed) = [g_v | g_phi | g_basis] and, with `grad_rows`, then g_w [E, 3F] (g_basis
-/// then only holds the unit-vector columns); `rows` says where the filter comes from, as in
-/// the forward.
+/// What an adjoint kernel reads and writes.
+#[derive(Clone, Copy)]
+pub(super) struct AdjointMode {
+    /// x[2] holds filter rows [E, 3F] (else the weights, the filter formed per edge).
+    pub rows: bool,
+    /// dL/dw is written as rows after g_basis, which then only holds its unit-vector columns.
+    pub grad_rows: bool,
+    /// Each edge computes the terms of its reverse edge (symmetric lists, `tile_sym_adj`):
+    /// the output gradient of the edge's sending atom, sums into its receiving atom, and the
+    /// reverse edge's dL/du (its u is minus this edge's) with the sign flipped.
+    pub symmetric: bool,
+}
+
+/// out (zeroed) = [g_v | g_phi | g_basis] and, with `mode.grad_rows`, then g_w [E, 3F].
 pub(super) fn adjoint_cpu<T: Real>(
     z: Sizes,
-    rows: bool,
-    grad_rows: bool,
+    mode: AdjointMode,
     x: &[&[T]],
     idx: &[&[u32]],
     out: &mut [T],
@@ -117,11 +127,16 @@ pub(super) fn adjoint_cpu<T: Real>(
     let (gphi, rest) = rest.split_at_mut(3 * n * f);
     let (gb, g_rows) = rest.split_at_mut(z.n_edges * bw);
     let (mut formed, mut gw) = (vec![T::zero(); 3 * f], vec![T::zero(); 3 * f]);
-    for (e, (&i, &j)) in idx[0].iter().zip(idx[1]).enumerate() {
-        let (i, j) = (i as usize, j as usize);
+    // The terms of the message i <- j, u its unit vector (u_sign times the edge's).
+    let u_sign = if mode.symmetric { -T::one() } else { T::one() };
+    for (e, (&ci, &nj)) in idx[0].iter().zip(idx[1]).enumerate() {
+        let (i, j) = match mode.symmetric {
+            false => (ci as usize, nj as usize),
+            true => (nj as usize, ci as usize),
+        };
         let b = &x[3][e * bw..(e + 1) * bw];
         let gbe = &mut gb[e * bw..(e + 1) * bw];
-        let w = z.filter_row(rows, x[2], b, e, &mut formed);
+        let w = z.filter_row(mode.rows, x[2], b, e, &mut formed);
         for c in 0..f {
             let (ws, wd, wv) = (w[c], w[f + c], w[2 * f + c]);
             let [ps, pd, pv] = z.context(x[0], x[1], j, c);
@@ -129,7 +144,7 @@ pub(super) fn adjoint_cpu<T: Real>(
             let (mut g, mut gxd, mut gxv) = ([T::zero(); 3], T::zero(), T::zero());
             for a in 0..3 {
                 g[a] = gm[((1 + a) * n + i) * f + c] + gve[(a * n + i) * f + c];
-                gxd += g[a] * b[nb + a];
+                gxd += g[a] * b[nb + a] * u_sign;
                 gxv += g[a] * sv[((1 + a) * n + j) * f + c];
             }
             gphi[j * 3 * f + c] += gs * ws;
@@ -138,11 +153,11 @@ pub(super) fn adjoint_cpu<T: Real>(
             let (xd, xv) = (pd * wd, pv * wv);
             for a in 0..3 {
                 gv[(a * n + j) * f + c] += g[a] * xv;
-                gbe[nb + a] += g[a] * xd;
+                gbe[nb + a] += g[a] * xd * u_sign;
             }
             (gw[c], gw[f + c], gw[2 * f + c]) = (gs * ps, gxd * pd, gxv * pv);
         }
-        if grad_rows {
+        if mode.grad_rows {
             g_rows[e * 3 * f..(e + 1) * 3 * f].copy_from_slice(&gw);
             continue;
         }
@@ -212,7 +227,12 @@ impl<const ROWS: bool> Kernel for Adjoint<ROWS> {
     /// x = [phi, phi_bias, weights or rows, basis, sv, gm, gve]; out = [g_v | g_phi | g_basis]
     /// and, with rows, g_w after it (g_basis then holds the unit-vector columns only).
     fn cpu<T: Real>(&self, x: &[&[T]], idx: &[&[u32]], out: &mut [T]) {
-        adjoint_cpu(self.0, ROWS, ROWS, x, idx, out)
+        let mode = AdjointMode {
+            rows: ROWS,
+            grad_rows: ROWS,
+            symmetric: false,
+        };
+        adjoint_cpu(self.0, mode, x, idx, out)
     }
 }
 
@@ -264,6 +284,12 @@ pub struct InteractionInputs<'a> {
     pub state: &'a Tensor,
     pub centers: &'a Tensor,
     pub neighbors: &'a Tensor,
+    /// Every edge i <- j with offset o has its reverse j <- i with offset -o in the list (as
+    /// neighbour lists hold them). From [`TILE_FROM_EDGES`](crate::ops::TILE_FROM_EDGES) edges
+    /// the adjoint then sums each atom's sending gradients over its own run of edges instead
+    /// of adding them edge by edge (`interaction_tile`), which leaves dL/d(basis) spread
+    /// differently over each edge and its reverse (the same position gradients).
+    pub symmetric_edges: bool,
 }
 
 impl InteractionInputs<'_> {
@@ -394,8 +420,12 @@ pub fn interaction_adjoint(
     let (with_rows, init) = (zeroed + 3 * e * f, Init::ZeroPrefix(zeroed));
     let tile = tiled(&z, x, true);
     let (out, grad_rows) = match x.filter {
+        EdgeFilter::Weights(_) if symmetric(&z, x) => (
+            launch(TileAdjoint::<true>(z), &inputs, &idx, with_rows, init)?,
+            true,
+        ),
         EdgeFilter::Weights(_) if tile => (
-            launch(TileAdjoint(z), &inputs, &idx, with_rows, init)?,
+            launch(TileAdjoint::<false>(z), &inputs, &idx, with_rows, init)?,
             true,
         ),
         EdgeFilter::Weights(_) => (

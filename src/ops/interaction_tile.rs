@@ -1,11 +1,13 @@
 //! The interaction's tiled CUDA kernels (kernels/interaction_tile.cu) for many edges: the
 //! filter formed in the kernel from weights staged in shared memory, several edges at once.
 //! Their CPU twins are the untiled kernels' (`interaction`), whose maths they share; the
-//! adjoint leaves dL/dw as rows, as the filter-rows adjoint does.
+//! adjoints leave dL/dw as rows, as the filter-rows adjoint does. For lists that hold every
+//! edge's reverse (`InteractionInputs::symmetric_edges`) a second adjoint computes each edge's
+//! terms on its reverse, so that each atom's sending gradients are sums over its own edges.
 
 #[cfg(feature = "cuda")]
 use super::edge_basis::basis_width;
-use super::interaction::{adjoint_cpu, forward_cpu, InteractionInputs, Sizes};
+use super::interaction::{adjoint_cpu, forward_cpu, AdjointMode, InteractionInputs, Sizes};
 use super::kernel::{kernel_source, Kernel, Real};
 
 /// Edge count from which the filter formed in the kernels runs as the tiled kernels on CUDA
@@ -40,13 +42,27 @@ pub const TILE_GRAD_ROWS_MAX_BYTES: usize = 2 << 30;
 /// CUDA only: the CPU runs the same twins either way, and keeps the untiled adjoint's output
 /// (a complete dL/d(basis), no dL/dw rows).
 pub(super) fn tiled(z: &Sizes, x: &InteractionInputs, adjoint: bool) -> bool {
-    static FROM: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    let from = *FROM
-        .get_or_init(|| crate::device::env_usize("MLFF_INTERACTION_TILE_FROM", TILE_FROM_EDGES));
     let rows_bytes = z.n_edges * 3 * z.hidden * x.state.dtype().size_in_bytes();
     x.state.device().is_cuda()
-        && z.n_edges >= from
+        && z.n_edges >= tile_from()
         && !(adjoint && rows_bytes > TILE_GRAD_ROWS_MAX_BYTES)
+}
+
+/// [`TILE_FROM_EDGES`], or `MLFF_INTERACTION_TILE_FROM` when set.
+fn tile_from() -> usize {
+    static FROM: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *FROM.get_or_init(|| crate::device::env_usize("MLFF_INTERACTION_TILE_FROM", TILE_FROM_EDGES))
+}
+
+/// Whether the adjoint takes the symmetric-list kernel (`tile_sym_adj`): a list that says it
+/// holds every edge's reverse, from the tiled kernels' edge count, dL/dw rows within their
+/// limit. On any device, so that the CPU twin gives the same layout of outputs to test it.
+/// `MLFF_INTERACTION_SYMMETRIC=0` turns it off (for measurements).
+pub(super) fn symmetric(z: &Sizes, x: &InteractionInputs) -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let on = *ON.get_or_init(|| crate::device::env_usize("MLFF_INTERACTION_SYMMETRIC", 1) != 0);
+    let rows_bytes = z.n_edges * 3 * z.hidden * x.state.dtype().size_in_bytes();
+    on && x.symmetric_edges && z.n_edges >= tile_from() && rows_bytes <= TILE_GRAD_ROWS_MAX_BYTES
 }
 
 /// The tiled kernels' launch: (edge tiles, feature chunks) blocks of [`TILE_F`] threads with
@@ -72,7 +88,9 @@ fn tile_config(
 
 /// The tiled forward and adjoint (filter formed in the kernels; the same CPU twins).
 pub(super) struct TileForward(pub(super) Sizes);
-pub(super) struct TileAdjoint(pub(super) Sizes);
+/// SYMMETRIC: the adjoint for lists holding every edge's reverse (`tile_sym_adj`), whose CPU
+/// twin follows the same edge-by-reverse-edge order.
+pub(super) struct TileAdjoint<const SYMMETRIC: bool>(pub(super) Sizes);
 
 impl Kernel for TileForward {
     kernel_source!("interaction_tile_fwd", "interaction_tile");
@@ -94,8 +112,15 @@ impl Kernel for TileForward {
     }
 }
 
-impl Kernel for TileAdjoint {
-    kernel_source!("interaction_tile_adj", "interaction_tile");
+impl<const SYMMETRIC: bool> Kernel for TileAdjoint<SYMMETRIC> {
+    const NAME: &'static str = if SYMMETRIC {
+        "interaction_tile_sym_adj"
+    } else {
+        "interaction_tile_adj"
+    };
+    const MODULE: &'static str = "interaction_tile";
+    #[cfg(feature = "cuda")]
+    const PTX: &'static str = include_str!(concat!(env!("OUT_DIR"), "/interaction_tile.ptx"));
     fn work(&self) -> usize {
         self.0.n_edges * self.0.hidden
     }
@@ -107,7 +132,12 @@ impl Kernel for TileAdjoint {
     }
     /// The filter from the weights, dL/dw out as rows.
     fn cpu<T: Real>(&self, x: &[&[T]], idx: &[&[u32]], out: &mut [T]) {
-        adjoint_cpu(self.0, false, true, x, idx, out)
+        let mode = AdjointMode {
+            rows: false,
+            grad_rows: true,
+            symmetric: SYMMETRIC,
+        };
+        adjoint_cpu(self.0, mode, x, idx, out)
     }
     #[cfg(feature = "cuda")]
     fn launch_config(

@@ -53,6 +53,9 @@ pub const CUTOFF: f64 = 4.0;
 /// Inputs on the CPU; every float tensor is in `dtype`.
 pub struct Inputs {
     pub shape: Shape,
+    /// Every edge's reverse is in the list (`Inputs::symmetric`), as the interaction's
+    /// `symmetric_edges` then says.
+    pub symmetric: bool,
     pub positions: Tensor,
     pub offsets: Tensor,
     pub centers: Tensor,
@@ -101,6 +104,7 @@ pub fn inputs(shape: Shape, dtype: DType, seed: u64) -> Inputs {
     let mut g = |s: &[usize], scale: f64| random(&mut rng, s, scale, dtype);
     Inputs {
         shape,
+        symmetric: false,
         // Distances from ~0 to ~8 Å: both sides of the 4 Å cutoff.
         positions: g(&[n, 3], 2.5),
         offsets: g(&[e, 3], 0.3),
@@ -140,6 +144,25 @@ impl Inputs {
             ..self
         }
     }
+
+    /// The list with every edge's reverse added (j <- i with the offset negated; the upstream
+    /// basis gradient repeated), sorted by receiving atom as neighbour lists are.
+    pub fn symmetric(self) -> Self {
+        let both = |a: &Tensor, b: &Tensor| Tensor::cat(&[a, b], 0).unwrap();
+        Inputs {
+            offsets: both(&self.offsets, &self.offsets.neg().unwrap()),
+            centers: both(&self.centers, &self.neighbors),
+            neighbors: both(&self.neighbors, &self.centers),
+            g_basis: both(&self.g_basis, &self.g_basis),
+            symmetric: true,
+            shape: Shape {
+                e: 2 * self.shape.e,
+                ..self.shape
+            },
+            ..self
+        }
+        .sorted_by_receiver()
+    }
 }
 
 /// Every fused output, by name, computed on `dev`.
@@ -165,6 +188,7 @@ pub fn fused_outputs(x: &Inputs, dev: &Device) -> Result<Vec<(&'static str, Tens
         state: &state,
         centers: &ci,
         neighbors: &nj,
+        symmetric_edges: x.symmetric,
     };
     let messaged = ops::interaction(&inter)?;
     let grads = ops::interaction_adjoint(&inter, &d(&x.g_state)?, &d(&x.g_rows)?)?;
