@@ -284,22 +284,20 @@ __device__ void tile_adj(const T* __restrict__ phi, const T* __restrict__ pb,
     }
 }
 // The output gradients of the atoms at the far end of staged edges [g, g + TILE_G), this
-// thread's feature: dL/ds and dL/dv with the mixing term, gathered before the filters are
-// formed (as Senders).
+// thread's feature: dL/ds (gs [N, F]) and dL/dv with the mixing term (gv [3N, F], summed by the
+// caller), gathered before the filters are formed (as Senders).
 template <typename T>
 struct Others {
     T gs[TILE_G], g[3][TILE_G];
-    __device__ __forceinline__ void load(const Tile<T>& t, const T* __restrict__ gm,
-                                         const T* __restrict__ gve, size_t g0, size_t n,
+    __device__ __forceinline__ void load(const Tile<T>& t, const T* __restrict__ gs_in,
+                                         const T* __restrict__ gv, size_t g0, size_t n,
                                          size_t f, size_t c) {
 #pragma unroll
         for (int k = 0; k < TILE_G; ++k) {
             const size_t i = t.sj[g0 + k];
-            gs[k] = __ldg(gm + i * f + c);
+            gs[k] = __ldg(gs_in + i * f + c);
 #pragma unroll
-            for (int a = 0; a < 3; ++a)
-                g[a][k] = __ldg(gm + ((1 + a) * n + i) * f + c) +
-                          __ldg(gve + (a * n + i) * f + c);
+            for (int a = 0; a < 3; ++a) g[a][k] = __ldg(gv + (a * n + i) * f + c);
         }
     }
 };
@@ -324,7 +322,8 @@ __device__ __forceinline__ void flush_own(T* gphi, T* gv, size_t n, size_t f, un
 // atomic adds per edge and feature; the far atom i's output gradients are gathered instead. The
 // reverse edge has the same length, hence the same filter: its dL/dw goes to this edge's row,
 // and its dL/du (its u is minus this edge's) with the sign flipped to this edge's unit-vector
-// columns, so edge_basis_adjoint gives the standard adjoint's position gradients.
+// columns, so edge_basis_adjoint gives the standard adjoint's position gradients. Here gm is
+// dL/ds only [N, F] and gve the whole dL/dv [3N, F] (src/ops/interaction.rs AdjointMode).
 template <typename T>
 __device__ void tile_sym_adj(const T* __restrict__ phi, const T* __restrict__ pb,
                              const T* __restrict__ wt, const T* __restrict__ basis,

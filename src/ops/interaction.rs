@@ -109,7 +109,9 @@ pub(super) struct AdjointMode {
     pub grad_rows: bool,
     /// Each edge computes the terms of its reverse edge (symmetric lists, `tile_sym_adj`):
     /// the output gradient of the edge's sending atom, sums into its receiving atom, and the
-    /// reverse edge's dL/du (its u is minus this edge's) with the sign flipped.
+    /// reverse edge's dL/du (its u is minus this edge's) with the sign flipped. x[5] then holds
+    /// only dL/ds [N, F] and x[6] the whole dL/dv [3N, F] (the mixing term added), so that the
+    /// gradient gathered per edge is one load per component.
     pub symmetric: bool,
 }
 
@@ -143,7 +145,10 @@ pub(super) fn adjoint_cpu<T: Real>(
             let gs = gm[i * f + c];
             let (mut g, mut gxd, mut gxv) = ([T::zero(); 3], T::zero(), T::zero());
             for a in 0..3 {
-                g[a] = gm[((1 + a) * n + i) * f + c] + gve[(a * n + i) * f + c];
+                g[a] = match mode.symmetric {
+                    true => gve[(a * n + i) * f + c],
+                    false => gm[((1 + a) * n + i) * f + c] + gve[(a * n + i) * f + c],
+                };
                 gxd += g[a] * b[nb + a] * u_sign;
                 gxv += g[a] * sv[((1 + a) * n + j) * f + c];
             }
@@ -420,10 +425,14 @@ pub fn interaction_adjoint(
     let (with_rows, init) = (zeroed + 3 * e * f, Init::ZeroPrefix(zeroed));
     let tile = tiled(&z, x, true);
     let (out, grad_rows) = match x.filter {
-        EdgeFilter::Weights(_) if symmetric(&z, x) => (
-            launch(TileAdjoint::<true>(z), &inputs, &idx, with_rows, init)?,
-            true,
-        ),
+        EdgeFilter::Weights(_) if symmetric(&z, x) => {
+            // dL/ds and the whole dL/dv (see AdjointMode::symmetric).
+            let (g_s, g_v) = (gm.narrow(0, 0, n)?, (gm.narrow(0, n, 3 * n)? + gve)?);
+            let mut inputs = inputs;
+            (inputs[5], inputs[6]) = (&g_s, &g_v);
+            let out = launch(TileAdjoint::<true>(z), &inputs, &idx, with_rows, init)?;
+            (out, true)
+        }
         EdgeFilter::Weights(_) if tile => (
             launch(TileAdjoint::<false>(z), &inputs, &idx, with_rows, init)?,
             true,
