@@ -142,9 +142,10 @@ pub const FILTER_ROWS_FROM_EDGES: usize = 8192;
 
 /// Edge count from which CUDA goes back to the filter formed in the kernels, there the tiled
 /// kernels (`ops::interaction`, kernels/interaction_tile.cu: no forward product, no rows kept,
-/// half the memory). On an H100 (BENCHMARKS.md): rows faster at 17,000-54,000 edges (water-1000
-/// replayed 1.39-1.40 against 1.47-1.49 ms), tiled from 162,000 (water-3000 3.28-3.30 against
-/// 3.52-3.53 ms, water-10000 9.13-9.16 against 10.89); between 54,000 and 162,000 not measured.
+/// half the memory). On an H100 (BENCHMARKS.md, replayed): rows faster up to 81,000 edges
+/// (water-1500 2.04-2.06 against 2.11-2.12 ms, water-1000 1.38-1.40 against 1.44-1.46), tiled
+/// from 162,000 (water-3000 3.27-3.28 against 3.51-3.52, water-10000 9.06-9.10 against
+/// 10.84-10.85, before the symmetric adjoint); 100,000 itself not measured.
 /// `MLFF_FILTER_ROWS_UNTIL_EDGES` changes it. The CPU keeps the rows at any size.
 pub const FILTER_ROWS_UNTIL_EDGES: usize = 100_000;
 
