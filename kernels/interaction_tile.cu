@@ -217,6 +217,35 @@ struct AdjointOut {
           gw(out + 6 * n * f + n_edges * bw) {}
 };
 
+// Walks the block's tiles of edges for an adjoint: stages each tile; per TILE_G edges calls
+// gather(g0) (which issues the edges' loads) before forming their filters, then, for each edge
+// m of the tile (edge e of the list), edge(pre, k, m, e, fs, fd, fv, gu) on the active threads,
+// and sums the unit-vector gradients gu over the block into g_basis. The loop over k stops at
+// the same edge for the whole block (cnt is uniform), so every lane reaches the warp sums.
+template <typename T, typename Gather, typename Edge>
+__device__ __forceinline__ void walk_adjoint(Tile<T>& t, const T* basis, const unsigned* ci,
+                                             const unsigned* nj, size_t n_edges, size_t nb,
+                                             size_t bw, T* gb, Gather gather, Edge edge) {
+    for (size_t e0 = blockIdx.x * (size_t)TILE_E; e0 < n_edges; e0 += gridDim.x * (size_t)TILE_E) {
+        const size_t cnt = min((size_t)TILE_E, n_edges - e0);
+        t.begin_adjoint_tile(basis, ci, nj, e0, cnt, bw);
+        for (size_t g0 = 0; g0 < cnt; g0 += TILE_G) {
+            const auto pre = gather(g0);
+            T fs[TILE_G], fd[TILE_G], fv[TILE_G];
+            t.filters(g0, nb, fs, fd, fv);
+#pragma unroll
+            for (int k = 0; k < TILE_G; ++k) {
+                const size_t m = g0 + k;
+                if (m >= cnt) break;
+                T gu[3] = {0, 0, 0};
+                if (t.active) edge(pre, k, m, e0 + m, fs[k], fd[k], fv[k], gu);
+                t.add_unit_grads(gu, m);
+            }
+        }
+        t.end_adjoint_tile(gb, e0, cnt, nb, bw);
+    }
+}
+
 // Adjoint; out = [g_v (3NF) | g_phi (3NF) | g_basis (E (R + 4)) | g_w (E 3F)] with the first
 // three zeroed, as interaction_rows_adj writes it: the filter is formed here (TILE_G edges at
 // once, as in the forward) instead of read from rows, dL/dw is written as rows for the caller's
@@ -239,50 +268,37 @@ __device__ void tile_adj(const T* __restrict__ phi, const T* __restrict__ pb,
     // The receiving atom's output gradients: dL/ds_i and dL/dv_i (with the mixing term).
     unsigned cur = NO_ATOM;
     T gs = 0, g[3] = {0, 0, 0};
-    for (size_t e0 = blockIdx.x * (size_t)TILE_E; e0 < n_edges; e0 += gridDim.x * (size_t)TILE_E) {
-        const size_t cnt = min((size_t)TILE_E, n_edges - e0);
-        t.begin_adjoint_tile(basis, ci, nj, e0, cnt, bw);
-        for (size_t g0 = 0; g0 < cnt; g0 += TILE_G) {
-            Senders<T> from;
-            if (t.active) from.load(t, phi, sv, t.bias, g0, n, f, c);
-            T fs[TILE_G], fd[TILE_G], fv[TILE_G];
-            t.filters(g0, nb, fs, fd, fv);
-            // Uniform over the block (cnt is), so every lane reaches the warp sums.
+    auto gather = [&](size_t g0) {
+        Senders<T> from;
+        if (t.active) from.load(t, phi, sv, t.bias, g0, n, f, c);
+        return from;
+    };
+    auto edge = [&](const Senders<T>& from, int k, size_t m, size_t e, T ws, T wd, T wv,
+                    T gu[3]) {
+        const unsigned i = t.si[m];
+        const size_t j = t.sj[m];
+        if (i != cur) {
+            cur = i;
+            gs = gm[i * f + c];
 #pragma unroll
-            for (int k = 0; k < TILE_G; ++k) {
-                const size_t m = g0 + k;
-                if (m >= cnt) break;
-                T gu[3] = {0, 0, 0};
-                if (t.active) {
-                    const unsigned i = t.si[m];
-                    const size_t j = t.sj[m], e = e0 + m;
-                    if (i != cur) {
-                        cur = i;
-                        gs = gm[i * f + c];
-#pragma unroll
-                        for (int a = 0; a < 3; ++a)
-                            g[a] = gm[((1 + a) * n + i) * f + c] + gve[(a * n + i) * f + c];
-                    }
-                    const T ps = from.ctx[0][k], pd = from.ctx[1][k], pv = from.ctx[2][k];
-                    T gxd = 0, gxv = 0;
-#pragma unroll
-                    for (int a = 0; a < 3; ++a) {
-                        gxd += g[a] * t.sb[(nb + a) * TILE_SB + m];
-                        gxv += g[a] * from.vec[a][k];
-                    }
-                    add_sender_grads(o.gphi, o.gv, g, gs, gxd, gxv, fs[k], fd[k], fv[k],
-                                     pv * fv[k], n, f, j, c);
-                    store_filter_grads(o.gw + e * 3 * f, f, c, gs * ps, gxd * pd, gxv * pv);
-                    const T xd = pd * fd[k];
-#pragma unroll
-                    for (int a = 0; a < 3; ++a) gu[a] = g[a] * xd;
-                }
-                t.add_unit_grads(gu, m);
-            }
+            for (int a = 0; a < 3; ++a)
+                g[a] = gm[((1 + a) * n + i) * f + c] + gve[(a * n + i) * f + c];
         }
-        t.end_adjoint_tile(o.gb, e0, cnt, nb, bw);
-    }
+        const T ps = from.ctx[0][k], pd = from.ctx[1][k], pv = from.ctx[2][k];
+        T gxd = 0, gxv = 0;
+#pragma unroll
+        for (int a = 0; a < 3; ++a) {
+            gxd += g[a] * t.sb[(nb + a) * TILE_SB + m];
+            gxv += g[a] * from.vec[a][k];
+        }
+        add_sender_grads(o.gphi, o.gv, g, gs, gxd, gxv, ws, wd, wv, pv * wv, n, f, j, c);
+        store_filter_grads(o.gw + e * 3 * f, f, c, gs * ps, gxd * pd, gxv * pv);
+#pragma unroll
+        for (int a = 0; a < 3; ++a) gu[a] = g[a] * (pd * wd);
+    };
+    walk_adjoint(t, basis, ci, nj, n_edges, nb, bw, o.gb, gather, edge);
 }
+
 // The output gradients of the atoms at the far end of staged edges [g, g + TILE_G), this
 // thread's feature: dL/ds (gs [N, F]) and dL/dv with the mixing term (gv [3N, F], summed by the
 // caller), gathered before the filters are formed (as Senders).
@@ -339,54 +355,42 @@ __device__ void tile_sym_adj(const T* __restrict__ phi, const T* __restrict__ pb
     // The run's atom j: its context and vectors, and its gradients' sums.
     unsigned cur = NO_ATOM;
     T ctx[3] = {0, 0, 0}, vec[3] = {0, 0, 0}, sum_phi[3] = {0, 0, 0}, sum_v[3] = {0, 0, 0};
-    for (size_t e0 = blockIdx.x * (size_t)TILE_E; e0 < n_edges; e0 += gridDim.x * (size_t)TILE_E) {
-        const size_t cnt = min((size_t)TILE_E, n_edges - e0);
-        t.begin_adjoint_tile(basis, ci, nj, e0, cnt, bw);
-        for (size_t g0 = 0; g0 < cnt; g0 += TILE_G) {
-            Others<T> far;
-            if (t.active) far.load(t, gm, gve, g0, n, f, c);
-            T fs[TILE_G], fd[TILE_G], fv[TILE_G];
-            t.filters(g0, nb, fs, fd, fv);
-            // Uniform over the block (cnt is), so every lane reaches the warp sums.
+    auto gather = [&](size_t g0) {
+        Others<T> far;
+        if (t.active) far.load(t, gm, gve, g0, n, f, c);
+        return far;
+    };
+    auto edge = [&](const Others<T>& far, int k, size_t m, size_t e, T ws, T wd, T wv,
+                    T gu[3]) {
+        const unsigned j = t.si[m];
+        if (j != cur) {
+            flush_own(o.gphi, o.gv, n, f, cur, c, sum_phi, sum_v);
+            cur = j;
 #pragma unroll
-            for (int k = 0; k < TILE_G; ++k) {
-                const size_t m = g0 + k;
-                if (m >= cnt) break;
-                T gu[3] = {0, 0, 0};
-                if (t.active) {
-                    const unsigned j = t.si[m];
-                    if (j != cur) {
-                        flush_own(o.gphi, o.gv, n, f, cur, c, sum_phi, sum_v);
-                        cur = j;
-#pragma unroll
-                        for (int p = 0; p < 3; ++p) {
-                            ctx[p] = phi[j * 3 * f + p * f + c] + t.bias[p];
-                            vec[p] = sv[((1 + p) * n + j) * f + c];
-                        }
-                    }
-                    T gxd = 0, gxv = 0;  // with the reverse edge's unit vector, -u
-#pragma unroll
-                    for (int a = 0; a < 3; ++a) {
-                        gxd -= far.g[a][k] * t.sb[(nb + a) * TILE_SB + m];
-                        gxv += far.g[a][k] * vec[a];
-                    }
-                    sum_phi[0] += far.gs[k] * fs[k];
-                    sum_phi[1] += gxd * fd[k];
-                    sum_phi[2] += gxv * fv[k];
-                    const T xv = ctx[2] * fv[k], xd = ctx[1] * fd[k];
-#pragma unroll
-                    for (int a = 0; a < 3; ++a) {
-                        sum_v[a] += far.g[a][k] * xv;
-                        gu[a] = -far.g[a][k] * xd;
-                    }
-                    store_filter_grads(o.gw + (e0 + m) * 3 * f, f, c, far.gs[k] * ctx[0],
-                                       gxd * ctx[1], gxv * ctx[2]);
-                }
-                t.add_unit_grads(gu, m);
+            for (int p = 0; p < 3; ++p) {
+                ctx[p] = phi[j * 3 * f + p * f + c] + t.bias[p];
+                vec[p] = sv[((1 + p) * n + j) * f + c];
             }
         }
-        t.end_adjoint_tile(o.gb, e0, cnt, nb, bw);
-    }
+        T gxd = 0, gxv = 0;  // with the reverse edge's unit vector, -u
+#pragma unroll
+        for (int a = 0; a < 3; ++a) {
+            gxd -= far.g[a][k] * t.sb[(nb + a) * TILE_SB + m];
+            gxv += far.g[a][k] * vec[a];
+        }
+        sum_phi[0] += far.gs[k] * ws;
+        sum_phi[1] += gxd * wd;
+        sum_phi[2] += gxv * wv;
+        const T xv = ctx[2] * wv, xd = ctx[1] * wd;
+#pragma unroll
+        for (int a = 0; a < 3; ++a) {
+            sum_v[a] += far.g[a][k] * xv;
+            gu[a] = -far.g[a][k] * xd;
+        }
+        store_filter_grads(o.gw + e * 3 * f, f, c, far.gs[k] * ctx[0], gxd * ctx[1],
+                           gxv * ctx[2]);
+    };
+    walk_adjoint(t, basis, ci, nj, n_edges, nb, bw, o.gb, gather, edge);
     if (t.active) flush_own(o.gphi, o.gv, n, f, cur, c, sum_phi, sum_v);
 }
 

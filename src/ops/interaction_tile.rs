@@ -42,27 +42,37 @@ pub const TILE_GRAD_ROWS_MAX_BYTES: usize = 2 << 30;
 /// CUDA only: the CPU runs the same twins either way, and keeps the untiled adjoint's output
 /// (a complete dL/d(basis), no dL/dw rows).
 pub(super) fn tiled(z: &Sizes, x: &InteractionInputs, adjoint: bool) -> bool {
-    let rows_bytes = z.n_edges * 3 * z.hidden * x.state.dtype().size_in_bytes();
     x.state.device().is_cuda()
-        && z.n_edges >= tile_from()
-        && !(adjoint && rows_bytes > TILE_GRAD_ROWS_MAX_BYTES)
-}
-
-/// [`TILE_FROM_EDGES`], or `MLFF_INTERACTION_TILE_FROM` when set.
-fn tile_from() -> usize {
-    static FROM: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *FROM.get_or_init(|| crate::device::env_usize("MLFF_INTERACTION_TILE_FROM", TILE_FROM_EDGES))
+        && if adjoint {
+            adjoint_fits(z, x)
+        } else {
+            many_edges(z)
+        }
 }
 
 /// Whether the adjoint takes the symmetric-list kernel (`tile_sym_adj`): a list that says it
-/// holds every edge's reverse, from the tiled kernels' edge count, dL/dw rows within their
-/// limit. On any device, so that the CPU twin gives the same layout of outputs to test it.
-/// `MLFF_INTERACTION_SYMMETRIC=0` turns it off (for measurements).
+/// holds every edge's reverse, where the tiled adjoint would run. On any device, so that the
+/// CPU twin gives the same layout of outputs to test it. `MLFF_INTERACTION_SYMMETRIC=0` turns
+/// it off (for measurements).
 pub(super) fn symmetric(z: &Sizes, x: &InteractionInputs) -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     let on = *ON.get_or_init(|| crate::device::env_usize("MLFF_INTERACTION_SYMMETRIC", 1) != 0);
+    on && x.symmetric_edges && adjoint_fits(z, x)
+}
+
+/// At least [`TILE_FROM_EDGES`] edges (or `MLFF_INTERACTION_TILE_FROM` when set).
+fn many_edges(z: &Sizes) -> bool {
+    static FROM: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let from = *FROM
+        .get_or_init(|| crate::device::env_usize("MLFF_INTERACTION_TILE_FROM", TILE_FROM_EDGES));
+    z.n_edges >= from
+}
+
+/// Enough edges for a tiled adjoint, whose dL/dw rows stay within
+/// [`TILE_GRAD_ROWS_MAX_BYTES`].
+fn adjoint_fits(z: &Sizes, x: &InteractionInputs) -> bool {
     let rows_bytes = z.n_edges * 3 * z.hidden * x.state.dtype().size_in_bytes();
-    on && x.symmetric_edges && z.n_edges >= tile_from() && rows_bytes <= TILE_GRAD_ROWS_MAX_BYTES
+    many_edges(z) && rows_bytes <= TILE_GRAD_ROWS_MAX_BYTES
 }
 
 /// The tiled kernels' launch: (edge tiles, feature chunks) blocks of [`TILE_F`] threads with
