@@ -19,6 +19,26 @@ pub struct Prediction {
     pub forces: Vec<Vec<[f64; 3]>>,
 }
 
+impl Prediction {
+    /// Copies energies [S] and forces [N, 3] (any float dtype) off the device, the forces
+    /// split by structure as `batch` holds its atoms.
+    pub fn from_device(batch: &Batch, energies: &Tensor, forces: &Tensor) -> Result<Self> {
+        let energies = energies.to_dtype(DType::F64)?.to_vec1::<f64>()?;
+        let forces = forces.to_dtype(DType::F64)?.to_vec2::<f64>()?;
+        let forces = batch
+            .offsets
+            .windows(2)
+            .map(|w| {
+                forces[w[0]..w[1]]
+                    .iter()
+                    .map(|r| [r[0], r[1], r[2]])
+                    .collect()
+            })
+            .collect();
+        Ok(Self { energies, forces })
+    }
+}
+
 /// Anything that gives energies and forces for a batch of structures.
 pub trait Calculator {
     fn compute(&self, batch: &Batch) -> Result<Prediction>;
@@ -89,19 +109,7 @@ impl PainnCalculator {
     /// Like [`prepare`](Self::prepare) with a neighbour list the caller built (e.g. a Verlet
     /// list with a skin: edges beyond the cutoff contribute exactly zero).
     pub fn prepare_with(&self, batch: &Batch, nl: &NeighborList) -> Result<(PainnInputs, Var)> {
-        let cfg = self.model.config();
-        let mut species = Vec::with_capacity(batch.n_atoms());
-        for (k, s) in batch.structures.iter().enumerate() {
-            let sp = cfg
-                .species_of(&s.numbers)
-                .map_err(|(atom, z)| Error::UnknownElement {
-                    z,
-                    structure: k,
-                    atom,
-                    known: cfg.elements.clone(),
-                })?;
-            species.extend(sp);
-        }
+        let species = self.species_of(batch)?;
         let offsets = edge_offsets(batch, nl);
         let dev = &self.device;
         let n = batch.n_atoms();
@@ -120,6 +128,47 @@ impl PainnCalculator {
             n_structures: batch.n_structures(),
         };
         Ok((inputs, positions))
+    }
+
+    /// The model's species index of every atom of `batch`; an unknown element is an error
+    /// naming its structure and atom.
+    pub fn species_of(&self, batch: &Batch) -> Result<Vec<u32>> {
+        let cfg = self.model.config();
+        let mut species = Vec::with_capacity(batch.n_atoms());
+        for (k, s) in batch.structures.iter().enumerate() {
+            let sp = cfg
+                .species_of(&s.numbers)
+                .map_err(|(atom, z)| Error::UnknownElement {
+                    z,
+                    structure: k,
+                    atom,
+                    known: cfg.elements.clone(),
+                })?;
+            species.extend(sp);
+        }
+        Ok(species)
+    }
+
+    /// [`Calculator::compute_phased`] on a neighbour list the caller built.
+    pub fn compute_with(
+        &self,
+        batch: &Batch,
+        nl: &NeighborList,
+        clock: &mut dyn PhaseClock,
+    ) -> Result<Prediction> {
+        clock.mark(Phase::Upload)?;
+        let (inputs, positions) = self.prepare_with(batch, nl)?;
+        let (atom_energies, forces) =
+            atom_energies_and_forces(&self.model, &inputs, &positions, clock)?;
+        clock.mark(Phase::Download)?;
+        // Per-structure totals summed in f64: in f32 a sum of 10,000 atom energies of a few
+        // hundred eV each is off by ~1 eV (measured against the same sum in another order).
+        let energies = self.model.ops().scatter_add(
+            &atom_energies.to_dtype(DType::F64)?,
+            &inputs.atom_structure,
+            inputs.n_structures,
+        )?;
+        Prediction::from_device(batch, &energies, &forces)
     }
 
     /// Energies and forces on the device: one forward and one backward for the whole batch.
@@ -191,32 +240,7 @@ impl Calculator for PainnCalculator {
     fn compute_phased(&self, batch: &Batch, clock: &mut dyn PhaseClock) -> Result<Prediction> {
         clock.mark(Phase::NeighborList)?;
         let nl = batch_neighbor_list(batch, self.model.config().cutoff)?;
-        clock.mark(Phase::Upload)?;
-        let (inputs, positions) = self.prepare_with(batch, &nl)?;
-        let (atom_energies, forces) =
-            atom_energies_and_forces(&self.model, &inputs, &positions, clock)?;
-        clock.mark(Phase::Download)?;
-        // Per-structure totals summed in f64: in f32 a sum of 10,000 atom energies of a few
-        // hundred eV each is off by ~1 eV (measured against the same sum in another order).
-        let energies = self.model.ops().scatter_add(
-            &atom_energies.to_dtype(DType::F64)?,
-            &inputs.atom_structure,
-            inputs.n_structures,
-        )?;
-        let out = DeviceOutput { energies, forces };
-        let energies = out.energies.to_dtype(DType::F64)?.to_vec1::<f64>()?;
-        let forces = out.forces.to_dtype(DType::F64)?.to_vec2::<f64>()?;
-        let forces = batch
-            .offsets
-            .windows(2)
-            .map(|w| {
-                forces[w[0]..w[1]]
-                    .iter()
-                    .map(|r| [r[0], r[1], r[2]])
-                    .collect()
-            })
-            .collect();
-        Ok(Prediction { energies, forces })
+        self.compute_with(batch, &nl, clock)
     }
 
     fn cutoff(&self) -> f64 {

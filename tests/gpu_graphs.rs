@@ -8,7 +8,10 @@ use candle_core::{DType, Device, Tensor};
 use common::*;
 use mlff_distiller::calculator::{edge_offsets, PainnCalculator};
 use mlff_distiller::device::{select, DeviceSpec};
-use mlff_distiller::graph::{edge_capacity, ForceGraph, GraphEdges, Graphs, HostEdges};
+use mlff_distiller::graph::{
+    edge_capacity, CachePolicy, CacheStats, ForceGraph, GraphCalculator, GraphEdges, Graphs,
+    HostEdges,
+};
 use mlff_distiller::md::{
     device_positions, host_positions, Ensemble, ForceProvider, ListSite, MdSettings, PainnForces,
     Simulation, StopReason,
@@ -17,7 +20,7 @@ use mlff_distiller::neighbors::batch_neighbor_list;
 use mlff_distiller::ops::EdgeOps;
 use mlff_distiller::profiler::{leak_check, sample, MemorySample};
 use mlff_distiller::systems::{aspirin, water_box};
-use mlff_distiller::{Batch, Structure};
+use mlff_distiller::{Batch, Calculator, Structure};
 
 /// These tests check device memory for leaks and share one GPU: each holds this lock, so that
 /// a leak check never counts another test's allocations (they ran in parallel threads).
@@ -150,6 +153,91 @@ fn cuda_graph_replay_matches_eager_calls() {
             check(&moved, "moved, new list");
             check(&moved, "replayed again");
         }
+    }
+}
+
+/// `n` copies of aspirin, each moved a little (seeded by `seed`), scaled about the origin.
+fn aspirins(n: usize, seed: u64, scale: f64) -> Batch {
+    let copies = (0..n as u64).map(|k| {
+        let mut s = jiggle(&aspirin(), 0.05, seed * 100 + k);
+        s.positions.iter_mut().flatten().for_each(|x| *x *= scale);
+        s
+    });
+    Batch::new(copies.collect()).unwrap()
+}
+
+/// The graph calculator (`mlff predict`/`eval`) gives the eager call's energies and forces
+/// for a sequence of batches of recurring shapes: a shape is captured at its second call and
+/// replayed from then on, the least recently used graph goes beyond the cache's two, a list
+/// longer than a graph's capacity is captured again for the same atoms (and a shorter one then
+/// takes the smaller graph); f32 and f64.
+#[test]
+fn cuda_graph_cache_replays_recurring_batch_shapes() {
+    let _gpu = exclusive();
+    let gpu = cuda();
+    for dtype in [DType::F32, DType::F64] {
+        let calc = shipped(dtype, &gpu);
+        let (tol_e, tol_f) = tolerances(dtype);
+        let policy = CachePolicy {
+            max_graphs: 2,
+            ..CachePolicy::default()
+        };
+        let graphs = GraphCalculator::with_policy(&calc, Graphs::Auto, policy).unwrap();
+        let water = |seed| Batch::new(vec![jiggle(&water_box(27, 4), 0.05, seed)]).unwrap();
+        // (batch, replayed?, captures so far)
+        let calls = [
+            ("A1", aspirins(4, 1, 1.0), false, 0),
+            ("A2", aspirins(4, 2, 1.0), true, 1),
+            ("B1", aspirins(3, 3, 1.0), false, 1),
+            ("A3", aspirins(4, 4, 1.0), true, 1),
+            ("B2", aspirins(3, 5, 1.0), true, 2),
+            ("B3", aspirins(3, 6, 1.0), true, 2),
+            ("C1", water(7), false, 2),
+            ("C2", water(8), true, 3), // A, the least recently used, goes
+            ("A4", aspirins(4, 9, 1.0), true, 4), // seen before: captured at once; B goes
+            ("A compressed", aspirins(4, 10, 0.6), true, 5), // outgrows A's capacity
+            ("A5", aspirins(4, 11, 1.0), true, 5),
+        ];
+        for (name, batch, replayed, captures) in &calls {
+            let before = graphs.stats();
+            let got = graphs.compute(batch).unwrap();
+            let want = calc.compute(batch).unwrap();
+            let stats = graphs.stats();
+            let what = format!("{dtype:?} {name}");
+            assert_eq!(
+                stats.replays - before.replays,
+                *replayed as u64,
+                "{what}: replayed"
+            );
+            assert_eq!(stats.captures, *captures, "{what}: captures");
+            let scale_e = want.energies.iter().fold(1.0f64, |m, x| m.max(x.abs()));
+            let de = max_diff(&got.energies, &want.energies);
+            let flat = |p: &mlff_distiller::Prediction| -> Vec<f64> {
+                p.forces.iter().flatten().flatten().copied().collect()
+            };
+            let (f_got, f_want) = (flat(&got), flat(&want));
+            let scale_f = f_want.iter().fold(1.0f64, |m, x| m.max(x.abs()));
+            let df = max_diff(&f_got, &f_want);
+            assert!(de <= tol_e * scale_e, "{what}: energies differ by {de}");
+            assert!(df <= tol_f * scale_f, "{what}: forces differ by {df}");
+            println!("{what}: max dE {de:.2e} eV, max dF {df:.2e} eV/Å");
+        }
+        let stats = graphs.stats();
+        let expected = CacheStats {
+            captures: 5,
+            replays: 8,
+            eager: 3,
+            evictions: 3,
+        };
+        assert_eq!(stats, expected, "{dtype:?}");
+        // The compressed batch's graph and the smaller one both hold 84 atoms in 4 structures.
+        let mut kept: Vec<_> = graphs.cached_shapes();
+        kept.sort_by_key(|s| s.edge_capacity);
+        assert!(
+            kept.len() == 2 && kept.iter().all(|s| (s.atoms, s.structures) == (84, 4)),
+            "{kept:?}"
+        );
+        assert!(graphs.failure().is_none());
     }
 }
 

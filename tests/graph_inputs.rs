@@ -6,12 +6,12 @@ mod common;
 use candle_core::{DType, Device};
 use common::*;
 use mlff_distiller::calculator::edge_offsets;
-use mlff_distiller::graph::{edge_capacity, pad_edges, Graphs, HostEdges};
+use mlff_distiller::graph::{edge_capacity, pad_edges, GraphCalculator, Graphs, HostEdges};
 use mlff_distiller::model::PainnInputs;
 use mlff_distiller::neighbors::batch_neighbor_list;
 use mlff_distiller::ops::EdgeOps;
 use mlff_distiller::systems::{aspirin, water_box};
-use mlff_distiller::Batch;
+use mlff_distiller::{Batch, Calculator};
 
 #[test]
 fn padded_edge_lists_change_no_energy_or_force() {
@@ -57,4 +57,25 @@ fn graphs_are_refused_where_they_cannot_run() {
     let msg = Graphs::On.wanted(&calc).unwrap_err().to_string();
     assert!(msg.contains("--graphs on"), "{msg}");
     assert!("sometimes".parse::<Graphs>().is_err());
+}
+
+#[test]
+fn the_graph_calculator_runs_op_by_op_where_graphs_cannot_run() {
+    let calc = calculator(DType::F64, &Device::Cpu).with_ops(EdgeOps::Fused);
+    let batch = Batch::new(vec![aspirin(), random_molecule(5, 3)]).unwrap();
+    let graphs = GraphCalculator::new(&calc, Graphs::Auto).unwrap();
+    for _ in 0..3 {
+        assert_eq!(
+            graphs.compute(&batch).unwrap(),
+            calc.compute(&batch).unwrap()
+        );
+    }
+    let stats = graphs.stats();
+    assert_eq!((stats.eager, stats.captures, stats.replays), (3, 0, 0));
+    assert!(graphs.cached_shapes().is_empty() && graphs.failure().is_none());
+    let msg = GraphCalculator::new(&calc, Graphs::On)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(msg.contains("--graphs on"), "{msg}");
 }

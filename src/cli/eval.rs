@@ -1,6 +1,6 @@
 //! `mlff eval MODEL DATA`: accuracy against labelled frames.
 
-use super::ModelArgs;
+use super::{BatchGraphArgs, ModelArgs};
 use anyhow::Result;
 use clap::Args;
 use mlff_distiller::eval::{evaluate, Errors};
@@ -24,6 +24,8 @@ pub struct EvalArgs {
     batch_size: usize,
     #[command(flatten)]
     run: ModelArgs,
+    #[command(flatten)]
+    graphs: BatchGraphArgs,
 }
 
 fn row(name: &str, e: &Errors) -> String {
@@ -42,10 +44,12 @@ fn row(name: &str, e: &Errors) -> String {
 }
 
 pub fn run(a: EvalArgs) -> Result<()> {
-    let calc = a.run.calculator(&a.model)?;
+    let model = a.run.calculator(&a.model)?;
     let ds = Dataset::load_all(&a.data)?;
-    ds.check_elements(calc.model().config())?;
+    ds.check_elements(model.model().config())?;
+    let calc = a.graphs.wrap(&model)?;
     let (report, parity) = evaluate(&calc, &ds.frames, a.batch_size)?;
+    BatchGraphArgs::report(&calc);
     println!(
         "{} on {} ({} frames)",
         a.model.display(),

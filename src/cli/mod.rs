@@ -123,6 +123,45 @@ impl ModelArgs {
     }
 }
 
+/// `--graphs` for commands that call the model on batch after batch (`predict`, `eval`).
+#[derive(Args, Clone)]
+pub struct BatchGraphArgs {
+    /// auto: on a CUDA device with --ops fused, a batch shape (atoms, structures) seen a second
+    /// time is captured as a CUDA graph and replayed from then on (up to 8 graphs kept;
+    /// molecules whose eager call is one kernel, and lists of more than 32,768 edges, stay op
+    /// by op); on: every batch, an error where graphs cannot run; off: never. The same
+    /// energies and forces either way, to f32 rounding (atomic sums may add in another order).
+    #[arg(long, default_value = "auto")]
+    pub graphs: mlff_distiller::graph::Graphs,
+}
+
+impl BatchGraphArgs {
+    /// `calc` with graphs as asked.
+    pub fn wrap<'a>(
+        &self,
+        calc: &'a mlff_distiller::PainnCalculator,
+    ) -> Result<mlff_distiller::graph::GraphCalculator<'a>> {
+        Ok(mlff_distiller::graph::GraphCalculator::new(
+            calc,
+            self.graphs,
+        )?)
+    }
+
+    /// One line on stderr about the graphs used, if any were tried.
+    pub fn report(calc: &mlff_distiller::graph::GraphCalculator) {
+        let s = calc.stats();
+        if s.captures > 0 {
+            eprintln!(
+                "CUDA graphs: {} captured, {} batches replayed, {} run op by op, {} evicted",
+                s.captures, s.replays, s.eager, s.evictions
+            );
+        }
+        if let Some(why) = calc.failure() {
+            eprintln!("note: CUDA graphs were given up, the batches ran op by op: {why}");
+        }
+    }
+}
+
 /// `--dtype f32|f64`.
 pub fn parse_dtype(s: &str) -> std::result::Result<candle_core::DType, String> {
     match s {

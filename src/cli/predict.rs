@@ -1,6 +1,6 @@
 //! `mlff predict MODEL FILE`: energies and forces for every frame, written as extended XYZ.
 
-use super::ModelArgs;
+use super::{BatchGraphArgs, ModelArgs};
 use anyhow::{Context, Result};
 use clap::Args;
 use mlff_distiller::io::{read_extxyz, write_extxyz};
@@ -23,11 +23,14 @@ pub struct PredictArgs {
     batch_size: usize,
     #[command(flatten)]
     run: ModelArgs,
+    #[command(flatten)]
+    graphs: BatchGraphArgs,
 }
 
 pub fn run(a: PredictArgs) -> Result<()> {
     anyhow::ensure!(a.batch_size > 0, "--batch-size must be at least 1");
-    let calc = a.run.calculator(&a.model)?;
+    let model = a.run.calculator(&a.model)?;
+    let calc = a.graphs.wrap(&model)?;
     let frames = read_extxyz(&a.input)?;
     anyhow::ensure!(!frames.is_empty(), "{}: no frames", a.input.display());
     let mut out = Vec::with_capacity(frames.len());
@@ -42,6 +45,7 @@ pub fn run(a: PredictArgs) -> Result<()> {
             out.push(with_prediction(s.clone(), e, f));
         }
     }
+    BatchGraphArgs::report(&calc);
     print_summary(&out);
     if let Some(path) = &a.output {
         write_extxyz(path, &out)?;

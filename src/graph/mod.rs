@@ -15,6 +15,10 @@
 //! [`crate::device::with_own_stream`] (a stream of its own, without cudarc's per-buffer events)
 //! and the fused path ([`EdgeOps::Fused`]); the CPU has no graphs.
 
+mod cache;
+
+pub use cache::{CachePolicy, CacheStats, GraphCalculator, ShapeCache};
+
 use crate::calculator::PainnCalculator;
 use crate::error::{Error, Result};
 use crate::model::PainnInputs;
@@ -135,8 +139,8 @@ pub struct ForceGraph {
     centers: Var,
     neighbors: Var,
     offsets: Var,
-    species: Tensor,
-    atom_structure: Tensor,
+    species: Var,
+    atom_structure: Var,
     /// Static outputs, rewritten by every replay: energy per structure [S] and forces [N, 3],
     /// both f64.
     energies: Var,
@@ -188,8 +192,10 @@ impl ForceGraph {
             edge_capacity: centers.dim(0)?,
         };
         let var = |t: Tensor| Var::from_tensor(&t);
-        let positions = var(positions.to_dtype(DType::F64)?)?;
+        // Copies: a Var shares its tensor's storage, and replays overwrite these buffers.
+        let positions = var(positions.to_dtype(DType::F64)?.copy()?)?;
         let (centers, neighbors, offsets) = (var(centers)?, var(neighbors)?, var(offsets)?);
+        let (species, atom_structure) = (var(species.copy()?)?, var(atom_structure.copy()?)?);
         let energies = var(Tensor::zeros(structures, DType::F64, &dev)?)?;
         let forces = var(Tensor::zeros((atoms, 3), DType::F64, &dev)?)?;
         let parts = Parts {
@@ -198,8 +204,8 @@ impl ForceGraph {
             centers: &centers,
             neighbors: &neighbors,
             offsets: &offsets,
-            species,
-            atom_structure,
+            species: &species,
+            atom_structure: &atom_structure,
             structures,
             energies: &energies,
             forces: &forces,
@@ -213,8 +219,8 @@ impl ForceGraph {
             centers,
             neighbors,
             offsets,
-            species: species.clone(),
-            atom_structure: atom_structure.clone(),
+            species,
+            atom_structure,
             energies,
             forces,
             graph,
@@ -239,6 +245,24 @@ impl ForceGraph {
         self.centers.set(&centers)?;
         self.neighbors.set(&neighbors)?;
         self.offsets.set(&offsets)?;
+        Ok(())
+    }
+
+    /// Replaces the atoms' species and structure index ([N] u32 each, as captured): another
+    /// batch of the same shape.
+    pub fn set_atoms(&self, species: &Tensor, atom_structure: &Tensor) -> Result<()> {
+        for (what, t) in [("species", species), ("structure index", atom_structure)] {
+            if t.dims() != [self.shape.atoms] || t.dtype() != DType::U32 {
+                return Err(Error::Device(format!(
+                    "graph captured for {} atoms given a {what} tensor {:?} of {:?}",
+                    self.shape.atoms,
+                    t.dims(),
+                    t.dtype()
+                )));
+            }
+        }
+        self.species.set(species)?;
+        self.atom_structure.set(atom_structure)?;
         Ok(())
     }
 
@@ -316,8 +340,8 @@ struct Parts<'a> {
     centers: &'a Var,
     neighbors: &'a Var,
     offsets: &'a Var,
-    species: &'a Tensor,
-    atom_structure: &'a Tensor,
+    species: &'a Var,
+    atom_structure: &'a Var,
     structures: usize,
     energies: &'a Var,
     forces: &'a Var,
@@ -329,12 +353,12 @@ impl Parts<'_> {
     /// replays beyond its buffers.
     fn step(&self) -> Result<()> {
         let inputs = PainnInputs {
-            species: self.species.clone(),
+            species: self.species.as_tensor().clone(),
             positions: self.positions.to_dtype(self.calc.dtype())?,
             centers: self.centers.as_tensor().clone(),
             neighbors: self.neighbors.as_tensor().clone(),
             offsets: self.offsets.as_tensor().clone(),
-            atom_structure: self.atom_structure.clone(),
+            atom_structure: self.atom_structure.as_tensor().clone(),
             n_structures: self.structures,
         };
         // The separate kernels, even where an eager call takes the one kernel: replayed, the
