@@ -180,7 +180,7 @@ impl<'a> GraphCalculator<'a> {
         let mut state = self.state.borrow_mut();
         let state = &mut *state;
         let (atoms, structures, e) = (batch.n_atoms(), batch.n_structures(), edges.len());
-        if !state.enabled || atoms == 0 || !self.worth_capturing(atoms, e)? {
+        if atoms == 0 || !self.worth_capturing(atoms, e)? {
             return Ok(None);
         }
         let dev = self.calc.device();
@@ -249,15 +249,17 @@ impl Calculator for GraphCalculator<'_> {
     fn compute_phased(&self, batch: &Batch, clock: &mut dyn PhaseClock) -> Result<Prediction> {
         clock.mark(Phase::NeighborList)?;
         let nl = batch_neighbor_list(batch, self.cutoff())?;
-        let offsets = edge_offsets(batch, &nl);
-        let edges = HostEdges {
-            centers: &nl.centers,
-            neighbors: &nl.neighbors,
-            offsets: &offsets,
-        };
-        clock.mark(Phase::Call)?;
-        if let Some(pred) = self.replayed(batch, edges)? {
-            return Ok(pred);
+        if self.state.borrow().enabled {
+            let offsets = edge_offsets(batch, &nl);
+            let edges = HostEdges {
+                centers: &nl.centers,
+                neighbors: &nl.neighbors,
+                offsets: &offsets,
+            };
+            clock.mark(Phase::Call)?;
+            if let Some(pred) = self.replayed(batch, edges)? {
+                return Ok(pred);
+            }
         }
         self.state.borrow_mut().stats.eager += 1;
         self.calc.compute_with(batch, &nl, clock)
