@@ -15,14 +15,14 @@
 use super::{edge_capacity, ForceGraph, GraphEdges, GraphShape, Graphs, HostEdges};
 use crate::calculator::{edge_offsets, Calculator, PainnCalculator, Prediction};
 use crate::error::Result;
-use crate::neighbors::batch_neighbor_list;
+use crate::neighbors::{batch_neighbor_list, NeighborList};
 use crate::profiler::{NoClock, Phase, PhaseClock};
 use crate::structure::Batch;
 use candle_core::Tensor;
 use std::cell::RefCell;
 use std::collections::HashMap;
 
-/// How many graphs a [`GraphCache`] keeps, and when it captures.
+/// How many graphs a [`GraphCalculator`] keeps, and when it captures.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CachePolicy {
     /// Graphs kept at most.
@@ -44,7 +44,7 @@ impl Default for CachePolicy {
     }
 }
 
-/// What a [`GraphCache`] did so far.
+/// What a [`GraphCalculator`] did so far.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct CacheStats {
     pub captures: u64,
@@ -175,25 +175,41 @@ impl<'a> GraphCalculator<'a> {
         self.state.borrow().failure.clone()
     }
 
-    /// The call as a replay, or `None` where it runs op by op.
-    fn replayed(&self, batch: &Batch, edges: HostEdges) -> Result<Option<Prediction>> {
+    /// The call as a replay, or `None` where it runs op by op. Nothing is built or uploaded
+    /// for a call that runs op by op.
+    fn replayed(
+        &self,
+        batch: &Batch,
+        nl: &NeighborList,
+        clock: &mut dyn PhaseClock,
+    ) -> Result<Option<Prediction>> {
         let mut state = self.state.borrow_mut();
         let state = &mut *state;
-        let (atoms, structures, e) = (batch.n_atoms(), batch.n_structures(), edges.len());
-        if atoms == 0 || !self.worth_capturing(atoms, e)? {
+        let (atoms, structures, e) = (batch.n_atoms(), batch.n_structures(), nl.len());
+        if !state.enabled || atoms == 0 || !self.worth_capturing(atoms, e)? {
             return Ok(None);
         }
-        let dev = self.calc.device();
-        let species = Tensor::from_vec(self.calc.species_of(batch)?, atoms, dev)?;
-        let atom_structure = Tensor::from_vec(batch.atom_structure(), atoms, dev)?;
-        let flat: Vec<f64> = batch.positions().into_iter().flatten().collect();
-        let positions = Tensor::from_vec(flat, (atoms, 3), dev)?;
-        if state.cache.get(atoms, structures, e).is_none() {
+        let cached = state.cache.get(atoms, structures, e).is_some();
+        if !cached {
             let calls = state.calls.entry((atoms, structures)).or_default();
             *calls += 1;
             if *calls < state.cache.policy.capture_at_call {
                 return Ok(None);
             }
+        }
+        clock.mark(Phase::Call)?;
+        let offsets = edge_offsets(batch, nl);
+        let edges = HostEdges {
+            centers: &nl.centers,
+            neighbors: &nl.neighbors,
+            offsets: &offsets,
+        };
+        let dev = self.calc.device();
+        let species = Tensor::from_vec(self.calc.species_of(batch)?, atoms, dev)?;
+        let atom_structure = Tensor::from_vec(batch.atom_structure(), atoms, dev)?;
+        let flat: Vec<f64> = batch.positions().into_iter().flatten().collect();
+        let positions = Tensor::from_vec(flat, (atoms, 3), dev)?;
+        if !cached {
             let captured = ForceGraph::capture(
                 self.calc,
                 &species,
@@ -216,7 +232,7 @@ impl<'a> GraphCalculator<'a> {
             state.stats.evictions += state.cache.insert(shape, graph) as u64;
         }
         let Some(graph) = state.cache.get(atoms, structures, e) else {
-            return Ok(None); // not reached: the shape was just kept
+            return Ok(None); // not reached: the shape is kept
         };
         graph.set_atoms(&species, &atom_structure)?;
         graph.set_edges(edges)?;
@@ -249,17 +265,8 @@ impl Calculator for GraphCalculator<'_> {
     fn compute_phased(&self, batch: &Batch, clock: &mut dyn PhaseClock) -> Result<Prediction> {
         clock.mark(Phase::NeighborList)?;
         let nl = batch_neighbor_list(batch, self.cutoff())?;
-        if self.state.borrow().enabled {
-            let offsets = edge_offsets(batch, &nl);
-            let edges = HostEdges {
-                centers: &nl.centers,
-                neighbors: &nl.neighbors,
-                offsets: &offsets,
-            };
-            clock.mark(Phase::Call)?;
-            if let Some(pred) = self.replayed(batch, edges)? {
-                return Ok(pred);
-            }
+        if let Some(pred) = self.replayed(batch, &nl, clock)? {
+            return Ok(pred);
         }
         self.state.borrow_mut().stats.eager += 1;
         self.calc.compute_with(batch, &nl, clock)
