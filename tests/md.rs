@@ -307,6 +307,57 @@ fn device_resident_painn_forces_match_the_host_calculator_path() {
     }
 }
 
+/// Deferring the neighbour-list checks (read back once per run of steps, the default on CUDA)
+/// changes nothing: with a skin small enough that the list is due every few steps, and logs
+/// only every 25 steps, so that most rebuilds are found after the fact and their step redone,
+/// the runs (NVT: the noise stream is rewound too) equal the step-by-step checks bit for bit.
+#[test]
+fn deferred_list_checks_give_the_same_trajectory() {
+    let calc = small_painn(DType::F64);
+    let molecule = common::random_molecule(10, 5);
+    let nvt = Ensemble::Nvt {
+        temperature: 500.0,
+        friction: 20.0,
+    };
+    let st = MdSettings {
+        skin: 0.4,
+        log_every: 25,
+        ..settings(0.5, 150, nvt)
+    };
+    let sim = |defer: bool| {
+        let f = PainnForces::new(&calc, &molecule, st.skin)
+            .unwrap()
+            .with_deferred_checks(defer);
+        let mut sim = Simulation::new(f, &molecule, st.clone(), serde_json::Value::Null).unwrap();
+        let summary = sim.run(&mut quiet()).unwrap();
+        let state = sim.state();
+        let x = mlff_distiller::md::host_positions(&state.positions).unwrap();
+        let v = mlff_distiller::md::host_positions(&state.velocities).unwrap();
+        let deferred = (summary.deferred_steps, summary.redone_steps);
+        (
+            sim.records().to_vec(),
+            summary.neighbor_list_builds,
+            x,
+            v,
+            deferred,
+        )
+    };
+    let (log, builds, x, v, deferred) = sim(false);
+    assert!(builds > 8, "only {builds} list builds");
+    assert_eq!(deferred, (0, 0));
+    let (log_d, builds_d, x_d, v_d, (deferred, redone)) = sim(true);
+    assert!(
+        deferred > 75 && redone > 0,
+        "{deferred} steps deferred, {redone} redone"
+    );
+    assert_eq!(builds_d, builds);
+    assert_eq!((x_d, v_d), (x, v));
+    assert_eq!(log_d.len(), log.len());
+    for (a, b) in log_d.iter().zip(&log) {
+        assert_eq!((a.step, a.e_pot, a.e_kin), (b.step, b.e_pot, b.e_kin));
+    }
+}
+
 /// MD with the list from the device list (its CPU twin) follows MD with the host cell list
 /// bit for bit: the same edges in the same order, built at the same steps, and the same
 /// wrapped positions, for a molecule (NVT) and a periodic box (NVE).

@@ -289,6 +289,12 @@ pub fn print_summary(s: &MdSummary) {
         "speed: {:.1} steps/s, {:.3} ns/day ({:.1} s wall, {} neighbour-list builds)",
         s.steps_per_s, s.ns_per_day, s.wall_s, s.neighbor_list_builds
     );
+    if s.redone_steps > 0 {
+        println!(
+            "list checks deferred for {} steps; {} of them redone after the list was due",
+            s.deferred_steps, s.redone_steps
+        );
+    }
     if let Some(d) = s.energy_drift_mev_per_atom_ps {
         println!(
             "energy drift: {d:+.4} meV/atom/ps (fitted slope), E_tot std {:.4} meV/atom",

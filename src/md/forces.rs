@@ -55,6 +55,24 @@ pub trait ForceProvider {
         0
     }
 
+    /// Defers the neighbour-list check of the evaluations that follow, if the provider can:
+    /// they then neither rebuild the list nor read anything back to the host, and keep each
+    /// call's displacement on the device until [`take_deferred_checks`] (which ends the
+    /// deferral). Returns whether it defers; by default it does not, and checks every call.
+    ///
+    /// [`take_deferred_checks`]: Self::take_deferred_checks
+    fn defer_list_checks(&mut self) -> bool {
+        false
+    }
+
+    /// The deferred evaluations' checks, in order, with one host read, and checks every call
+    /// again from here on: each the largest squared displacement since the list was built over
+    /// the largest the list allows, NaN where a position was not finite. Values above 1 (or
+    /// NaN) mark calls whose list no longer held: their results are wrong.
+    fn take_deferred_checks(&mut self) -> Result<Vec<f64>> {
+        Ok(Vec::new())
+    }
+
     /// Runs a whole step of `integrator` (with this step's Langevin `noise`) as a captured
     /// CUDA graph, if the provider has one: Ok(true) when `state` has advanced, Ok(false) when
     /// the step must run op by op (no graph, or the graph's neighbour list no longer holds).
@@ -226,6 +244,12 @@ pub struct PainnForces<'a> {
     captures: usize,
     /// The whole MD step around `graph`, captured at the first step.
     steps: Option<StepGraph>,
+    /// Whether MD may defer the list checks ([`ForceProvider::defer_list_checks`]): on CUDA
+    /// devices, where each check's host read stalls the queue of launches, unless
+    /// MLFF_DEFER_LIST_CHECKS=0.
+    may_defer: bool,
+    /// While deferred: each evaluation's [Σ, max] |x − reference|² since then, on the device.
+    deferred: Option<Vec<Tensor>>,
 }
 
 struct ListTensors {
@@ -281,8 +305,18 @@ impl<'a> PainnForces<'a> {
             graph: None,
             captures: 0,
             steps: None,
+            may_defer: dev.is_cuda() && crate::device::env_usize("MLFF_DEFER_LIST_CHECKS", 1) != 0,
+            deferred: None,
         }
         .with_list_site(ListSite::Auto)
+    }
+
+    /// Lets MD defer the neighbour-list checks of a run of steps and read them back at once
+    /// (the default on CUDA devices), or makes it check every step (the default on the CPU).
+    /// The trajectory is the same: a step whose list no longer held is redone.
+    pub fn with_deferred_checks(mut self, defer: bool) -> Self {
+        self.may_defer = defer;
+        self
     }
 
     /// Builds the neighbour list where `site` says (before the first step).
@@ -528,9 +562,13 @@ impl ForceProvider for PainnForces<'_> {
         clock: &mut dyn PhaseClock,
     ) -> Result<Evaluation> {
         clock.mark(Phase::NeighborList)?;
-        let rebuild = match &self.reference {
-            None => true,
-            Some(r) => {
+        let rebuild = match (&self.reference, &mut self.deferred) {
+            (None, _) => true,
+            (Some(r), Some(pending)) => {
+                pending.push(displacement2(positions, r)?);
+                false
+            }
+            (Some(r), None) => {
                 let d2 = self.max_displacement2(positions, r)?;
                 if d2.is_nan() {
                     return Err(non_finite_atom(positions));
@@ -602,6 +640,37 @@ impl ForceProvider for PainnForces<'_> {
 
     fn list_builds(&self) -> usize {
         self.verlet.rebuilds() + self.device_builds
+    }
+
+    /// Where the whole step is not a captured graph (which checks its own list) and a list
+    /// has been built.
+    fn defer_list_checks(&mut self) -> bool {
+        let can = self.may_defer
+            && self.graph.is_none()
+            && self.reference.is_some()
+            && self.verlet.skin() > 0.0;
+        if can && self.deferred.is_none() {
+            self.deferred = Some(Vec::new());
+        }
+        can
+    }
+
+    fn take_deferred_checks(&mut self) -> Result<Vec<f64>> {
+        let Some(pending) = self.deferred.take() else {
+            return Ok(Vec::new());
+        };
+        if pending.is_empty() {
+            return Ok(Vec::new());
+        }
+        let half = 0.5 * self.verlet.skin();
+        let rows = Tensor::stack(&pending, 0)?.to_vec2::<f64>()?;
+        Ok(rows
+            .iter()
+            .map(|d| match d[0].is_finite() {
+                true => d[1] / (half * half),
+                false => f64::NAN,
+            })
+            .collect())
     }
 
     fn step_captured(

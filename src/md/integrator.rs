@@ -54,6 +54,8 @@ impl Ensemble {
 
 /// The dynamical state, on the force provider's device: [N, 3] f64 positions (Å), velocities
 /// (Å per ASE time unit) and forces (eV/Å), the scalar potential energy (eV), and the step.
+/// A clone shares the tensors, which steps replace rather than change: it is a snapshot.
+#[derive(Clone)]
 pub struct State {
     pub positions: Tensor,
     pub velocities: Tensor,

@@ -6,6 +6,7 @@
 mod analysis;
 mod forces;
 mod integrator;
+mod lookahead;
 mod output;
 pub mod potentials;
 mod restart;
@@ -23,6 +24,7 @@ pub use forces::{
     ListSite, PainnForces, PRUNE_FROM_EDGES,
 };
 pub use integrator::{Ensemble, Integrator, State};
+pub use lookahead::{Lookahead, MOST_STEPS};
 pub use output::{read_log, LogRecord};
 pub use restart::Restart;
 pub use run::{MdOutputs, MdSettings, MdSummary, Progress, Simulation, StopReason};

@@ -4,6 +4,7 @@
 use super::analysis::{check_separation, Bonds, BOND_DEVIATION_LIMIT};
 use super::forces::{device_positions, host_positions, ForceProvider};
 use super::integrator::{Ensemble, Integrator, State};
+use super::lookahead::Lookahead;
 use super::output::{read_log, write_frame, write_log, AppendFile, Frame, LogRecord};
 use super::restart::{Restart, RESTART_FORMAT, RESTART_VERSION};
 use super::validate::window;
@@ -149,6 +150,10 @@ pub struct MdSummary {
     pub finite: bool,
     pub stop: StopReason,
     pub neighbor_list_builds: usize,
+    /// Steps run with deferred neighbour-list checks (this invocation), and those of them
+    /// thrown away because the list had stopped holding before them.
+    pub deferred_steps: u64,
+    pub redone_steps: u64,
 }
 
 /// An MD run on one structure.
@@ -172,6 +177,8 @@ pub struct Simulation<F: ForceProvider> {
     caller: serde_json::Value,
     /// Step 0 still to be logged (fresh runs).
     fresh: bool,
+    /// Steps run with deferred list checks, and of them thrown away ([`MdSummary`]).
+    deferred: (u64, u64),
 }
 
 impl<F: ForceProvider> Simulation<F> {
@@ -325,6 +332,7 @@ impl<F: ForceProvider> Simulation<F> {
             log,
             caller,
             fresh: false,
+            deferred: (0, 0),
         })
     }
 
@@ -362,7 +370,17 @@ impl<F: ForceProvider> Simulation<F> {
             }
         }
         let s = self.settings.clone();
+        let mut ahead = Lookahead::default();
         while stop == StopReason::Completed && self.state.step < s.steps {
+            // Steps up to the next one that writes something run with their list checks
+            // read back at once; that step checks its own, as does one redone after a run
+            // whose list stopped holding (it rebuilds the list).
+            let room = (self.next_output_step() - self.state.step).saturating_sub(1);
+            let deferred = (room as usize).min(ahead.steps());
+            if deferred > 0 && self.run_deferred(deferred, &mut ahead)? {
+                continue;
+            }
+            let builds = self.forces.list_builds();
             let stepped = self
                 .integrator
                 .step(&mut self.state, &mut self.forces, &mut self.rng);
@@ -374,6 +392,9 @@ impl<F: ForceProvider> Simulation<F> {
                 break;
             }
             stepped?;
+            if self.forces.list_builds() != builds {
+                ahead.rebuilt();
+            }
             let k = self.state.step;
             let log_now = k.is_multiple_of(s.log_every) || k == s.steps;
             let traj_now = s.traj_every > 0 && k.is_multiple_of(s.traj_every);
@@ -399,6 +420,53 @@ impl<F: ForceProvider> Simulation<F> {
             }
         }
         Ok(self.summary(first_step, t0.elapsed().as_secs_f64(), stop))
+    }
+
+    /// The next step that logs, writes a frame or a restart file, or ends the run.
+    fn next_output_step(&self) -> u64 {
+        let s = &self.settings;
+        let k = self.state.step;
+        let next = |every: u64| match every {
+            0 => u64::MAX,
+            e => (k / e + 1) * e,
+        };
+        next(s.log_every)
+            .min(next(s.traj_every))
+            .min(next(s.restart_every))
+            .min(s.steps)
+    }
+
+    /// Up to `steps` steps with the force provider's list checks deferred (where it defers
+    /// them): the states and noise streams stay until the checks are read, and the steps from
+    /// the first whose list no longer held are undone (the next, checked step redoes it). A
+    /// step that fails is undone too, so that the checked step reports it. Returns whether
+    /// all `steps` were kept.
+    fn run_deferred(&mut self, steps: usize, ahead: &mut Lookahead) -> Result<bool> {
+        if !self.forces.defer_list_checks() {
+            return Ok(false);
+        }
+        let mut before = Vec::with_capacity(steps);
+        let mut done = 0;
+        for _ in 0..steps {
+            before.push((self.state.clone(), self.rng.clone()));
+            let stepped = self
+                .integrator
+                .step(&mut self.state, &mut self.forces, &mut self.rng);
+            if stepped.is_err() {
+                break;
+            }
+            done += 1;
+        }
+        let checks = self.forces.take_deferred_checks()?;
+        let kept = ahead.read(&checks).min(done);
+        self.deferred.0 += done as u64;
+        self.deferred.1 += (done - kept) as u64;
+        if let Some((state, rng)) = before.into_iter().nth(kept) {
+            self.state = state;
+            self.rng = rng;
+            return Ok(false);
+        }
+        Ok(true)
     }
 
     /// Host-side look at the state: log row, frame, bond check. Returns why to stop, if so.
@@ -534,6 +602,8 @@ impl<F: ForceProvider> Simulation<F> {
             finite: !matches!(stop, StopReason::NonFinite { .. }),
             stop,
             neighbor_list_builds: self.forces.list_builds(),
+            deferred_steps: self.deferred.0,
+            redone_steps: self.deferred.1,
         }
     }
 }
