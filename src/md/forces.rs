@@ -539,11 +539,23 @@ impl<'a> PainnForces<'a> {
     /// Largest squared displacement since the last build (NaN when a position is not finite).
     fn max_displacement2(&self, positions: &Tensor, reference: &Tensor) -> Result<f64> {
         let both = displacement2(positions, reference)?.to_vec1::<f64>()?;
-        Ok(if both[0].is_finite() {
-            both[1]
-        } else {
-            f64::NAN
-        })
+        Ok(largest_displacement2(&both))
+    }
+
+    /// Largest squared displacement since the build that the list allows: (skin / 2)².
+    fn list_limit2(&self) -> f64 {
+        let half = 0.5 * self.verlet.skin();
+        half * half
+    }
+}
+
+/// The max of a [`displacement2`] pair [Σ, max], or NaN where the sum shows a position that
+/// is not finite.
+fn largest_displacement2(both: &[f64]) -> f64 {
+    if both[0].is_finite() {
+        both[1]
+    } else {
+        f64::NAN
     }
 }
 
@@ -573,8 +585,7 @@ impl ForceProvider for PainnForces<'_> {
                 if d2.is_nan() {
                     return Err(non_finite_atom(positions));
                 }
-                let half = 0.5 * self.verlet.skin();
-                d2 > half * half
+                d2 > self.list_limit2()
             }
         };
         if rebuild && self.device_list.is_some() {
@@ -662,14 +673,11 @@ impl ForceProvider for PainnForces<'_> {
         if pending.is_empty() {
             return Ok(Vec::new());
         }
-        let half = 0.5 * self.verlet.skin();
         let rows = Tensor::stack(&pending, 0)?.to_vec2::<f64>()?;
+        let limit2 = self.list_limit2();
         Ok(rows
             .iter()
-            .map(|d| match d[0].is_finite() {
-                true => d[1] / (half * half),
-                false => f64::NAN,
-            })
+            .map(|d| largest_displacement2(d) / limit2)
             .collect())
     }
 
@@ -692,9 +700,9 @@ impl ForceProvider for PainnForces<'_> {
                 }
             }
         }
-        let half = 0.5 * self.verlet.skin();
+        let limit2 = self.list_limit2();
         match &mut self.steps {
-            Some(steps) => steps.step(state, noise, half * half),
+            Some(steps) => steps.step(state, noise, limit2),
             None => Ok(false),
         }
     }

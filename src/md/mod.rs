@@ -24,7 +24,6 @@ pub use forces::{
     ListSite, PainnForces, PRUNE_FROM_EDGES,
 };
 pub use integrator::{Ensemble, Integrator, State};
-pub use lookahead::{Lookahead, MOST_STEPS};
 pub use output::{read_log, LogRecord};
 pub use restart::Restart;
 pub use run::{MdOutputs, MdSettings, MdSummary, Progress, Simulation, StopReason};
