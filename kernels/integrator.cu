@@ -5,6 +5,8 @@
 // Mirrors src/ops/integrator.rs.
 #include <cstddef>
 
+#include "integrator.cuh"
+
 #define FOR_ATOMS(i, n)                                                                \
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n);            \
          i += (size_t)gridDim.x * blockDim.x)
@@ -12,7 +14,7 @@
 // out = v + f hk[atom]: [N, 3].
 extern "C" __global__ void md_kick_f64(const double* v, const double* f, const double* hk,
                                        double* out, size_t n) {
-    FOR_ATOMS(t, 3 * n) { out[t] = __dadd_rn(v[t], __dmul_rn(f[t], hk[t / 3])); }
+    FOR_ATOMS(t, 3 * n) { out[t] = md_kick_one(v[t], f[t], hk[t / 3]); }
 }
 
 // out = [x' (3N) | v' (3N)]: v1 = v + f hk; NVE (langevin = 0): x' = x + v1 dt, v' = v1;
@@ -23,17 +25,8 @@ extern "C" __global__ void md_advance_f64(const double* x, const double* v, cons
                                           size_t langevin, double dt, double c1) {
     FOR_ATOMS(t, 3 * n) {
         const size_t a = t / 3;
-        const double v1 = __dadd_rn(v[t], __dmul_rn(f[t], hk[a]));
-        if (langevin == 0) {
-            out[t] = __dadd_rn(x[t], __dmul_rn(v1, dt));
-            out[3 * n + t] = v1;
-        } else {
-            const double half = 0.5 * dt;
-            const double x1 = __dadd_rn(x[t], __dmul_rn(v1, half));
-            const double v2 = __dadd_rn(__dmul_rn(v1, c1), __dmul_rn(xi[t], scale[a]));
-            out[t] = __dadd_rn(x1, __dmul_rn(v2, half));
-            out[3 * n + t] = v2;
-        }
+        md_advance_one(x[t], v[t], f[t], hk[a], langevin ? xi[t] : 0.0,
+                       langevin ? scale[a] : 0.0, langevin != 0, dt, c1, out[t], out[3 * n + t]);
     }
 }
 
@@ -44,19 +37,13 @@ extern "C" __global__ void md_displacement2_f64(const double* x, const double* r
     __shared__ double sums[32], maxes[32];
     double s = 0.0, m = 0.0;
     for (size_t a = threadIdx.x; a < n; a += blockDim.x) {
-        double d2 = 0.0;
-#pragma unroll
-        for (int c = 0; c < 3; ++c) {
-            const double d = x[3 * a + c] - r[3 * a + c];
-            d2 = __dadd_rn(d2, __dmul_rn(d, d));
-        }
+        const double d2 = md_displacement2_one(x + 3 * a, r + 3 * a);
         s = __dadd_rn(s, d2);
-        m = d2 > m || d2 != d2 ? d2 : m;
+        m = md_max_nan(m, d2);
     }
     for (int o = 16; o > 0; o >>= 1) {
         s += __shfl_down_sync(0xffffffffu, s, o);
-        const double mo = __shfl_down_sync(0xffffffffu, m, o);
-        m = mo > m || mo != mo ? mo : m;
+        m = md_max_nan(m, __shfl_down_sync(0xffffffffu, m, o));
     }
     const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     if (lane == 0) {
@@ -68,7 +55,7 @@ extern "C" __global__ void md_displacement2_f64(const double* x, const double* r
         double ts = 0.0, tm = 0.0;
         for (unsigned w = 0; w < (blockDim.x >> 5); ++w) {
             ts += sums[w];
-            tm = maxes[w] > tm || maxes[w] != maxes[w] ? maxes[w] : tm;
+            tm = md_max_nan(tm, maxes[w]);
         }
         out[0] = ts;
         out[1] = tm;

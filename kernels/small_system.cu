@@ -18,13 +18,68 @@
 // atom energies [N] and each edge's dE/dd, dE/du [E, 4] (zeroed in the first phase: the blocks
 // add their shares), then the scratch (the tape the adjoint reads). The barrier counts in a
 // separate [2] buffer that is zero at launch and left zero.
+//
+// With `step` set the launch is a whole MD step (src/ops/small_system_step.rs): every block
+// advances the f64 positions itself (kick, then drift or Langevin A O A, as md_advance) and
+// runs the model on them, and the last block to finish adds the closing kick and writes the
+// f64 state [x' | v' | f' (3N each) | energy | Σ, max of |x' - reference|²]: one launch a step
+// instead of the force kernel and ~8 small ones around it.
 #include "common.cuh"
 #include "edge_basis.cuh"
+#include "integrator.cuh"
 
 namespace {
 
 struct Dims {
     int n, e, f, r, blocks, groups, n_el, xs_len, eb_edges, stamps, s, h2;
+};
+
+// The MD step around the force call (`on` unset: a plain energy + forces call, whose launch
+// passes its float inputs in the unused slots).
+struct MdStep {
+    const double *x, *v, *f, *hk, *xi, *scale, *reference;
+    double* out;
+    double dt, c1;
+    bool on, langevin;
+    // Coordinate t after the step up to the force call.
+    __device__ __forceinline__ void advance(int t, double& x1, double& v1) const {
+        const int a = t / 3;
+        md_advance_one(x[t], v[t], f[t], hk[a], langevin ? xi[t] : 0.0, langevin ? scale[a] : 0.0,
+                       langevin, dt, c1, x1, v1);
+    }
+    // The last block's share: the closing kick with the new forces (type T, summed by every
+    // block), the total energy, and the displacement of the advanced positions.
+    template <typename T>
+    __device__ void finish(const T* forces, const T* energies, int n) const {
+        for (int t = threadIdx.x; t < 3 * n; t += blockDim.x) {
+            double x1, v1;
+            advance(t, x1, v1);
+            const double ft = double(__ldcg(forces + t));
+            out[t] = x1;
+            out[3 * n + t] = md_kick_one(v1, ft, hk[t / 3]);
+            out[6 * n + t] = ft;
+        }
+        if (threadIdx.x >= 32) return;
+        double e = 0.0, sum = 0.0, most = 0.0;
+        for (int a = threadIdx.x; a < n; a += 32) {
+            e += double(__ldcg(energies + a));
+            double xa[3], v1;
+            for (int c = 0; c < 3; ++c) advance(3 * a + c, xa[c], v1);
+            const double d2 = md_displacement2_one(xa, reference + 3 * a);
+            sum = __dadd_rn(sum, d2);
+            most = md_max_nan(most, d2);
+        }
+        for (int o = 16; o > 0; o >>= 1) {
+            e += __shfl_down_sync(0xffffffffu, e, o);
+            sum += __shfl_down_sync(0xffffffffu, sum, o);
+            most = md_max_nan(most, __shfl_down_sync(0xffffffffu, most, o));
+        }
+        if (threadIdx.x == 0) {
+            out[9 * n] = e;
+            out[9 * n + 1] = sum;
+            out[9 * n + 2] = most;
+        }
+    }
 };
 
 template <typename T>
@@ -268,12 +323,12 @@ struct Scratch {
 // F_, S_, R_: compile-time feature width, features per block and Gaussians (0: the run-time
 // value of d), so that the shipped model's sizes fold into shifts and fixed trip counts.
 template <typename T, int F_, int S_, int R_>
-__device__ __forceinline__ void small_system(const T* __restrict__ pos, const T* __restrict__ off,
+__device__ __forceinline__ void small_system(const T* pos_in, const T* __restrict__ off,
                              const T* __restrict__ wts, const unsigned int* __restrict__ species,
                              const unsigned int* __restrict__ ci,
                              const unsigned int* __restrict__ nj, const unsigned int* bar,
                              T* out, const Dims d,
-                             double cutoff) {
+                             double cutoff, const MdStep md) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     const int N = d.n, E = d.e;
     const int F = F_ ? F_ : d.f, R = R_ ? R_ : d.r, S = S_ ? S_ : d.s, H2 = F / 2;
@@ -306,6 +361,9 @@ __device__ __forceinline__ void small_system(const T* __restrict__ pos, const T*
     T* gedge = eacc + N;                // E x 4
     T* eb = gedge + 4 * E;              // edges_per_chunk x ebw
     unsigned int* eij = reinterpret_cast<unsigned int*>(eb + edges_per_chunk * ebw);  // 2 per edge
+    // An MD step's advanced positions, in the model's type [N, 3] (each block forms them).
+    T* pos_step = reinterpret_cast<T*>(eij + 2 * edges_per_chunk);
+    const T* pos = pos_in;
     // Barrier arrivals and finished blocks: a buffer of the device's that the last block to
     // finish sets back to zero, so that no launch needs a memset first.
     unsigned int* counter = const_cast<unsigned int*>(bar);
@@ -374,6 +432,15 @@ __device__ __forceinline__ void small_system(const T* __restrict__ pos, const T*
     // first block's interaction, which needs nothing from the other blocks.
     const T* phi_of_element = blocks_w + (size_t)d.blocks * bl.stride;
     load_filter(blocks_w);
+    if (md.on) {
+        for (int t = tid; t < 3 * N; t += nt) {
+            double x1, v1;
+            md.advance(t, x1, v1);
+            pos_step[t] = T(x1);
+        }
+        __syncthreads();
+        pos = pos_step;
+    }
     // Forces, energies and edge gradients, which the blocks add into after the first barrier.
     for (int idx = c * nt + tid; idx < 4 * N + 4 * E; idx += gridDim.x * nt) out[idx] = T(0);
     if (edges_resident) form_edges(0, E);
@@ -691,35 +758,44 @@ __device__ __forceinline__ void small_system(const T* __restrict__ pos, const T*
         }
     }
     stamps.mark();
-    // The last block out resets the barrier for the next launch: every block has passed its
-    // last barrier by the time it arrives here.
+    // The last block out finishes an MD step (every block's forces added by then) and resets
+    // the barrier for the next launch: every block has passed its last barrier by the time it
+    // arrives here.
+    __threadfence();
     __syncthreads();
+    int* last = reinterpret_cast<int*>(smem_raw);
+    if (tid == 0) *last = atomicAdd(counter + 1, 1u) == gridDim.x - 1;
+    __syncthreads();
+    if (!*last) return;
+    __threadfence();
+    if (md.on) md.finish(forces, energies, N);
     if (tid == 0) {
-        __threadfence();
-        if (atomicAdd(counter + 1, 1u) == gridDim.x - 1) {
-            atomicExch(counter, 0u);
-            atomicExch(counter + 1, 0u);
-        }
+        atomicExch(counter, 0u);
+        atomicExch(counter + 1, 0u);
     }
 }
 
+// Plain calls pass float inputs for the MD slots, which they leave unread.
 #define SMALL_SYSTEM(T, SUF)                                                                   \
-    extern "C" __global__ void __launch_bounds__(512)                                          \
-        small_system_##SUF(const T* pos, const T* off, const T* wts, const unsigned int* sp, \
-                           const unsigned int* ci, const unsigned int* nj,                     \
-                           const unsigned int* bar, T* out, size_t n,                          \
-                           size_t e, size_t f, size_t r, size_t blocks, size_t groups,         \
-                           size_t n_el, size_t xs_len, size_t eb_edges, size_t stamps,         \
-                           double cutoff) {                                                    \
+    extern "C" __global__ void __launch_bounds__(512) small_system_##SUF(                      \
+        const T* pos, const T* off, const T* wts, const double* md_x, const double* md_v,     \
+        const double* md_f, const double* md_hk, const double* md_xi, const double* md_scale, \
+        const double* md_reference, double* md_out, const unsigned int* sp,                    \
+        const unsigned int* ci, const unsigned int* nj, const unsigned int* bar, T* out,       \
+        size_t n, size_t e, size_t f, size_t r, size_t blocks, size_t groups, size_t n_el,     \
+        size_t xs_len, size_t eb_edges, size_t stamps, size_t step, size_t langevin,           \
+        double cutoff, double dt, double c1) {                                                 \
         const Dims d{(int)n,        (int)e,      (int)f,           (int)r,                     \
                      (int)blocks,   (int)groups, (int)n_el,        (int)xs_len,                \
                      (int)eb_edges, (int)stamps, (int)(f / groups), (int)(f / 2)};             \
+        const MdStep md{md_x,   md_v, md_f, md_hk,     md_xi,         md_scale, md_reference,  \
+                        md_out, dt,   c1,   step != 0, langevin != 0};                         \
         if (d.f == 128 && d.s == 8 && d.r == 20)                                               \
-            small_system<T, 128, 8, 20>(pos, off, wts, sp, ci, nj, bar, out, d, cutoff);            \
+            small_system<T, 128, 8, 20>(pos, off, wts, sp, ci, nj, bar, out, d, cutoff, md);   \
         else if (d.f == 128 && d.s == 2 && d.r == 20)                                          \
-            small_system<T, 128, 2, 20>(pos, off, wts, sp, ci, nj, bar, out, d, cutoff);            \
+            small_system<T, 128, 2, 20>(pos, off, wts, sp, ci, nj, bar, out, d, cutoff, md);   \
         else                                                                                   \
-            small_system<T, 0, 0, 0>(pos, off, wts, sp, ci, nj, bar, out, d, cutoff);               \
+            small_system<T, 0, 0, 0>(pos, off, wts, sp, ci, nj, bar, out, d, cutoff, md);      \
     }
 SMALL_SYSTEM(float, f32)
 SMALL_SYSTEM(double, f64)

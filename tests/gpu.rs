@@ -624,3 +624,230 @@ fn cuda_integrator_kernels_match_cpu() {
         cd[0]
     );
 }
+
+/// The MD step as one launch (kernels/small_system.cu with its MD slots) against its CPU twin
+/// (the same step op by op: md_advance, the one kernel's CPU twin, md_kick, md_displacement2):
+/// f32 and f64, NVE and Langevin, the shipped model on aspirin and the small model on a random
+/// molecule. Advanced positions and the largest displacement equal bit for bit; forces,
+/// energies and velocities within the one kernel's tolerance; launches interleaved with plain
+/// calls (the barrier counters are shared) repeat.
+#[test]
+fn cuda_single_launch_step_matches_cpu_twin() {
+    use mlff_distiller::ops::{small_system, small_system_step, LangevinNoise, MdStepInputs};
+    let gpu = cuda();
+    let asp = Batch::new(vec![aspirin()]).unwrap();
+    let mol = Batch::new(vec![random_molecule(30, 4)]).unwrap();
+    for dtype in [DType::F32, DType::F64] {
+        let tol = if dtype == DType::F32 { 3e-5 } else { 1e-10 };
+        let cases = [
+            (
+                "aspirin",
+                shipped_calculator(&Device::Cpu, dtype, EdgeOps::Fused),
+                shipped_calculator(&gpu, dtype, EdgeOps::Fused),
+                asp.clone(),
+            ),
+            (
+                "small model",
+                calculator(dtype, &Device::Cpu).with_ops(EdgeOps::Fused),
+                calculator(dtype, &gpu).with_ops(EdgeOps::Fused),
+                mol.clone(),
+            ),
+        ];
+        for (what, cpu_calc, gpu_calc, batch) in cases {
+            let (x_cpu, _) = cpu_calc.prepare(&batch).unwrap();
+            let (x_gpu, _) = gpu_calc.prepare(&batch).unwrap();
+            let fused = gpu_calc.model().fused().unwrap();
+            let plan = fused.one_kernel_plan(&x_gpu).unwrap().expect("one kernel");
+            let n = x_gpu.positions.dim(0).unwrap();
+            let column = |seed: f64, width: usize, size: f64| -> Vec<f64> {
+                (0..width * n)
+                    .map(|k| size * ((k as f64 + seed) * 0.37).sin())
+                    .collect()
+            };
+            let x0 = x_cpu.positions.to_dtype(DType::F64).unwrap();
+            let x0 = x0.flatten_all().unwrap().to_vec1::<f64>().unwrap();
+            let reference: Vec<f64> = (x0.iter().zip(column(7.0, 3, 0.05)))
+                .map(|(x, d)| x + d)
+                .collect();
+            let hk: Vec<f64> = column(5.0, 1, 0.01)
+                .iter()
+                .map(|h| h.abs() + 0.001)
+                .collect();
+            let scale: Vec<f64> = column(6.0, 1, 0.02).iter().map(|s| s.abs()).collect();
+            let inputs = [
+                x0,
+                column(1.0, 3, 0.05),
+                column(2.0, 3, 1.0),
+                column(3.0, 3, 1.0),
+            ];
+            let step = |dev: &Device,
+                        calc: &PainnCalculator,
+                        x: &mlff_distiller::model::PainnInputs,
+                        langevin: bool| {
+                let t = |v: &[f64], w: usize| Tensor::from_slice(v, (n, w), dev).unwrap();
+                let [pos, vel, frc, xi] = [0, 1, 2, 3].map(|k| t(&inputs[k], 3));
+                let (hk, scale, reference) = (t(&hk, 1), t(&scale, 1), t(&reference, 3));
+                let md = MdStepInputs {
+                    positions: &pos,
+                    velocities: &vel,
+                    forces: &frc,
+                    half_kick: &hk,
+                    dt: 0.049,
+                    noise: langevin.then_some(LangevinNoise {
+                        xi: &xi,
+                        scale: &scale,
+                        c1: 0.93,
+                    }),
+                    reference: &reference,
+                };
+                let fused = calc.model().fused().unwrap();
+                let index = [&x.species, &x.centers, &x.neighbors];
+                let w = fused.packed_weights().unwrap();
+                let out = small_system_step(&plan, w, &x.offsets, index, &md).unwrap();
+                let host = |t: &Tensor| t.flatten_all().unwrap().to_vec1::<f64>().unwrap();
+                [
+                    host(&out.positions),
+                    host(&out.velocities),
+                    host(&out.forces),
+                    vec![out.energy.to_scalar::<f64>().unwrap()],
+                    host(&out.displacement2),
+                ]
+            };
+            for langevin in [false, true] {
+                let label = format!("{what} {dtype:?} langevin {langevin}");
+                let want = step(&Device::Cpu, &cpu_calc, &x_cpu, langevin);
+                let scale_f = want[2].iter().fold(1.0f64, |m, f| m.max(f.abs()));
+                let max_hk = hk.iter().fold(0.0f64, |m, h| m.max(*h));
+                let diff = |a: &[f64], b: &[f64]| {
+                    a.iter()
+                        .zip(b)
+                        .fold(0.0f64, |m, (x, y)| m.max((x - y).abs()))
+                };
+                for call in 0..3 {
+                    // A plain call between steps: both share the barrier counters.
+                    let w = fused.packed_weights().unwrap();
+                    let index = (&x_gpu.species, &x_gpu.centers, &x_gpu.neighbors);
+                    small_system(
+                        &plan,
+                        w,
+                        &x_gpu.positions,
+                        &x_gpu.offsets,
+                        index.0,
+                        index.1,
+                        index.2,
+                    )
+                    .unwrap();
+                    let got = step(&gpu, &gpu_calc, &x_gpu, langevin);
+                    let (df, dv) = (diff(&got[2], &want[2]), diff(&got[1], &want[1]));
+                    let de = (got[3][0] - want[3][0]).abs();
+                    println!("{label} call {call}: ΔF {df:.2e} of {scale_f:.2}, Δv {dv:.2e}, ΔE {de:.2e}");
+                    assert_eq!(got[0], want[0], "{label}: advanced positions");
+                    assert_eq!(got[4][1], want[4][1], "{label}: largest displacement");
+                    assert!(
+                        (got[4][0] - want[4][0]).abs() <= 1e-12 * want[4][0],
+                        "{label}: displacement sum {} vs {}",
+                        got[4][0],
+                        want[4][0]
+                    );
+                    assert!(df <= tol * scale_f, "{label}: ΔF {df}");
+                    assert!(dv <= tol * scale_f * max_hk * 1.01, "{label}: Δv {dv}");
+                    assert!(
+                        de <= tol * n as f64 * want[3][0].abs().max(1.0),
+                        "{label}: ΔE {de}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// MD with single-launch steps (the default on CUDA where the force call is one kernel)
+/// follows the op-by-op trajectory: the shipped model on aspirin, NVE and Langevin, a skin
+/// small enough that the list is due every ~20 steps, with deferred and with per-step list
+/// checks (a step whose list no longer held is thrown away and run op by op); f64 against the
+/// CPU, f32 against CUDA op by op.
+#[test]
+fn cuda_single_launch_md_matches_op_by_op() {
+    use mlff_distiller::md::{
+        host_positions, Ensemble, MdSettings, PainnForces, Simulation, StopReason,
+    };
+    let gpu = cuda();
+    let s = aspirin();
+    for ensemble in [
+        Ensemble::Nve,
+        Ensemble::Nvt {
+            temperature: 300.0,
+            friction: 10.0,
+        },
+    ] {
+        let settings = MdSettings {
+            steps: 150,
+            ensemble,
+            skin: 0.1,
+            traj_every: 0,
+            log_every: 25,
+            stop_when_unstable: false,
+            ..Default::default()
+        };
+        for dtype in [DType::F64, DType::F32] {
+            let run = |dev: &Device, single: bool, defer: bool| {
+                let calc = shipped_calculator(dev, dtype, EdgeOps::Fused);
+                let f = PainnForces::new(&calc, &s, settings.skin)
+                    .unwrap()
+                    .with_single_launch_steps(single)
+                    .with_deferred_checks(defer);
+                let mut sim =
+                    Simulation::new(f, &s, settings.clone(), serde_json::Value::Null).unwrap();
+                let summary = sim.run(&mut |_| {}).unwrap();
+                assert_eq!(summary.stop, StopReason::Completed);
+                let e: Vec<f64> = sim.records().iter().map(|r| r.e_tot).collect();
+                (host_positions(&sim.state().positions).unwrap(), e, summary)
+            };
+            let label = |what: &str| format!("{} {dtype:?} {what}", ensemble.name());
+            let (x_ref, e_ref, s_ref) = match dtype {
+                DType::F64 => run(&Device::Cpu, false, false),
+                _ => run(&gpu, false, true),
+            };
+            assert_eq!(s_ref.single_launch_steps, 0);
+            assert!(s_ref.neighbor_list_builds > 3, "the list is rebuilt");
+            let tol = if dtype == DType::F64 { 1e-8 } else { 1e-4 };
+            for defer in [true, false] {
+                let what = label(if defer { "deferred" } else { "checked" });
+                let (x, e, summary) = run(&gpu, true, defer);
+                println!(
+                    "{what}: {} single-launch steps, {} deferred, {} redone, {} list builds \
+                     (reference {})",
+                    summary.single_launch_steps,
+                    summary.deferred_steps,
+                    summary.redone_steps,
+                    summary.neighbor_list_builds,
+                    s_ref.neighbor_list_builds
+                );
+                // Checking each step, every step runs as one launch but those whose list was
+                // due (thrown away, run op by op with a rebuild); deferred, also those redone.
+                let due = summary.neighbor_list_builds as u64 - 1;
+                let single = summary.single_launch_steps;
+                match defer {
+                    true => assert!(single + due >= 150, "{what}: {single} single-launch steps"),
+                    false => assert_eq!(single + due, 150, "{what}: {single} single-launch steps"),
+                }
+                if dtype == DType::F64 {
+                    assert_eq!(
+                        summary.neighbor_list_builds, s_ref.neighbor_list_builds,
+                        "{what}"
+                    );
+                }
+                let dx = max_force_diff(&x, &x_ref);
+                assert!(dx < tol, "{what}: positions differ by {dx} Å");
+                let de = e
+                    .iter()
+                    .zip(&e_ref)
+                    .fold(0.0f64, |m, (a, b)| m.max((a - b).abs()));
+                assert!(
+                    e.len() == e_ref.len() && de < 100.0 * tol,
+                    "{what}: E_tot differs by {de}"
+                );
+            }
+        }
+    }
+}

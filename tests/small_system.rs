@@ -138,3 +138,85 @@ fn one_kernel_edge_cases_and_refusals() {
     .to_string();
     assert!(err.contains("species[0] = 9"), "{err}");
 }
+
+/// The MD step's CPU twin (`ops::small_system_step`, what the single-launch CUDA step is
+/// checked against) is the integrator's step op by op around the one kernel's twin, bit for
+/// bit, NVE and Langevin; state tensors of the wrong shape are named.
+#[test]
+fn md_step_twin_is_the_integrators_step() {
+    use mlff_distiller::md::{Ensemble, Integrator};
+    use mlff_distiller::ops::{md_displacement2, small_system_step, MdStepInputs};
+    let calc = calculator(DType::F64, &Device::Cpu);
+    let (inputs, _) = calc
+        .prepare(&Batch::new(vec![random_molecule(12, 3)]).unwrap())
+        .unwrap();
+    let fused = calc.model().fused().unwrap();
+    let (n, e) = (
+        inputs.positions.dim(0).unwrap(),
+        inputs.centers.dim(0).unwrap(),
+    );
+    let plan = SmallSystemPlan::new(fused.small_system_model().unwrap(), n, e).unwrap();
+    let w = fused.packed_weights().unwrap();
+    let index = [&inputs.species, &inputs.centers, &inputs.neighbors];
+    let wave = |seed: f64, size: f64| {
+        let v: Vec<f64> = (0..3 * n)
+            .map(|k| size * ((k as f64 + seed) * 0.37).sin())
+            .collect();
+        Tensor::from_vec(v, (n, 3), &Device::Cpu).unwrap()
+    };
+    let x = inputs.positions.detach();
+    let (v, f, xi) = (wave(1.0, 0.05), wave(2.0, 1.0), wave(3.0, 1.0));
+    let reference = (&x + wave(4.0, 0.05)).unwrap();
+    let masses: Vec<f64> = (0..n).map(|a| 1.0 + a as f64).collect();
+    for ensemble in [
+        Ensemble::Nve,
+        Ensemble::Nvt {
+            temperature: 300.0,
+            friction: 10.0,
+        },
+    ] {
+        let integrator = Integrator::new(ensemble, 0.5, &masses, &Device::Cpu).unwrap();
+        let noise = integrator.langevin(Some(&xi)).unwrap();
+        let langevin = noise.is_some();
+        let md = MdStepInputs {
+            positions: &x,
+            velocities: &v,
+            forces: &f,
+            half_kick: integrator.half_kick(),
+            dt: integrator.dt(),
+            noise,
+            reference: &reference,
+        };
+        let out = small_system_step(&plan, w, &inputs.offsets, index, &md).unwrap();
+        let (x1, v1) = integrator
+            .advance(&x, &v, &f, langevin.then_some(&xi))
+            .unwrap();
+        let (energies, f1) =
+            small_system(&plan, w, &x1, &inputs.offsets, index[0], index[1], index[2]).unwrap();
+        let v2 = integrator.kick(&v1, &f1).unwrap();
+        let host = |t: &Tensor| t.flatten_all().unwrap().to_vec1::<f64>().unwrap();
+        let what = ensemble.name();
+        assert_eq!(host(&out.positions), host(&x1), "{what}: positions");
+        assert_eq!(host(&out.velocities), host(&v2), "{what}: velocities");
+        assert_eq!(host(&out.forces), host(&f1), "{what}: forces");
+        assert_eq!(
+            out.energy.to_scalar::<f64>().unwrap(),
+            energies.sum_all().unwrap().to_scalar::<f64>().unwrap(),
+            "{what}: energy"
+        );
+        let d2 = md_displacement2(&x1, &reference).unwrap();
+        assert_eq!(host(&out.displacement2), host(&d2), "{what}: displacement");
+        assert!(host(&out.positions) != host(&x), "{what}: the atoms moved");
+
+        let short = v.narrow(0, 0, n - 1).unwrap();
+        let bad = MdStepInputs {
+            velocities: &short,
+            ..md
+        };
+        let err = small_system_step(&plan, w, &inputs.offsets, index, &bad)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(err.contains("velocities"), "{err}");
+    }
+}

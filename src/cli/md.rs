@@ -289,6 +289,12 @@ pub fn print_summary(s: &MdSummary) {
         "speed: {:.1} steps/s, {:.3} ns/day ({:.1} s wall, {} neighbour-list builds)",
         s.steps_per_s, s.ns_per_day, s.wall_s, s.neighbor_list_builds
     );
+    if s.single_launch_steps > 0 {
+        println!(
+            "{} steps ran as one kernel launch each (integrator folded into the force kernel)",
+            s.single_launch_steps
+        );
+    }
     if s.redone_steps > 0 {
         println!(
             "list checks deferred for {} steps; {} of them redone after the list was due",

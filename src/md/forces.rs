@@ -9,6 +9,7 @@ use crate::error::{Error, Result};
 use crate::graph::{edge_capacity, ForceGraph, GraphEdges, Graphs, HostEdges};
 use crate::model::PainnInputs;
 use crate::neighbors::{image_offset, wrap_positions, DeviceListBuilder, PaddedList, VerletList};
+use crate::ops::{small_system_step, EdgeOps, MdStepInputs};
 use crate::profiler::{NoClock, Phase, PhaseClock};
 use crate::structure::{Batch, Structure};
 use candle_core::{DType, Device, Tensor, Var};
@@ -55,6 +56,11 @@ pub trait ForceProvider {
         0
     }
 
+    /// Steps run as one kernel launch each (integrator and forces in one kernel) so far.
+    fn single_launch_steps(&self) -> u64 {
+        0
+    }
+
     /// Defers the neighbour-list check of the evaluations that follow, if the provider can:
     /// they then neither rebuild the list nor read anything back to the host, and keep each
     /// call's displacement on the device until [`take_deferred_checks`] (which ends the
@@ -73,9 +79,10 @@ pub trait ForceProvider {
         Ok(Vec::new())
     }
 
-    /// Runs a whole step of `integrator` (with this step's Langevin `noise`) as a captured
-    /// CUDA graph, if the provider has one: Ok(true) when `state` has advanced, Ok(false) when
-    /// the step must run op by op (no graph, or the graph's neighbour list no longer holds).
+    /// Runs a whole step of `integrator` (with this step's Langevin `noise`) at once, if the
+    /// provider can (a captured CUDA graph, or one kernel launch): Ok(true) when `state` has
+    /// advanced, Ok(false) when the step must run op by op (no such path, or its neighbour
+    /// list no longer holds).
     fn step_captured(
         &mut self,
         _integrator: &Integrator,
@@ -250,6 +257,11 @@ pub struct PainnForces<'a> {
     may_defer: bool,
     /// While deferred: each evaluation's [Σ, max] |x − reference|² since then, on the device.
     deferred: Option<Vec<Tensor>>,
+    /// Whether MD steps whose force call is one kernel run as one launch with the integrator
+    /// folded in ([`ops::small_system_step`]; unless MLFF_SINGLE_LAUNCH_STEPS=0), and how
+    /// many did.
+    single_launch: bool,
+    single_launch_steps: u64,
 }
 
 struct ListTensors {
@@ -307,6 +319,8 @@ impl<'a> PainnForces<'a> {
             steps: None,
             may_defer: dev.is_cuda() && crate::device::env_usize("MLFF_DEFER_LIST_CHECKS", 1) != 0,
             deferred: None,
+            single_launch: crate::device::env_usize("MLFF_SINGLE_LAUNCH_STEPS", 1) != 0,
+            single_launch_steps: 0,
         }
         .with_list_site(ListSite::Auto)
     }
@@ -316,6 +330,14 @@ impl<'a> PainnForces<'a> {
     /// The trajectory is the same: a step whose list no longer held is redone.
     pub fn with_deferred_checks(mut self, defer: bool) -> Self {
         self.may_defer = defer;
+        self
+    }
+
+    /// Runs MD steps whose force call is one kernel as one launch each, integrator folded in
+    /// (the default on CUDA), or op by op around the force kernel. Same trajectories: the
+    /// integrator's arithmetic is the same, rounding for rounding.
+    pub fn with_single_launch_steps(mut self, on: bool) -> Self {
+        self.single_launch = on;
         self
     }
 
@@ -542,6 +564,71 @@ impl<'a> PainnForces<'a> {
         Ok(largest_displacement2(&both))
     }
 
+    /// The whole step as one launch ([`small_system_step`]) where the force call is one
+    /// kernel on an unpruned list: Ok(false), `state` untouched, where it does not apply or
+    /// (checking each step) where the list no longer held after the drift, so that the step
+    /// runs op by op and rebuilds it.
+    fn step_single_launch(
+        &mut self,
+        integrator: &Integrator,
+        state: &mut State,
+        noise: Option<&[f64]>,
+    ) -> Result<bool> {
+        let calc = self.calculator;
+        let (Some(reference), Some(edges)) = (&self.reference, &self.edges) else {
+            return Ok(false);
+        };
+        let (n, e) = (state.positions.dim(0)?, edges.centers.dim(0)?);
+        let pruned = matches!(edges.source, ListSource::Device(_)) && e >= self.prune_from;
+        if !self.single_launch
+            || pruned
+            || self.verlet.skin() <= 0.0
+            || calc.model().ops() != EdgeOps::Fused
+        {
+            return Ok(false);
+        }
+        let fused = calc.model().fused()?;
+        let Some(plan) = fused.one_kernel_plan_for(n, e, calc.device(), calc.dtype())? else {
+            return Ok(false);
+        };
+        let xi = noise
+            .map(|xi| Tensor::from_slice(xi, (n, 3), calc.device()))
+            .transpose()?;
+        let inputs = MdStepInputs {
+            positions: &state.positions,
+            velocities: &state.velocities,
+            forces: &state.forces,
+            half_kick: integrator.half_kick(),
+            dt: integrator.dt(),
+            noise: integrator.langevin(xi.as_ref())?,
+            reference,
+        };
+        let index = [&self.species, &edges.centers, &edges.neighbors];
+        let out = small_system_step(
+            &plan,
+            fused.packed_weights()?,
+            &edges.offsets,
+            index,
+            &inputs,
+        )?;
+        match &mut self.deferred {
+            Some(pending) => pending.push(out.displacement2),
+            None => {
+                let d2 = largest_displacement2(&out.displacement2.to_vec1::<f64>()?);
+                if d2.is_nan() || d2 > self.list_limit2() {
+                    return Ok(false);
+                }
+            }
+        }
+        state.positions = out.positions;
+        state.velocities = out.velocities;
+        state.forces = out.forces;
+        state.energy = out.energy;
+        state.step += 1;
+        self.single_launch_steps += 1;
+        Ok(true)
+    }
+
     /// Largest squared displacement since the build that the list allows: (skin / 2)².
     fn list_limit2(&self) -> f64 {
         let half = 0.5 * self.verlet.skin();
@@ -653,6 +740,10 @@ impl ForceProvider for PainnForces<'_> {
         self.verlet.rebuilds() + self.device_builds
     }
 
+    fn single_launch_steps(&self) -> u64 {
+        self.single_launch_steps
+    }
+
     /// Where the whole step is not a captured graph (which checks its own list) and a list
     /// has been built.
     fn defer_list_checks(&mut self) -> bool {
@@ -687,6 +778,9 @@ impl ForceProvider for PainnForces<'_> {
         state: &mut State,
         noise: Option<&[f64]>,
     ) -> Result<bool> {
+        if self.graph.is_none() {
+            return self.step_single_launch(integrator, state, noise);
+        }
         let (Some(graph), Some(reference)) = (&self.graph, &self.reference) else {
             return Ok(false);
         };

@@ -167,6 +167,24 @@ impl Integrator {
             .map(|_| (0..3 * atoms).map(|_| rng.sample(StandardNormal)).collect())
     }
 
+    /// dt / 2m per atom, [N, 1].
+    pub fn half_kick(&self) -> &Tensor {
+        &self.half_kick
+    }
+
+    /// The Langevin O step with standard normals `xi` ([N, 3]); none for NVE.
+    pub fn langevin<'a>(&'a self, xi: Option<&'a Tensor>) -> Result<Option<LangevinNoise<'a>>> {
+        match (&self.noise_scale, xi) {
+            (None, _) => Ok(None),
+            (Some(scale), Some(xi)) => Ok(Some(LangevinNoise {
+                xi,
+                scale,
+                c1: self.c1,
+            })),
+            (Some(_), None) => Err(Error::Md("a Langevin step needs its noise".into())),
+        }
+    }
+
     /// The B half step: v + f dt / 2m.
     pub fn kick(&self, v: &Tensor, f: &Tensor) -> Result<Tensor> {
         Ok(md_kick(v, f, &self.half_kick)?)
@@ -182,15 +200,7 @@ impl Integrator {
         f: &Tensor,
         noise: Option<&Tensor>,
     ) -> Result<(Tensor, Tensor)> {
-        let noise = match (&self.noise_scale, noise) {
-            (None, _) => None,
-            (Some(scale), Some(xi)) => Some(LangevinNoise {
-                xi,
-                scale,
-                c1: self.c1,
-            }),
-            (Some(_), None) => return Err(Error::Md("a Langevin step needs its noise".into())),
-        };
+        let noise = self.langevin(noise)?;
         Ok(md_advance(x, v, f, &self.half_kick, self.dt, noise)?)
     }
 }

@@ -154,6 +154,9 @@ pub struct MdSummary {
     /// thrown away because the list had stopped holding before them.
     pub deferred_steps: u64,
     pub redone_steps: u64,
+    /// Steps run as one kernel launch each, integrator folded into the force kernel (so far,
+    /// over the provider's life).
+    pub single_launch_steps: u64,
 }
 
 /// An MD run on one structure.
@@ -604,6 +607,7 @@ impl<F: ForceProvider> Simulation<F> {
             neighbor_list_builds: self.forces.list_builds(),
             deferred_steps: self.deferred.0,
             redone_steps: self.deferred.1,
+            single_launch_steps: self.forces.single_launch_steps(),
         }
     }
 }

@@ -285,15 +285,7 @@ impl<K: Kernel> Launch<K> {
         if work == 0 || len == 0 {
             return Ok(out);
         }
-        let cfg = self.kernel.launch_config(std::mem::size_of::<T>());
-        let func = cached_function(
-            dev,
-            K::NAME,
-            K::MODULE,
-            K::PTX,
-            T::DTYPE,
-            cfg.shared_mem_bytes,
-        )?;
+        let (func, cfg) = kernel_function(&self.kernel, dev, T::DTYPE)?;
         let stream = dev.cuda_stream();
         let (sizes, reals) = (self.kernel.sizes(), self.kernel.reals());
         let mut b = stream.launch_builder(&func);
@@ -304,22 +296,51 @@ impl<K: Kernel> Launch<K> {
             b.arg(v);
         }
         b.arg(&mut out);
-        for s in &sizes {
-            b.arg(s);
-        }
-        for r in &reals {
-            b.arg(r);
-        }
-        // SAFETY: the argument list follows the convention documented at the top of this file,
-        // which every kernel in kernels/ declares.
-        let launched = match self.kernel.cooperative() {
-            true => unsafe { b.launch_cooperative(cfg) },
-            false => unsafe { b.launch(cfg) },
-        };
-        launched.map_err(|e| candle_core::Error::Cuda(Box::new(e)))?;
-        drop(b);
+        launch_with_sizes(&self.kernel, b, &sizes, &reals, cfg)?;
         Ok(out)
     }
+}
+
+/// `kernel`'s function for `dtype` (f32 or f64) on `dev` and its launch shape.
+#[cfg(feature = "cuda")]
+pub(crate) fn kernel_function<K: Kernel>(
+    kernel: &K,
+    dev: &candle_core::CudaDevice,
+    dtype: DType,
+) -> Result<(
+    candle_core::cuda_backend::cudarc::driver::CudaFunction,
+    candle_core::cuda_backend::cudarc::driver::LaunchConfig,
+)> {
+    let cfg = kernel.launch_config(dtype.size_in_bytes());
+    let func = cached_function(dev, K::NAME, K::MODULE, K::PTX, dtype, cfg.shared_mem_bytes)?;
+    Ok((func, cfg))
+}
+
+/// Pushes `kernel`'s `sizes` and `reals` (its [`Kernel::sizes`] and [`Kernel::reals`]) after
+/// the pointers `b` holds, and launches it with `cfg` (cooperatively where it asks to be).
+#[cfg(feature = "cuda")]
+pub(crate) fn launch_with_sizes<'a, K: Kernel>(
+    kernel: &K,
+    mut b: candle_core::cuda_backend::cudarc::driver::LaunchArgs<'a>,
+    sizes: &'a [usize],
+    reals: &'a [f64],
+    cfg: candle_core::cuda_backend::cudarc::driver::LaunchConfig,
+) -> Result<()> {
+    use candle_core::cuda_backend::cudarc::driver::PushKernelArg;
+    for s in sizes {
+        b.arg(s);
+    }
+    for r in reals {
+        b.arg(r);
+    }
+    // SAFETY: the argument list follows the convention documented at the top of this file,
+    // which every kernel in kernels/ declares.
+    let launched = match kernel.cooperative() {
+        true => unsafe { b.launch_cooperative(cfg) },
+        false => unsafe { b.launch(cfg) },
+    };
+    launched.map_err(|e| candle_core::Error::Cuda(Box::new(e)))?;
+    Ok(())
 }
 
 /// The kernel `{name}_{f32|f64}` of a device, loaded once: looking it up per launch (a name

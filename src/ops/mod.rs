@@ -25,6 +25,7 @@ mod message;
 mod rows;
 mod scatter_add;
 mod small_system;
+mod small_system_step;
 mod update;
 
 pub use activation::{bias_silu, bias_silu_adjoint};
@@ -41,6 +42,7 @@ pub use scatter_add::{scatter_add, ScatterAdd};
 pub use small_system::{
     small_system, small_system_phase_times, SmallSystemModel, SmallSystemPlan, GROUPS,
 };
+pub use small_system_step::{small_system_step, MdStepInputs, MdStepOutputs};
 pub use update::{
     act_grad, update_combine, update_combine_adjoint, update_context, update_context_adjoint,
     StateGrad, NORM_EPS,

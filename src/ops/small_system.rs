@@ -164,12 +164,13 @@ impl SmallSystemPlan {
         let weights = (3 * f * s + 3 * s).next_multiple_of(4);
         let reals = self.xs_len + weights + 4 * s * (r + 1) + own_rows * self.n * s + self.n;
         let edges = 4 * self.e + self.eb_edges * edge_row(r);
-        (reals + edges) * elem_bytes + 2 * self.eb_edges * 4
+        // Last the positions of an MD step ([`super::small_system_step`]), [N, 3].
+        (reals + edges + 3 * self.n) * elem_bytes + 2 * self.eb_edges * 4
     }
 
     /// Output length: forces, energies and edge gradients, then the scratch the kernel's adjoint
     /// reads (the phase stamps start at the next even element).
-    fn out_len(&self) -> usize {
+    pub(super) fn out_len(&self) -> usize {
         let (n, f, b) = (self.n, self.model.hidden, self.model.blocks);
         let nf = n * f;
         let scratch =
@@ -272,11 +273,21 @@ fn device_limits(_: &Device) -> std::result::Result<(usize, usize), String> {
     Err("the one-kernel path runs on CUDA devices (built without the cuda feature)".into())
 }
 
-struct SmallSystem {
-    plan: SmallSystemPlan,
+pub(super) struct SmallSystem {
+    pub(super) plan: SmallSystemPlan,
     /// Record phase times (CUDA): block 0 stamps the clock after every barrier.
-    stamps: bool,
+    pub(super) stamps: bool,
+    /// An MD step ([`super::small_system_step`]): whether it is one, and a Langevin one.
+    pub(super) step: bool,
+    pub(super) langevin: bool,
+    /// The step's dt and Langevin c1.
+    pub(super) dt: f64,
+    pub(super) c1: f64,
 }
+
+/// The kernel's f64 MD inputs and output between its float inputs and its index inputs:
+/// positions, velocities, forces, half kick, noise, noise scale, reference, then the output.
+pub(super) const MD_SLOTS: usize = 8;
 
 /// Room for the phase stamps (8 bytes each) after the scratch.
 const STAMP_ELEMENTS: usize = 2 * 64;
@@ -299,10 +310,12 @@ impl Kernel for SmallSystem {
             p.xs_len,
             p.eb_edges,
             self.stamps as usize,
+            self.step as usize,
+            self.langevin as usize,
         ]
     }
     fn reals(&self) -> Vec<f64> {
-        vec![self.plan.model.cutoff]
+        vec![self.plan.model.cutoff, self.dt, self.c1]
     }
     #[cfg(feature = "cuda")]
     fn launch_config(&self, b: usize) -> candle_core::cuda_backend::cudarc::driver::LaunchConfig {
@@ -344,13 +357,42 @@ pub fn small_system(
     centers: &Tensor,
     neighbors: &Tensor,
 ) -> Result<(Tensor, Tensor)> {
+    check_inputs(
+        plan,
+        weights,
+        positions.dims(),
+        offsets,
+        [species, centers, neighbors],
+    )?;
+    let n = plan.n;
+    let out = run(
+        plan,
+        weights,
+        [positions, offsets],
+        [species, centers, neighbors],
+        false,
+    )?;
+    let forces = out.narrow(0, 0, 3 * n)?.reshape((n, 3))?;
+    let energies = out.narrow(0, 3 * n, n)?;
+    Ok((energies, forces))
+}
+
+/// Checks a launch's inputs against its plan: positions [N, 3] (their `positions` dims),
+/// offsets [E, 3], species [N], the packed weights, edges and, on the CPU, species in range.
+pub(super) fn check_inputs(
+    plan: &SmallSystemPlan,
+    weights: &Tensor,
+    positions: &[usize],
+    offsets: &Tensor,
+    [species, centers, neighbors]: [&Tensor; 3],
+) -> Result<()> {
     let (n, e) = (plan.n, plan.e);
     super::kernel::check_edges(centers, neighbors, n, "small system")?;
-    if positions.dims() != [n, 3] || offsets.dims() != [e, 3] || species.dims() != [n] {
+    if positions != [n, 3] || offsets.dims() != [e, 3] || species.dims() != [n] {
         bail!(
             "small system: positions {:?}, offsets {:?}, species {:?} do not fit {n} atoms and \
              {e} edges",
-            positions.dims(),
+            positions,
             offsets.dims(),
             species.dims()
         )
@@ -372,16 +414,7 @@ pub fn small_system(
             )
         }
     }
-    let out = run(
-        plan,
-        weights,
-        [positions, offsets],
-        [species, centers, neighbors],
-        false,
-    )?;
-    let forces = out.narrow(0, 0, 3 * n)?.reshape((n, 3))?;
-    let energies = out.narrow(0, 3 * n, n)?;
-    Ok((energies, forces))
+    Ok(())
 }
 
 fn run(
@@ -394,12 +427,19 @@ fn run(
     let len = plan.out_len() + if stamps { 1 + STAMP_ELEMENTS } else { 0 };
     let counters = barrier_counters(positions.device())?;
     let [species, centers, neighbors] = index;
+    // A plain call leaves the MD slots unread: its positions fill them.
+    let mut inputs = vec![positions, offsets, weights];
+    inputs.extend([positions; MD_SLOTS]);
     launch(
         SmallSystem {
             plan: *plan,
             stamps,
+            step: false,
+            langevin: false,
+            dt: 0.0,
+            c1: 0.0,
         },
-        &[positions, offsets, weights],
+        &inputs,
         &[species, centers, neighbors, &counters],
         len,
         // The kernel zeroes what its blocks add into, in its first phase.
@@ -410,7 +450,7 @@ fn run(
 /// The barrier's two counters (arrivals, finished blocks) of a device: zero between launches,
 /// as the last block of each launch leaves them, so no launch waits for a memset. One per
 /// candle device, whose launches all queue on its one stream (two at once would share it).
-fn barrier_counters(device: &Device) -> Result<Tensor> {
+pub(super) fn barrier_counters(device: &Device) -> Result<Tensor> {
     #[cfg(feature = "cuda")]
     if let Device::Cuda(dev) = device {
         use candle_core::cuda_backend::DeviceId;
