@@ -11,7 +11,7 @@ use super::validate::window;
 use super::velocities::{degrees_of_freedom, masses, maxwell_boltzmann, temperature};
 use crate::error::{Error, Result};
 use crate::structure::Structure;
-use candle_core::{Device, Tensor};
+use candle_core::{DType, Device, Tensor};
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
@@ -375,28 +375,27 @@ impl<F: ForceProvider> Simulation<F> {
         let s = self.settings.clone();
         let mut ahead = Lookahead::default();
         while stop == StopReason::Completed && self.state.step < s.steps {
-            // Steps up to the next one that writes something run with their list checks
-            // read back at once; that step checks its own, as does one redone after a run
-            // whose list stopped holding (it rebuilds the list).
-            let room = (self.next_output_step() - self.state.step).saturating_sub(1);
+            // Steps up to the next one that writes something (that one included) run with
+            // their list checks read back at once, before anything is written; a step redone
+            // after a run whose list stopped holding checks its own (it rebuilds the list).
+            let room = self.next_output_step() - self.state.step;
             let deferred = (room as usize).min(ahead.steps());
-            if deferred > 0 && self.run_deferred(deferred, &mut ahead)? {
-                continue;
-            }
-            let builds = self.forces.list_builds();
-            let stepped = self
-                .integrator
-                .step(&mut self.state, &mut self.forces, &mut self.rng);
-            if let Err(Error::NonFinite(what)) = stepped {
-                stop = StopReason::NonFinite {
-                    step: self.state.step + 1,
-                    what,
-                };
-                break;
-            }
-            stepped?;
-            if self.forces.list_builds() != builds {
-                ahead.rebuilt();
+            if deferred == 0 || !self.run_deferred(deferred, &mut ahead)? {
+                let builds = self.forces.list_builds();
+                let stepped =
+                    self.integrator
+                        .step(&mut self.state, &mut self.forces, &mut self.rng);
+                if let Err(Error::NonFinite(what)) = stepped {
+                    stop = StopReason::NonFinite {
+                        step: self.state.step + 1,
+                        what,
+                    };
+                    break;
+                }
+                stepped?;
+                if self.forces.list_builds() != builds {
+                    ahead.rebuilt();
+                }
             }
             let k = self.state.step;
             let log_now = k.is_multiple_of(s.log_every) || k == s.steps;
@@ -475,22 +474,26 @@ impl<F: ForceProvider> Simulation<F> {
     /// Host-side look at the state: log row, frame, bond check. Returns why to stop, if so.
     fn observe(&mut self, log_now: bool, traj_now: bool) -> Result<Option<StopReason>> {
         let step = self.state.step;
-        let e_pot = self.state.energy.to_scalar::<f64>()?;
-        let e_kin = 0.5
-            * self
-                .state
-                .velocities
-                .sqr()?
-                .broadcast_mul(&self.mass_column)?
-                .sum_all()?
-                .to_scalar::<f64>()?;
+        // Energies and positions in one host read: each read drains the device's queue.
+        let twice_kinetic = (self.state.velocities.sqr()?)
+            .broadcast_mul(&self.mass_column)?
+            .sum_all()?;
+        let parts = [
+            self.state.energy.reshape(1)?,
+            twice_kinetic.reshape(1)?,
+            self.state.positions.to_dtype(DType::F64)?.flatten_all()?,
+        ];
+        let host = Tensor::cat(&parts, 0)?.to_vec1::<f64>()?;
+        let (e_pot, e_kin) = (host[0], 0.5 * host[1]);
         if !(e_pot.is_finite() && e_kin.is_finite()) {
             return Ok(Some(StopReason::NonFinite {
                 step,
                 what: format!("potential energy {e_pot} eV, kinetic energy {e_kin} eV"),
             }));
         }
-        let positions = host_positions(&self.state.positions)?;
+        let positions: Vec<[f64; 3]> = (host[2..].chunks_exact(3))
+            .map(|c| [c[0], c[1], c[2]])
+            .collect();
         let worst = self.bonds.deviation(&self.system, &positions)?;
         self.max_bond_deviation = self.max_bond_deviation.max(worst.max);
         let mut stop = None;
