@@ -176,8 +176,9 @@ pub fn with_own_stream(dev: &Device) -> Result<Device> {
 }
 
 /// Warms a device up: runs the model's kinds of kernels once (matmul, elementwise, our gather
-/// and scatter, a backward pass) so that later timings exclude kernel loading (PTX compiled on
-/// first use) and first allocations. Returns how long that took.
+/// and scatter, a backward pass) so that later timings exclude kernel loading (modules loaded
+/// on first use; candle's own kernels are PTX, compiled by the driver then) and first
+/// allocations. Returns how long that took.
 pub fn warm_up(dev: &Device) -> Result<std::time::Duration> {
     let t = std::time::Instant::now();
     let x = candle_core::Var::from_tensor(&candle_core::Tensor::ones((64, 128), DType::F32, dev)?)?;

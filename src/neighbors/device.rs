@@ -608,7 +608,7 @@ mod cuda {
     use candle_core::cuda_backend::cudarc::driver::{CudaView, LaunchConfig, PushKernelArg};
     use candle_core::{CudaDevice, CudaStorage, DType, Result, Storage, Tensor};
 
-    const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/neighbors.ptx"));
+    const IMAGE: &[u8] = crate::ops::kernel::kernel_image!("neighbors");
     /// Threads per block of the warp-per-atom kernels.
     const BLOCK: u32 = 256;
 
@@ -664,7 +664,7 @@ mod cuda {
             _ if op.dtype == DType::F32 => DType::F32,
             _ => DType::F64,
         };
-        let func = cached_function(dev, op.step.kernel(), "neighbors", PTX, suffix, 0)?;
+        let func = cached_function(dev, op.step.kernel(), "neighbors", IMAGE, suffix, 0)?;
         let cfg = match op.step {
             Step::Wrap => grid_stride(n),
             Step::Count | Step::Fill { .. } | Step::PruneCount { .. } | Step::PruneFill { .. } => {

@@ -189,7 +189,7 @@ impl<const ROWS: bool> Kernel for Forward<ROWS> {
     };
     const MODULE: &'static str = "interaction";
     #[cfg(feature = "cuda")]
-    const PTX: &'static str = include_str!(concat!(env!("OUT_DIR"), "/interaction.ptx"));
+    const IMAGE: &'static [u8] = super::kernel::kernel_image!("interaction");
     /// One thread per (edge, feature); with rows, per (8 consecutive edges, feature).
     fn work(&self) -> usize {
         match ROWS {
@@ -214,7 +214,7 @@ impl<const ROWS: bool> Kernel for Adjoint<ROWS> {
     };
     const MODULE: &'static str = "interaction";
     #[cfg(feature = "cuda")]
-    const PTX: &'static str = include_str!(concat!(env!("OUT_DIR"), "/interaction.ptx"));
+    const IMAGE: &'static [u8] = super::kernel::kernel_image!("interaction");
     /// One thread per (edge, feature) with rows; without, one warp per edge and group of
     /// [`chunks_per_warp`](Self::chunks_per_warp) chunks of 32 features.
     fn work(&self) -> usize {

@@ -130,7 +130,7 @@ impl<const SYMMETRIC: bool> Kernel for TileAdjoint<SYMMETRIC> {
     };
     const MODULE: &'static str = "interaction_tile";
     #[cfg(feature = "cuda")]
-    const PTX: &'static str = include_str!(concat!(env!("OUT_DIR"), "/interaction_tile.ptx"));
+    const IMAGE: &'static [u8] = super::kernel::kernel_image!("interaction_tile");
     fn work(&self) -> usize {
         self.0.n_edges * self.0.hidden
     }

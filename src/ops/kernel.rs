@@ -41,8 +41,9 @@ pub trait Kernel: Send + Sync {
     const NAME: &'static str;
     /// The PTX module, i.e. the .cu file's stem.
     const MODULE: &'static str;
+    /// Its compiled image ([`kernel_image!`]).
     #[cfg(feature = "cuda")]
-    const PTX: &'static str;
+    const IMAGE: &'static [u8];
     /// Number of work items (of the default grid-stride loop; none skips the launch).
     fn work(&self) -> usize;
     /// size_t arguments after the output pointer.
@@ -70,14 +71,26 @@ pub trait Kernel: Send + Sync {
     }
 }
 
-/// The `NAME`, `MODULE` and `PTX` items of a [`Kernel`] impl for function stem `$name` of
+/// The compiled image of kernels/`$module`.cu (build.rs): machine code for the GPU the build
+/// targets (CUDA_COMPUTE_CAP) and PTX, which the driver compiles for any other. Loading the
+/// machine code spares the first launch on a machine the driver's compilation of the PTX (the
+/// one kernel's took 80-160 s on an H100). The small gather, scatter and message modules are
+/// still loaded as PTX through candle (ops::rows, ops::message).
+macro_rules! kernel_image {
+    ($module:literal) => {
+        include_bytes!(concat!(env!("OUT_DIR"), "/", $module, ".fatbin"))
+    };
+}
+pub(crate) use kernel_image;
+
+/// The `NAME`, `MODULE` and `IMAGE` items of a [`Kernel`] impl for function stem `$name` of
 /// kernels/`$module`.cu.
 macro_rules! kernel_source {
     ($name:literal, $module:literal) => {
         const NAME: &'static str = $name;
         const MODULE: &'static str = $module;
         #[cfg(feature = "cuda")]
-        const PTX: &'static str = include_str!(concat!(env!("OUT_DIR"), "/", $module, ".ptx"));
+        const IMAGE: &'static [u8] = $crate::ops::kernel::kernel_image!($module);
     };
 }
 pub(crate) use kernel_source;
@@ -312,7 +325,14 @@ pub(crate) fn kernel_function<K: Kernel>(
     candle_core::cuda_backend::cudarc::driver::LaunchConfig,
 )> {
     let cfg = kernel.launch_config(dtype.size_in_bytes());
-    let func = cached_function(dev, K::NAME, K::MODULE, K::PTX, dtype, cfg.shared_mem_bytes)?;
+    let func = cached_function(
+        dev,
+        K::NAME,
+        K::MODULE,
+        K::IMAGE,
+        dtype,
+        cfg.shared_mem_bytes,
+    )?;
     Ok((func, cfg))
 }
 
@@ -352,7 +372,7 @@ pub(crate) fn cached_function(
     dev: &candle_core::CudaDevice,
     name: &'static str,
     module: &'static str,
-    ptx: &'static str,
+    image: &'static [u8],
     dtype: DType,
     shared_bytes: u32,
 ) -> Result<candle_core::cuda_backend::cudarc::driver::CudaFunction> {
@@ -376,8 +396,9 @@ pub(crate) fn cached_function(
         Some((f, _)) => f,
         None => {
             let suffix = if dtype == DType::F32 { "f32" } else { "f64" };
-            dev.get_or_load_custom_func(&format!("{name}_{suffix}"), module, ptx)?
-                .clone()
+            load_module(dev, module, image)?
+                .load_function(&format!("{name}_{suffix}"))
+                .map_err(|e| candle_core::Error::Cuda(Box::new(e)))?
         }
     };
     let mut opted = 0;
@@ -391,6 +412,34 @@ pub(crate) fn cached_function(
         c.insert(key, (f.clone(), opted));
     }
     Ok(f)
+}
+
+/// kernels/`module`.cu's compiled `image` on `dev`, loaded once per device.
+#[cfg(feature = "cuda")]
+fn load_module(
+    dev: &candle_core::CudaDevice,
+    module: &'static str,
+    image: &'static [u8],
+) -> Result<std::sync::Arc<candle_core::cuda_backend::cudarc::driver::CudaModule>> {
+    use candle_core::cuda_backend::cudarc::driver::CudaModule;
+    use candle_core::cuda_backend::cudarc::nvrtc::Ptx;
+    use candle_core::cuda_backend::DeviceId;
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex, OnceLock};
+    type Modules = Mutex<HashMap<(DeviceId, &'static str), Arc<CudaModule>>>;
+    static MODULES: OnceLock<Modules> = OnceLock::new();
+    let mut modules = (MODULES.get_or_init(Default::default).lock())
+        .map_err(|_| candle_core::Error::Msg("kernel modules: lock poisoned".into()))?;
+    if let Some(m) = modules.get(&(dev.id(), module)) {
+        return Ok(m.clone());
+    }
+    let loaded = (dev
+        .cuda_stream()
+        .context()
+        .load_module(Ptx::from_binary(image.to_vec())))
+    .map_err(|e| candle_core::Error::Cuda(Box::new(e)))?;
+    modules.insert((dev.id(), module), loaded.clone());
+    Ok(loaded)
 }
 
 /// Shared memory a launch may use without opting in to more.
