@@ -155,7 +155,7 @@ pub struct MdSummary {
     pub deferred_steps: u64,
     pub redone_steps: u64,
     /// Steps run as one kernel launch each, integrator folded into the force kernel (so far,
-    /// over the provider's life).
+    /// over the provider's life; with those of deferred runs later thrown away).
     pub single_launch_steps: u64,
 }
 

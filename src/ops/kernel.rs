@@ -76,11 +76,13 @@ pub trait Kernel: Send + Sync {
 /// machine code spares the first launch on a machine the driver's compilation of the PTX (the
 /// one kernel's took 80-160 s on an H100). The small gather, scatter and message modules are
 /// still loaded as PTX through candle (ops::rows, ops::message).
+#[cfg(feature = "cuda")]
 macro_rules! kernel_image {
     ($module:literal) => {
         include_bytes!(concat!(env!("OUT_DIR"), "/", $module, ".fatbin"))
     };
 }
+#[cfg(feature = "cuda")]
 pub(crate) use kernel_image;
 
 /// The `NAME`, `MODULE` and `IMAGE` items of a [`Kernel`] impl for function stem `$name` of
