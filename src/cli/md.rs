@@ -82,7 +82,8 @@ pub struct MdArgs {
     /// auto: run each step as one CUDA graph replay where possible (a CUDA device, --ops
     /// fused) and worth it (neighbour lists of up to 32,768 edges; larger systems measured
     /// slower with graphs; molecules whose call is one kernel with its edge geometry in
-    /// shared memory run faster op by op); on: always, an error where impossible; off: launch
+    /// shared memory run faster as one launch per step, integrator included, which
+    /// MLFF_SINGLE_LAUNCH_STEPS=0 turns off); on: always, an error where impossible; off: launch
     /// every kernel.
     #[arg(long, default_value = "auto")]
     graphs: Graphs,
