@@ -260,25 +260,15 @@ impl<K: Kernel> Launch<K> {
             + candle_core::cuda_backend::cudarc::driver::DeviceRepr
             + candle_core::cuda_backend::cudarc::driver::ValidAsZeroBits,
     {
-        use candle_core::cuda_backend::cudarc::driver::{CudaView, PushKernelArg};
+        use candle_core::cuda_backend::cudarc::driver::PushKernelArg;
         let guards: Vec<_> = self.inputs.iter().map(|t| t.storage_and_layout()).collect();
-        let mut x: Vec<CudaView<T>> = Vec::with_capacity(guards.len());
-        for (t, (g, _)) in self.inputs.iter().zip(&guards) {
-            let (a, b) = range(t, K::NAME)?;
-            match &**g {
-                Storage::Cuda(s) => x.push(s.as_cuda_slice::<T>()?.slice(a..b)),
-                _ => bail!("{}: inputs must all be on the CUDA device", K::NAME),
-            }
-        }
+        let x = (self.inputs.iter().zip(&guards))
+            .map(|(t, (g, _))| cuda_view::<T>(g, t, K::NAME, "inputs"))
+            .collect::<Result<Vec<_>>>()?;
         let iguards: Vec<_> = self.index.iter().map(|t| t.storage_and_layout()).collect();
-        let mut idx: Vec<CudaView<u32>> = Vec::with_capacity(iguards.len());
-        for (t, (g, _)) in self.index.iter().zip(&iguards) {
-            let (a, b) = range(t, K::NAME)?;
-            match &**g {
-                Storage::Cuda(s) => idx.push(s.as_cuda_slice::<u32>()?.slice(a..b)),
-                _ => bail!("{}: indices must be on the CUDA device", K::NAME),
-            }
-        }
+        let idx = (self.index.iter().zip(&iguards))
+            .map(|(t, (g, _))| cuda_view::<u32>(g, t, K::NAME, "indices"))
+            .collect::<Result<Vec<_>>>()?;
         let len = self.shape.elem_count();
         let mut out = match self.init {
             Init::Zero => dev.alloc_zeros::<T>(len)?,
@@ -313,6 +303,22 @@ impl<K: Kernel> Launch<K> {
         b.arg(&mut out);
         launch_with_sizes(&self.kernel, b, &sizes, &reals, cfg)?;
         Ok(out)
+    }
+}
+
+/// The elements of a contiguous CUDA tensor `t` (whose storage is `storage`), as a kernel
+/// argument of op `op`; `what` names it in errors ("inputs", "indices").
+#[cfg(feature = "cuda")]
+pub(crate) fn cuda_view<'a, T: candle_core::cuda_backend::CudaDType>(
+    storage: &'a Storage,
+    t: &Tensor,
+    op: &str,
+    what: &str,
+) -> Result<candle_core::cuda_backend::cudarc::driver::CudaView<'a, T>> {
+    let (a, b) = range(t, op)?;
+    match storage {
+        Storage::Cuda(s) => Ok(s.as_cuda_slice::<T>()?.slice(a..b)),
+        _ => bail!("{op}: {what} must be on the CUDA device"),
     }
 }
 

@@ -132,14 +132,14 @@ mod cuda {
 
 #[cfg(feature = "cuda")]
 mod cuda {
-    use super::super::kernel::{kernel_function, launch_with_sizes, Kernel};
+    use super::super::kernel::{cuda_view, kernel_function, launch_with_sizes, Kernel};
     use super::super::small_system::{barrier_counters, SmallSystem, MD_SLOTS};
     use super::*;
     use candle_core::cuda_backend::cudarc::driver::{
-        CudaSlice, CudaView, DeviceRepr, PushKernelArg, ValidAsZeroBits,
+        CudaSlice, DeviceRepr, PushKernelArg, ValidAsZeroBits,
     };
     use candle_core::cuda_backend::CudaDType;
-    use candle_core::{CpuStorage, CudaDevice, CudaStorage, CustomOp1, Layout, Shape, Storage};
+    use candle_core::{CpuStorage, CudaDevice, CudaStorage, CustomOp1, Layout, Shape};
 
     /// The launch, as a custom op on the positions whose output is the f64 state
     /// [x' | v' | f' (3N each) | energy | Σ, max of the squared displacement].
@@ -194,20 +194,6 @@ mod cuda {
         md.positions.apply_op1_no_bwd(&op)
     }
 
-    /// A view of a contiguous CUDA tensor's elements.
-    fn view<'a, T: candle_core::cuda_backend::CudaDType>(
-        storage: &'a Storage,
-        t: &Tensor,
-    ) -> Result<CudaView<'a, T>> {
-        let Some((a, b)) = t.layout().contiguous_offsets() else {
-            bail!("small system step: inputs must be contiguous")
-        };
-        match storage {
-            Storage::Cuda(s) => Ok(s.as_cuda_slice::<T>()?.slice(a..b)),
-            _ => bail!("small system step: inputs must all be on the CUDA device"),
-        }
-    }
-
     impl StepLaunch {
         fn run<T>(&self, dev: &CudaDevice) -> Result<CudaSlice<f64>>
         where
@@ -221,13 +207,13 @@ mod cuda {
             let mut take = |k: usize| tensors.by_ref().take(k).collect::<Vec<_>>();
             let (model_g, state_g, index_g) = (take(2), take(MD_SLOTS - 1), take(4));
             let model = (model_g.iter())
-                .map(|(t, (g, _))| view::<T>(g, t))
+                .map(|(t, (g, _))| cuda_view::<T>(g, t, "small system step", "inputs"))
                 .collect::<Result<Vec<_>>>()?;
             let state = (state_g.iter())
-                .map(|(t, (g, _))| view::<f64>(g, t))
+                .map(|(t, (g, _))| cuda_view::<f64>(g, t, "small system step", "inputs"))
                 .collect::<Result<Vec<_>>>()?;
             let index = (index_g.iter())
-                .map(|(t, (g, _))| view::<u32>(g, t))
+                .map(|(t, (g, _))| cuda_view::<u32>(g, t, "small system step", "indices"))
                 .collect::<Result<Vec<_>>>()?;
             // SAFETY: the kernel writes all of the state it returns, and the scratch before
             // reading it (as a plain call does); the scratch is freed in stream order.
