@@ -130,6 +130,7 @@ pub fn md_kick(v: &Tensor, f: &Tensor, half_kick: &Tensor) -> Result<Tensor> {
 }
 
 /// A Langevin step's noise: standard normals [N, 3] and their per-atom scale, and c1.
+#[derive(Clone, Copy)]
 pub struct LangevinNoise<'a> {
     pub xi: &'a Tensor,
     pub scale: &'a Tensor,

@@ -60,11 +60,7 @@ pub fn small_system_step(
             md.forces,
             md.half_kick,
             md.dt,
-            md.noise.as_ref().map(|l| LangevinNoise {
-                xi: l.xi,
-                scale: l.scale,
-                c1: l.c1,
-            }),
+            md.noise,
         )?;
         let model_x = x.to_dtype(weights.dtype())?;
         let (energies, forces) = small_system(
