@@ -23,6 +23,18 @@ __device__ __forceinline__ T sigmoid(T z) {
     return T(1) / (T(1) + exp(-z));
 }
 
+template <typename T>
+__device__ __forceinline__ T silu_of(T z) {
+    return z * sigmoid(z);
+}
+
+// d silu(z) / dz.
+template <typename T>
+__device__ __forceinline__ T silu_grad(T z) {
+    const T sg = sigmoid(z);
+    return sg * (T(1) + z * (T(1) - sg));
+}
+
 // One step of a warp reduce-scatter of 2 * BIT values: lanes with BIT set keep the upper half.
 template <int BIT, typename T>
 __device__ __forceinline__ void reduce_scatter_step(T* v, size_t lane) {
@@ -37,3 +49,16 @@ __device__ __forceinline__ void reduce_scatter_step(T* v, size_t lane) {
 // Basis columns the adjoint keeps per lane in registers, one per lane of a warp for the final
 // reduction (n_rbf + 4 <= MAX_BASIS; the host checks).
 #define MAX_BASIS 32
+
+// Four consecutive values at p in shared memory (16-byte aligned).
+template <typename T>
+__device__ __forceinline__ void ld4_shared(const T* p, T v[4]) {
+    if constexpr (sizeof(T) == 4) {
+        const float4 q = *reinterpret_cast<const float4*>(p);
+        v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
+    } else {
+        const double2 a = reinterpret_cast<const double2*>(p)[0];
+        const double2 b = reinterpret_cast<const double2*>(p)[1];
+        v[0] = a.x, v[1] = a.y, v[2] = b.x, v[3] = b.y;
+    }
+}

@@ -26,7 +26,9 @@
 // instead of the force kernel and ~8 small ones around it.
 #include "common.cuh"
 #include "edge_basis.cuh"
+#include "grid.cuh"
 #include "integrator.cuh"
+#include "packed_weights.cuh"
 
 namespace {
 
@@ -87,17 +89,6 @@ __device__ __forceinline__ T ld(const T* p) {
     return __ldcg(p);  // written by other blocks of this launch: past L1
 }
 
-template <typename T>
-__device__ __forceinline__ T silu_of(T z) {
-    return z * sigmoid(z);
-}
-
-template <typename T>
-__device__ __forceinline__ T silu_grad(T z) {
-    const T sg = sigmoid(z);
-    return sg * (T(1) + z * (T(1) - sg));
-}
-
 __device__ __forceinline__ unsigned long long global_ns() {
     unsigned long long t;
     asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
@@ -114,22 +105,10 @@ struct Stamps {
     }
 };
 
-// Barrier among the launch's blocks: a counter that only grows (zeroed before the launch),
-// `target` counts the barriers passed times G.
+// Barrier among the launch's blocks (grid.cuh), then block 0's phase stamp.
 __device__ __forceinline__ void group_sync(unsigned int* counter, unsigned int& target,
                                            Stamps& stamps) {
-    __syncthreads();
-    target += gridDim.x;
-    if (threadIdx.x == 0) {
-        // Release: this block's writes (ordered before by __syncthreads) before the arrival;
-        // acquire: the other blocks' writes before anything after the wait.
-        asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counter) : "memory");
-        unsigned int seen;
-        do {
-            asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(counter) : "memory");
-        } while (seen < target);
-    }
-    __syncthreads();
+    grid_barrier(counter, target);
     stamps.mark();
 }
 
@@ -177,19 +156,6 @@ struct Rows {
         return k < split ? base + (size_t)r * stride + k : base2 + (size_t)r * stride + k - split;
     }
 };
-
-// Four consecutive values at p in shared memory (16-byte aligned).
-template <typename T>
-__device__ __forceinline__ void ld4_shared(const T* p, T v[4]) {
-    if constexpr (sizeof(T) == 4) {
-        const float4 q = *reinterpret_cast<const float4*>(p);
-        v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
-    } else {
-        const double2 a = reinterpret_cast<const double2*>(p)[0];
-        const double2 b = reinterpret_cast<const double2*>(p)[1];
-        v[0] = a.x, v[1] = a.y, v[2] = b.x, v[3] = b.y;
-    }
-}
 
 // xs[r][k] = in(r, k) for r < rows (zero rows up to a multiple of 4), leading dim K + 1
 // (K a multiple of 4). Every load is issued before the first store. The next dense()
@@ -279,24 +245,6 @@ __device__ __forceinline__ void dense(const T* xs, const T* ws, int rows, int K,
     }
     __syncthreads();
 }
-
-// Offsets of one block's weights in the packed buffer.
-struct BlockWeights {
-    size_t filter, w1, b1, w2, b2, mix, c1, cb1, c2, cb2, stride;
-    __device__ BlockWeights(int f, int r) {
-        filter = 0;
-        w1 = filter + (size_t)(r + 1) * 3 * f;
-        b1 = w1 + (size_t)f * f;
-        w2 = b1 + f;
-        b2 = w2 + (size_t)f * 3 * f;
-        mix = b2 + 3 * f;
-        c1 = mix + (size_t)f * 2 * f;
-        cb1 = c1 + (size_t)2 * f * f;
-        c2 = cb1 + f;
-        cb2 = c2 + (size_t)f * 3 * f;
-        stride = cb2 + 3 * f;
-    }
-};
 
 template <typename T>
 struct Scratch {
@@ -761,18 +709,8 @@ __device__ __forceinline__ void small_system(const T* pos_in, const T* __restric
     // The last block out finishes an MD step (every block's forces added by then) and resets
     // the barrier for the next launch: every block has passed its last barrier by the time it
     // arrives here.
-    __threadfence();
-    __syncthreads();
-    int* last = reinterpret_cast<int*>(smem_raw);
-    if (tid == 0) *last = atomicAdd(counter + 1, 1u) == gridDim.x - 1;
-    __syncthreads();
-    if (!*last) return;
-    __threadfence();
-    if (md.on) md.finish(forces, energies, N);
-    if (tid == 0) {
-        atomicExch(counter, 0u);
-        atomicExch(counter + 1, 0u);
-    }
+    if (last_block_out(counter, reinterpret_cast<int*>(smem_raw)) && md.on)
+        md.finish(forces, energies, N);
 }
 
 // Plain calls pass float inputs for the MD slots, which they leave unread.
