@@ -851,3 +851,113 @@ fn cuda_single_launch_md_matches_op_by_op() {
         }
     }
 }
+
+/// The atom-split one kernel (`ops::atom_split`: atoms split over the blocks, barriers only
+/// where atoms mix) on CUDA against the one-kernel CPU twin, f32 and f64: the shipped model on
+/// aspirin and on 4 aspirins, and random models of 32 features with two interaction blocks and
+/// with one (no barrier in the forward) on molecules, a lone atom, a far atom and a periodic
+/// box; 1 atom per block up to the kernel's most, three launches each (the barrier counters start from zero each
+/// time). The model's choice of it gives the separate kernels' forces.
+#[test]
+fn cuda_atom_split_matches_cpu_twin() {
+    use common::fused::one_kernel_systems;
+    use mlff_distiller::ops::{atom_split, AtomSplitPlan};
+    let gpu = cuda();
+    let small = |blocks: usize, dtype: DType, dev: &Device| {
+        let cfg = mlff_distiller::model::PainnConfig {
+            hidden: 32,
+            n_blocks: blocks,
+            ..small_config()
+        };
+        PainnCalculator::new(model(&cfg, 11, dtype, dev), dev.clone(), dtype)
+    };
+    let aspirins = |k: usize| Batch::new(vec![aspirin(); k]).unwrap();
+    for dtype in [DType::F32, DType::F64] {
+        let tol = if dtype == DType::F32 { 3e-5 } else { 1e-10 };
+        let cases = [
+            (
+                "aspirin",
+                shipped_calculator(&Device::Cpu, dtype, EdgeOps::Fused),
+                shipped_calculator(&gpu, dtype, EdgeOps::Fused),
+                aspirins(1),
+            ),
+            (
+                "4 aspirins",
+                shipped_calculator(&Device::Cpu, dtype, EdgeOps::Fused),
+                shipped_calculator(&gpu, dtype, EdgeOps::Fused),
+                aspirins(4),
+            ),
+            (
+                "F 32, 2 blocks",
+                small(2, dtype, &Device::Cpu),
+                small(2, dtype, &gpu),
+                one_kernel_systems(),
+            ),
+            (
+                "F 32, 1 block",
+                small(1, dtype, &Device::Cpu),
+                small(1, dtype, &gpu),
+                one_kernel_systems(),
+            ),
+        ];
+        for (what, cpu_calc, gpu_calc, batch) in cases {
+            let (x_cpu, _) = cpu_calc.prepare(&batch).unwrap();
+            let (x_gpu, _) = gpu_calc.prepare(&batch).unwrap();
+            let fused = gpu_calc.model().fused().unwrap().clone();
+            let cpu_fused = cpu_calc.model().fused().unwrap();
+            let model = fused.small_system_model().unwrap();
+            let (n, e) = (
+                x_gpu.positions.dim(0).unwrap(),
+                x_gpu.centers.dim(0).unwrap(),
+            );
+            let run = |f: &mlff_distiller::model::FusedPainn,
+                       x: &mlff_distiller::model::PainnInputs,
+                       per_block: usize| {
+                let plan = AtomSplitPlan::new(model, n, e, per_block).unwrap();
+                atom_split(
+                    &plan,
+                    f.packed_weights().unwrap(),
+                    f.packed_weights_out_major().unwrap(),
+                    &x.positions,
+                    &x.offsets,
+                    &x.species,
+                    &x.centers,
+                    &x.neighbors,
+                )
+                .unwrap()
+            };
+            let (e_ref, f_ref) = run(cpu_fused, &x_cpu, 1);
+            let scale_f = max_abs_tensor(&f_ref).max(1.0);
+            let scale_e = max_abs_tensor(&e_ref).max(1.0);
+            for per_block in 1..=4 {
+                // Up to the kernel's most atoms per block, within the H100's shared memory.
+                match AtomSplitPlan::new(model, n, e, per_block) {
+                    Ok(p) if p.shared_bytes(dtype.size_in_bytes()) <= 227 * 1024 => {}
+                    _ => continue,
+                }
+                for call in 0..3 {
+                    let (en, fo) = run(&fused, &x_gpu, per_block);
+                    let (de, df) = (max_abs_diff(&en, &e_ref), max_abs_diff(&fo, &f_ref));
+                    println!(
+                        "{what} {dtype:?} {per_block} atoms per block, call {call}: {e} edges, \
+                         ΔE {de:.2e} ΔF {df:.2e} of {scale_f:.2}"
+                    );
+                    assert!(de <= tol * scale_e, "{what} {dtype:?} {per_block}: ΔE {de}");
+                    assert!(df <= tol * scale_f, "{what} {dtype:?} {per_block}: ΔF {df}");
+                }
+            }
+            // The model takes it where allowed and it fits, with the separate kernels' forces.
+            let chosen = fused.clone().with_atom_split_up_to(usize::MAX);
+            let fits = chosen.atom_split_plan(&x_gpu).unwrap().is_some();
+            assert!(fits || dtype == DType::F64, "{what} {dtype:?} does not fit");
+            let (en, fo) = chosen.energies_and_forces(&x_gpu).unwrap();
+            let (e_sep, f_sep) = fused.separate_kernels(&x_gpu).unwrap();
+            let (de, df) = (max_abs_diff(&en, &e_sep), max_abs_diff(&fo, &f_sep));
+            println!("{what} {dtype:?} model (atom split {fits}): ΔE {de:.2e} ΔF {df:.2e}");
+            assert!(
+                de <= tol * scale_e && df <= tol * scale_f,
+                "{what} {dtype:?}"
+            );
+        }
+    }
+}

@@ -19,10 +19,10 @@
 use super::painn::{Painn, PainnInputs};
 use crate::device::env_usize;
 use crate::ops::{
-    act_grad, bias_silu, bias_silu_adjoint, dense, dense_silu, dense_silu_adjoint, edge_basis,
-    edge_basis_adjoint, gather, interaction, interaction_adjoint, small_system, update_combine,
-    update_combine_adjoint, update_context, update_context_adjoint, EdgeFilter, InteractionInputs,
-    SmallSystemModel, SmallSystemPlan, StateGrad, DENSE_MAX_WIDTH,
+    act_grad, atom_split, bias_silu, bias_silu_adjoint, dense, dense_silu, dense_silu_adjoint,
+    edge_basis, edge_basis_adjoint, gather, interaction, interaction_adjoint, small_system,
+    update_combine, update_combine_adjoint, update_context, update_context_adjoint, AtomSplitPlan,
+    EdgeFilter, InteractionInputs, SmallSystemModel, SmallSystemPlan, StateGrad, DENSE_MAX_WIDTH,
 };
 use candle_core::{Result, Tensor};
 use candle_nn::Linear;
@@ -125,6 +125,14 @@ pub const DENSE_KERNEL_MAX_ROWS: usize = 512;
 /// MLFF_ONE_KERNEL_ATOMS or [`FusedPainn::with_one_kernel_up_to`] change the limit (0: never).
 pub const ONE_KERNEL_MAX_ATOMS: usize = 64;
 
+/// Atoms up to which a system on CUDA runs as the atom-split kernel (`ops::atom_split`: atoms
+/// split over the blocks, 4 barriers instead of the feature split's 30) where it fits, before
+/// the feature-split one kernel is considered. Off by default: its first version is slower
+/// (aspirin 0.47 ms against 0.20 on an H100, BENCHMARKS.md): each block streams the weights
+/// with too few loads in flight. MLFF_ATOM_SPLIT_ATOMS or
+/// [`FusedPainn::with_atom_split_up_to`] change it (0: never).
+pub const ATOM_SPLIT_MAX_ATOMS: usize = 0;
+
 /// Thread blocks the one kernel is split over where the device has the multiprocessors and
 /// the split fits its shared memory (fewer otherwise: [`SmallSystemPlan::fit_widest`]). More
 /// blocks each own fewer features, so the per-block work shrinks while the barriers stay:
@@ -200,8 +208,11 @@ pub struct FusedPainn {
     one_kernel_atoms: usize,
     /// Thread blocks the one kernel is split over at most.
     one_kernel_blocks: usize,
-    /// The weights packed for the one-kernel path, on first use.
+    /// Systems of up to this many atoms run as the atom-split kernel on CUDA (0: never).
+    atom_split_atoms: usize,
+    /// The weights packed for the one-kernel paths, input-major and output-major, on first use.
     packed: std::sync::OnceLock<Tensor>,
+    packed_out_major: std::sync::OnceLock<Tensor>,
 }
 
 /// What one block's adjoint reads from its forward.
@@ -260,7 +271,9 @@ impl FusedPainn {
             dense_on_cpu: false,
             one_kernel_atoms: env_usize("MLFF_ONE_KERNEL_ATOMS", ONE_KERNEL_MAX_ATOMS),
             one_kernel_blocks: env_usize("MLFF_ONE_KERNEL_BLOCKS", ONE_KERNEL_MAX_BLOCKS),
+            atom_split_atoms: env_usize("MLFF_ATOM_SPLIT_ATOMS", ATOM_SPLIT_MAX_ATOMS),
             packed: std::sync::OnceLock::new(),
+            packed_out_major: std::sync::OnceLock::new(),
         })
     }
 
@@ -268,6 +281,13 @@ impl FusedPainn {
     /// default is [`ONE_KERNEL_MAX_ATOMS`]); both ways give the same forces.
     pub fn with_one_kernel_up_to(mut self, atoms: usize) -> Self {
         self.one_kernel_atoms = atoms;
+        self
+    }
+
+    /// Runs systems of up to `atoms` atoms as the atom-split kernel on CUDA where it fits (0:
+    /// never); all paths give the same forces.
+    pub fn with_atom_split_up_to(mut self, atoms: usize) -> Self {
+        self.atom_split_atoms = atoms;
         self
     }
 
@@ -287,28 +307,52 @@ impl FusedPainn {
         if let Some(p) = self.packed.get() {
             return Ok(p);
         }
+        let packed = self.pack(false)?;
+        Ok(self.packed.get_or_init(|| packed))
+    }
+
+    /// [`packed_weights`](Self::packed_weights) with every matrix output-major ([out, in]),
+    /// at the same offsets: what the atom-split kernel's forward reads.
+    pub fn packed_weights_out_major(&self) -> Result<&Tensor> {
+        if let Some(p) = self.packed_out_major.get() {
+            return Ok(p);
+        }
+        let packed = self.pack(true)?;
+        Ok(self.packed_out_major.get_or_init(|| packed))
+    }
+
+    fn pack(&self, out_major: bool) -> Result<Tensor> {
+        fn pick(mlp: &Mlp, out_major: bool) -> [&Tensor; 2] {
+            match out_major {
+                true => [&mlp.hidden.weight, &mlp.out.weight],
+                false => [&mlp.hidden_t, &mlp.out_t],
+            }
+        }
         let ro = &self.readout;
         let mut parts = vec![
             self.embedding.flatten_all()?,
             self.atom_constant.flatten_all()?,
-            ro.hidden_t.flatten_all()?,
+            pick(ro, out_major)[0].flatten_all()?,
             ro.hidden.bias.flatten_all()?,
             ro.out.weight.flatten_all()?,
         ];
         for b in &self.blocks {
+            let [phi_hidden, phi_out] = pick(&b.phi, out_major);
+            let [ctx_hidden, ctx_out] = pick(&b.ctx, out_major);
+            let mix = if out_major { &b.mix } else { &b.mix_t };
             for t in [
                 &b.filter,
-                &b.phi.hidden_t,
+                phi_hidden,
                 &b.phi.hidden.bias,
-                &b.phi.out_t,
+                phi_out,
                 &b.phi.out.bias,
-                &b.mix_t,
-                &b.ctx.hidden_t,
+                mix,
+                ctx_hidden,
                 &b.ctx.hidden.bias,
-                &b.ctx.out_t,
+                ctx_out,
                 &b.ctx.out.bias,
             ] {
-                parts.push(t.flatten_all()?);
+                parts.push(t.contiguous()?.flatten_all()?);
             }
         }
         // The first block's φ per element: its input, the embedding, depends on nothing else.
@@ -316,8 +360,32 @@ impl FusedPainn {
         let hidden = (self.embedding.matmul(&first.hidden_t)?).broadcast_add(&first.hidden.bias)?;
         let phi = (hidden.silu()?.matmul(&first.out_t)?).broadcast_add(&first.out.bias)?;
         parts.push(phi.flatten_all()?);
-        let packed = Tensor::cat(&parts, 0)?;
-        Ok(self.packed.get_or_init(|| packed))
+        Tensor::cat(&parts, 0)
+    }
+
+    /// The atom-split launch for `x`, where it applies (for [`atom_split`](Self::atom_split)).
+    pub fn atom_split_plan(&self, x: &PainnInputs) -> Result<Option<AtomSplitPlan>> {
+        let (n, e) = (x.positions.dim(0)?, x.centers.dim(0)?);
+        let dev = x.positions.device();
+        if !dev.is_cuda() || n > self.atom_split_atoms {
+            return Ok(None);
+        }
+        let model = self.small_system_model()?;
+        Ok(AtomSplitPlan::fit(model, n, e, dev, x.positions.dtype()).ok())
+    }
+
+    /// Per-atom energies [N] and forces [N, 3] as the atom-split kernel launched by `plan`.
+    pub fn atom_split(&self, plan: &AtomSplitPlan, x: &PainnInputs) -> Result<(Tensor, Tensor)> {
+        atom_split(
+            plan,
+            self.packed_weights()?,
+            self.packed_weights_out_major()?,
+            &x.positions.detach(),
+            &x.offsets,
+            &x.species,
+            &x.centers,
+            &x.neighbors,
+        )
     }
 
     /// The one-kernel launch for `x`, where it applies (for [`one_kernel`](Self::one_kernel)).
@@ -355,9 +423,22 @@ impl FusedPainn {
     /// ([`with_one_kernel_up_to`](Self::with_one_kernel_up_to)), else the separate kernels
     /// ([`separate_kernels`](Self::separate_kernels)).
     pub fn energies_and_forces(&self, x: &PainnInputs) -> Result<(Tensor, Tensor)> {
-        match self.one_kernel_plan(x)? {
-            Some(plan) => self.one_kernel(&plan, x),
+        match self.one_launch(x)? {
+            Some(out) => Ok(out),
             None => self.separate_kernels(x),
+        }
+    }
+
+    /// Per-atom energies [N] and forces [N, 3] in one launch where a one-kernel path takes
+    /// `x`: the atom-split kernel ([`with_atom_split_up_to`](Self::with_atom_split_up_to)),
+    /// else the feature-split one ([`with_one_kernel_up_to`](Self::with_one_kernel_up_to)).
+    pub fn one_launch(&self, x: &PainnInputs) -> Result<Option<(Tensor, Tensor)>> {
+        if let Some(plan) = self.atom_split_plan(x)? {
+            return self.atom_split(&plan, x).map(Some);
+        }
+        match self.one_kernel_plan(x)? {
+            Some(plan) => self.one_kernel(&plan, x).map(Some),
+            None => Ok(None),
         }
     }
 

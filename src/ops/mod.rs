@@ -14,6 +14,7 @@
 //! [`EdgeOps::Fused`]; each has a CPU twin that is its test oracle.
 
 mod activation;
+mod atom_split;
 mod dense;
 mod edge_basis;
 mod gather;
@@ -29,6 +30,7 @@ mod small_system_step;
 mod update;
 
 pub use activation::{bias_silu, bias_silu_adjoint};
+pub use atom_split::{atom_split, AtomSplitPlan};
 pub use dense::{dense, dense_silu, dense_silu_adjoint, DENSE_MAX_WIDTH};
 pub use edge_basis::{basis_width, edge_basis, edge_basis_adjoint};
 pub use gather::{gather, Gather};

@@ -253,7 +253,7 @@ impl SmallSystemPlan {
 }
 
 #[cfg(feature = "cuda")]
-fn device_limits(device: &Device) -> std::result::Result<(usize, usize), String> {
+pub(super) fn device_limits(device: &Device) -> std::result::Result<(usize, usize), String> {
     use candle_core::cuda_backend::cudarc::driver::sys::CUdevice_attribute;
     let Device::Cuda(dev) = device else {
         return Err("the one-kernel path runs on CUDA devices".into());
@@ -269,7 +269,7 @@ fn device_limits(device: &Device) -> std::result::Result<(usize, usize), String>
 }
 
 #[cfg(not(feature = "cuda"))]
-fn device_limits(_: &Device) -> std::result::Result<(usize, usize), String> {
+pub(super) fn device_limits(_: &Device) -> std::result::Result<(usize, usize), String> {
     Err("the one-kernel path runs on CUDA devices (built without the cuda feature)".into())
 }
 
@@ -330,18 +330,7 @@ impl Kernel for SmallSystem {
         true
     }
     fn cpu<T: Real>(&self, x: &[&[T]], idx: &[&[u32]], out: &mut [T]) {
-        let n = self.plan.n;
-        let (forces, rest) = out.split_at_mut(3 * n);
-        let reference = Reference {
-            m: &self.plan.model,
-            pos: x[0],
-            off: x[1],
-            w: x[2],
-            species: idx[0],
-            centers: idx[1],
-            neighbors: idx[2],
-        };
-        reference.run(forces, &mut rest[..n]);
+        cpu_twin(&self.plan.model, x, idx, out);
     }
 }
 
@@ -384,9 +373,29 @@ pub(super) fn check_inputs(
     weights: &Tensor,
     positions: &[usize],
     offsets: &Tensor,
+    index: [&Tensor; 3],
+) -> Result<()> {
+    check_system(
+        &plan.model,
+        plan.n,
+        plan.e,
+        weights,
+        positions,
+        offsets,
+        index,
+    )
+}
+
+/// [`check_inputs`] for `model`, `n` atoms and `e` edges.
+pub(super) fn check_system(
+    model: &SmallSystemModel,
+    n: usize,
+    e: usize,
+    weights: &Tensor,
+    positions: &[usize],
+    offsets: &Tensor,
     [species, centers, neighbors]: [&Tensor; 3],
 ) -> Result<()> {
-    let (n, e) = (plan.n, plan.e);
     super::kernel::check_edges(centers, neighbors, n, "small system")?;
     if positions != [n, 3] || offsets.dims() != [e, 3] || species.dims() != [n] {
         bail!(
@@ -397,20 +406,20 @@ pub(super) fn check_inputs(
             species.dims()
         )
     }
-    if weights.dims() != [plan.model.packed_len()] {
+    if weights.dims() != [model.packed_len()] {
         bail!(
             "small system: packed weights {:?}, expected [{}]",
             weights.dims(),
-            plan.model.packed_len()
+            model.packed_len()
         )
     }
     if species.device().is_cpu() {
         let sp = species.to_vec1::<u32>()?;
-        if let Some(a) = sp.iter().position(|&z| z as usize >= plan.model.elements) {
+        if let Some(a) = sp.iter().position(|&z| z as usize >= model.elements) {
             bail!(
                 "small system: species[{a}] = {} but the model has {} elements",
                 sp[a],
-                plan.model.elements
+                model.elements
             )
         }
     }
@@ -539,6 +548,24 @@ fn phase_names(blocks: usize) -> Vec<String> {
     }
     names.push("forces from the edge gradients, energies".into());
     names
+}
+
+/// Forces [N, 3] then energies [N] into `out` by the CPU twin, for float inputs positions,
+/// offsets, packed weights (`x`) and species, centers, neighbours (`idx`): the CPU path of
+/// every one-kernel op.
+pub(super) fn cpu_twin<T: Real>(m: &SmallSystemModel, x: &[&[T]], idx: &[&[u32]], out: &mut [T]) {
+    let n = idx[0].len();
+    let (forces, rest) = out.split_at_mut(3 * n);
+    let reference = Reference {
+        m,
+        pos: x[0],
+        off: x[1],
+        w: x[2],
+        species: idx[0],
+        centers: idx[1],
+        neighbors: idx[2],
+    };
+    reference.run(forces, &mut rest[..n]);
 }
 
 /// The CPU twin: the forward and explicit adjoint of `model::fused`, written out.
