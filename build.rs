@@ -54,7 +54,8 @@ fn main() {
         }
         let nvcc_run = |args: &[String], out: &Path| {
             Command::new(&nvcc)
-                .args(["-O3", "-std=c++17", "-Ikernels"])
+                // -lineinfo: line tables for profilers (ncu's source view); same code.
+                .args(["-O3", "-std=c++17", "-Ikernels", "-lineinfo"])
                 .args(args)
                 .arg("-o")
                 .arg(out)
@@ -89,7 +90,8 @@ fn newest_mtime(dir: &Path) -> Option<std::time::SystemTime> {
 }
 
 /// Every kernel that Rust code names as `kernel_source!("NAME", "MODULE")` must be an entry
-/// (`NAME_f32` or `NAME_f64`) of kernels/MODULE.cu's PTX. Names are strings, so without this a
+/// (`NAME_f32` or `NAME_f64`, or a variant's `NAME_<digit>..._f32`) of kernels/MODULE.cu's
+/// PTX. Names are strings, so without this a
 /// kernel missing from a committed .cu file builds everywhere and fails only on a GPU.
 fn check_kernel_names(dir: &Path, out_dir: &Path) {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
@@ -122,9 +124,20 @@ fn check_kernel_names(dir: &Path, out_dir: &Path) {
                     line_no + 1
                 )
             });
-            let defined = ["f32", "f64"]
-                .iter()
-                .any(|suffix| ptx.contains(&format!(".entry {name}_{suffix}(")));
+            // `{name}_f32(`, or a variant's `{name}_{variant}_f32(` where the variant starts
+            // with a digit (Kernel::function, e.g. a feature count).
+            let defined = ptx.lines().any(|l| {
+                let Some(rest) = l
+                    .split_once(".entry ")
+                    .and_then(|(_, e)| e.strip_prefix(name))
+                else {
+                    return false;
+                };
+                let typed = rest.ends_with("_f32(") || rest.ends_with("_f64(");
+                let variant =
+                    rest.starts_with('_') && rest[1..].starts_with(|c: char| c.is_ascii_digit());
+                typed && (rest.len() == 5 || variant)
+            });
             assert!(
                 defined,
                 "{}:{}: kernel `{name}` (`{name}_f32` or `{name}_f64`) is not defined in kernels/{module}.cu",

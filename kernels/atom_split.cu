@@ -6,138 +6,133 @@
 // (BENCHMARKS.md). Here block c owns atoms [c A, c A + A) and computes every feature of them:
 // a dense layer needs nothing from the other blocks, and each block streams every weight from
 // L2 once per pass (~4.5 MB per call in f32, ~120-140 GB/s per multiprocessor on an H100).
+// The weights go through a ring of shared-memory stages a few chunks ahead of the layer that
+// uses them (weight_stream.cuh): what they are and their order do not depend on the data.
 // Barriers remain only where PaiNN mixes atoms: before interactions 1.. of the forward (the
 // senders' φ and v; the first interaction's φ is a per-element table and its v zero), and after
 // the adjoint of interactions 1.. (the senders' gradients, added by the receivers' blocks). The
 // forward reads the weights output-major ([out, in], a second packed buffer) and the adjoint
-// input-major ([in, out], the small-system layout), so both are row-times-vector products
-// whose rows a warp reads in order.
+// input-major ([in, out], the small-system layout), so both are row-times-vector products.
 //
 // Output: forces [N, 3] (zeroed by each atom's block, added by atomics), energies [N], then the
 // scratch: φ and v of every atom before interactions 1.. (what the receivers read), the senders'
 // gradients of those interactions (zeroed, added by atomics), each atom's tape (what the
-// adjoint reads back) and each edge's gradient w.r.t. its basis and unit vector (written by its
-// receiver's block only).
+// adjoint reads back, unless it is kept in shared memory) and each edge's gradient w.r.t. its
+// basis and unit vector (written by its receiver's block only).
 #include "common.cuh"
 #include "edge_basis.cuh"
 #include "grid.cuh"
 #include "packed_weights.cuh"
+#include "weight_stream.cuh"
 
 namespace {
 
 constexpr int THREADS = 512, WARPS = THREADS / 32;
-// Atoms a block owns at most (src/ops/atom_split.rs MAX_ATOMS): a dense layer has up to three
-// rows per atom (the vector features' components).
-constexpr int MAX_ATOMS = 2, MAX_ROWS = 3 * MAX_ATOMS;
-// Edges scanned at once for the block's own (receiver in its atoms), and own edges whose
-// geometry is formed at once.
-constexpr int WINDOW = 2048, CHUNK = 128;
+// Atoms a block owns at most (src/ops/atom_split.rs MAX_ATOMS); the kernel is compiled for
+// each count, so that a dense layer's rows (one or three per atom) are known at compile time.
+constexpr int MAX_ATOMS = 2;
+// Own edges whose geometry is formed at once (src/ops/atom_split.rs CHUNK).
+constexpr int CHUNK = 64;
+// The own-edge list's local-atom bit (the neighbour index below it).
+constexpr unsigned LOCAL_BIT = 31;
+
+template <typename T>
+using WeightStream = weight_stream::Stream<T, WARPS>;
+template <typename T>
+using Layer = weight_stream::Layer<T>;
 
 struct Dims {
-    int n, e, f, r, blocks, n_el, per_block;
+    // cap: values per weight-stream stage; own_cap: own edges listed at once; tape_shared:
+    // whether the tape lives in shared memory (else in the scratch).
+    int n, e, r, blocks, n_el, cap, own_cap, tape_shared;
 };
 
-// Four consecutive values at p: one or two 16-byte loads where p allows (the packed buffers'
-// matrices start at multiples of 4 elements unless the element count is odd).
-template <typename T>
-__device__ __forceinline__ void ld4_global(const T* p, T v[4]) {
-    if ((reinterpret_cast<size_t>(p) & 15) == 0) {
-        if constexpr (sizeof(T) == 4) {
-            const float4 q = __ldg(reinterpret_cast<const float4*>(p));
-            v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
-        } else {
-            const double2 a = __ldg(reinterpret_cast<const double2*>(p));
-            const double2 b = __ldg(reinterpret_cast<const double2*>(p) + 1);
-            v[0] = a.x, v[1] = a.y, v[2] = b.x, v[3] = b.y;
-        }
-    } else {
+// emit(r, j, y) with y = Σ_k x[r ldx + k] M[j K + k], for r < rows, j < J: M [J, K] the
+// stream's next layer, x [ROWS, ldx] in shared memory (ldx a multiple of 4; rows past `rows`
+// are computed and dropped, so that the loops unroll). Each row of a chunk goes to a group of
+// L lanes, each lane 4 consecutive k of every 4 L: L = 8 up to K = 128 (a quarter warp reads
+// 128 contiguous bytes of a row), 16 up to 384, else 32, so that a chunk's rows (about
+// 8,000 / K of them) spread over the warps. Synchronises after.
+template <int ROWS, int K, typename T, typename Emit>
+__device__ __forceinline__ void rowdot(WeightStream<T>& ws, int J, const T* x, int ldx, int rows, Emit emit) {
+    static_assert(K % 16 == 0, "rows of a multiple of 16 values");
+    constexpr int L = K <= 128 ? 8 : K <= 384 ? 16 : 32, PER_WARP = 32 / L;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, q = lane % L;
+    ws.begin_layer(J, K);
+    const int per = ws.rows_per_chunk(K);
+    for (int j0 = 0; j0 < J; j0 += per) {
+        const T* M = ws.next();
+        const int nr = min(per, J - j0);
+        for (int jb = warp * PER_WARP; jb < nr; jb += WARPS * PER_WARP) {
+            const int jr = jb + lane / L;
+            T acc[ROWS];
 #pragma unroll
-        for (int q = 0; q < 4; ++q) v[q] = __ldg(p + q);
-    }
-}
-
-template <typename T>
-__device__ __forceinline__ T warp_allsum(T x) {
+            for (int r = 0; r < ROWS; ++r) acc[r] = T(0);
+            if (jr < nr) {
+                const T* row = M + jr * K;
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
-    return x;
-}
-
-// emit(r, j, y) with y = Σ_k x[r ldx + k] M[j K + k], for r < rows, j < J: M [J, K] row-major
-// in global memory, read once; x in shared memory (ldx and K multiples of 4). A warp takes U
-// consecutive rows of M at a time (U loads in flight per lane: the stream's rate is set by
-// the loads in flight), each lane 4 consecutive k of every 128. Synchronises after.
-template <typename T, typename Emit>
-__device__ __forceinline__ void rowdot(const T* __restrict__ M, int J, int K, const T* x, int ldx,
-                                       int rows, Emit emit) {
-    constexpr int U = 8;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    for (int j0 = warp * U; j0 < J; j0 += WARPS * U) {
-        T acc[U][MAX_ROWS];
+                for (int k = 0; k < K; k += 4 * L) {
+                    if (K % (4 * L) != 0 && k + 4 * q >= K) break;  // K = 16 (F = 32's readout)
+                    T m[4];
+                    ld4_shared(row + k + 4 * q, m);
 #pragma unroll
-        for (int u = 0; u < U; ++u)
-#pragma unroll
-            for (int r = 0; r < MAX_ROWS; ++r) acc[u][r] = T(0);
-        for (int k = lane * 4; k < K; k += 128) {
-            T m[U][4];
-#pragma unroll
-            for (int u = 0; u < U; ++u) {
-                if (j0 + u < J)
-                    ld4_global(M + (size_t)(j0 + u) * K + k, m[u]);
-                else
-                    m[u][0] = m[u][1] = m[u][2] = m[u][3] = T(0);
-            }
-#pragma unroll
-            for (int r = 0; r < MAX_ROWS; ++r) {
-                if (r < rows) {
-                    T xv[4];
-                    ld4_shared(x + r * ldx + k, xv);
-#pragma unroll
-                    for (int u = 0; u < U; ++u)
-                        acc[u][r] += m[u][0] * xv[0] + m[u][1] * xv[1] + m[u][2] * xv[2] + m[u][3] * xv[3];
+                    for (int r = 0; r < ROWS; ++r) {
+                        T xv[4];
+                        ld4_shared(x + r * ldx + k + 4 * q, xv);
+                        acc[r] = fma(m[0], xv[0], acc[r]);
+                        acc[r] = fma(m[1], xv[1], acc[r]);
+                        acc[r] = fma(m[2], xv[2], acc[r]);
+                        acc[r] = fma(m[3], xv[3], acc[r]);
+                    }
                 }
             }
+#pragma unroll
+            for (int r = 0; r < ROWS; ++r) {
+                T y = acc[r];
+#pragma unroll
+                for (int o = L / 2; o > 0; o >>= 1) y += __shfl_xor_sync(0xffffffffu, y, o);
+                if (q == r && r < rows && jr < nr) emit(r, j0 + jr, y);
+            }
         }
-#pragma unroll
-        for (int u = 0; u < U; ++u)
-#pragma unroll
-            for (int r = 0; r < MAX_ROWS; ++r)
-                if (r < rows) {
-                    const T y = warp_allsum(acc[u][r]);
-                    if (lane == (u * MAX_ROWS + r) % 32 && j0 + u < J) emit(r, j0 + u, y);
-                }
+        ws.release();
     }
     __syncthreads();
 }
 
-// ids[0, count) = the edges of [e0, e0 + WINDOW) whose receiver is in [lo, hi), in edge order;
-// returns count (every thread). `counts` holds WARPS ints.
-__device__ __forceinline__ int own_edges(const unsigned int* ci, int e0, int E, int lo, int hi,
-                                         unsigned int* ids, int* counts) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, len = min(WINDOW, E - e0);
-    int total = 0;
-    for (int base = 0; base < len; base += THREADS) {
-        const int el = base + threadIdx.x;
-        const int i = el < len ? (int)__ldg(ci + e0 + el) : -1;
+// Appends to ids (edge) and nbr (sender | local receiver << LOCAL_BIT) the edges of [e0, E)
+// whose receiver is in [lo, hi), a round of THREADS edges at a time while a round surely fits
+// in cap; `count` the entries (every thread). Returns the first edge not scanned. `counts`
+// holds WARPS ints.
+__device__ __forceinline__ int collect_own(const unsigned int* ci, const unsigned int* nj, int e0, int E,
+                                           int lo, int hi, int cap, unsigned int* ids, unsigned int* nbr,
+                                           int* counts, int& count) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (; e0 < E && count + THREADS <= cap; e0 += THREADS) {
+        const int e = e0 + threadIdx.x;
+        const int i = e < E ? (int)__ldg(ci + e) : -1;
         const bool mine = i >= lo && i < hi;
         const unsigned int m = __ballot_sync(0xffffffffu, mine);
         if (lane == 0) counts[warp] = __popc(m);
         __syncthreads();
-        int before = total, round = 0;
+        int before = count, round = 0;
         for (int w = 0; w < WARPS; ++w) {
             before += w < warp ? counts[w] : 0;
             round += counts[w];
         }
-        if (mine) ids[before + __popc(m & ((1u << lane) - 1))] = e0 + el;
-        total += round;
+        if (mine) {
+            const int at = before + __popc(m & ((1u << lane) - 1));
+            ids[at] = e;
+            nbr[at] = __ldg(nj + e) | ((unsigned)(i - lo) << LOCAL_BIT);
+        }
+        count += round;
         __syncthreads();
     }
-    return total;
+    return e0;
 }
 
 }  // namespace
 
-template <typename T>
+template <typename T, int PB, int F>
 __device__ __forceinline__ void atom_split(const T* pos, const T* off, const T* __restrict__ w_in,
                                            const T* __restrict__ w_out,
                                            const unsigned int* __restrict__ species,
@@ -146,33 +141,43 @@ __device__ __forceinline__ void atom_split(const T* pos, const T* off, const T* 
                                            const unsigned int* bar, T* out, const Dims d,
                                            double cutoff) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    const int N = d.n, E = d.e, F = d.f, R = d.r, NB = d.blocks, F3 = 3 * F, H2 = F / 2;
-    const int tid = threadIdx.x, a0 = blockIdx.x * d.per_block;
-    const int A = max(0, min(d.per_block, N - a0)), AF = A * F;
+    constexpr int F3 = 3 * F, H2 = F / 2, G = THREADS / F;
+    const int N = d.n, E = d.e, R = d.r, NB = d.blocks;
+    const int tid = threadIdx.x, a0 = blockIdx.x * PB;
+    const int A = max(0, min(PB, N - a0)), AF = A * F, PF = PB * F;
     // Feature groups for the edge loops: group g of F threads takes every G-th own edge.
-    const int G = THREADS / F, g = tid / F, t = tid % F;
+    const int g = tid / F, t = tid % F;
     const int RB = R + 5, RG = R + 4;  // per-edge geometry: basis R + 1, unit vector, distance
+    const size_t tape_w = 12 * (size_t)F;
     const T rc = T(cutoff);
 
-    // Shared memory (every part a multiple of 4 elements).
-    T* s = reinterpret_cast<T*>(smem_raw);  // A x F: scalar features
-    T* v = s + AF;                          // A x 3 x F: vector features
-    T* gs = v + 3 * AF;                     // dE/ds
-    T* gv = gs + AF;                        // dE/dv
-    T* xin = gv + 3 * AF;                   // 3 A F: dense-layer inputs
-    T* x2 = xin + 3 * AF;                   // 3 A F
-    T* yo = x2 + 3 * AF;                    // 6 A F: [U | V] and its gradient
-    T* acc = yo + 6 * AF;                   // G x A x 4 x F: the interaction's partial sums
-    T* filt = acc + G * 4 * AF;             // (R + 1) x 3F: the block's filter
-    T* geo = filt + (R + 1) * F3;           // CHUNK x (R + 5)
-    T* gedge = geo + CHUNK * RB;            // CHUNK x (R + 4): per-edge gradient sums
-    unsigned int* ids = reinterpret_cast<unsigned int*>(gedge + CHUNK * RG);  // WINDOW
-    int* counts = reinterpret_cast<int*>(ids + WINDOW);                        // WARPS
+    // Shared memory (src/ops/atom_split.rs AtomSplitPlan::shared_bytes; every part of the
+    // reals a multiple of 4 values), sized for per_block atoms.
+    T* ring = reinterpret_cast<T*>(smem_raw);                // STAGES x cap: weight stream
+    T* s = ring + weight_stream::STAGES * (size_t)d.cap;     // A x F: scalar features
+    T* v = s + PF;                                           // A x 3 x F: vector features
+    T* gs = v + 3 * PF;                                      // dE/ds
+    T* gv = gs + PF;                                         // dE/dv
+    T* xin = gv + 3 * PF;                                    // 3 A F: dense-layer inputs
+    T* x2 = xin + 3 * PF;                                    // 3 A F
+    T* yo = x2 + 3 * PF;                                     // 6 A F: [U | V] and its gradient
+    T* acc = yo + 6 * PF;                                    // G x A x 4 x F: interaction sums
+    T* filt = acc + G * 4 * PF;                              // (R + 1) x 3F: the block's filter
+    T* geo = filt + (R + 1) * F3;                            // CHUNK x (R + 5)
+    T* gedge = geo + CHUNK * RB;                             // CHUNK x (R + 4): edge gradients
+    T* bias = gedge + CHUNK * RG;                            // NB x 8F, then 2 x H2
+    T* tape_s = bias + NB * 8 * F + 2 * H2;                  // NB x A x 12F where kept here
+    Layer<T>* layers = reinterpret_cast<Layer<T>*>(tape_s + (d.tape_shared ? NB * PF * 12 : 0));
+    const int n_layers_max = 12 * NB + 2;
+    unsigned long long* stream_bars = reinterpret_cast<unsigned long long*>(layers + n_layers_max);
+    unsigned int* ids = reinterpret_cast<unsigned int*>(stream_bars + 2 * weight_stream::STAGES);  // own_cap
+    unsigned int* nbr = ids + d.own_cap;                                          // own_cap
+    int* counts = reinterpret_cast<int*>(nbr + d.own_cap);                        // WARPS
 
     // Output and scratch.
     T* forces = out;
     T* energies = forces + 3 * N;
-    const size_t nf3 = (size_t)N * F3, tape_w = 12 * (size_t)F;
+    const size_t nf3 = (size_t)N * F3;
     T* phi_g = energies + N;                        // (NB - 1) x N x 3F
     T* vin_g = phi_g + (NB - 1) * nf3;              // (NB - 1) x N x 3F
     T* gphi_g = vin_g + (NB - 1) * nf3;             // (NB - 1) x N x 3F, added into
@@ -187,16 +192,57 @@ __device__ __forceinline__ void atom_split(const T* pos, const T* off, const T* 
     const size_t ro_at = (size_t)d.n_el * (F + 1), blocks_at = ro_at + (size_t)F * H2 + 2 * H2;
     const T* emb = w_in;
     const T* atom_const = w_in + (size_t)d.n_el * F;
-    const T* ro_b = w_in + ro_at + (size_t)F * H2;
-    const T* ro_out = ro_b + H2;
     const BlockWeights bl(F, R);
     const T* phi_table = w_in + blocks_at + NB * bl.stride;
-    auto tape = [&](int b, int a) { return tape_g + ((size_t)b * N + a0 + a) * tape_w; };
+    const T* ro_b = bias + NB * 8 * F;  // readout hidden bias, then the output weights
+    const T* ro_out = ro_b + H2;
+    auto tape = [&](int b, int a) {
+        return d.tape_shared ? tape_s + ((size_t)b * PB + a) * tape_w
+                             : tape_g + ((size_t)b * N + a0 + a) * tape_w;
+    };
+    auto block_bias = [&](int b) { return bias + b * 8 * F; };  // b1 F | b2 3F | cb1 F | cb2 3F
 
-    // Initial state; what other blocks add into, zeroed before the first barrier.
+    // The weight stream, in the order the passes below use it.
+    if (tid == 0) {
+        int nl = 0;
+        auto add = [&](const T* p, int rows, int k) {
+            if (reinterpret_cast<size_t>(p) & 15) __trap();  // bulk copies: the host checks
+            layers[nl++] = Layer<T>{p, rows, k};
+        };
+        for (int b = 0; b < NB; ++b) {
+            const T* wi = w_in + blocks_at + b * bl.stride;
+            const T* wo = w_out + blocks_at + b * bl.stride;
+            add(wi + bl.filter, R + 1, F3);
+            if (b > 0) add(wo + bl.w1, F, F), add(wo + bl.w2, F3, F);
+            add(wo + bl.mix, 2 * F, F), add(wo + bl.c1, F, 2 * F), add(wo + bl.c2, F3, F);
+        }
+        add(w_out + ro_at, H2, F), add(w_in + ro_at, F, H2);
+        for (int b = NB - 1; b >= 0; --b) {
+            const T* wi = w_in + blocks_at + b * bl.stride;
+            add(wi + bl.filter, R + 1, F3);
+            add(wi + bl.c2, F, F3), add(wi + bl.c1, 2 * F, F), add(wi + bl.mix, F, 2 * F);
+            if (b > 0) add(wi + bl.w2, F, F3), add(wi + bl.w1, F, F);
+        }
+        counts[0] = nl;
+    }
+    WeightStream<T> ws(ring, layers, stream_bars, 0, d.cap);
+    if (tid == 0) ws.init();
+    __syncthreads();
+    ws.n_layers = counts[0];
+    __syncthreads();  // counts is reused below
+    ws.start();
+
+    // Initial state, the biases; what other blocks add into, zeroed before the first barrier.
     for (int idx = tid; idx < AF; idx += THREADS)
         s[idx] = __ldg(emb + (size_t)species[a0 + idx / F] * F + idx % F);
     for (int idx = tid; idx < 3 * AF; idx += THREADS) v[idx] = T(0);
+    for (int b = 0; b < NB; ++b) {
+        const T* wi = w_in + blocks_at + b * bl.stride;
+        T* bb = bias + b * 8 * F;
+        for (int idx = tid; idx < F; idx += THREADS) bb[idx] = __ldg(wi + bl.b1 + idx), bb[4 * F + idx] = __ldg(wi + bl.cb1 + idx);
+        for (int idx = tid; idx < F3; idx += THREADS) bb[F + idx] = __ldg(wi + bl.b2 + idx), bb[5 * F + idx] = __ldg(wi + bl.cb2 + idx);
+    }
+    for (int idx = tid; idx < 2 * H2; idx += THREADS) bias[NB * 8 * F + idx] = __ldg(w_in + ro_at + (size_t)F * H2 + idx);
     for (int idx = tid; idx < 3 * A; idx += THREADS) forces[3 * a0 + idx] = T(0);
     for (int b = 0; b + 1 < NB; ++b)
         for (int idx = tid; idx < A * F3; idx += THREADS) {
@@ -204,6 +250,22 @@ __device__ __forceinline__ void atom_split(const T* pos, const T* off, const T* 
             gvj_g[(b * (size_t)N + a0) * F3 + idx] = T(0);
         }
 
+    // The own edges: listed once for the whole call where they fit (always, unless a block
+    // owns more than own_cap - THREADS edges), and their geometry formed once where they also
+    // fit one chunk.
+    int own = 0;
+    const bool all_listed = collect_own(ci, nj, 0, E, a0, a0 + A, d.own_cap, ids, nbr, counts, own) >= E;
+    const bool keep_geometry = all_listed && own <= CHUNK;
+    bool geometry_formed = false;
+    // Calls body(count) for every list of own edges ids/nbr[0, count).
+    auto for_own_lists = [&](auto body) {
+        if (all_listed) return body(own);
+        for (int e0 = 0; e0 < E;) {
+            int count = 0;
+            e0 = collect_own(ci, nj, e0, E, a0, a0 + A, d.own_cap, ids, nbr, counts, count);
+            body(count);
+        }
+    };
     // The geometry of own edges ids[c0, c0 + count) into geo.
     auto form_geometry = [&](int c0, int count) {
         for (int el = tid; el < count; el += THREADS) {
@@ -224,15 +286,15 @@ __device__ __forceinline__ void atom_split(const T* pos, const T* off, const T* 
     };
     // Calls body(c0, count) for every chunk of own edges, their geometry formed.
     auto for_own_edges = [&](auto body) {
-        for (int e0 = 0; e0 < E; e0 += WINDOW) {
-            const int count = own_edges(ci, e0, E, a0, a0 + A, ids, counts);
-            for (int c0 = 0; c0 < count; c0 += CHUNK) {
-                const int len = min(CHUNK, count - c0);
-                form_geometry(c0, len);
+        for_own_lists([&](int listed) {
+            for (int c0 = 0; c0 < listed; c0 += CHUNK) {
+                const int len = min(CHUNK, listed - c0);
+                if (!(keep_geometry && geometry_formed)) form_geometry(c0, len);
+                geometry_formed = true;
                 body(c0, len);
                 __syncthreads();
             }
-        }
+        });
     };
     // Filter feature t of edge slot el (3 values: s, vector-direction and vector-vector parts).
     auto filter_of = [&](int el, T w[3]) {
@@ -256,23 +318,44 @@ __device__ __forceinline__ void atom_split(const T* pos, const T* off, const T* 
             for (int q = 0; q < 3; ++q) p[q] = __ldcg(row + q * F), vj[q] = __ldcg(vr + q * F);
         }
     };
-    auto load_filter = [&](const T* w) {
-        for (int idx = tid; idx < (R + 1) * F3; idx += THREADS) filt[idx] = __ldg(w + bl.filter + idx);
+    const unsigned sender_mask = (1u << LOCAL_BIT) - 1;
+    // Calls each(el, a, j, p, vj) for the group's own edges of a chunk, the next edge's sender
+    // loaded before the current one is used (its loads in flight meanwhile).
+    auto for_group_edges = [&](int b, int c0, int count, auto each) {
+        T p[3], vj[3];
+        if (g < count) sender(b, nbr[c0 + g] & sender_mask, p, vj);
+        for (int el = g; el < count; el += G) {
+            T pn[3], vn[3];
+            if (el + G < count) sender(b, nbr[c0 + el + G] & sender_mask, pn, vn);
+            each(el, (int)(nbr[c0 + el] >> LOCAL_BIT), (int)(nbr[c0 + el] & sender_mask), p, vj);
+            for (int q = 0; q < 3; ++q) p[q] = pn[q], vj[q] = vn[q];
+        }
+    };
+    // The block's filter from the stream into filt.
+    auto load_filter = [&]() {
+        ws.begin_layer(R + 1, F3);
+        const int per = ws.rows_per_chunk(F3);
+        for (int j0 = 0; j0 <= R; j0 += per) {
+            const T* chunk = ws.next();
+            const int n = min(per, R + 1 - j0) * F3;
+            for (int idx = tid; idx < n; idx += THREADS) filt[j0 * F3 + idx] = chunk[idx];
+            ws.release();
+        }
+        __syncthreads();
     };
 
     for (int b = 0; b < NB; ++b) {
-        const T* wi = w_in + blocks_at + b * bl.stride;
-        const T* wo = w_out + blocks_at + b * bl.stride;
-        load_filter(wi);
+        const T* bb = block_bias(b);
+        load_filter();
         if (b > 0) {
             // φ = silu(s W1 + b1) W2 + b2 of own atoms, and v, for the receivers.
-            rowdot(wo + bl.w1, F, F, s, F, A, [&](int a, int j, T y) {
-                y += __ldg(wi + bl.b1 + j);
+            rowdot<PB, F>(ws, F, s, F, A, [&](int a, int j, T y) {
+                y += bb[j];
                 tape(b, a)[j] = y;
                 xin[a * F + j] = silu_of(y);
             });
-            rowdot(wo + bl.w2, F3, F, xin, F, A, [&](int a, int j, T y) {
-                phi_g[((b - 1) * (size_t)N + a0 + a) * F3 + j] = y + __ldg(wi + bl.b2 + j);
+            rowdot<PB, F>(ws, F3, xin, F, A, [&](int a, int j, T y) {
+                phi_g[((b - 1) * (size_t)N + a0 + a) * F3 + j] = y + bb[F + j];
             });
             for (int idx = tid; idx < A * F3; idx += THREADS)
                 vin_g[((b - 1) * (size_t)N + a0) * F3 + idx] = v[idx];
@@ -290,21 +373,19 @@ __device__ __forceinline__ void atom_split(const T* pos, const T* off, const T* 
                 if (cur < 0) return;
                 for (int q = 0; q < 4; ++q) acc[((g * A + cur) * 4 + q) * F + t] += sum[q];
             };
-            for (int el = g; el < count; el += G) {
-                const int e = ids[c0 + el], a = (int)ci[e] - a0, j = nj[e];
+            for_group_edges(b, c0, count, [&](int el, int a, int, const T p[3], const T vj[3]) {
                 if (a != cur) {
                     flush();
                     cur = a;
                     sum[0] = sum[1] = sum[2] = sum[3] = T(0);
                 }
-                T w[3], p[3], vj[3];
+                T w[3];
                 filter_of(el, w);
-                sender(b, j, p, vj);
                 const T* u = geo + el * RB + R + 1;
                 const T x1 = p[1] * w[1], x2v = p[2] * w[2];
                 sum[0] += p[0] * w[0];
                 for (int k = 0; k < 3; ++k) sum[1 + k] += x1 * u[k] + x2v * vj[k];
-            }
+            });
             flush();
         });
         for (int idx = tid; idx < AF; idx += THREADS) {
@@ -321,7 +402,7 @@ __device__ __forceinline__ void atom_split(const T* pos, const T* off, const T* 
         __syncthreads();
 
         // Update: [U | V] = v W_mix, |V|, context MLP on [s | |V|], gated update.
-        rowdot(wo + bl.mix, 2 * F, F, v, F, 3 * A, [&](int r, int j, T y) {
+        rowdot<3 * PB, F>(ws, 2 * F, v, F, 3 * A, [&](int r, int j, T y) {
             yo[r * 2 * F + j] = y;
             tape(b, r / 3)[F + (r % 3) * 2 * F + j] = y;
         });
@@ -338,13 +419,13 @@ __device__ __forceinline__ void atom_split(const T* pos, const T* off, const T* 
             xin[a * 2 * F + F + f] = nrm;
         }
         __syncthreads();
-        rowdot(wo + bl.c1, F, 2 * F, xin, 2 * F, A, [&](int a, int j, T y) {
-            y += __ldg(wi + bl.cb1 + j);
+        rowdot<PB, 2 * F>(ws, F, xin, 2 * F, A, [&](int a, int j, T y) {
+            y += bb[4 * F + j];
             tape(b, a)[8 * F + j] = y;
             x2[a * F + j] = silu_of(y);
         });
-        rowdot(wo + bl.c2, F3, F, x2, F, A, [&](int a, int j, T y) {
-            y += __ldg(wi + bl.cb2 + j);
+        rowdot<PB, F>(ws, F3, x2, F, A, [&](int a, int j, T y) {
+            y += bb[5 * F + j];
             tape(b, a)[9 * F + j] = y;
             xin[a * F3 + j] = y;
         });
@@ -363,26 +444,24 @@ __device__ __forceinline__ void atom_split(const T* pos, const T* off, const T* 
     }
 
     // Readout: E_a = const + silu(s R1 + r1) · w_out, and dE/ds.
-    rowdot(w_out + ro_at, H2, F, s, F, A, [&](int a, int j, T y) { x2[a * H2 + j] = y + __ldg(ro_b + j); });
+    rowdot<PB, F>(ws, H2, s, F, A, [&](int a, int j, T y) { x2[a * H2 + j] = y + ro_b[j]; });
     {
         const int lane = tid & 31, warp = tid >> 5;
         for (int a = warp; a < A; a += WARPS) {
             T e = T(0);
-            for (int o = lane; o < H2; o += 32) e += silu_of(x2[a * H2 + o]) * __ldg(ro_out + o);
-            e = warp_allsum(e);
+            for (int o = lane; o < H2; o += 32) e += silu_of(x2[a * H2 + o]) * ro_out[o];
+            e = warp_sum(e);
             if (lane == 0) energies[a0 + a] = __ldg(atom_const + species[a0 + a]) + e;
         }
-        for (int idx = tid; idx < A * H2; idx += THREADS)
-            xin[idx] = __ldg(ro_out + idx % H2) * silu_grad(x2[idx]);
+        for (int idx = tid; idx < A * H2; idx += THREADS) xin[idx] = ro_out[idx % H2] * silu_grad(x2[idx]);
         for (int idx = tid; idx < 3 * AF; idx += THREADS) gv[idx] = T(0);
         __syncthreads();
     }
-    rowdot(w_in + ro_at, F, H2, xin, H2, A, [&](int a, int j, T y) { gs[a * F + j] = y; });
+    rowdot<PB, H2>(ws, F, xin, H2, A, [&](int a, int j, T y) { gs[a * F + j] = y; });
 
     // The adjoint, block by block.
     for (int b = NB - 1; b >= 0; --b) {
-        const T* wi = w_in + blocks_at + b * bl.stride;
-        load_filter(wi);
+        load_filter();
         // Gated update: dE/d act into x2, dE/d[U | V] into yo.
         for (int idx = tid; idx < AF; idx += THREADS) {
             const int a = idx / F, f = idx % F;
@@ -408,10 +487,10 @@ __device__ __forceinline__ void atom_split(const T* pos, const T* off, const T* 
         }
         __syncthreads();
         // Context MLP: dE/d cpre into xin, then dE/ds and dE/d|V| (divided by |V|, into x2).
-        rowdot(wi + bl.c2, F, F3, x2, F3, A, [&](int a, int j, T y) {
+        rowdot<PB, F3>(ws, F, x2, F3, A, [&](int a, int j, T y) {
             xin[a * F + j] = y * silu_grad(tape(b, a)[8 * F + j]);
         });
-        rowdot(wi + bl.c1, 2 * F, F, xin, F, A, [&](int a, int j, T y) {
+        rowdot<PB, F>(ws, 2 * F, xin, F, A, [&](int a, int j, T y) {
             if (j < F)
                 gs[a * F + j] += y;
             else
@@ -422,7 +501,7 @@ __device__ __forceinline__ void atom_split(const T* pos, const T* off, const T* 
             yo[r * 2 * F + F + f] += x2[(r / 3) * F + f] * tape(b, r / 3)[F + (r % 3) * 2 * F + F + f];
         }
         __syncthreads();
-        rowdot(wi + bl.mix, F, 2 * F, yo, 2 * F, 3 * A, [&](int r, int j, T y) { gv[r * F + j] += y; });
+        rowdot<3 * PB, 2 * F>(ws, F, yo, 2 * F, 3 * A, [&](int r, int j, T y) { gv[r * F + j] += y; });
 
         // Interaction: the senders' gradients (added into gphi_g, gvj_g; the first block's
         // senders need none) and each own edge's basis and unit-vector gradient.
@@ -431,11 +510,9 @@ __device__ __forceinline__ void atom_split(const T* pos, const T* off, const T* 
         for_own_edges([&](int c0, int count) {
             if (g < G) {
                 const int lane = tid & 31;
-                for (int el = g; el < count; el += G) {
-                    const int e = ids[c0 + el], a = (int)ci[e] - a0, j = nj[e];
-                    T w[3], p[3], vj[3];
+                for_group_edges(b, c0, count, [&](int el, int a, int j, const T p[3], const T vj[3]) {
+                    T w[3];
                     filter_of(el, w);
-                    sender(b, j, p, vj);
                     const T* u = geo + el * RB + R + 1;
                     const T gx0 = gs[a * F + t];
                     T gvi[3], gx1 = T(0), gx2 = T(0);
@@ -469,7 +546,7 @@ __device__ __forceinline__ void atom_split(const T* pos, const T* off, const T* 
                     reduce_scatter_step<2>(col, lane);
                     reduce_scatter_step<1>(col, lane);
                     if (lane < RG) atomicAdd(gedge + el * RG + lane, col[0]);
-                }
+                });
             }
             __syncthreads();
             for (int idx = tid; idx < count * RG; idx += THREADS) {
@@ -487,17 +564,16 @@ __device__ __forceinline__ void atom_split(const T* pos, const T* off, const T* 
             gv[idx] += __ldcg(gvj_g + at);
         }
         __syncthreads();
-        rowdot(wi + bl.w2, F, F3, xin, F3, A, [&](int a, int j, T y) {
+        rowdot<PB, F3>(ws, F, xin, F3, A, [&](int a, int j, T y) {
             x2[a * F + j] = y * silu_grad(tape(b, a)[j]);
         });
-        rowdot(wi + bl.w1, F, F, x2, F, A, [&](int a, int j, T y) { gs[a * F + j] += y; });
+        rowdot<PB, F>(ws, F, x2, F, A, [&](int a, int j, T y) { gs[a * F + j] += y; });
     }
 
     // Forces from each own edge's gradient (every block's forces zeroed before a barrier).
     if (NB < 2) grid_barrier(counter, target);
-    for (int e0 = 0; e0 < E; e0 += WINDOW) {
-        const int count = own_edges(ci, e0, E, a0, a0 + A, ids, counts);
-        for (int el = tid; el < count; el += THREADS) {
+    for_own_lists([&](int listed) {
+        for (int el = tid; el < listed; el += THREADS) {
             const int e = ids[el];
             T gr[3];
             edge_grad(pos, off, edge_g + (size_t)e * RG, ci, nj, e, R, rc, gr);
@@ -508,18 +584,24 @@ __device__ __forceinline__ void atom_split(const T* pos, const T* off, const T* 
             }
         }
         __syncthreads();
-    }
+    });
     last_block_out(counter, counts);
 }
 
-#define ATOM_SPLIT(T, SUF)                                                                    \
-    extern "C" __global__ void __launch_bounds__(THREADS, 1) atom_split_##SUF(                \
-        const T* pos, const T* off, const T* w_in, const T* w_out, const unsigned int* sp,    \
-        const unsigned int* ci, const unsigned int* nj, const unsigned int* bar, T* out,      \
-        size_t n, size_t e, size_t f, size_t r, size_t blocks, size_t n_el, size_t per_block, \
-        double cutoff) {                                                                      \
-        const Dims d{(int)n, (int)e, (int)f, (int)r, (int)blocks, (int)n_el, (int)per_block}; \
-        atom_split<T>(pos, off, w_in, w_out, sp, ci, nj, bar, out, d, cutoff);                \
+// One entry per feature count F (src/ops/atom_split.rs FEATURES), atoms per block (1 or
+// MAX_ATOMS) and real.
+#define ATOM_SPLIT(F, PB, T, SUF)                                                                  \
+    extern "C" __global__ void __launch_bounds__(THREADS, 1) atom_split_##F##x##PB##_##SUF(        \
+        const T* pos, const T* off, const T* w_in, const T* w_out, const unsigned int* sp,         \
+        const unsigned int* ci, const unsigned int* nj, const unsigned int* bar, T* out, size_t n, \
+        size_t e, size_t r, size_t blocks, size_t n_el, size_t cap, size_t own_cap,               \
+        size_t tape_shared, double cutoff) {                                                       \
+        const Dims d{(int)n,     (int)e,   (int)r,       (int)blocks,                              \
+                     (int)n_el,  (int)cap, (int)own_cap, (int)tape_shared};                        \
+        atom_split<T, PB, F>(pos, off, w_in, w_out, sp, ci, nj, bar, out, d, cutoff);              \
     }
-ATOM_SPLIT(float, f32)
-ATOM_SPLIT(double, f64)
+#define ATOM_SPLIT_FEATURES(F)                                   \
+    ATOM_SPLIT(F, 1, float, f32) ATOM_SPLIT(F, 2, float, f32) \
+    ATOM_SPLIT(F, 1, double, f64) ATOM_SPLIT(F, 2, double, f64)
+ATOM_SPLIT_FEATURES(32)
+ATOM_SPLIT_FEATURES(128)

@@ -856,7 +856,9 @@ fn cuda_single_launch_md_matches_op_by_op() {
 /// where atoms mix) on CUDA against the one-kernel CPU twin, f32 and f64: the shipped model on
 /// aspirin and on 4 aspirins, and random models of 32 features with two interaction blocks and
 /// with one (no barrier in the forward) on molecules, a lone atom, a far atom and a periodic
-/// box; 1 atom per block up to the kernel's most, three launches each (the barrier counters start from zero each
+/// box; 1 atom per block up to the kernel's most, own edges listed once per call and (512 at
+/// once) again in every pass, the tape in shared memory or (where it does not fit, the shipped
+/// model in f64) in the scratch; three launches each (the barrier counters start from zero each
 /// time). The model's choice of it gives the separate kernels' forces.
 #[test]
 fn cuda_atom_split_matches_cpu_twin() {
@@ -910,12 +912,12 @@ fn cuda_atom_split_matches_cpu_twin() {
                 x_gpu.positions.dim(0).unwrap(),
                 x_gpu.centers.dim(0).unwrap(),
             );
+            let (eb, limit) = (dtype.size_in_bytes(), 227 * 1024);
             let run = |f: &mlff_distiller::model::FusedPainn,
                        x: &mlff_distiller::model::PainnInputs,
-                       per_block: usize| {
-                let plan = AtomSplitPlan::new(model, n, e, per_block).unwrap();
+                       plan: &AtomSplitPlan| {
                 atom_split(
-                    &plan,
+                    plan,
                     f.packed_weights().unwrap(),
                     f.packed_weights_out_major().unwrap(),
                     &x.positions,
@@ -926,24 +928,36 @@ fn cuda_atom_split_matches_cpu_twin() {
                 )
                 .unwrap()
             };
-            let (e_ref, f_ref) = run(cpu_fused, &x_cpu, 1);
+            let cpu_plan = AtomSplitPlan::new(model, n, e, 1, eb, usize::MAX).unwrap();
+            let (e_ref, f_ref) = run(cpu_fused, &x_cpu, &cpu_plan);
             let scale_f = max_abs_tensor(&f_ref).max(1.0);
             let scale_e = max_abs_tensor(&e_ref).max(1.0);
+            // Up to the kernel's most atoms per block, within the H100's shared memory; own
+            // edges listed once per call, and (fewest listed at once) again in every pass.
             for per_block in 1..=4 {
-                // Up to the kernel's most atoms per block, within the H100's shared memory.
-                match AtomSplitPlan::new(model, n, e, per_block) {
-                    Ok(p) if p.shared_bytes(dtype.size_in_bytes()) <= 227 * 1024 => {}
-                    _ => continue,
-                }
-                for call in 0..3 {
-                    let (en, fo) = run(&fused, &x_gpu, per_block);
-                    let (de, df) = (max_abs_diff(&en, &e_ref), max_abs_diff(&fo, &f_ref));
-                    println!(
-                        "{what} {dtype:?} {per_block} atoms per block, call {call}: {e} edges, \
-                         ΔE {de:.2e} ΔF {df:.2e} of {scale_f:.2}"
-                    );
-                    assert!(de <= tol * scale_e, "{what} {dtype:?} {per_block}: ΔE {de}");
-                    assert!(df <= tol * scale_f, "{what} {dtype:?} {per_block}: ΔF {df}");
+                for own_edges in [None, Some(512)] {
+                    let plan = AtomSplitPlan::new(model, n, e, per_block, eb, limit);
+                    let plan = match (plan, own_edges) {
+                        (Ok(p), None) => p,
+                        (Ok(p), Some(k)) => match p.with_own_edges(k, eb, limit) {
+                            Ok(p) => p,
+                            Err(_) => continue,
+                        },
+                        (Err(_), _) => continue,
+                    };
+                    for call in 0..3 {
+                        let (en, fo) = run(&fused, &x_gpu, &plan);
+                        let (de, df) = (max_abs_diff(&en, &e_ref), max_abs_diff(&fo, &f_ref));
+                        println!(
+                            "{what} {dtype:?} {per_block} atoms per block, own edges {own_edges:?}, \
+                             stage {} values, tape shared {}, call {call}: {e} edges, \
+                             ΔE {de:.2e} ΔF {df:.2e} of {scale_f:.2}",
+                            plan.stage_values(),
+                            plan.tape_in_shared_memory()
+                        );
+                        assert!(de <= tol * scale_e, "{what} {dtype:?} {per_block}: ΔE {de}");
+                        assert!(df <= tol * scale_f, "{what} {dtype:?} {per_block}: ΔF {df}");
+                    }
                 }
             }
             // The model takes it where allowed and it fits, with the separate kernels' forces.

@@ -1,12 +1,12 @@
 //! The whole fused PaiNN energy + forces of a small system as one kernel with its atoms split
 //! over the thread blocks (kernels/atom_split.cu): each block owns up to [`MAX_ATOMS`] atoms,
-//! computes every feature of them and streams every weight once per pass, so the only barriers
-//! among the blocks are where PaiNN mixes atoms (4 for three interaction blocks, against 30 in
-//! `ops::small_system`, which splits the features). The forward reads the weights output-major
-//! (a second buffer packed like the first, every matrix transposed: [`AtomSplitPlan`] takes
-//! both), the adjoint input-major. The CPU path is the one-kernel CPU twin. The model takes
-//! it only when asked (`FusedPainn::with_atom_split_up_to`): this first version is slower than
-//! the feature split (BENCHMARKS.md, "Atoms split over the blocks").
+//! computes every feature of them and streams every weight once per pass through a ring of
+//! shared-memory stages loaded ahead of the arithmetic (kernels/weight_stream.cuh), so the
+//! only barriers among the blocks are where PaiNN mixes atoms (4 for three interaction blocks,
+//! against 30 in `ops::small_system`, which splits the features). The forward reads the
+//! weights output-major (a second buffer packed like the first, every matrix transposed:
+//! [`AtomSplitPlan`] takes both), the adjoint input-major. The CPU path is the one-kernel CPU
+//! twin. The model takes it only when asked (`FusedPainn::with_atom_split_up_to`).
 
 use super::kernel::{kernel_source, launch, Init, Kernel, Real};
 use super::small_system::{barrier_counters, check_system, cpu_twin, device_limits};
@@ -15,12 +15,26 @@ use candle_core::{bail, DType, Device, Result, Tensor};
 
 /// Atoms a thread block owns at most (kernels/atom_split.cu MAX_ATOMS).
 pub const MAX_ATOMS: usize = 2;
+/// Feature counts the kernel is compiled for (kernels/atom_split.cu ATOM_SPLIT_FEATURES):
+/// each is a separate function whose loops the compiler lays out for it. Other models take the
+/// feature-split one kernel.
+pub const FEATURES: [usize; 2] = [32, 128];
 /// Threads per block (the kernel's THREADS).
 const THREADS: usize = 512;
-/// Edges scanned at once for a block's own, and own edges whose geometry is formed at once
-/// (the kernel's WINDOW and CHUNK).
-const WINDOW: usize = 2048;
-const CHUNK: usize = 128;
+/// Own edges whose geometry is formed at once (the kernel's CHUNK).
+const CHUNK: usize = 64;
+/// Own edges (receiver in the block's atoms) listed at once: a block lists them once per call
+/// unless it owns more than this less [`THREADS`] (the kernel adds a round of THREADS edges
+/// only while it surely fits), else it lists them again in every pass.
+pub const OWN_EDGES: usize = 1024;
+/// Weight-stream stages (kernels/weight_stream.cuh STAGES) and the bytes a stage holds at most:
+/// loads of up to three stages are in flight while the fourth is used.
+const STAGES: usize = 4;
+const STAGE_BYTES: usize = 32 * 1024;
+/// Bytes of one entry of the kernel's weight-stream table (pointer, rows, columns), and of its
+/// two barriers per stage.
+const LAYER_BYTES: usize = 16;
+const STAGE_BARRIER_BYTES: usize = 16;
 /// Per-edge basis gradient columns a warp reduces at once (kernels/common.cuh MAX_BASIS).
 const MAX_BASIS: usize = 32;
 
@@ -33,26 +47,44 @@ pub struct AtomSplitPlan {
     per_block: usize,
     grid: usize,
     model: SmallSystemModel,
+    /// Values per weight-stream stage, own edges listed at once, and whether each atom's tape
+    /// is kept in shared memory (else in the scratch).
+    stage: usize,
+    own_edges: usize,
+    tape_shared: bool,
 }
 
 impl AtomSplitPlan {
-    /// The launch for `n` atoms and `e` edges with `per_block` atoms per thread block, or why
-    /// the model does not fit the kernel (F a multiple of 32 up to 512, at most 28 radial
-    /// functions).
+    /// The launch for `n` atoms and `e` edges with `per_block` atoms per thread block in
+    /// `elem_bytes`-byte reals within `shared_limit` bytes of shared memory per block, or why
+    /// there is none (F one of [`FEATURES`], at most 28 radial functions, every matrix of the
+    /// packed weights 16-byte aligned for bulk copies, a weight-stream stage of at least one 3F
+    /// row). The tape stays in shared memory where the stages still get half their most bytes.
     pub fn new(
         model: SmallSystemModel,
         n: usize,
         e: usize,
         per_block: usize,
+        elem_bytes: usize,
+        shared_limit: usize,
     ) -> std::result::Result<Self, String> {
         let (f, r) = (model.hidden, model.n_rbf);
-        if f == 0 || !f.is_multiple_of(32) || f > THREADS {
+        if !FEATURES.contains(&f) {
             return Err(format!(
-                "{f} features: the atom-split kernel needs a multiple of 32 up to {THREADS}"
+                "{f} features: the atom-split kernel is compiled for {FEATURES:?}"
             ));
         }
         if r + 4 > MAX_BASIS {
             return Err(format!("{r} radial functions: at most {}", MAX_BASIS - 4));
+        }
+        // The embedding and atom constants come first; the matrices after start at multiples
+        // of 4 values from there.
+        if !(model.elements * (f + 1) * elem_bytes).is_multiple_of(16) {
+            return Err(format!(
+                "{} elements: the packed weights' matrices are not 16-byte aligned for the \
+                 atom-split kernel's bulk copies",
+                model.elements
+            ));
         }
         if n == 0 || model.blocks == 0 {
             return Err("no atoms or no interaction blocks".into());
@@ -62,13 +94,45 @@ impl AtomSplitPlan {
                 "{per_block} atoms per block: from 1 to {MAX_ATOMS}"
             ));
         }
-        Ok(Self {
+        let plan = Self {
             n,
             e,
             per_block,
             grid: n.div_ceil(per_block),
             model,
-        })
+            stage: 0,
+            own_edges: OWN_EDGES,
+            tape_shared: true,
+        };
+        plan.with_stages(elem_bytes, shared_limit)
+    }
+
+    /// The plan with the stage size and tape place that fit `shared_limit` (see [`Self::new`]).
+    fn with_stages(
+        mut self,
+        elem_bytes: usize,
+        shared_limit: usize,
+    ) -> std::result::Result<Self, String> {
+        let most = STAGE_BYTES / elem_bytes;
+        let least = 3 * self.model.hidden;
+        let stage_fitting = |plan: &Self| {
+            let free = shared_limit.saturating_sub(plan.fixed_bytes(elem_bytes));
+            (free / (STAGES * elem_bytes)).min(most) / 4 * 4
+        };
+        self.tape_shared = true;
+        self.stage = stage_fitting(&self);
+        if self.stage < most / 2 {
+            self.tape_shared = false;
+            self.stage = stage_fitting(&self);
+        }
+        if self.stage < least {
+            return Err(format!(
+                "{} atoms per block leave {} values of shared memory per weight-stream stage, \
+                 less than one {least}-value row (device limit {shared_limit} bytes)",
+                self.per_block, self.stage
+            ));
+        }
+        Ok(self)
     }
 
     /// The launch with the fewest atoms per block whose blocks the device holds at once, with
@@ -81,16 +145,20 @@ impl AtomSplitPlan {
         dtype: DType,
     ) -> std::result::Result<Self, String> {
         let (sms, limit) = device_limits(device)?;
-        let plan = Self::new(model, n, e, n.div_ceil(sms.max(1)).max(1))?;
-        let bytes = plan.shared_bytes(dtype.size_in_bytes());
-        if bytes > limit {
-            return Err(format!(
-                "{} atoms per block need {bytes} bytes of shared memory, more than the \
-                 device's {limit}",
-                plan.per_block
-            ));
-        }
-        Ok(plan)
+        let per_block = n.div_ceil(sms.max(1)).max(1);
+        Self::new(model, n, e, per_block, dtype.size_in_bytes(), limit)
+    }
+
+    /// The plan listing at most `own_edges` own edges at once (at least [`THREADS`]): fewer
+    /// than a block owns makes it list them again in every pass (for tests of that path).
+    pub fn with_own_edges(
+        mut self,
+        own_edges: usize,
+        elem_bytes: usize,
+        shared_limit: usize,
+    ) -> std::result::Result<Self, String> {
+        self.own_edges = own_edges.max(THREADS);
+        self.with_stages(elem_bytes, shared_limit)
     }
 
     /// Atoms per thread block.
@@ -103,14 +171,46 @@ impl AtomSplitPlan {
         self.grid
     }
 
-    /// Shared memory per block (the kernel's layout): features, their gradients and dense
-    /// inputs/outputs (20 A F), the interaction's partial sums, the filter, a chunk of edge
-    /// geometry and gradients, edge ids and warp counts.
+    /// Values per weight-stream stage.
+    pub fn stage_values(&self) -> usize {
+        self.stage
+    }
+
+    /// Whether each atom's tape is kept in shared memory (else in the scratch).
+    pub fn tape_in_shared_memory(&self) -> bool {
+        self.tape_shared
+    }
+
+    /// Shared memory per block (the kernel's layout): the weight-stream stages, then the rest
+    /// ([`Self::fixed_bytes`]).
     pub fn shared_bytes(&self, elem_bytes: usize) -> usize {
-        let (f, r, a) = (self.model.hidden, self.model.n_rbf, self.per_block);
+        STAGES * self.stage * elem_bytes + self.fixed_bytes(elem_bytes)
+    }
+
+    /// Shared memory besides the stages: features, their gradients and dense inputs/outputs
+    /// (20 A F), the interaction's partial sums, the filter, a chunk of edge geometry and
+    /// gradients, the biases, the tape where kept, the weight-stream table and barriers, the
+    /// own-edge lists and warp counts.
+    fn fixed_bytes(&self, elem_bytes: usize) -> usize {
+        let (f, r, a, b) = (
+            self.model.hidden,
+            self.model.n_rbf,
+            self.per_block,
+            self.model.blocks,
+        );
         let groups = THREADS / f;
-        let reals = 20 * a * f + groups * 4 * a * f + (r + 1) * 3 * f + CHUNK * (2 * r + 9);
-        reals * elem_bytes + (WINDOW + THREADS / 32) * 4
+        let tape = if self.tape_shared { b * a * 12 * f } else { 0 };
+        let reals = 20 * a * f
+            + groups * 4 * a * f
+            + (r + 1) * 3 * f
+            + CHUNK * (2 * r + 9)
+            + b * 8 * f
+            + f
+            + tape;
+        reals * elem_bytes
+            + (12 * b + 2) * LAYER_BYTES
+            + STAGES * STAGE_BARRIER_BYTES
+            + (2 * self.own_edges + THREADS / 32) * 4
     }
 
     /// Output length: forces, energies, then the scratch (φ, v, the senders' gradients of
@@ -132,6 +232,15 @@ struct AtomSplit {
 
 impl Kernel for AtomSplit {
     kernel_source!("atom_split", "atom_split");
+    fn function(&self) -> &'static str {
+        // `atom_split_{F}x{atoms per block}` for F in FEATURES (AtomSplitPlan::new checks).
+        match (self.plan.model.hidden, self.plan.per_block) {
+            (32, 1) => "atom_split_32x1",
+            (32, _) => "atom_split_32x2",
+            (128, 1) => "atom_split_128x1",
+            _ => "atom_split_128x2",
+        }
+    }
     fn work(&self) -> usize {
         self.plan.n
     }
@@ -140,11 +249,12 @@ impl Kernel for AtomSplit {
         vec![
             p.n,
             p.e,
-            m.hidden,
             m.n_rbf,
             m.blocks,
             m.elements,
-            p.per_block,
+            p.stage,
+            p.own_edges,
+            p.tape_shared as usize,
         ]
     }
     fn reals(&self) -> Vec<f64> {

@@ -39,6 +39,11 @@ impl Real for f64 {
 pub trait Kernel: Send + Sync {
     /// Function stem in the PTX module (`{NAME}_f32`, `{NAME}_f64`).
     const NAME: &'static str;
+    /// The stem of this launch's function where the kernel is compiled in variants
+    /// (`{NAME}_{variant}`, e.g. per feature count), else [`NAME`](Self::NAME).
+    fn function(&self) -> &'static str {
+        Self::NAME
+    }
     /// The PTX module, i.e. the .cu file's stem.
     const MODULE: &'static str;
     /// Its compiled image ([`kernel_image!`]).
@@ -335,7 +340,7 @@ pub(crate) fn kernel_function<K: Kernel>(
     let cfg = kernel.launch_config(dtype.size_in_bytes());
     let func = cached_function(
         dev,
-        K::NAME,
+        kernel.function(),
         K::MODULE,
         K::IMAGE,
         dtype,
