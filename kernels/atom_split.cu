@@ -140,6 +140,7 @@ __device__ __forceinline__ void atom_split(const T* pos, const T* off, const T* 
                                            const unsigned int* __restrict__ nj,
                                            const unsigned int* bar, T* out, const Dims d,
                                            double cutoff) {
+    static_assert(PB >= 1 && PB <= MAX_ATOMS, "atoms per block");
     extern __shared__ __align__(16) unsigned char smem_raw[];
     constexpr int F3 = 3 * F, H2 = F / 2, G = THREADS / F;
     const int N = d.n, E = d.e, R = d.r, NB = d.blocks;
@@ -296,17 +297,6 @@ __device__ __forceinline__ void atom_split(const T* pos, const T* off, const T* 
             }
         });
     };
-    // Filter feature t of edge slot el (3 values: s, vector-direction and vector-vector parts).
-    auto filter_of = [&](int el, T w[3]) {
-        const T* q = geo + el * RB;
-        w[0] = w[1] = w[2] = T(0);
-        for (int k = 0; k <= R; ++k) {
-            const T* row = filt + k * F3 + t;
-            w[0] += q[k] * row[0];
-            w[1] += q[k] * row[F];
-            w[2] += q[k] * row[2 * F];
-        }
-    };
     // Sender j's φ (3 values at feature t) and v (3 components) before interaction b.
     auto sender = [&](int b, int j, T p[3], T vj[3]) {
         if (b == 0) {
@@ -319,8 +309,8 @@ __device__ __forceinline__ void atom_split(const T* pos, const T* off, const T* 
         }
     };
     const unsigned sender_mask = (1u << LOCAL_BIT) - 1;
-    // Calls each(el, a, j, p, vj) for the group's own edges of a chunk, the next edge's sender
-    // loaded before the current one is used (its loads in flight meanwhile).
+    // Calls each(el, a, j, p, vj) for the group's own edges of a chunk (the adjoint), the next
+    // edge's sender loaded before the current one is used (its loads in flight meanwhile).
     auto for_group_edges = [&](int b, int c0, int count, auto each) {
         T p[3], vj[3];
         if (g < count) sender(b, nbr[c0 + g] & sender_mask, p, vj);
@@ -367,26 +357,58 @@ __device__ __forceinline__ void atom_split(const T* pos, const T* off, const T* 
         __syncthreads();
         for_own_edges([&](int c0, int count) {
             if (g >= G) return;
-            int cur = -1;
-            T sum[4] = {T(0), T(0), T(0), T(0)};
-            auto flush = [&]() {
-                if (cur < 0) return;
-                for (int q = 0; q < 4; ++q) acc[((g * A + cur) * 4 + q) * F + t] += sum[q];
+            T sum[PB][4];
+#pragma unroll
+            for (int aa = 0; aa < PB; ++aa)
+#pragma unroll
+                for (int q = 0; q < 4; ++q) sum[aa][q] = T(0);
+            // Two edges at a time (el and el + G): their filters share the filter rows' loads,
+            // and the next two edges' senders load meanwhile.
+            auto load_senders = [&](int el, T p[2][3], T vj[2][3]) {
+                for (int e2 = 0; e2 < 2; ++e2)
+                    sender(b, nbr[c0 + min(el + e2 * G, count - 1)] & sender_mask, p[e2], vj[e2]);
             };
-            for_group_edges(b, c0, count, [&](int el, int a, int, const T p[3], const T vj[3]) {
-                if (a != cur) {
-                    flush();
-                    cur = a;
-                    sum[0] = sum[1] = sum[2] = sum[3] = T(0);
+            T p[2][3], vj[2][3];
+            if (g < count) load_senders(g, p, vj);
+            for (int el = g; el < count; el += 2 * G) {
+                T pn[2][3], vn[2][3];
+                if (el + 2 * G < count) load_senders(el + 2 * G, pn, vn);
+                const int second = min(el + G, count - 1);
+                const T* q0 = geo + el * RB;
+                const T* q1 = geo + second * RB;
+                T w[2][3] = {};
+#pragma unroll 4
+                for (int k = 0; k <= R; ++k) {
+                    const T* row = filt + k * F3 + t;
+                    const T f0 = row[0], f1 = row[F], f2 = row[2 * F], b0 = q0[k], b1 = q1[k];
+                    w[0][0] = fma(b0, f0, w[0][0]), w[0][1] = fma(b0, f1, w[0][1]), w[0][2] = fma(b0, f2, w[0][2]);
+                    w[1][0] = fma(b1, f0, w[1][0]), w[1][1] = fma(b1, f1, w[1][1]), w[1][2] = fma(b1, f2, w[1][2]);
                 }
-                T w[3];
-                filter_of(el, w);
-                const T* u = geo + el * RB + R + 1;
-                const T x1 = p[1] * w[1], x2v = p[2] * w[2];
-                sum[0] += p[0] * w[0];
-                for (int k = 0; k < 3; ++k) sum[1 + k] += x1 * u[k] + x2v * vj[k];
-            });
-            flush();
+#pragma unroll
+                for (int e2 = 0; e2 < 2; ++e2) {
+                    const int en = e2 == 0 ? el : second;
+                    if (e2 == 1 && el + G >= count) break;
+                    const int a = (int)(nbr[c0 + en] >> LOCAL_BIT);
+                    const T* u = geo + en * RB + R + 1;
+                    const T x1 = p[e2][1] * w[e2][1], x2v = p[e2][2] * w[e2][2];
+                    const T add[4] = {p[e2][0] * w[e2][0], x1 * u[0] + x2v * vj[e2][0],
+                                      x1 * u[1] + x2v * vj[e2][1], x1 * u[2] + x2v * vj[e2][2]};
+#pragma unroll
+                    for (int aa = 0; aa < PB; ++aa)
+                        if (aa == a)
+#pragma unroll
+                            for (int q = 0; q < 4; ++q) sum[aa][q] += add[q];
+                }
+#pragma unroll
+                for (int e2 = 0; e2 < 2; ++e2)
+#pragma unroll
+                    for (int q = 0; q < 3; ++q) p[e2][q] = pn[e2][q], vj[e2][q] = vn[e2][q];
+            }
+#pragma unroll
+            for (int aa = 0; aa < PB; ++aa)
+                if (aa < A)
+#pragma unroll
+                    for (int q = 0; q < 4; ++q) acc[((g * A + aa) * 4 + q) * F + t] += sum[aa][q];
         });
         for (int idx = tid; idx < AF; idx += THREADS) {
             const int a = idx / F, f = idx % F;
@@ -511,15 +533,35 @@ __device__ __forceinline__ void atom_split(const T* pos, const T* off, const T* 
             if (g < G) {
                 const int lane = tid & 31;
                 for_group_edges(b, c0, count, [&](int el, int a, int j, const T p[3], const T vj[3]) {
-                    T w[3];
-                    filter_of(el, w);
-                    const T* u = geo + el * RB + R + 1;
+                    const T* q = geo + el * RB;
+                    const T* u = q + R + 1;
                     const T gx0 = gs[a * F + t];
                     T gvi[3], gx1 = T(0), gx2 = T(0);
                     for (int k = 0; k < 3; ++k) {
                         gvi[k] = gv[(a * 3 + k) * F + t];
                         gx1 += gvi[k] * u[k];
                         gx2 += gvi[k] * vj[k];
+                    }
+                    // The filter and the per-edge sums over the features of each basis
+                    // column k <= R in one pass over the filter rows, then the unit vector's
+                    // columns; reduce-scattered below so that lane l holds column l.
+                    const T gw0 = gx0 * p[0], gw1 = gx1 * p[1], gw2 = gx2 * p[2];
+                    T w[3] = {T(0), T(0), T(0)}, col[MAX_BASIS];
+#pragma unroll
+                    for (int k = 0; k < MAX_BASIS; ++k) {
+                        col[k] = T(0);
+                        if (k <= R) {
+                            const T* row = filt + k * F3 + t;
+                            const T f0 = row[0], f1 = row[F], f2 = row[2 * F], qk = q[k];
+                            w[0] = fma(qk, f0, w[0]), w[1] = fma(qk, f1, w[1]), w[2] = fma(qk, f2, w[2]);
+                            col[k] = gw0 * f0 + gw1 * f1 + gw2 * f2;
+                        }
+                    }
+                    const T pw = p[1] * w[1];
+#pragma unroll
+                    for (int k = 1; k < MAX_BASIS; ++k) {
+                        const int m = k - R - 1;
+                        if (m >= 0 && m < 3) col[k] = (m == 0 ? gvi[0] : m == 1 ? gvi[1] : gvi[2]) * pw;
                     }
                     if (b > 0) {
                         T* gp = gphi_g + ((b - 1) * (size_t)N + j) * F3 + t;
@@ -528,17 +570,6 @@ __device__ __forceinline__ void atom_split(const T* pos, const T* off, const T* 
                         atomicAdd(gp + F, gx1 * w[1]);
                         atomicAdd(gp + 2 * F, gx2 * w[2]);
                         for (int k = 0; k < 3; ++k) atomicAdd(gq + k * F, gvi[k] * p[2] * w[2]);
-                    }
-                    // Per-edge sums over the features: column k <= R of the basis, then the
-                    // unit vector; reduce-scattered so that lane l holds column l.
-                    const T gw0 = gx0 * p[0], gw1 = gx1 * p[1], gw2 = gx2 * p[2];
-                    T col[MAX_BASIS];
-#pragma unroll
-                    for (int k = 0; k < MAX_BASIS; ++k) {
-                        const T* row = filt + k * F3 + t;
-                        col[k] = k <= R ? gw0 * row[0] + gw1 * row[F] + gw2 * row[2 * F]
-                                 : k < RG ? gvi[k - R - 1] * p[1] * w[1]
-                                          : T(0);
                     }
                     reduce_scatter_step<16>(col, lane);
                     reduce_scatter_step<8>(col, lane);

@@ -863,6 +863,7 @@ fn cuda_single_launch_md_matches_op_by_op() {
 #[test]
 fn cuda_atom_split_matches_cpu_twin() {
     use common::fused::one_kernel_systems;
+    use mlff_distiller::model::ATOM_SPLIT_MIN_ATOMS;
     use mlff_distiller::ops::{atom_split, AtomSplitPlan};
     let gpu = cuda();
     let small = |blocks: usize, dtype: DType, dev: &Device| {
@@ -961,13 +962,20 @@ fn cuda_atom_split_matches_cpu_twin() {
                 }
             }
             // The model takes it where allowed and it fits, with the separate kernels' forces.
-            let chosen = fused.clone().with_atom_split_up_to(usize::MAX);
+            let chosen = fused.clone().with_atom_split(0..=usize::MAX);
             let fits = chosen.atom_split_plan(&x_gpu).unwrap().is_some();
             assert!(fits || dtype == DType::F64, "{what} {dtype:?} does not fit");
             let (en, fo) = chosen.energies_and_forces(&x_gpu).unwrap();
             let (e_sep, f_sep) = fused.separate_kernels(&x_gpu).unwrap();
             let (de, df) = (max_abs_diff(&en, &e_sep), max_abs_diff(&fo, &f_sep));
             println!("{what} {dtype:?} model (atom split {fits}): ΔE {de:.2e} ΔF {df:.2e}");
+            // By default it takes the systems of ATOM_SPLIT_MIN_ATOMS atoms and more.
+            let by_default = fused.atom_split_plan(&x_gpu).unwrap().is_some();
+            assert_eq!(
+                by_default,
+                fits && n >= ATOM_SPLIT_MIN_ATOMS,
+                "{what} {dtype:?}"
+            );
             assert!(
                 de <= tol * scale_e && df <= tol * scale_f,
                 "{what} {dtype:?}"

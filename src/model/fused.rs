@@ -125,13 +125,16 @@ pub const DENSE_KERNEL_MAX_ROWS: usize = 512;
 /// MLFF_ONE_KERNEL_ATOMS or [`FusedPainn::with_one_kernel_up_to`] change the limit (0: never).
 pub const ONE_KERNEL_MAX_ATOMS: usize = 64;
 
-/// Atoms up to which a system on CUDA runs as the atom-split kernel (`ops::atom_split`: atoms
-/// split over the blocks, 4 barriers instead of the feature split's 30) where it fits, before
-/// the feature-split one kernel is considered. Off by default: its first version is slower
-/// (aspirin 0.47 ms against 0.20 on an H100, BENCHMARKS.md): each block streams the weights
-/// with too few loads in flight. MLFF_ATOM_SPLIT_ATOMS or
-/// [`FusedPainn::with_atom_split_up_to`] change it (0: never).
-pub const ATOM_SPLIT_MAX_ATOMS: usize = 0;
+/// Atoms from which, and up to which, a system on CUDA runs as the atom-split kernel
+/// (`ops::atom_split`: atoms split over the blocks, 4 barriers instead of the feature split's
+/// 30) where it fits (up to two atoms per multiprocessor), before the feature-split one kernel
+/// is considered. On an H100 it beats the feature split from trialanine (42 atoms: 0.300 ms
+/// against 0.354) and the separate kernels at 4 and 8 aspirins, but not on smaller molecules
+/// (aspirin 0.266 against 0.205; BENCHMARKS.md, "Atoms split over the blocks").
+/// MLFF_ATOM_SPLIT_MIN_ATOMS, MLFF_ATOM_SPLIT_ATOMS or [`FusedPainn::with_atom_split`] change
+/// them (a maximum of 0: never).
+pub const ATOM_SPLIT_MIN_ATOMS: usize = 32;
+pub const ATOM_SPLIT_MAX_ATOMS: usize = usize::MAX;
 
 /// Thread blocks the one kernel is split over where the device has the multiprocessors and
 /// the split fits its shared memory (fewer otherwise: [`SmallSystemPlan::fit_widest`]). More
@@ -208,8 +211,8 @@ pub struct FusedPainn {
     one_kernel_atoms: usize,
     /// Thread blocks the one kernel is split over at most.
     one_kernel_blocks: usize,
-    /// Systems of up to this many atoms run as the atom-split kernel on CUDA (0: never).
-    atom_split_atoms: usize,
+    /// Systems of this many atoms run as the atom-split kernel on CUDA where it fits.
+    atom_split_atoms: std::ops::RangeInclusive<usize>,
     /// The weights packed for the one-kernel paths, input-major and output-major, on first use.
     packed: std::sync::OnceLock<Tensor>,
     packed_out_major: std::sync::OnceLock<Tensor>,
@@ -271,7 +274,8 @@ impl FusedPainn {
             dense_on_cpu: false,
             one_kernel_atoms: env_usize("MLFF_ONE_KERNEL_ATOMS", ONE_KERNEL_MAX_ATOMS),
             one_kernel_blocks: env_usize("MLFF_ONE_KERNEL_BLOCKS", ONE_KERNEL_MAX_BLOCKS),
-            atom_split_atoms: env_usize("MLFF_ATOM_SPLIT_ATOMS", ATOM_SPLIT_MAX_ATOMS),
+            atom_split_atoms: env_usize("MLFF_ATOM_SPLIT_MIN_ATOMS", ATOM_SPLIT_MIN_ATOMS)
+                ..=env_usize("MLFF_ATOM_SPLIT_ATOMS", ATOM_SPLIT_MAX_ATOMS),
             packed: std::sync::OnceLock::new(),
             packed_out_major: std::sync::OnceLock::new(),
         })
@@ -284,9 +288,10 @@ impl FusedPainn {
         self
     }
 
-    /// Runs systems of up to `atoms` atoms as the atom-split kernel on CUDA where it fits (0:
-    /// never); all paths give the same forces.
-    pub fn with_atom_split_up_to(mut self, atoms: usize) -> Self {
+    /// Runs systems of `atoms` atoms as the atom-split kernel on CUDA where it fits (an empty
+    /// range: never; the default is [`ATOM_SPLIT_MIN_ATOMS`]..=[`ATOM_SPLIT_MAX_ATOMS`]); all
+    /// paths give the same forces.
+    pub fn with_atom_split(mut self, atoms: std::ops::RangeInclusive<usize>) -> Self {
         self.atom_split_atoms = atoms;
         self
     }
@@ -367,7 +372,7 @@ impl FusedPainn {
     pub fn atom_split_plan(&self, x: &PainnInputs) -> Result<Option<AtomSplitPlan>> {
         let (n, e) = (x.positions.dim(0)?, x.centers.dim(0)?);
         let dev = x.positions.device();
-        if !dev.is_cuda() || n > self.atom_split_atoms {
+        if !dev.is_cuda() || !self.atom_split_atoms.contains(&n) {
             return Ok(None);
         }
         let model = self.small_system_model()?;
@@ -430,7 +435,7 @@ impl FusedPainn {
     }
 
     /// Per-atom energies [N] and forces [N, 3] in one launch where a one-kernel path takes
-    /// `x`: the atom-split kernel ([`with_atom_split_up_to`](Self::with_atom_split_up_to)),
+    /// `x`: the atom-split kernel ([`with_atom_split`](Self::with_atom_split)),
     /// else the feature-split one ([`with_one_kernel_up_to`](Self::with_one_kernel_up_to)).
     pub fn one_launch(&self, x: &PainnInputs) -> Result<Option<(Tensor, Tensor)>> {
         if let Some(plan) = self.atom_split_plan(x)? {

@@ -11,8 +11,8 @@ mod update;
 
 pub use config::PainnConfig;
 pub use fused::{
-    FusedPainn, FILTER_ROWS_FROM_EDGES, FILTER_ROWS_MAX_BYTES, ONE_KERNEL_MAX_ATOMS,
-    ONE_KERNEL_MAX_BLOCKS,
+    FusedPainn, ATOM_SPLIT_MAX_ATOMS, ATOM_SPLIT_MIN_ATOMS, FILTER_ROWS_FROM_EDGES,
+    FILTER_ROWS_MAX_BYTES, ONE_KERNEL_MAX_ATOMS, ONE_KERNEL_MAX_BLOCKS,
 };
 pub use init::init_varmap;
 pub use painn::{Painn, PainnInputs};

@@ -6,7 +6,8 @@
 //! against 30 in `ops::small_system`, which splits the features). The forward reads the
 //! weights output-major (a second buffer packed like the first, every matrix transposed:
 //! [`AtomSplitPlan`] takes both), the adjoint input-major. The CPU path is the one-kernel CPU
-//! twin. The model takes it only when asked (`FusedPainn::with_atom_split_up_to`).
+//! twin. The model takes it for the sizes where it is the fastest path
+//! (`model::fused::ATOM_SPLIT_MIN_ATOMS`, `FusedPainn::with_atom_split`).
 
 use super::kernel::{kernel_source, launch, Init, Kernel, Real};
 use super::small_system::{barrier_counters, check_system, cpu_twin, device_limits};
