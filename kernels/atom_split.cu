@@ -43,8 +43,9 @@ using Layer = weight_stream::Layer<T>;
 
 struct Dims {
     // cap: values per weight-stream stage; own_cap: own edges listed at once; tape_shared:
-    // whether the tape lives in shared memory (else in the scratch).
-    int n, e, r, blocks, n_el, cap, own_cap, tape_shared;
+    // whether the tape lives in shared memory (else in the scratch); stamps: whether block 0
+    // records phase times after the scratch (src/ops/atom_split.rs phase_names).
+    int n, e, r, blocks, n_el, cap, own_cap, tape_shared, stamps;
 };
 
 // emit(r, j, y) with y = Σ_k x[r ldx + k] M[j K + k], for r < rows, j < J: M [J, K] the
@@ -185,6 +186,9 @@ __device__ __forceinline__ void atom_split(const T* pos, const T* off, const T* 
     T* gvj_g = gphi_g + (NB - 1) * nf3;             // (NB - 1) x N x 3F, added into
     T* tape_g = gvj_g + (NB - 1) * nf3;             // NB x N x 12F: h1 | [U | V] | |V| | cpre | act
     T* edge_g = tape_g + NB * (size_t)N * tape_w;   // E x (R + 4)
+    const size_t stamp_at = ((edge_g + (size_t)E * RG - out) + 1) & ~(size_t)1;
+    Stamps stamps{d.stamps ? reinterpret_cast<unsigned long long*>(out + stamp_at) : nullptr, 0};
+    stamps.mark();
     unsigned int* counter = const_cast<unsigned int*>(bar);
     unsigned int target = 0;
 
@@ -351,6 +355,7 @@ __device__ __forceinline__ void atom_split(const T* pos, const T* off, const T* 
                 vin_g[((b - 1) * (size_t)N + a0) * F3 + idx] = v[idx];
             grid_barrier(counter, target);
         }
+        stamps.mark();  // filter; φ layers and the barrier
 
         // Interaction: s_i += Σ_j φs_j Ws, v_i += Σ_j φd_j Wd u_ij + φv_j Wv v_j.
         for (int idx = tid; idx < G * 4 * AF; idx += THREADS) acc[idx] = T(0);
@@ -422,6 +427,7 @@ __device__ __forceinline__ void atom_split(const T* pos, const T* off, const T* 
             }
         }
         __syncthreads();
+        stamps.mark();  // interaction
 
         // Update: [U | V] = v W_mix, |V|, context MLP on [s | |V|], gated update.
         rowdot<3 * PB, F>(ws, 2 * F, v, F, 3 * A, [&](int r, int j, T y) {
@@ -463,6 +469,7 @@ __device__ __forceinline__ void atom_split(const T* pos, const T* off, const T* 
             s[idx] += act[f] + act[2 * F + f] * dot;
         }
         __syncthreads();
+        stamps.mark();  // update
     }
 
     // Readout: E_a = const + silu(s R1 + r1) · w_out, and dE/ds.
@@ -480,6 +487,7 @@ __device__ __forceinline__ void atom_split(const T* pos, const T* off, const T* 
         __syncthreads();
     }
     rowdot<PB, H2>(ws, F, xin, H2, A, [&](int a, int j, T y) { gs[a * F + j] = y; });
+    stamps.mark();  // readout and its gradient
 
     // The adjoint, block by block.
     for (int b = NB - 1; b >= 0; --b) {
@@ -524,6 +532,7 @@ __device__ __forceinline__ void atom_split(const T* pos, const T* off, const T* 
         }
         __syncthreads();
         rowdot<3 * PB, 2 * F>(ws, F, yo, 2 * F, 3 * A, [&](int r, int j, T y) { gv[r * F + j] += y; });
+        stamps.mark();  // filter; update adjoint
 
         // Interaction: the senders' gradients (added into gphi_g, gvj_g; the first block's
         // senders need none) and each own edge's basis and unit-vector gradient.
@@ -586,6 +595,7 @@ __device__ __forceinline__ void atom_split(const T* pos, const T* off, const T* 
                 gedge[idx] = T(0);
             }
         });
+        stamps.mark();  // interaction adjoint
         if (b == 0) break;  // the first block's input is the embedding
         grid_barrier(counter, target);
         // φ network of own atoms: dE/dv += the senders' share; dE/dh1 into x2, then dE/ds.
@@ -599,6 +609,7 @@ __device__ __forceinline__ void atom_split(const T* pos, const T* off, const T* 
             x2[a * F + j] = y * silu_grad(tape(b, a)[j]);
         });
         rowdot<PB, F>(ws, F, x2, F, A, [&](int a, int j, T y) { gs[a * F + j] += y; });
+        stamps.mark();  // the barrier; φ layers' adjoint
     }
 
     // Forces from each own edge's gradient (every block's forces zeroed before a barrier).
@@ -616,6 +627,7 @@ __device__ __forceinline__ void atom_split(const T* pos, const T* off, const T* 
         }
         __syncthreads();
     });
+    stamps.mark();  // forces
     last_block_out(counter, counts);
 }
 
@@ -626,9 +638,9 @@ __device__ __forceinline__ void atom_split(const T* pos, const T* off, const T* 
         const T* pos, const T* off, const T* w_in, const T* w_out, const unsigned int* sp,         \
         const unsigned int* ci, const unsigned int* nj, const unsigned int* bar, T* out, size_t n, \
         size_t e, size_t r, size_t blocks, size_t n_el, size_t cap, size_t own_cap,               \
-        size_t tape_shared, double cutoff) {                                                       \
-        const Dims d{(int)n,     (int)e,   (int)r,       (int)blocks,                              \
-                     (int)n_el,  (int)cap, (int)own_cap, (int)tape_shared};                        \
+        size_t tape_shared, size_t stamps, double cutoff) {                                        \
+        const Dims d{(int)n,    (int)e,   (int)r,       (int)blocks,                               \
+                     (int)n_el, (int)cap, (int)own_cap, (int)tape_shared, (int)stamps};            \
         atom_split<T, PB, F>(pos, off, w_in, w_out, sp, ci, nj, bar, out, d, cutoff);              \
     }
 #define ATOM_SPLIT_FEATURES(F)                                   \

@@ -1,5 +1,5 @@
 // Barriers among the blocks of a cooperative launch (kernels/small_system.cu,
-// kernels/atom_split.cu). Included, not compiled on its own. `counter` is a device buffer of
+// kernels/atom_split.cu), and block 0's phase stamps. Included, not compiled on its own. `counter` is a device buffer of
 // two u32 (arrivals, finished blocks), zero at launch and left zero by the launch's last block
 // (last_block_out), so that no launch needs a memset first.
 #pragma once
@@ -37,3 +37,20 @@ __device__ __forceinline__ bool last_block_out(unsigned int* counter, int* flag)
     }
     return true;
 }
+
+__device__ __forceinline__ unsigned long long global_ns() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
+    return t;
+}
+
+// With stamps (`at` not null), block 0's first thread records the GPU's global timer at each
+// mark: where a one-kernel call spends its time (src/ops/small_system.rs phase_times).
+struct Stamps {
+    unsigned long long* at;
+    int count;
+    __device__ void mark() {
+        if (at && blockIdx.x == 0 && threadIdx.x == 0) at[count] = global_ns();
+        ++count;
+    }
+};

@@ -89,22 +89,6 @@ __device__ __forceinline__ T ld(const T* p) {
     return __ldcg(p);  // written by other blocks of this launch: past L1
 }
 
-__device__ __forceinline__ unsigned long long global_ns() {
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
-    return t;
-}
-
-// With stamps, block 0 records the time after each barrier (phase timing, see the .rs file).
-struct Stamps {
-    unsigned long long* at;
-    int count;
-    __device__ void mark() {
-        if (at && blockIdx.x == 0 && threadIdx.x == 0) at[count] = global_ns();
-        ++count;
-    }
-};
-
 // Barrier among the launch's blocks (grid.cuh), then block 0's phase stamp.
 __device__ __forceinline__ void group_sync(unsigned int* counter, unsigned int& target,
                                            Stamps& stamps) {

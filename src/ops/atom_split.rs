@@ -10,7 +10,9 @@
 //! (`model::fused::ATOM_SPLIT_MIN_ATOMS`, `FusedPainn::with_atom_split`).
 
 use super::kernel::{kernel_source, launch, Init, Kernel, Real};
-use super::small_system::{barrier_counters, check_system, cpu_twin, device_limits};
+use super::small_system::{
+    barrier_counters, check_system, cpu_twin, device_limits, phase_times, stamp_room,
+};
 use super::SmallSystemModel;
 use candle_core::{bail, DType, Device, Result, Tensor};
 
@@ -229,6 +231,8 @@ impl AtomSplitPlan {
 
 struct AtomSplit {
     plan: AtomSplitPlan,
+    /// Record phase times (CUDA): block 0 stamps the clock between phases.
+    stamps: bool,
 }
 
 impl Kernel for AtomSplit {
@@ -256,6 +260,7 @@ impl Kernel for AtomSplit {
             p.stage,
             p.own_edges,
             p.tape_shared as usize,
+            self.stamps as usize,
         ]
     }
     fn reals(&self) -> Vec<f64> {
@@ -292,8 +297,23 @@ pub fn atom_split(
     centers: &Tensor,
     neighbors: &Tensor,
 ) -> Result<(Tensor, Tensor)> {
-    let (n, e) = (plan.n, plan.e);
+    let n = plan.n;
     let index = [species, centers, neighbors];
+    let inputs = [weights, weights_out_major, positions, offsets];
+    let out = run(plan, inputs, index, false)?;
+    let forces = out.narrow(0, 0, 3 * n)?.reshape((n, 3))?;
+    let energies = out.narrow(0, 3 * n, n)?;
+    Ok((energies, forces))
+}
+
+fn run(
+    plan: &AtomSplitPlan,
+    inputs: [&Tensor; 4],
+    index: [&Tensor; 3],
+    stamps: bool,
+) -> Result<Tensor> {
+    let [weights, weights_out_major, positions, offsets] = inputs;
+    let (n, e) = (plan.n, plan.e);
     check_system(&plan.model, n, e, weights, positions.dims(), offsets, index)?;
     if weights_out_major.dims() != weights.dims() {
         bail!(
@@ -303,15 +323,55 @@ pub fn atom_split(
         )
     }
     let counters = barrier_counters(positions.device())?;
-    let out = launch(
-        AtomSplit { plan: *plan },
+    let [species, centers, neighbors] = index;
+    launch(
+        AtomSplit {
+            plan: *plan,
+            stamps,
+        },
         &[positions, offsets, weights, weights_out_major],
         &[species, centers, neighbors, &counters],
-        plan.out_len(),
+        plan.out_len() + if stamps { stamp_room() } else { 0 },
         // The kernel zeroes what its blocks add into before they do.
         Init::Uninit,
-    )?;
-    let forces = out.narrow(0, 0, 3 * n)?.reshape((n, 3))?;
-    let energies = out.narrow(0, 3 * n, n)?;
-    Ok((energies, forces))
+    )
+}
+
+/// Each phase's name and microseconds as block 0 of an atom-split launch saw them (the GPU's
+/// global timer): where a call spends its time. CUDA only; inputs as for [`atom_split`].
+pub fn atom_split_phase_times(
+    plan: &AtomSplitPlan,
+    [weights, weights_out_major]: [&Tensor; 2],
+    [positions, offsets]: [&Tensor; 2],
+    index: [&Tensor; 3],
+) -> Result<Vec<(String, f64)>> {
+    if !positions.device().is_cuda() {
+        bail!("atom split: phase times are measured on CUDA devices")
+    }
+    let inputs = [weights, weights_out_major, positions, offsets];
+    let out = run(plan, inputs, index, true)?;
+    phase_times(&out, plan.out_len(), phase_names(plan.model.blocks))
+}
+
+/// What the kernel does between block 0's stamps, in order.
+fn phase_names(blocks: usize) -> Vec<String> {
+    let mut names = Vec::new();
+    for b in 0..blocks {
+        names.push(match b {
+            0 => "initial state, own edges; block 0: filter".to_string(),
+            _ => format!("block {b}: filter, φ layers, barrier"),
+        });
+        names.push(format!("block {b}: interaction"));
+        names.push(format!("block {b}: update"));
+    }
+    names.push("readout and its gradient".into());
+    for b in (0..blocks).rev() {
+        names.push(format!("block {b} adjoint: filter, update"));
+        names.push(format!("block {b} adjoint: interaction"));
+        if b > 0 {
+            names.push(format!("block {b} adjoint: barrier, φ layers"));
+        }
+    }
+    names.push("forces".into());
+    names
 }

@@ -30,7 +30,7 @@ mod small_system_step;
 mod update;
 
 pub use activation::{bias_silu, bias_silu_adjoint};
-pub use atom_split::{atom_split, AtomSplitPlan};
+pub use atom_split::{atom_split, atom_split_phase_times, AtomSplitPlan};
 pub use dense::{dense, dense_silu, dense_silu_adjoint, DENSE_MAX_WIDTH};
 pub use edge_basis::{basis_width, edge_basis, edge_basis_adjoint};
 pub use gather::{gather, Gather};

@@ -433,7 +433,7 @@ fn run(
     index: [&Tensor; 3],
     stamps: bool,
 ) -> Result<Tensor> {
-    let len = plan.out_len() + if stamps { 1 + STAMP_ELEMENTS } else { 0 };
+    let len = plan.out_len() + if stamps { stamp_room() } else { 0 };
     let counters = barrier_counters(positions.device())?;
     let [species, centers, neighbors] = index;
     // A plain call leaves the MD slots unread: its positions fill them.
@@ -493,7 +493,26 @@ pub fn small_system_phase_times(
         bail!("small system: phase times are measured on CUDA devices")
     }
     let out = run(plan, weights, [positions, offsets], index, true)?;
-    let at = (plan.out_len() + 1) & !1;
+    // A start, one stamp per barrier (5 per block forward but 3 for the first, 1, 5 per block
+    // but 3 for the first backward, 1) and an end.
+    let names = phase_names(plan.model.blocks);
+    phase_times(&out, plan.out_len(), names)
+}
+
+/// Output elements a one-kernel launch adds after `out_len` for its phase stamps.
+pub(super) const fn stamp_room() -> usize {
+    1 + STAMP_ELEMENTS
+}
+
+/// The phases `names` with their microseconds, from the stamps (u64 nanoseconds) that a
+/// kernel's block 0 wrote after its `out_len` output elements, at the next even element
+/// (kernels/grid.cuh Stamps): one stamp more than phases.
+pub(super) fn phase_times(
+    out: &Tensor,
+    out_len: usize,
+    names: Vec<String>,
+) -> Result<Vec<(String, f64)>> {
+    let at = (out_len + 1) & !1;
     let raw = out.narrow(0, at, STAMP_ELEMENTS.min(out.dim(0)? - at))?;
     let ns: Vec<u64> = match raw.dtype() {
         DType::F32 => (raw.to_vec1::<f32>()?.chunks(2))
@@ -503,10 +522,7 @@ pub fn small_system_phase_times(
             .map(f64::to_bits)
             .collect(),
     };
-    // A start, one stamp per barrier (5 per block forward but 3 for the first, 1, 5 per block
-    // but 3 for the first backward, 1) and an end.
-    let stamped = &ns[..(10 * plan.model.blocks + 1).min(ns.len())];
-    let names = phase_names(plan.model.blocks);
+    let stamped = &ns[..(names.len() + 1).min(ns.len())];
     Ok((names.into_iter())
         .zip(
             stamped
