@@ -15,7 +15,8 @@
 
 namespace weight_stream {
 
-constexpr int STAGES = 4;
+// Stages of the ring (src/ops/atom_split.rs STAGES, which sizes them).
+constexpr int STAGES = 2;
 
 // A matrix of `rows` rows of `k` values, contiguous in global memory (16-byte aligned, rows of
 // a multiple of 16 bytes), read row-major.

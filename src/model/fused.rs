@@ -128,9 +128,9 @@ pub const ONE_KERNEL_MAX_ATOMS: usize = 64;
 /// Atoms from which, and up to which, a system on CUDA runs as the atom-split kernel
 /// (`ops::atom_split`: atoms split over the blocks, 4 barriers instead of the feature split's
 /// 30) where it fits (up to two atoms per multiprocessor), before the feature-split one kernel
-/// is considered. On an H100 it beats the feature split from trialanine (42 atoms: 0.300 ms
-/// against 0.354) and the separate kernels at 4 and 8 aspirins, but not on smaller molecules
-/// (aspirin 0.266 against 0.205; BENCHMARKS.md, "Atoms split over the blocks").
+/// is considered. On an H100 it beats the feature split from trialanine (42 atoms: 0.267 ms
+/// against 0.345-0.352) and the separate kernels at 84-252 atoms, but not on smaller molecules
+/// (aspirin 0.239 against 0.196-0.201; BENCHMARKS.md, "Atoms split, second kernel").
 /// MLFF_ATOM_SPLIT_MIN_ATOMS, MLFF_ATOM_SPLIT_ATOMS or [`FusedPainn::with_atom_split`] change
 /// them (a maximum of 0: never).
 pub const ATOM_SPLIT_MIN_ATOMS: usize = 32;

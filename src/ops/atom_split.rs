@@ -31,9 +31,11 @@ const CHUNK: usize = 64;
 /// only while it surely fits), else it lists them again in every pass.
 pub const OWN_EDGES: usize = 1024;
 /// Weight-stream stages (kernels/weight_stream.cuh STAGES) and the bytes a stage holds at most:
-/// loads of up to three stages are in flight while the fourth is used.
-const STAGES: usize = 4;
-const STAGE_BYTES: usize = 32 * 1024;
+/// one stage loads while the other is used. Two of 64 KB beat four of 32 KB on an H100 (aspirin
+/// 0.239 against 0.251 ms, BENCHMARKS.md): the time per chunk grows with its bytes, so fewer,
+/// larger chunks spend less on each one's fixed cost.
+const STAGES: usize = 2;
+const STAGE_BYTES: usize = 64 * 1024;
 /// Bytes of one entry of the kernel's weight-stream table (pointer, rows, columns), and of its
 /// two barriers per stage.
 const LAYER_BYTES: usize = 16;
