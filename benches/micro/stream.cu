@@ -1,5 +1,6 @@
 // Per-multiprocessor L2 streaming rate (BENCHMARKS.md, atom-split floor): B blocks each read
-// the same 4.5 MB of weights (f32, resident in L2) once per launch, (a) by plain 16-byte loads,
+// the same 4.5 MB of weights (f32, resident in L2; zeros, then pseudo-random values, in case
+// the memory system treats zeros specially) once per launch, (a) by plain 16-byte loads,
 // 8 in flight per thread, (b) by bulk copies (TMA, cp.async.bulk) into a ring of shared-memory
 // stages that the block then reads. µs per launch and GB/s per block.
 // Build and run on the device: nvcc -arch=sm_90a -O3 -std=c++17 stream.cu -o stream && ./stream
@@ -67,6 +68,15 @@ __global__ void __launch_bounds__(THREADS) bulk(const float* __restrict__ w, siz
     if (s == 12345.f) out[blockIdx.x] = s;
 }
 
+// Pseudo-random floats in [-1, 1) (an integer hash of the index).
+__global__ void fill_random(float* w, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        unsigned h = (unsigned)i * 2654435761u;
+        h ^= h >> 15, h *= 2246822519u, h ^= h >> 13;
+        w[i] = (h & 0xffffff) / float(1 << 23) - 1.0f;
+    }
+}
+
 int main() {
     const size_t n = 34 * 2 * 128 * 128;  // 4.46 MB of f32
     float *w, *out;
@@ -76,9 +86,11 @@ int main() {
     cudaFuncSetAttribute(bulk, cudaFuncAttributeMaxDynamicSharedMemorySize, STAGE * STAGES);
     cudaEvent_t a, b;
     cudaEventCreate(&a), cudaEventCreate(&b);
-    printf("| kind | blocks | µs per launch | GB/s per block | GB/s all |\n|---|---:|---:|---:|---:|\n");
+    printf("| data | kind | blocks | µs per launch | GB/s per block | GB/s all |\n|---|---|---:|---:|---:|---:|\n");
+    for (int data = 0; data < 2; ++data)
     for (int kind = 0; kind < 2; ++kind)
         for (int blocks : {1, 8, 21, 32, 64, 132}) {
+            if (data == 1 && kind == 0 && blocks == 1) fill_random<<<264, 256>>>(w, n);
             auto go = [&] {
                 if (kind == 0) plain<<<blocks, THREADS>>>(reinterpret_cast<const float4*>(w), n / 4, out);
                 else bulk<<<blocks, THREADS, STAGE * STAGES>>>(w, n, out);
@@ -92,7 +104,8 @@ int main() {
             float ms = 0;
             cudaEventElapsedTime(&ms, a, b);
             const double us = 1e3 * ms / reps;
-            printf("| %s | %d | %.1f | %.0f | %.0f | %s\n", kind ? "bulk (TMA)" : "16-byte loads", blocks, us,
+            printf("| %s | %s | %d | %.1f | %.0f | %.0f | %s\n", data ? "random" : "zeros",
+                   kind ? "bulk (TMA)" : "16-byte loads", blocks, us,
                    n * 4 / us / 1e3, n * 4.0 * blocks / us / 1e3, err ? cudaGetErrorString(err) : "");
         }
     return 0;
