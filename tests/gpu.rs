@@ -940,7 +940,7 @@ fn cuda_atom_split_matches_cpu_twin() {
                     let plan = AtomSplitPlan::new(model, n, e, per_block, eb, limit);
                     let plan = match (plan, own_edges) {
                         (Ok(p), None) => p,
-                        (Ok(p), Some(k)) => match p.with_own_edges(k, eb, limit) {
+                        (Ok(p), Some(k)) => match p.with_own_edges(k, limit) {
                             Ok(p) => p,
                             Err(_) => continue,
                         },

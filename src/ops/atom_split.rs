@@ -52,8 +52,9 @@ pub struct AtomSplitPlan {
     per_block: usize,
     grid: usize,
     model: SmallSystemModel,
-    /// Values per weight-stream stage, own edges listed at once, and whether each atom's tape
-    /// is kept in shared memory (else in the scratch).
+    /// Bytes of a real, values per weight-stream stage, own edges listed at once, and whether
+    /// each atom's tape is kept in shared memory (else in the scratch).
+    elem_bytes: usize,
     stage: usize,
     own_edges: usize,
     tape_shared: bool,
@@ -105,23 +106,21 @@ impl AtomSplitPlan {
             per_block,
             grid: n.div_ceil(per_block),
             model,
+            elem_bytes,
             stage: 0,
             own_edges: OWN_EDGES,
             tape_shared: true,
         };
-        plan.with_stages(elem_bytes, shared_limit)
+        plan.with_stages(shared_limit)
     }
 
     /// The plan with the stage size and tape place that fit `shared_limit` (see [`Self::new`]).
-    fn with_stages(
-        mut self,
-        elem_bytes: usize,
-        shared_limit: usize,
-    ) -> std::result::Result<Self, String> {
+    fn with_stages(mut self, shared_limit: usize) -> std::result::Result<Self, String> {
+        let elem_bytes = self.elem_bytes;
         let most = STAGE_BYTES / elem_bytes;
         let least = 3 * self.model.hidden;
         let stage_fitting = |plan: &Self| {
-            let free = shared_limit.saturating_sub(plan.fixed_bytes(elem_bytes));
+            let free = shared_limit.saturating_sub(plan.fixed_bytes());
             (free / (STAGES * elem_bytes)).min(most) / 4 * 4
         };
         self.tape_shared = true;
@@ -159,11 +158,10 @@ impl AtomSplitPlan {
     pub fn with_own_edges(
         mut self,
         own_edges: usize,
-        elem_bytes: usize,
         shared_limit: usize,
     ) -> std::result::Result<Self, String> {
         self.own_edges = own_edges.max(THREADS);
-        self.with_stages(elem_bytes, shared_limit)
+        self.with_stages(shared_limit)
     }
 
     /// Atoms per thread block.
@@ -188,15 +186,15 @@ impl AtomSplitPlan {
 
     /// Shared memory per block (the kernel's layout): the weight-stream stages, then the rest
     /// ([`Self::fixed_bytes`]).
-    pub fn shared_bytes(&self, elem_bytes: usize) -> usize {
-        STAGES * self.stage * elem_bytes + self.fixed_bytes(elem_bytes)
+    pub fn shared_bytes(&self) -> usize {
+        STAGES * self.stage * self.elem_bytes + self.fixed_bytes()
     }
 
     /// Shared memory besides the stages: features, their gradients and dense inputs/outputs
     /// (20 A F), the interaction's partial sums, the filter, a chunk of edge geometry and
     /// gradients, the biases, the tape where kept, the weight-stream table and barriers, the
     /// own-edge lists and warp counts.
-    fn fixed_bytes(&self, elem_bytes: usize) -> usize {
+    fn fixed_bytes(&self) -> usize {
         let (f, r, a, b) = (
             self.model.hidden,
             self.model.n_rbf,
@@ -212,7 +210,7 @@ impl AtomSplitPlan {
             + b * 8 * f
             + f
             + tape;
-        reals * elem_bytes
+        reals * self.elem_bytes
             + (12 * b + 2) * LAYER_BYTES
             + STAGES * STAGE_BARRIER_BYTES
             + (2 * self.own_edges + THREADS / 32) * 4
@@ -269,11 +267,11 @@ impl Kernel for AtomSplit {
         vec![self.plan.model.cutoff]
     }
     #[cfg(feature = "cuda")]
-    fn launch_config(&self, b: usize) -> candle_core::cuda_backend::cudarc::driver::LaunchConfig {
+    fn launch_config(&self, _: usize) -> candle_core::cuda_backend::cudarc::driver::LaunchConfig {
         candle_core::cuda_backend::cudarc::driver::LaunchConfig {
             grid_dim: (self.plan.grid as u32, 1, 1),
             block_dim: (THREADS as u32, 1, 1),
-            shared_mem_bytes: self.plan.shared_bytes(b) as u32,
+            shared_mem_bytes: self.plan.shared_bytes() as u32,
         }
     }
     #[cfg(feature = "cuda")]
@@ -317,6 +315,13 @@ fn run(
     let [weights, weights_out_major, positions, offsets] = inputs;
     let (n, e) = (plan.n, plan.e);
     check_system(&plan.model, n, e, weights, positions.dims(), offsets, index)?;
+    if positions.dtype().size_in_bytes() != plan.elem_bytes {
+        bail!(
+            "atom split: a plan for {}-byte reals launched with {:?} positions",
+            plan.elem_bytes,
+            positions.dtype()
+        )
+    }
     if weights_out_major.dims() != weights.dims() {
         bail!(
             "atom split: output-major weights {:?}, expected {:?}",
