@@ -170,8 +170,7 @@ __device__ __forceinline__ void atom_split(const T* pos, const T* off, const T* 
     T* bias = gedge + CHUNK * RG;                            // NB x 8F, then 2 x H2
     T* tape_s = bias + NB * 8 * F + 2 * H2;                  // NB x A x 12F where kept here
     Layer<T>* layers = reinterpret_cast<Layer<T>*>(tape_s + (d.tape_shared ? NB * PF * 12 : 0));
-    const int n_layers_max = 12 * NB + 2;
-    unsigned long long* stream_bars = reinterpret_cast<unsigned long long*>(layers + n_layers_max);
+    unsigned long long* stream_bars = reinterpret_cast<unsigned long long*>(layers + 12 * NB - 2);
     unsigned int* ids = reinterpret_cast<unsigned int*>(stream_bars + 2 * weight_stream::STAGES);  // own_cap
     unsigned int* nbr = ids + d.own_cap;                                          // own_cap
     int* counts = reinterpret_cast<int*>(nbr + d.own_cap);                        // WARPS
@@ -207,7 +206,11 @@ __device__ __forceinline__ void atom_split(const T* pos, const T* off, const T* 
     };
     auto block_bias = [&](int b) { return bias + b * 8 * F; };  // b1 F | b2 3F | cb1 F | cb2 3F
 
-    // The weight stream, in the order the passes below use it.
+    // The weight stream, in the order the passes below use it: six layers per interaction
+    // block and direction (filter, φ's two, the update's three; the first block has no φ),
+    // and the readout's two.
+    const int n_layers = 12 * NB - 2;
+    WeightStream<T> ws(ring, layers, stream_bars, n_layers, d.cap);
     if (tid == 0) {
         int nl = 0;
         auto add = [&](const T* p, int rows, int k) {
@@ -228,13 +231,10 @@ __device__ __forceinline__ void atom_split(const T* pos, const T* off, const T* 
             add(wi + bl.c2, F, F3), add(wi + bl.c1, 2 * F, F), add(wi + bl.mix, F, 2 * F);
             if (b > 0) add(wi + bl.w2, F, F3), add(wi + bl.w1, F, F);
         }
-        counts[0] = nl;
+        if (nl != n_layers) __trap();
+        ws.init();
     }
-    WeightStream<T> ws(ring, layers, stream_bars, 0, d.cap);
-    if (tid == 0) ws.init();
     __syncthreads();
-    ws.n_layers = counts[0];
-    __syncthreads();  // counts is reused below
     ws.start();
 
     // Initial state, the biases; what other blocks add into, zeroed before the first barrier.

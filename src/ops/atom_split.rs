@@ -211,7 +211,7 @@ impl AtomSplitPlan {
             + f
             + tape;
         reals * self.elem_bytes
-            + (12 * b + 2) * LAYER_BYTES
+            + (12 * b - 2) * LAYER_BYTES
             + STAGES * STAGE_BARRIER_BYTES
             + (2 * self.own_edges + THREADS / 32) * 4
     }
