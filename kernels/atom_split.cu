@@ -436,12 +436,7 @@ __device__ __forceinline__ void atom_split(const T* pos, const T* off, const T* 
         });
         for (int idx = tid; idx < AF; idx += THREADS) {
             const int a = idx / F, f = idx % F;
-            T sq = T(NORM_EPS);
-            for (int k = 0; k < 3; ++k) {
-                const T vv = yo[(a * 3 + k) * 2 * F + F + f];
-                sq += vv * vv;
-            }
-            const T nrm = sqrt(sq);
+            const T nrm = norm3_eps(yo + a * 3 * 2 * F + F + f, 2 * F);
             tape(b, a)[7 * F + f] = nrm;
             xin[a * 2 * F + f] = s[idx];
             xin[a * 2 * F + F + f] = nrm;

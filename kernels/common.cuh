@@ -5,6 +5,15 @@
 // Added under the square root of |V| in the update block (src/ops/update.rs NORM_EPS).
 #define NORM_EPS 1e-8
 
+// |V| of the update block: sqrt(NORM_EPS + Σ_k p[k stride]^2) over the three components.
+template <typename T>
+__device__ __forceinline__ T norm3_eps(const T* p, size_t stride) {
+    T sq = T(NORM_EPS);
+#pragma unroll
+    for (int k = 0; k < 3; ++k) sq += p[k * stride] * p[k * stride];
+    return sqrt(sq);
+}
+
 // Grid-stride loop over `total` work items; the host launches blocks of 256 threads.
 #define FOR_EACH(k, total)                                                             \
     for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < (total);        \

@@ -475,12 +475,7 @@ __device__ __forceinline__ void small_system(const T* pos_in, const T* __restric
         dense(xs, ws, 3 * N, F, 2 * S, [&](int r, int j, T y) { mix_own[r * 2 * S + j] = y; });
         for (int idx = tid; idx < NS; idx += nt) {
             const int a = idx / S, t = idx % S;
-            T sq = T(NORM_EPS);
-            for (int k = 0; k < 3; ++k) {
-                const T vv = mix_own[(a * 3 + k) * 2 * S + S + t];
-                sq += vv * vv;
-            }
-            nrm[(size_t)a * F + f0 + t] = nrm_own[idx] = sqrt(sq);
+            nrm[(size_t)a * F + f0 + t] = nrm_own[idx] = norm3_eps(mix_own + a * 3 * 2 * S + S + t, 2 * S);
         }
 
         // Context: cpre = [s | |V|] C1 + c1.

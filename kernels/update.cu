@@ -9,13 +9,7 @@
 // sqrt(sum_a Vv_a^2 + eps) of atom m, feature c.
 template <typename T>
 __device__ __forceinline__ T vv_norm(const T* mixed, size_t n, size_t f, size_t m, size_t c) {
-    T q = T(NORM_EPS);
-#pragma unroll
-    for (int a = 0; a < 3; ++a) {
-        const T vv = mixed[(a * n + m) * 2 * f + f + c];
-        q += vv * vv;
-    }
-    return sqrt(q);
+    return norm3_eps(mixed + m * 2 * f + f + c, n * 2 * f);
 }
 
 template <typename T>

@@ -268,11 +268,7 @@ impl Kernel for AtomSplit {
     }
     #[cfg(feature = "cuda")]
     fn launch_config(&self, _: usize) -> candle_core::cuda_backend::cudarc::driver::LaunchConfig {
-        candle_core::cuda_backend::cudarc::driver::LaunchConfig {
-            grid_dim: (self.plan.grid as u32, 1, 1),
-            block_dim: (THREADS as u32, 1, 1),
-            shared_mem_bytes: self.plan.shared_bytes() as u32,
-        }
+        super::kernel::cooperative_grid(self.plan.grid, THREADS, self.plan.shared_bytes())
     }
     #[cfg(feature = "cuda")]
     fn cooperative(&self) -> bool {

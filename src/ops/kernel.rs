@@ -459,6 +459,21 @@ fn load_module(
 #[cfg(feature = "cuda")]
 const STATIC_SHARED_BYTES: u32 = 48 * 1024;
 
+/// Launch shape of a cooperative one-kernel: `blocks` blocks of `threads` threads, each with
+/// `shared_bytes` of dynamic shared memory.
+#[cfg(feature = "cuda")]
+pub(crate) fn cooperative_grid(
+    blocks: usize,
+    threads: usize,
+    shared_bytes: usize,
+) -> candle_core::cuda_backend::cudarc::driver::LaunchConfig {
+    candle_core::cuda_backend::cudarc::driver::LaunchConfig {
+        grid_dim: (blocks as u32, 1, 1),
+        block_dim: (threads as u32, 1, 1),
+        shared_mem_bytes: shared_bytes as u32,
+    }
+}
+
 /// Launch shape for a grid-stride loop over `work` items.
 #[cfg(feature = "cuda")]
 pub fn grid_stride(work: usize) -> candle_core::cuda_backend::cudarc::driver::LaunchConfig {

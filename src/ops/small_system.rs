@@ -319,11 +319,7 @@ impl Kernel for SmallSystem {
     }
     #[cfg(feature = "cuda")]
     fn launch_config(&self, b: usize) -> candle_core::cuda_backend::cudarc::driver::LaunchConfig {
-        candle_core::cuda_backend::cudarc::driver::LaunchConfig {
-            grid_dim: (self.plan.groups as u32, 1, 1),
-            block_dim: (THREADS as u32, 1, 1),
-            shared_mem_bytes: self.plan.shared_bytes(b) as u32,
-        }
+        super::kernel::cooperative_grid(self.plan.groups, THREADS, self.plan.shared_bytes(b))
     }
     #[cfg(feature = "cuda")]
     fn cooperative(&self) -> bool {
