@@ -6,8 +6,9 @@
 //!
 //!     cargo run --release --features cuda --example one_kernel_phases -- [SYSTEMS]
 //!
-//! SYSTEMS: a comma list of names `systems::start_geometry` knows (default
-//! `ethanol,aspirin,trialanine`). f32 on CUDA device 0. MLFF_ONE_KERNEL_GROUPS: a comma list of
+//! SYSTEMS: a comma list of names `systems::start_geometry` knows, or NAME-xB for a batch of B
+//! copies (default `ethanol,aspirin,trialanine`); the feature split is left out where it does
+//! not take the system (more than its atoms or edges). f32 on CUDA device 0. MLFF_ONE_KERNEL_GROUPS: a comma list of
 //! thread-block counts of the feature split to compare (default 16); every split must give the
 //! same forces, which it prints.
 
@@ -102,7 +103,11 @@ fn main() -> Result<()> {
         .collect::<Result<_>>()?;
     let (mut feature_split, mut atom_split_columns) = (Vec::new(), Vec::new());
     for name in names.split(',') {
-        let batch = Batch::new(vec![start_geometry(name)?])?;
+        let (base, copies) = match name.rsplit_once("-x") {
+            Some((base, b)) => (base, b.parse::<usize>().context("batch size")?),
+            None => (name, 1),
+        };
+        let batch = Batch::new(vec![start_geometry(base)?; copies])?;
         let (x, _) = calc.prepare(&batch)?;
         let (n, e) = (x.positions.dim(0)?, x.centers.dim(0)?);
         let pos = x.positions.detach();
@@ -111,9 +116,14 @@ fn main() -> Result<()> {
         for &g in &groups {
             let plan = SmallSystemPlan::new(model, n, e)
                 .and_then(|p| p.with_groups(g))
-                .and_then(|p| p.fit(&dev, DType::F32))
-                .map_err(anyhow::Error::msg)
-                .context(name.to_string())?;
+                .and_then(|p| p.fit(&dev, DType::F32));
+            let plan = match plan {
+                Ok(plan) => plan,
+                Err(why) => {
+                    eprintln!("{name}: no feature split ({why})");
+                    continue;
+                }
+            };
             let call = || small_system(&plan, w, &pos, &x.offsets, index[0], index[1], index[2]);
             // Every split must give the same forces (to f32 rounding: atomic adds).
             let forces = call()?.1.to_device(&Device::Cpu)?;
@@ -135,7 +145,16 @@ fn main() -> Result<()> {
                 &plan, w, w_out, &pos, &x.offsets, index[0], index[1], index[2],
             )
         };
-        let heading = format!("{name} ({n} atoms, {e} edges, {} blocks)", plan.blocks());
+        let heading = format!(
+            "{name} ({n} atoms, {e} edges, {} blocks of {}{})",
+            plan.blocks(),
+            plan.atoms_per_block(),
+            if plan.tensor_cores() {
+                ", tensor cores"
+            } else {
+                ""
+            }
+        );
         let phases = || atom_split_phase_times(&plan, [w, w_out], [&pos, &x.offsets], index);
         atom_split_columns.push(measure(&dev, heading, call, phases)?);
     }

@@ -19,22 +19,29 @@
 // gradients of those interactions (zeroed, added by atomics), each atom's tape (what the
 // adjoint reads back, unless it is kept in shared memory) and each edge's gradient w.r.t. its
 // basis and unit vector (written by its receiver's block only).
+#include <type_traits>
+
 #include "common.cuh"
 #include "edge_basis.cuh"
 #include "grid.cuh"
 #include "packed_weights.cuh"
+#include "row_products.cuh"
 #include "weight_stream.cuh"
 
 namespace {
 
 constexpr int THREADS = 512, WARPS = THREADS / 32;
-// Atoms a block owns at most (src/ops/atom_split.rs MAX_ATOMS); the kernel is compiled for
-// each count, so that a dense layer's rows (one or three per atom) are known at compile time.
-constexpr int MAX_ATOMS = 2;
+// Atoms a block owns at most with CUDA-core dense layers (src/ops/atom_split.rs
+// MAX_ATOMS_CUDA_CORES: the kernel is compiled for each count, so that a dense layer's rows,
+// one or three per atom, are known at compile time), and with tensor cores (f32, MAX_ATOMS:
+// the own-edge list's local-atom bits; one function for any count up to it).
+constexpr int MAX_ATOMS_CUDA_CORES = 2, MAX_ATOMS = 16;
 // Own edges whose geometry is formed at once (src/ops/atom_split.rs CHUNK).
 constexpr int CHUNK = 64;
-// The own-edge list's local-atom bit (the neighbour index below it).
-constexpr unsigned LOCAL_BIT = 31;
+// The own-edge list's lowest local-atom bit (5 bits for up to MAX_ATOMS; the neighbour index
+// below it: src/ops/atom_split.rs MAX_SYSTEM_ATOMS).
+constexpr unsigned LOCAL_BIT = 27;
+static_assert(MAX_ATOMS <= 1 << (32 - LOCAL_BIT), "local atom bits");
 
 template <typename T>
 using WeightStream = weight_stream::Stream<T, WARPS>;
@@ -44,61 +51,10 @@ using Layer = weight_stream::Layer<T>;
 struct Dims {
     // cap: values per weight-stream stage; own_cap: own edges listed at once; tape_shared:
     // whether the tape lives in shared memory (else in the scratch); stamps: whether block 0
-    // records phase times after the scratch (src/ops/atom_split.rs phase_names).
-    int n, e, r, blocks, n_el, cap, own_cap, tape_shared, stamps;
+    // records phase times after the scratch (src/ops/atom_split.rs phase_names); pb: atoms per
+    // block (at most the function's PB).
+    int n, e, r, blocks, n_el, cap, own_cap, tape_shared, stamps, pb;
 };
-
-// emit(r, j, y) with y = Σ_k x[r ldx + k] M[j K + k], for r < rows, j < J: M [J, K] the
-// stream's next layer, x [ROWS, ldx] in shared memory (ldx a multiple of 4; rows past `rows`
-// are computed and dropped, so that the loops unroll). Each row of a chunk goes to a group of
-// L lanes, each lane 4 consecutive k of every 4 L: L = 8 up to K = 128 (a quarter warp reads
-// 128 contiguous bytes of a row), 16 up to 384, else 32, so that a chunk's rows (about
-// 8,000 / K of them) spread over the warps. Synchronises after.
-template <int ROWS, int K, typename T, typename Emit>
-__device__ __forceinline__ void rowdot(WeightStream<T>& ws, int J, const T* x, int ldx, int rows, Emit emit) {
-    static_assert(K % 16 == 0, "rows of a multiple of 16 values");
-    constexpr int L = K <= 128 ? 8 : K <= 384 ? 16 : 32, PER_WARP = 32 / L;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, q = lane % L;
-    ws.begin_layer(J, K);
-    const int per = ws.rows_per_chunk(K);
-    for (int j0 = 0; j0 < J; j0 += per) {
-        const T* M = ws.next();
-        const int nr = min(per, J - j0);
-        for (int jb = warp * PER_WARP; jb < nr; jb += WARPS * PER_WARP) {
-            const int jr = jb + lane / L;
-            T acc[ROWS];
-#pragma unroll
-            for (int r = 0; r < ROWS; ++r) acc[r] = T(0);
-            if (jr < nr) {
-                const T* row = M + jr * K;
-#pragma unroll
-                for (int k = 0; k < K; k += 4 * L) {
-                    if (K % (4 * L) != 0 && k + 4 * q >= K) break;  // K = 16 (F = 32's readout)
-                    T m[4];
-                    ld4_shared(row + k + 4 * q, m);
-#pragma unroll
-                    for (int r = 0; r < ROWS; ++r) {
-                        T xv[4];
-                        ld4_shared(x + r * ldx + k + 4 * q, xv);
-                        acc[r] = fma(m[0], xv[0], acc[r]);
-                        acc[r] = fma(m[1], xv[1], acc[r]);
-                        acc[r] = fma(m[2], xv[2], acc[r]);
-                        acc[r] = fma(m[3], xv[3], acc[r]);
-                    }
-                }
-            }
-#pragma unroll
-            for (int r = 0; r < ROWS; ++r) {
-                T y = acc[r];
-#pragma unroll
-                for (int o = L / 2; o > 0; o >>= 1) y += __shfl_xor_sync(0xffffffffu, y, o);
-                if (q == r && r < rows && jr < nr) emit(r, j0 + jr, y);
-            }
-        }
-        ws.release();
-    }
-    __syncthreads();
-}
 
 // Appends to ids (edge) and nbr (sender | local receiver << LOCAL_BIT) the edges of [e0, E)
 // whose receiver is in [lo, hi), a round of THREADS edges at a time while a round surely fits
@@ -133,7 +89,20 @@ __device__ __forceinline__ int collect_own(const unsigned int* ci, const unsigne
 
 }  // namespace
 
-template <typename T, int PB, int F>
+// A dense layer of a block's rows (one per atom, R1 = 1, or three, R1 = 3; at most R1 PB) by
+// CUDA cores, or by tensor cores in the functions for more atoms than MAX_ATOMS_CUDA_CORES
+// (f32, layer widths of a multiple of 32).
+template <int R1, int K, int PB, typename T, typename Emit>
+__device__ __forceinline__ void dense(WeightStream<T>& ws, int J, const T* x, int ldx, int rows, Emit emit) {
+    if constexpr (PB > MAX_ATOMS_CUDA_CORES) {
+        static_assert(std::is_same_v<T, float> && K % 32 == 0, "tensor cores: f32, K a multiple of 32");
+        row_products::rowdot_tf32(ws, J, K, x, ldx, rows, emit);
+    } else {
+        row_products::rowdot<R1 * PB, K>(ws, J, x, ldx, rows, emit);
+    }
+}
+
+template <typename T, int F, int PB>
 __device__ __forceinline__ void atom_split(const T* pos, const T* off, const T* __restrict__ w_in,
                                            const T* __restrict__ w_out,
                                            const unsigned int* __restrict__ species,
@@ -141,12 +110,12 @@ __device__ __forceinline__ void atom_split(const T* pos, const T* off, const T* 
                                            const unsigned int* __restrict__ nj,
                                            const unsigned int* bar, T* out, const Dims d,
                                            double cutoff) {
-    static_assert(PB >= 1 && PB <= MAX_ATOMS, "atoms per block");
     extern __shared__ __align__(16) unsigned char smem_raw[];
     constexpr int F3 = 3 * F, H2 = F / 2, G = THREADS / F;
     const int N = d.n, E = d.e, R = d.r, NB = d.blocks;
-    const int tid = threadIdx.x, a0 = blockIdx.x * PB;
-    const int A = max(0, min(PB, N - a0)), AF = A * F, PF = PB * F;
+    static_assert(PB >= 1 && PB <= MAX_ATOMS, "atoms per block");
+    const int pb = min(d.pb, PB), tid = threadIdx.x, a0 = blockIdx.x * pb;
+    const int A = max(0, min(pb, N - a0)), AF = A * F, PF = pb * F;
     // Feature groups for the edge loops: group g of F threads takes every G-th own edge.
     const int g = tid / F, t = tid % F;
     const int RB = R + 5, RG = R + 4;  // per-edge geometry: basis R + 1, unit vector, distance
@@ -158,13 +127,12 @@ __device__ __forceinline__ void atom_split(const T* pos, const T* off, const T* 
     T* ring = reinterpret_cast<T*>(smem_raw);                // STAGES x cap: weight stream
     T* s = ring + weight_stream::STAGES * (size_t)d.cap;     // A x F: scalar features
     T* v = s + PF;                                           // A x 3 x F: vector features
-    T* gs = v + 3 * PF;                                      // dE/ds
-    T* gv = gs + PF;                                         // dE/dv
-    T* xin = gv + 3 * PF;                                    // 3 A F: dense-layer inputs
+    T* gs = s;                                               // dE/ds (s is dead by then)
+    T* gv = v;                                               // dE/dv
+    T* xin = v + 3 * PF;                                     // 3 A F: dense-layer inputs
     T* x2 = xin + 3 * PF;                                    // 3 A F
     T* yo = x2 + 3 * PF;                                     // 6 A F: [U | V] and its gradient
-    T* acc = yo + 6 * PF;                                    // G x A x 4 x F: interaction sums
-    T* filt = acc + G * 4 * PF;                              // (R + 1) x 3F: the block's filter
+    T* filt = yo + 6 * PF;                                   // (R + 1) x 3F: the block's filter
     T* geo = filt + (R + 1) * F3;                            // CHUNK x (R + 5)
     T* gedge = geo + CHUNK * RB;                             // CHUNK x (R + 4): edge gradients
     T* bias = gedge + CHUNK * RG;                            // NB x 8F, then 2 x H2
@@ -201,7 +169,7 @@ __device__ __forceinline__ void atom_split(const T* pos, const T* off, const T* 
     const T* ro_b = bias + NB * 8 * F;  // readout hidden bias, then the output weights
     const T* ro_out = ro_b + H2;
     auto tape = [&](int b, int a) {
-        return d.tape_shared ? tape_s + ((size_t)b * PB + a) * tape_w
+        return d.tape_shared ? tape_s + ((size_t)b * pb + a) * tape_w
                              : tape_g + ((size_t)b * N + a0 + a) * tape_w;
     };
     auto block_bias = [&](int b) { return bias + b * 8 * F; };  // b1 F | b2 3F | cb1 F | cb2 3F
@@ -343,12 +311,12 @@ __device__ __forceinline__ void atom_split(const T* pos, const T* off, const T* 
         load_filter();
         if (b > 0) {
             // φ = silu(s W1 + b1) W2 + b2 of own atoms, and v, for the receivers.
-            rowdot<PB, F>(ws, F, s, F, A, [&](int a, int j, T y) {
+            dense<1, F, PB>(ws, F, s, F, A, [&](int a, int j, T y) {
                 y += bb[j];
                 tape(b, a)[j] = y;
                 xin[a * F + j] = silu_of(y);
             });
-            rowdot<PB, F>(ws, F3, xin, F, A, [&](int a, int j, T y) {
+            dense<1, F, PB>(ws, F3, xin, F, A, [&](int a, int j, T y) {
                 phi_g[((b - 1) * (size_t)N + a0 + a) * F3 + j] = y + bb[F + j];
             });
             for (int idx = tid; idx < A * F3; idx += THREADS)
@@ -357,16 +325,29 @@ __device__ __forceinline__ void atom_split(const T* pos, const T* off, const T* 
         }
         stamps.mark();  // filter; φ layers and the barrier
 
-        // Interaction: s_i += Σ_j φs_j Ws, v_i += Σ_j φd_j Wd u_ij + φv_j Wv v_j.
-        for (int idx = tid; idx < G * 4 * AF; idx += THREADS) acc[idx] = T(0);
-        __syncthreads();
+        // Interaction: s_i += Σ_j φs_j Ws, v_i += Σ_j φd_j Wd u_ij + φv_j Wv v_j (s and v are
+        // not read meanwhile).
         for_own_edges([&](int c0, int count) {
             if (g >= G) return;
-            T sum[PB][4];
+            // The sums of one receiver at a time, added into s and v when the next edge has
+            // another (a list holds a receiver's edges together, as neighbour lists give them).
+            int cur = -1;
+            T sum[4] = {T(0), T(0), T(0), T(0)};
+            auto flush = [&]() {
+                if (cur < 0) return;
+                atomicAdd(s + cur * F + t, sum[0]);
+                for (int q = 0; q < 3; ++q) atomicAdd(v + (cur * 3 + q) * F + t, sum[q + 1]);
+            };
+            auto add_to = [&](int a, const T add[4]) {
+                if (a != cur) {
+                    flush();
+                    cur = a;
 #pragma unroll
-            for (int aa = 0; aa < PB; ++aa)
+                    for (int q = 0; q < 4; ++q) sum[q] = T(0);
+                }
 #pragma unroll
-                for (int q = 0; q < 4; ++q) sum[aa][q] = T(0);
+                for (int q = 0; q < 4; ++q) sum[q] += add[q];
+            };
             // Two edges at a time (el and el + G): their filters share the filter rows' loads,
             // and the next two edges' senders load meanwhile.
             auto load_senders = [&](int el, T p[2][3], T vj[2][3]) {
@@ -393,44 +374,23 @@ __device__ __forceinline__ void atom_split(const T* pos, const T* off, const T* 
                 for (int e2 = 0; e2 < 2; ++e2) {
                     const int en = e2 == 0 ? el : second;
                     if (e2 == 1 && el + G >= count) break;
-                    const int a = (int)(nbr[c0 + en] >> LOCAL_BIT);
                     const T* u = geo + en * RB + R + 1;
                     const T x1 = p[e2][1] * w[e2][1], x2v = p[e2][2] * w[e2][2];
                     const T add[4] = {p[e2][0] * w[e2][0], x1 * u[0] + x2v * vj[e2][0],
                                       x1 * u[1] + x2v * vj[e2][1], x1 * u[2] + x2v * vj[e2][2]};
-#pragma unroll
-                    for (int aa = 0; aa < PB; ++aa)
-                        if (aa == a)
-#pragma unroll
-                            for (int q = 0; q < 4; ++q) sum[aa][q] += add[q];
+                    add_to((int)(nbr[c0 + en] >> LOCAL_BIT), add);
                 }
 #pragma unroll
                 for (int e2 = 0; e2 < 2; ++e2)
 #pragma unroll
                     for (int q = 0; q < 3; ++q) p[e2][q] = pn[e2][q], vj[e2][q] = vn[e2][q];
             }
-#pragma unroll
-            for (int aa = 0; aa < PB; ++aa)
-                if (aa < A)
-#pragma unroll
-                    for (int q = 0; q < 4; ++q) acc[((g * A + aa) * 4 + q) * F + t] += sum[aa][q];
+            flush();
         });
-        for (int idx = tid; idx < AF; idx += THREADS) {
-            const int a = idx / F, f = idx % F;
-            for (int q = 0; q < 4; ++q) {
-                T total = T(0);
-                for (int gg = 0; gg < G; ++gg) total += acc[((gg * A + a) * 4 + q) * F + f];
-                if (q == 0)
-                    s[idx] += total;
-                else
-                    v[(a * 3 + q - 1) * F + f] += total;
-            }
-        }
-        __syncthreads();
         stamps.mark();  // interaction
 
         // Update: [U | V] = v W_mix, |V|, context MLP on [s | |V|], gated update.
-        rowdot<3 * PB, F>(ws, 2 * F, v, F, 3 * A, [&](int r, int j, T y) {
+        dense<3, F, PB>(ws, 2 * F, v, F, 3 * A, [&](int r, int j, T y) {
             yo[r * 2 * F + j] = y;
             tape(b, r / 3)[F + (r % 3) * 2 * F + j] = y;
         });
@@ -442,12 +402,12 @@ __device__ __forceinline__ void atom_split(const T* pos, const T* off, const T* 
             xin[a * 2 * F + F + f] = nrm;
         }
         __syncthreads();
-        rowdot<PB, 2 * F>(ws, F, xin, 2 * F, A, [&](int a, int j, T y) {
+        dense<1, 2 * F, PB>(ws, F, xin, 2 * F, A, [&](int a, int j, T y) {
             y += bb[4 * F + j];
             tape(b, a)[8 * F + j] = y;
             x2[a * F + j] = silu_of(y);
         });
-        rowdot<PB, F>(ws, F3, x2, F, A, [&](int a, int j, T y) {
+        dense<1, F, PB>(ws, F3, x2, F, A, [&](int a, int j, T y) {
             y += bb[5 * F + j];
             tape(b, a)[9 * F + j] = y;
             xin[a * F3 + j] = y;
@@ -468,7 +428,7 @@ __device__ __forceinline__ void atom_split(const T* pos, const T* off, const T* 
     }
 
     // Readout: E_a = const + silu(s R1 + r1) · w_out, and dE/ds.
-    rowdot<PB, F>(ws, H2, s, F, A, [&](int a, int j, T y) { x2[a * H2 + j] = y + ro_b[j]; });
+    dense<1, F, PB>(ws, H2, s, F, A, [&](int a, int j, T y) { x2[a * H2 + j] = y + ro_b[j]; });
     {
         const int lane = tid & 31, warp = tid >> 5;
         for (int a = warp; a < A; a += WARPS) {
@@ -481,7 +441,7 @@ __device__ __forceinline__ void atom_split(const T* pos, const T* off, const T* 
         for (int idx = tid; idx < 3 * AF; idx += THREADS) gv[idx] = T(0);
         __syncthreads();
     }
-    rowdot<PB, H2>(ws, F, xin, H2, A, [&](int a, int j, T y) { gs[a * F + j] = y; });
+    dense<1, H2, PB>(ws, F, xin, H2, A, [&](int a, int j, T y) { gs[a * F + j] = y; });
     stamps.mark();  // readout and its gradient
 
     // The adjoint, block by block.
@@ -512,10 +472,10 @@ __device__ __forceinline__ void atom_split(const T* pos, const T* off, const T* 
         }
         __syncthreads();
         // Context MLP: dE/d cpre into xin, then dE/ds and dE/d|V| (divided by |V|, into x2).
-        rowdot<PB, F3>(ws, F, x2, F3, A, [&](int a, int j, T y) {
+        dense<1, F3, PB>(ws, F, x2, F3, A, [&](int a, int j, T y) {
             xin[a * F + j] = y * silu_grad(tape(b, a)[8 * F + j]);
         });
-        rowdot<PB, F>(ws, 2 * F, xin, F, A, [&](int a, int j, T y) {
+        dense<1, F, PB>(ws, 2 * F, xin, F, A, [&](int a, int j, T y) {
             if (j < F)
                 gs[a * F + j] += y;
             else
@@ -526,7 +486,7 @@ __device__ __forceinline__ void atom_split(const T* pos, const T* off, const T* 
             yo[r * 2 * F + F + f] += x2[(r / 3) * F + f] * tape(b, r / 3)[F + (r % 3) * 2 * F + F + f];
         }
         __syncthreads();
-        rowdot<3 * PB, 2 * F>(ws, F, yo, 2 * F, 3 * A, [&](int r, int j, T y) { gv[r * F + j] += y; });
+        dense<3, 2 * F, PB>(ws, F, yo, 2 * F, 3 * A, [&](int r, int j, T y) { gv[r * F + j] += y; });
         stamps.mark();  // filter; update adjoint
 
         // Interaction: the senders' gradients (added into gphi_g, gvj_g; the first block's
@@ -600,10 +560,10 @@ __device__ __forceinline__ void atom_split(const T* pos, const T* off, const T* 
             gv[idx] += __ldcg(gvj_g + at);
         }
         __syncthreads();
-        rowdot<PB, F3>(ws, F, xin, F3, A, [&](int a, int j, T y) {
+        dense<1, F3, PB>(ws, F, xin, F3, A, [&](int a, int j, T y) {
             x2[a * F + j] = y * silu_grad(tape(b, a)[j]);
         });
-        rowdot<PB, F>(ws, F, x2, F, A, [&](int a, int j, T y) { gs[a * F + j] += y; });
+        dense<1, F, PB>(ws, F, x2, F, A, [&](int a, int j, T y) { gs[a * F + j] += y; });
         stamps.mark();  // the barrier; φ layers' adjoint
     }
 
@@ -626,20 +586,21 @@ __device__ __forceinline__ void atom_split(const T* pos, const T* off, const T* 
     last_block_out(counter, counts);
 }
 
-// One entry per feature count F (src/ops/atom_split.rs FEATURES), atoms per block (1 or
-// MAX_ATOMS) and real.
+// One entry per feature count F (src/ops/atom_split.rs FEATURES), atoms per block (at most 1
+// or MAX_ATOMS_CUDA_CORES on CUDA cores; MAX_ATOMS on tensor cores, f32 and F = 128) and real.
 #define ATOM_SPLIT(F, PB, T, SUF)                                                                  \
     extern "C" __global__ void __launch_bounds__(THREADS, 1) atom_split_##F##x##PB##_##SUF(        \
         const T* pos, const T* off, const T* w_in, const T* w_out, const unsigned int* sp,         \
         const unsigned int* ci, const unsigned int* nj, const unsigned int* bar, T* out, size_t n, \
         size_t e, size_t r, size_t blocks, size_t n_el, size_t cap, size_t own_cap,               \
-        size_t tape_shared, size_t stamps, double cutoff) {                                        \
-        const Dims d{(int)n,    (int)e,   (int)r,       (int)blocks,                               \
-                     (int)n_el, (int)cap, (int)own_cap, (int)tape_shared, (int)stamps};            \
-        atom_split<T, PB, F>(pos, off, w_in, w_out, sp, ci, nj, bar, out, d, cutoff);              \
+        size_t tape_shared, size_t stamps, size_t pb, double cutoff) {                             \
+        const Dims d{(int)n,       (int)e,       (int)r,           (int)blocks, (int)n_el,        \
+                     (int)cap,     (int)own_cap, (int)tape_shared, (int)stamps, (int)pb};         \
+        atom_split<T, F, PB>(pos, off, w_in, w_out, sp, ci, nj, bar, out, d, cutoff);              \
     }
-#define ATOM_SPLIT_FEATURES(F)                                   \
+#define ATOM_SPLIT_CUDA_CORES(F)                                 \
     ATOM_SPLIT(F, 1, float, f32) ATOM_SPLIT(F, 2, float, f32) \
     ATOM_SPLIT(F, 1, double, f64) ATOM_SPLIT(F, 2, double, f64)
-ATOM_SPLIT_FEATURES(32)
-ATOM_SPLIT_FEATURES(128)
+ATOM_SPLIT_CUDA_CORES(32)
+ATOM_SPLIT_CUDA_CORES(128)
+ATOM_SPLIT(128, 16, float, f32)

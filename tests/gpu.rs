@@ -856,15 +856,18 @@ fn cuda_single_launch_md_matches_op_by_op() {
 /// where atoms mix) on CUDA against the one-kernel CPU twin, f32 and f64: the shipped model on
 /// aspirin and on 4 aspirins, and random models of 32 features with two interaction blocks and
 /// with one (no barrier in the forward) on molecules, a lone atom, a far atom and a periodic
-/// box; 1 atom per block up to the kernel's most, own edges listed once per call and (512 at
-/// once) again in every pass, the tape in shared memory or (where it does not fit, the shipped
-/// model in f64) in the scratch; three launches each (the barrier counters start from zero each
+/// box, and 16 aspirins; 1 atom per block up to the kernel's most (16 with tensor cores: the
+/// shipped model in f32; 2 otherwise), the dense layers on tensor cores and on CUDA cores where
+/// each can run, own edges listed once per call and (512 at once) again in every pass, the tape
+/// in shared memory or (where it does not fit) in the scratch; three launches each (the barrier counters start from zero each
 /// time). The model's choice of it gives the separate kernels' forces.
 #[test]
 fn cuda_atom_split_matches_cpu_twin() {
     use common::fused::one_kernel_systems;
     use mlff_distiller::model::ATOM_SPLIT_MIN_ATOMS;
-    use mlff_distiller::ops::{atom_split, AtomSplitPlan};
+    use mlff_distiller::ops::{
+        atom_split, AtomSplitPlan, ATOM_SPLIT_MAX_ATOMS_PER_BLOCK as MAX_ATOMS,
+    };
     let gpu = cuda();
     let small = |blocks: usize, dtype: DType, dev: &Device| {
         let cfg = mlff_distiller::model::PainnConfig {
@@ -889,6 +892,12 @@ fn cuda_atom_split_matches_cpu_twin() {
                 shipped_calculator(&Device::Cpu, dtype, EdgeOps::Fused),
                 shipped_calculator(&gpu, dtype, EdgeOps::Fused),
                 aspirins(4),
+            ),
+            (
+                "16 aspirins",
+                shipped_calculator(&Device::Cpu, dtype, EdgeOps::Fused),
+                shipped_calculator(&gpu, dtype, EdgeOps::Fused),
+                aspirins(16),
             ),
             (
                 "F 32, 2 blocks",
@@ -933,38 +942,65 @@ fn cuda_atom_split_matches_cpu_twin() {
             let (e_ref, f_ref) = run(cpu_fused, &x_cpu, &cpu_plan);
             let scale_f = max_abs_tensor(&f_ref).max(1.0);
             let scale_e = max_abs_tensor(&e_ref).max(1.0);
-            // Up to the kernel's most atoms per block, within the H100's shared memory; own
-            // edges listed once per call, and (fewest listed at once) again in every pass.
-            for per_block in 1..=4 {
-                for own_edges in [None, Some(512)] {
-                    let plan = AtomSplitPlan::new(model, n, e, per_block, eb, limit);
-                    let plan = match (plan, own_edges) {
-                        (Ok(p), None) => p,
-                        (Ok(p), Some(k)) => match p.with_own_edges(k, limit) {
-                            Ok(p) => p,
-                            Err(_) => continue,
-                        },
-                        (Err(_), _) => continue,
-                    };
-                    for call in 0..3 {
-                        let (en, fo) = run(&fused, &x_gpu, &plan);
-                        let (de, df) = (max_abs_diff(&en, &e_ref), max_abs_diff(&fo, &f_ref));
-                        println!(
-                            "{what} {dtype:?} {per_block} atoms per block, own edges {own_edges:?}, \
-                             stage {} values, tape shared {}, call {call}: {e} edges, \
-                             ΔE {de:.2e} ΔF {df:.2e} of {scale_f:.2}",
-                            plan.stage_values(),
-                            plan.tape_in_shared_memory()
-                        );
-                        assert!(de <= tol * scale_e, "{what} {dtype:?} {per_block}: ΔE {de}");
-                        assert!(df <= tol * scale_f, "{what} {dtype:?} {per_block}: ΔF {df}");
-                    }
+            // Up to the kernel's most atoms per block (a last block with fewer), within the
+            // H100's shared memory; own edges listed once per call, and (fewest listed at once)
+            // again in every pass; dense layers on tensor cores (f32, F 128) and on CUDA cores
+            // where each can run.
+            let per_blocks = [1, 2, 3, 4, 8, 11, MAX_ATOMS];
+            let choices = per_blocks
+                .into_iter()
+                .flat_map(|k| [(k, None), (k, Some(512))])
+                .flat_map(|(k, own)| [(k, own, false), (k, own, true)]);
+            let mut ran = Vec::new();
+            for (per_block, own_edges, tensor_cores) in choices {
+                let plan = AtomSplitPlan::new(model, n, e, per_block, eb, limit)
+                    .and_then(|p| match own_edges {
+                        Some(k) => p.with_own_edges(k, limit),
+                        None => Ok(p),
+                    })
+                    .and_then(|p| p.with_tensor_cores(tensor_cores))
+                    .and_then(|p| p.fits_device(&gpu).map(|_| p));
+                let Ok(plan) = plan else { continue };
+                for call in 0..3 {
+                    let (en, fo) = run(&fused, &x_gpu, &plan);
+                    let (de, df) = (max_abs_diff(&en, &e_ref), max_abs_diff(&fo, &f_ref));
+                    println!(
+                        "{what} {dtype:?} {per_block} atoms per block, own edges {own_edges:?}, \
+                         tensor cores {tensor_cores}, stage {} values, tape shared {}, \
+                         call {call}: {e} edges, ΔE {de:.2e} ΔF {df:.2e} of {scale_f:.2}",
+                        plan.stage_values(),
+                        plan.tape_in_shared_memory()
+                    );
+                    assert!(de <= tol * scale_e, "{what} {dtype:?} {per_block}: ΔE {de}");
+                    assert!(df <= tol * scale_f, "{what} {dtype:?} {per_block}: ΔF {df}");
                 }
+                ran.push((per_block, tensor_cores));
             }
-            // The model takes it where allowed and it fits, with the separate kernels' forces.
+            // The shipped model (F 128) in f32 ran at the most atoms per block on tensor cores
+            // and at one and two on either; F 32 and f64 at up to two on CUDA cores; wherever
+            // the blocks fit at once (132 multiprocessors on the H100 and H200 these run on).
+            let tensor = dtype == DType::F32 && model.hidden == 128;
+            let expected: Vec<(usize, bool)> = per_blocks
+                .into_iter()
+                .flat_map(|k| [(k, false), (k, true)])
+                .filter(|&(k, tc)| if tensor { tc || k <= 2 } else { !tc && k <= 2 })
+                .filter(|&(k, _)| k <= n && n.div_ceil(k) <= 132)
+                .collect();
+            for want in expected {
+                assert!(
+                    ran.contains(&want),
+                    "{what} {dtype:?}: {want:?} did not run"
+                );
+            }
+            // The model takes it where allowed and it fits on CUDA cores (up to two atoms per
+            // multiprocessor; tensor cores only where asked), with the separate kernels' forces.
             let chosen = fused.clone().with_atom_split(0..=usize::MAX);
             let fits = chosen.atom_split_plan(&x_gpu).unwrap().is_some();
-            assert!(fits || dtype == DType::F64, "{what} {dtype:?} does not fit");
+            let on_cuda_cores = n <= 2 * 132;
+            assert!(
+                fits == on_cuda_cores || dtype == DType::F64,
+                "{what} {dtype:?}: atom split {fits}"
+            );
             let (en, fo) = chosen.energies_and_forces(&x_gpu).unwrap();
             let (e_sep, f_sep) = fused.separate_kernels(&x_gpu).unwrap();
             let (de, df) = (max_abs_diff(&en, &e_sep), max_abs_diff(&fo, &f_sep));

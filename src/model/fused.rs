@@ -22,7 +22,8 @@ use crate::ops::{
     act_grad, atom_split, bias_silu, bias_silu_adjoint, dense, dense_silu, dense_silu_adjoint,
     edge_basis, edge_basis_adjoint, gather, interaction, interaction_adjoint, small_system,
     update_combine, update_combine_adjoint, update_context, update_context_adjoint, AtomSplitPlan,
-    EdgeFilter, InteractionInputs, SmallSystemModel, SmallSystemPlan, StateGrad, DENSE_MAX_WIDTH,
+    EdgeFilter, InteractionInputs, SmallSystemModel, SmallSystemPlan, StateGrad,
+    ATOM_SPLIT_MAX_ATOMS_CUDA_CORES, DENSE_MAX_WIDTH,
 };
 use candle_core::{Result, Tensor};
 use candle_nn::Linear;
@@ -127,10 +128,12 @@ pub const ONE_KERNEL_MAX_ATOMS: usize = 64;
 
 /// Atoms from which, and up to which, a system on CUDA runs as the atom-split kernel
 /// (`ops::atom_split`: atoms split over the blocks, 4 barriers instead of the feature split's
-/// 30) where it fits (up to two atoms per multiprocessor), before the feature-split one kernel
-/// is considered. On an H100 it beats the feature split from trialanine (42 atoms: 0.267 ms
-/// against 0.345-0.352) and the separate kernels at 84-252 atoms, but not on smaller molecules
-/// (aspirin 0.239 against 0.196-0.201; BENCHMARKS.md, "Atoms split, second kernel").
+/// 30) where it fits (up to two atoms per multiprocessor on CUDA cores; more only with tensor
+/// cores asked for, MLFF_ATOM_SPLIT_TENSOR_CORES=1), before the feature-split one kernel is
+/// considered. On an H100 it beats the feature split from trialanine (42 atoms: 0.257 ms
+/// against 0.35) and the separate kernels at 84-252 atoms, but not on smaller molecules
+/// (aspirin 0.24 against 0.20; BENCHMARKS.md, "Atoms split, second kernel" and "up to 16 atoms
+/// per block").
 /// MLFF_ATOM_SPLIT_MIN_ATOMS, MLFF_ATOM_SPLIT_ATOMS or [`FusedPainn::with_atom_split`] change
 /// them (a maximum of 0: never).
 pub const ATOM_SPLIT_MIN_ATOMS: usize = 32;
@@ -213,6 +216,12 @@ pub struct FusedPainn {
     one_kernel_blocks: usize,
     /// Systems of this many atoms run as the atom-split kernel on CUDA where it fits.
     atom_split_atoms: std::ops::RangeInclusive<usize>,
+    /// Tensor cores for the atom split's dense layers: None (the default) takes the atom split
+    /// only up to `ops::ATOM_SPLIT_MAX_ATOMS_CUDA_CORES` atoms per block, on CUDA cores; Some
+    /// (MLFF_ATOM_SPLIT_TENSOR_CORES=0|1) forces them off or on, on forcing them on at up to
+    /// `ops::ATOM_SPLIT_MAX_ATOMS_PER_BLOCK` atoms per block (slower than the other paths where
+    /// measured, BENCHMARKS.md; for measurements).
+    atom_split_tensor_cores: Option<bool>,
     /// The weights packed for the one-kernel paths, input-major and output-major, on first use.
     packed: std::sync::OnceLock<Tensor>,
     packed_out_major: std::sync::OnceLock<Tensor>,
@@ -276,6 +285,9 @@ impl FusedPainn {
             one_kernel_blocks: env_usize("MLFF_ONE_KERNEL_BLOCKS", ONE_KERNEL_MAX_BLOCKS),
             atom_split_atoms: env_usize("MLFF_ATOM_SPLIT_MIN_ATOMS", ATOM_SPLIT_MIN_ATOMS)
                 ..=env_usize("MLFF_ATOM_SPLIT_ATOMS", ATOM_SPLIT_MAX_ATOMS),
+            atom_split_tensor_cores: std::env::var("MLFF_ATOM_SPLIT_TENSOR_CORES")
+                .ok()
+                .map(|v| v.trim() != "0"),
             packed: std::sync::OnceLock::new(),
             packed_out_major: std::sync::OnceLock::new(),
         })
@@ -376,7 +388,13 @@ impl FusedPainn {
             return Ok(None);
         }
         let model = self.small_system_model()?;
-        Ok(AtomSplitPlan::fit(model, n, e, dev, x.positions.dtype()).ok())
+        let Ok(plan) = AtomSplitPlan::fit(model, n, e, dev, x.positions.dtype()) else {
+            return Ok(None);
+        };
+        Ok(match self.atom_split_tensor_cores {
+            Some(on) => plan.with_tensor_cores(on).ok(),
+            None => (plan.atoms_per_block() <= ATOM_SPLIT_MAX_ATOMS_CUDA_CORES).then_some(plan),
+        })
     }
 
     /// Per-atom energies [N] and forces [N, 3] as the atom-split kernel launched by `plan`.

@@ -16,12 +16,24 @@ use super::small_system::{
 use super::SmallSystemModel;
 use candle_core::{bail, DType, Device, Result, Tensor};
 
-/// Atoms a thread block owns at most (kernels/atom_split.cu MAX_ATOMS).
-pub const MAX_ATOMS: usize = 2;
+/// Atoms a thread block owns at most (kernels/atom_split.cu MAX_ATOMS) where its dense layers
+/// run on tensor cores (f32 and 128 features), and where they run on CUDA cores
+/// (MAX_ATOMS_CUDA_CORES: any model and real). A plan takes CUDA cores up to
+/// MAX_ATOMS_CUDA_CORES atoms per block and tensor cores beyond ([`AtomSplitPlan::new`]).
+/// Tensor cores here are `mma.sync` in split TF32 (three products per value pair, about f32's
+/// rounding): on an H100 they apply a pass of the weights to one atom in 126 µs against 54 on
+/// CUDA cores, to 16 atoms in 251 (`benches/micro/row_products.cu`, BENCHMARKS.md), so the
+/// model takes more than MAX_ATOMS_CUDA_CORES atoms per block only where asked
+/// (`model::FusedPainn`, MLFF_ATOM_SPLIT_TENSOR_CORES).
+pub const MAX_ATOMS: usize = 16;
+pub const MAX_ATOMS_CUDA_CORES: usize = 2;
 /// Feature counts the kernel is compiled for (kernels/atom_split.cu ATOM_SPLIT_FEATURES):
 /// each is a separate function whose loops the compiler lays out for it. Other models take the
 /// feature-split one kernel.
 pub const FEATURES: [usize; 2] = [32, 128];
+/// Atoms of a system at most: the kernel's own-edge list keeps a neighbour's index in 27 bits
+/// (kernels/atom_split.cu LOCAL_BIT).
+pub const MAX_SYSTEM_ATOMS: usize = 1 << 27;
 /// Threads per block (the kernel's THREADS).
 const THREADS: usize = 512;
 /// Own edges whose geometry is formed at once (the kernel's CHUNK).
@@ -58,6 +70,8 @@ pub struct AtomSplitPlan {
     stage: usize,
     own_edges: usize,
     tape_shared: bool,
+    /// Whether the dense layers run on tensor cores.
+    tensor_cores: bool,
 }
 
 impl AtomSplitPlan {
@@ -65,7 +79,9 @@ impl AtomSplitPlan {
     /// `elem_bytes`-byte reals within `shared_limit` bytes of shared memory per block, or why
     /// there is none (F one of [`FEATURES`], at most 28 radial functions, every matrix of the
     /// packed weights 16-byte aligned for bulk copies, a weight-stream stage of at least one 3F
-    /// row). The tape stays in shared memory where the stages still get half their most bytes.
+    /// row). The tape stays in shared memory where the stages still get their most bytes (else
+    /// it goes to the scratch: a pass of the weights runs slower through smaller stages,
+    /// BENCHMARKS.md).
     pub fn new(
         model: SmallSystemModel,
         n: usize,
@@ -95,9 +111,21 @@ impl AtomSplitPlan {
         if n == 0 || model.blocks == 0 {
             return Err("no atoms or no interaction blocks".into());
         }
-        if per_block == 0 || per_block > MAX_ATOMS {
+        if n > MAX_SYSTEM_ATOMS {
             return Err(format!(
-                "{per_block} atoms per block: from 1 to {MAX_ATOMS}"
+                "{n} atoms: the atom-split kernel takes at most {MAX_SYSTEM_ATOMS}"
+            ));
+        }
+        let tensor_capable = tensor_capable(f, elem_bytes);
+        let most = if tensor_capable {
+            MAX_ATOMS
+        } else {
+            MAX_ATOMS_CUDA_CORES
+        };
+        if per_block == 0 || per_block > most {
+            return Err(format!(
+                "{per_block} atoms per block: from 1 to {most} for {f} features in \
+                 {elem_bytes}-byte reals"
             ));
         }
         let plan = Self {
@@ -110,6 +138,7 @@ impl AtomSplitPlan {
             stage: 0,
             own_edges: OWN_EDGES,
             tape_shared: true,
+            tensor_cores: per_block > MAX_ATOMS_CUDA_CORES,
         };
         plan.with_stages(shared_limit)
     }
@@ -125,7 +154,7 @@ impl AtomSplitPlan {
         };
         self.tape_shared = true;
         self.stage = stage_fitting(&self);
-        if self.stage < most / 2 {
+        if self.stage < most {
             self.tape_shared = false;
             self.stage = stage_fitting(&self);
         }
@@ -164,6 +193,52 @@ impl AtomSplitPlan {
         self.with_stages(shared_limit)
     }
 
+    /// The plan with the dense layers on tensor cores where they can be (f32, 128 features) or
+    /// on CUDA cores (where they can: at most [`MAX_ATOMS_CUDA_CORES`] atoms per
+    /// block), instead of CUDA cores up to that and tensor cores beyond (for tests and
+    /// measurements).
+    pub fn with_tensor_cores(mut self, on: bool) -> std::result::Result<Self, String> {
+        if on && !tensor_capable(self.model.hidden, self.elem_bytes) {
+            return Err(format!(
+                "tensor cores: the kernel takes them for f32 and {TENSOR_CORE_FEATURES} \
+                 features, not {}-byte reals and {} features",
+                self.elem_bytes, self.model.hidden
+            ));
+        }
+        if !on && self.per_block > MAX_ATOMS_CUDA_CORES {
+            return Err(format!(
+                "{} atoms per block need tensor cores (CUDA cores: at most {MAX_ATOMS_CUDA_CORES})",
+                self.per_block
+            ));
+        }
+        self.tensor_cores = on;
+        Ok(self)
+    }
+
+    /// Whether the dense layers run on tensor cores.
+    pub fn tensor_cores(&self) -> bool {
+        self.tensor_cores
+    }
+
+    /// Whether `device` holds the launch: every block at once (a cooperative launch), each
+    /// with its shared memory; or why not.
+    pub fn fits_device(&self, device: &Device) -> std::result::Result<(), String> {
+        let (sms, limit) = device_limits(device)?;
+        if self.grid > sms {
+            return Err(format!(
+                "{} thread blocks of {} atoms: the device holds {sms} at once",
+                self.grid, self.per_block
+            ));
+        }
+        if self.shared_bytes() > limit {
+            return Err(format!(
+                "{} bytes of shared memory per block: the device allows {limit}",
+                self.shared_bytes()
+            ));
+        }
+        Ok(())
+    }
+
     /// Atoms per thread block.
     pub fn atoms_per_block(&self) -> usize {
         self.per_block
@@ -190,8 +265,8 @@ impl AtomSplitPlan {
         STAGES * self.stage * self.elem_bytes + self.fixed_bytes()
     }
 
-    /// Shared memory besides the stages: features, their gradients and dense inputs/outputs
-    /// (20 A F), the interaction's partial sums, the filter, a chunk of edge geometry and
+    /// Shared memory besides the stages: features (their gradients in the same place) and
+    /// dense inputs/outputs (16 A F), the filter, a chunk of edge geometry and
     /// gradients, the biases, the tape where kept, the weight-stream table and barriers, the
     /// own-edge lists and warp counts.
     fn fixed_bytes(&self) -> usize {
@@ -201,15 +276,8 @@ impl AtomSplitPlan {
             self.per_block,
             self.model.blocks,
         );
-        let groups = THREADS / f;
         let tape = if self.tape_shared { b * a * 12 * f } else { 0 };
-        let reals = 20 * a * f
-            + groups * 4 * a * f
-            + (r + 1) * 3 * f
-            + CHUNK * (2 * r + 9)
-            + b * 8 * f
-            + f
-            + tape;
+        let reals = 16 * a * f + (r + 1) * 3 * f + CHUNK * (2 * r + 9) + b * 8 * f + f + tape;
         reals * self.elem_bytes
             + (12 * b - 2) * LAYER_BYTES
             + STAGES * STAGE_BARRIER_BYTES
@@ -229,6 +297,14 @@ impl AtomSplitPlan {
     }
 }
 
+/// The feature count whose f32 function runs its dense layers on tensor cores (the kernel's
+/// `atom_split_128x16_f32`).
+const TENSOR_CORE_FEATURES: usize = 128;
+
+fn tensor_capable(features: usize, elem_bytes: usize) -> bool {
+    features == TENSOR_CORE_FEATURES && elem_bytes == 4
+}
+
 struct AtomSplit {
     plan: AtomSplitPlan,
     /// Record phase times (CUDA): block 0 stamps the clock between phases.
@@ -238,11 +314,17 @@ struct AtomSplit {
 impl Kernel for AtomSplit {
     kernel_source!("atom_split", "atom_split");
     fn function(&self) -> &'static str {
-        // `atom_split_{F}x{atoms per block}` for F in FEATURES (AtomSplitPlan::new checks).
-        match (self.plan.model.hidden, self.plan.per_block) {
-            (32, 1) => "atom_split_32x1",
-            (32, _) => "atom_split_32x2",
-            (128, 1) => "atom_split_128x1",
+        // `atom_split_{F}x{atoms per block at most}` for F in FEATURES: 1 or 2 on CUDA cores,
+        // MAX_ATOMS on tensor cores (F = 128 only; AtomSplitPlan::new checks).
+        match (
+            self.plan.model.hidden,
+            self.plan.per_block,
+            self.plan.tensor_cores,
+        ) {
+            (_, _, true) => "atom_split_128x16",
+            (32, 1, _) => "atom_split_32x1",
+            (32, _, _) => "atom_split_32x2",
+            (_, 1, _) => "atom_split_128x1",
             _ => "atom_split_128x2",
         }
     }
@@ -261,6 +343,7 @@ impl Kernel for AtomSplit {
             p.own_edges,
             p.tape_shared as usize,
             self.stamps as usize,
+            p.per_block,
         ]
     }
     fn reals(&self) -> Vec<f64> {
@@ -324,6 +407,10 @@ fn run(
             weights_out_major.dims(),
             weights.dims()
         )
+    }
+    if positions.device().is_cuda() {
+        plan.fits_device(positions.device())
+            .map_err(|why| candle_core::Error::Msg(format!("atom split: {why}")))?;
     }
     let counters = barrier_counters(positions.device())?;
     let [species, centers, neighbors] = index;

@@ -30,7 +30,10 @@ mod small_system_step;
 mod update;
 
 pub use activation::{bias_silu, bias_silu_adjoint};
-pub use atom_split::{atom_split, atom_split_phase_times, AtomSplitPlan};
+pub use atom_split::{
+    atom_split, atom_split_phase_times, AtomSplitPlan, MAX_ATOMS as ATOM_SPLIT_MAX_ATOMS_PER_BLOCK,
+    MAX_ATOMS_CUDA_CORES as ATOM_SPLIT_MAX_ATOMS_CUDA_CORES,
+};
 pub use dense::{dense, dense_silu, dense_silu_adjoint, DENSE_MAX_WIDTH};
 pub use edge_basis::{basis_width, edge_basis, edge_basis_adjoint};
 pub use gather::{gather, Gather};
