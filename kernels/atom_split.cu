@@ -96,7 +96,7 @@ template <int R1, int K, int PB, typename T, typename Emit>
 __device__ __forceinline__ void dense(WeightStream<T>& ws, int J, const T* x, int ldx, int rows, Emit emit) {
     if constexpr (PB > MAX_ATOMS_CUDA_CORES) {
         static_assert(std::is_same_v<T, float> && K % 32 == 0, "tensor cores: f32, K a multiple of 32");
-        row_products::rowdot_tf32(ws, J, K, x, ldx, rows, emit);
+        row_products::rowdot_tf32<K>(ws, J, x, ldx, rows, emit);
     } else {
         row_products::rowdot<R1 * PB, K>(ws, J, x, ldx, rows, emit);
     }

@@ -3,9 +3,10 @@
 // shared memory. Included, not compiled on its own.
 //
 // rowdot: CUDA-core products, a compile-time ROWS >= rows (a warp reads each chunk row once and
-// x once per row); fastest for one or two atoms, where the stream is the limit.
+// x once per row); the faster at one or two atoms. (Both are held by each warp's instruction
+// latency, not by the weight stream: BENCHMARKS.md, "up to 16 atoms per block".)
 // rowdot_tf32 (f32): tensor cores in split TF32 (x = hi + lo, three products hi·hi + hi·lo +
-// lo·hi, accurate to about f32's rounding), any number of rows: the block's rows are the m
+// lo·hi, each value held to ~2^-20), any number of rows: the block's rows are the m
 // dimension of mma.m16n8k8, so up to 16 atoms cost one tile where rowdot's arithmetic and
 // shared-memory reads grow with every row.
 #pragma once
@@ -66,11 +67,11 @@ __device__ __forceinline__ void rowdot(weight_stream::Stream<T, WARPS>& ws, int 
     __syncthreads();
 }
 
-// v = hi + lo: hi v rounded to TF32 (its 10 high mantissa bits, to nearest), lo what is left
-// (exact in f32; the tensor core reads its top 10 mantissa bits). Finite v only (three
-// instructions, where cvt.rna.tf32.f32 takes five on sm_90).
+// v = hi + lo: hi v cut to TF32 (its 10 high mantissa bits), lo what is left (exact in f32,
+// below 2^-10 |v|; the tensor core reads its top 10 mantissa bits, so hi + lo holds v to
+// ~2^-20). Two instructions (cvt.rna.tf32.f32 alone takes five on sm_90).
 __device__ __forceinline__ void split_tf32(float v, unsigned& hi, unsigned& lo) {
-    hi = (__float_as_uint(v) + 0x1000u) & 0xffffe000u;
+    hi = __float_as_uint(v) & 0xffffe000u;
     lo = __float_as_uint(v - __uint_as_float(hi));
 }
 
@@ -91,21 +92,21 @@ __device__ __forceinline__ void ld8_halves(const float* row, int k0, int t, floa
     v[4] = q.x, v[5] = q.y, v[6] = q.z, v[7] = q.w;
 }
 
-// rowdot by tensor cores (K and ldx multiples of 32, any rows): y^T = M x^T as mma.m16n8k8
-// with 16 rows of x as the m dimension and 8 chunk rows of M as n, so that a chunk of 128
-// rows makes 16 tiles (one per warp) and up to 16 atoms take one x tile (three for the mixing
-// layer's three rows per atom). The k of each 32-value block are taken in the order that lets
-// every lane read its fragment values as float4s: mma step m (of four) pairs logical k = c with
-// physical k0 + 4c + m (c < 4) and k0 + 16 + 4(c - 4) + m (c >= 4), the same order for M and
-// x. Rows past x's or the chunk's read their last row and are dropped. Each mma step and each of
-// the three products has its own sum, so that twelve mma chains run at once. Synchronises
-// after.
-template <int WARPS, typename Emit>
-__device__ __forceinline__ void rowdot_tf32(weight_stream::Stream<float, WARPS>& ws, int J, int K, const float* x,
-                                            int ldx, int rows, Emit emit) {
+// rowdot by tensor cores (K a multiple of 32, ldx of 4; any rows): y^T = M x^T as
+// mma.m16n8k8 with 16 rows of x as the m dimension and 8 chunk rows of M as n, so that a chunk
+// of 128 rows makes 16 tiles (one per warp) and up to 16 atoms take one x tile (three for the
+// mixing layer's three rows per atom). The k of each 32-value block are taken in the order that
+// lets every lane read its fragment values as float4s: mma step m (of four) pairs logical k = c
+// with physical k0 + 4c + m (c < 4) and k0 + 16 + 4(c - 4) + m (c >= 4), the same order for M
+// and x. Rows past x's or the chunk's read their last row and are dropped. Each mma step has its
+// own sums of hi·hi and of the cross terms (eight mma chains). Synchronises after.
+template <int K, int WARPS, typename Emit>
+__device__ __forceinline__ void rowdot_tf32(weight_stream::Stream<float, WARPS>& ws, int J, const float* x, int ldx,
+                                            int rows, Emit emit) {
+    static_assert(K % 32 == 0, "rows of a multiple of 32 values");
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, group = lane >> 2, t = lane & 3;
     const int mt = (rows + 15) / 16;
-    if (K % 32 != 0 || ldx % 4 != 0) __trap();  // the kernel's calls only
+    if (ldx % 4 != 0) __trap();  // the kernel's calls only
     ws.begin_layer(J, K);
     const int per = ws.rows_per_chunk(K);
     for (int j0 = 0; j0 < J; j0 += per) {
@@ -116,7 +117,8 @@ __device__ __forceinline__ void rowdot_tf32(weight_stream::Stream<float, WARPS>&
             const float* w_row = M + min(8 * tile + group, nr - 1) * K;
             const float* x_lo = x + min(16 * m + group, rows - 1) * ldx;
             const float* x_hi = x + min(16 * m + group + 8, rows - 1) * ldx;
-            float d[4][3][4] = {};  // [mma step][hi·hi | hi·lo | lo·hi][fragment]: 12 chains
+            float d[4][2][4] = {};  // [mma step][hi·hi | cross terms][fragment]
+#pragma unroll
             for (int k0 = 0; k0 < K; k0 += 32) {
                 float wv[8], xa[8], xb[8];
                 ld8_halves(w_row, k0, t, wv);
@@ -133,7 +135,7 @@ __device__ __forceinline__ void rowdot_tf32(weight_stream::Stream<float, WARPS>&
                     split_tf32(wv[s + 4], bh[1], bl[1]);
                     mma_tf32(d[s][0], ah, bh);
                     mma_tf32(d[s][1], ah, bl);
-                    mma_tf32(d[s][2], al, bh);
+                    mma_tf32(d[s][1], al, bh);
                 }
             }
             // Fragment i: x row 16 m + group (+ 8 for i >= 2), chunk row 8 tile + 2 t + i % 2.
@@ -142,9 +144,8 @@ __device__ __forceinline__ void rowdot_tf32(weight_stream::Stream<float, WARPS>&
                 const int r = 16 * m + group + (i >> 1) * 8, j = 8 * tile + 2 * t + (i & 1);
                 float cross = 0.f, main = 0.f;
 #pragma unroll
-                for (int s = 0; s < 4; ++s) cross += d[s][1][i] + d[s][2][i], main += d[s][0][i];
-                const float y = main + cross;
-                if (r < rows && j < nr) emit(r, j0 + j, y);
+                for (int s = 0; s < 4; ++s) cross += d[s][1][i], main += d[s][0][i];
+                if (r < rows && j < nr) emit(r, j0 + j, main + cross);
             }
         }
         ws.release();

@@ -20,7 +20,8 @@ constexpr int PER_BLOCK = 5, BLOCKS = 3, N_LAYERS = PER_BLOCK * BLOCKS;
 __host__ __device__ inline int rows_of(int l) { return (int[]){F, 2 * F, F, F, F}[l % PER_BLOCK]; }
 __host__ __device__ inline int width_of(int l) { return (int[]){3 * F, F, 2 * F, 3 * F, F}[l % PER_BLOCK]; }
 
-// mode 0: CUDA cores with ROWS (1 or 2 atoms: 1/2 rows, the 2F x F layer 3/6), 1: tensor cores.
+// mode 0: CUDA cores with ROWS (1 or 2 atoms: 1/2 rows, the 2F x F layer 3/6), 1: tensor cores,
+// 2: the stream alone (each chunk waited for and released, no products).
 template <int ROWS1, int MODE>
 __global__ void __launch_bounds__(THREADS, 1) pass(const float* w, int cap, int atoms, float* out) {
     extern __shared__ __align__(16) unsigned char smem[];
@@ -46,8 +47,17 @@ __global__ void __launch_bounds__(THREADS, 1) pass(const float* w, int cap, int 
         const int J = rows_of(l), K = width_of(l);
         const int rows = (J == 2 * F ? 3 : 1) * atoms;  // the mixing layer: three rows per atom
         auto emit = [&](int r, int j, float v) { atomicAdd(y + (r * J + j) % Y_LEN, v); };
-        if constexpr (MODE == 1) {
-            row_products::rowdot_tf32(ws, J, K, x, K, rows, emit);
+        if constexpr (MODE == 2) {
+            ws.begin_layer(J, K);
+            for (int j0 = 0; j0 < J; j0 += ws.rows_per_chunk(K)) {
+                ws.next();
+                ws.release();
+            }
+            __syncthreads();
+        } else if constexpr (MODE == 1) {
+            if (K == F) row_products::rowdot_tf32<F>(ws, J, x, K, rows, emit);
+            else if (K == 2 * F) row_products::rowdot_tf32<2 * F>(ws, J, x, K, rows, emit);
+            else row_products::rowdot_tf32<3 * F>(ws, J, x, K, rows, emit);
         } else {
             // K as a compile-time value, as the kernel has it.
             if (K == F) {
@@ -83,7 +93,7 @@ double run(const float* w, int cap, int atoms, int blocks, float* out, double by
     float ms = 0;
     cudaEventElapsedTime(&ms, a, b);
     const double us = 1e3 * ms / reps;
-    printf("| %s | %d | %d | %d KB | %.1f | %.0f | %s\n", MODE ? "tensor cores" : "CUDA cores", blocks, atoms,
+    printf("| %s | %d | %d | %d KB | %.1f | %.0f | %s\n", MODE == 2 ? "stream alone" : MODE ? "tensor cores" : "CUDA cores", blocks, atoms,
            cap * 4 / 1024, us, bytes / us / 1e3, err ? cudaGetErrorString(err) : "");
     return us;
 }
@@ -97,7 +107,7 @@ double max_diff(const float* a, const float* b, size_t n) {
     return d / fmax(m, 1e-30);
 }
 
-int main() {
+int main(int argc, char** argv) {
     size_t values = 0;
     for (int l = 0; l < N_LAYERS; ++l) values += (size_t)rows_of(l) * width_of(l);
     std::vector<float> h(values);
@@ -110,8 +120,14 @@ int main() {
     const double bytes = values * 4.0;
     printf("%.2f MB per pass\n\n| products | blocks | atoms per block | stage | µs per pass | GB/s per block | |\n|---|---:|---:|---:|---:|---:|---|\n",
            bytes / 1e6);
+    if (argc > 1) {  // `cuda` or `tensor`: that pass alone, one atom, one block, 64 KB stages (ncu)
+        if (argv[1][0] == 'c') run<1, 0>(w, 16384, 1, 1, out_c, bytes);
+        else run<1, 1>(w, 16384, 1, 1, out_t, bytes);
+        return 0;
+    }
     for (int blocks : {1, 112, 132}) {
         for (int cap : {16384, 10768, 4368}) {
+            run<1, 2>(w, cap, 1, blocks, out_c, bytes);
             run<1, 0>(w, cap, 1, blocks, out_c, bytes);
             run<1, 1>(w, cap, 1, blocks, out_t, bytes);
             if (blocks == 1 && cap == 16384)

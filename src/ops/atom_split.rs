@@ -20,9 +20,9 @@ use candle_core::{bail, DType, Device, Result, Tensor};
 /// run on tensor cores (f32 and 128 features), and where they run on CUDA cores
 /// (MAX_ATOMS_CUDA_CORES: any model and real). A plan takes CUDA cores up to
 /// MAX_ATOMS_CUDA_CORES atoms per block and tensor cores beyond ([`AtomSplitPlan::new`]).
-/// Tensor cores here are `mma.sync` in split TF32 (three products per value pair, about f32's
-/// rounding): on an H100 they apply a pass of the weights to one atom in 126 µs against 54 on
-/// CUDA cores, to 16 atoms in 251 (`benches/micro/row_products.cu`, BENCHMARKS.md), so the
+/// Tensor cores here are `mma.sync` in split TF32 (three products per value pair, values held
+/// to ~2^-20): on an H100 they apply a pass of the weights to one atom in 111 µs against 54 on
+/// CUDA cores, to 16 atoms in 235 (`benches/micro/row_products.cu`, BENCHMARKS.md), so the
 /// model takes more than MAX_ATOMS_CUDA_CORES atoms per block only where asked
 /// (`model::FusedPainn`, MLFF_ATOM_SPLIT_TENSOR_CORES).
 pub const MAX_ATOMS: usize = 16;
