@@ -1,6 +1,6 @@
 // The dense layers of kernels/atom_split.cu: y[r, j] = Σ_k x[r, k] M[j, k] for the rows r of a
-// block's atoms, M [J, K] the weight stream's next layer (weight_stream.cuh), x [rows, ldx] in
-// shared memory. Included, not compiled on its own.
+// block's atoms, M [J, K] the weight stream's next layer (a weight_stream::Stream, or anything
+// with its calls and kWarps), x [rows, ldx] in shared memory. Included, not compiled on its own.
 //
 // rowdot: CUDA-core products, a compile-time ROWS >= rows (a warp reads each chunk row once and
 // x once per row); the faster at one or two atoms. (Both are held by each warp's instruction
@@ -19,10 +19,12 @@ namespace row_products {
 // so that the loops unroll. Each row of a chunk goes to a group of L lanes, each lane 4
 // consecutive k of every 4 L: L = 8 up to K = 128 (a quarter warp reads 128 contiguous bytes
 // of a row), 16 up to 384, else 32, so that a chunk's rows (about 8,000 / K of them) spread
-// over the warps. Synchronises after.
-template <int ROWS, int K, typename T, int WARPS, typename Emit>
-__device__ __forceinline__ void rowdot(weight_stream::Stream<T, WARPS>& ws, int J, const T* x, int ldx, int rows,
-                                       Emit emit) {
+// over the warps. A lane group takes RPL rows at once, each product in two sums (even and odd
+// k steps): a warp's products are latency-bound, and these are independent chains; the x
+// values it reads serve all RPL rows. Synchronises after.
+template <int ROWS, int K, typename Stream, typename T, typename Emit>
+__device__ __forceinline__ void rowdot(Stream& ws, int J, const T* x, int ldx, int rows, Emit emit) {
+    constexpr int WARPS = Stream::kWarps, RPL = 2;
     static_assert(K % 16 == 0, "rows of a multiple of 16 values");
     constexpr int L = K <= 128 ? 8 : K <= 384 ? 16 : 32, PER_WARP = 32 / L;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, q = lane % L;
@@ -31,36 +33,49 @@ __device__ __forceinline__ void rowdot(weight_stream::Stream<T, WARPS>& ws, int 
     for (int j0 = 0; j0 < J; j0 += per) {
         const T* M = ws.next();
         const int nr = min(per, J - j0);
-        for (int jb = warp * PER_WARP; jb < nr; jb += WARPS * PER_WARP) {
-            const int jr = jb + lane / L;
-            T acc[ROWS];
+        for (int jb = warp * PER_WARP * RPL; jb < nr; jb += WARPS * PER_WARP * RPL) {
+            int jr[RPL];
+            const T* row[RPL];
 #pragma unroll
-            for (int r = 0; r < ROWS; ++r) acc[r] = T(0);
-            if (jr < nr) {
-                const T* row = M + jr * K;
+            for (int i = 0; i < RPL; ++i) {
+                jr[i] = jb + i * PER_WARP + lane / L;
+                row[i] = M + min(jr[i], nr - 1) * K;  // rows past the chunk's: read, dropped
+            }
+            T acc[RPL][ROWS][2];
 #pragma unroll
-                for (int k = 0; k < K; k += 4 * L) {
-                    if (K % (4 * L) != 0 && k + 4 * q >= K) break;  // K = 16 (F = 32's readout)
-                    T m[4];
-                    ld4_shared(row + k + 4 * q, m);
+            for (int i = 0; i < RPL; ++i)
 #pragma unroll
-                    for (int r = 0; r < ROWS; ++r) {
-                        T xv[4];
-                        ld4_shared(x + r * ldx + k + 4 * q, xv);
-                        acc[r] = fma(m[0], xv[0], acc[r]);
-                        acc[r] = fma(m[1], xv[1], acc[r]);
-                        acc[r] = fma(m[2], xv[2], acc[r]);
-                        acc[r] = fma(m[3], xv[3], acc[r]);
+                for (int r = 0; r < ROWS; ++r) acc[i][r][0] = acc[i][r][1] = T(0);
+#pragma unroll
+            for (int k = 0; k < K; k += 4 * L) {
+                if (K % (4 * L) != 0 && k + 4 * q >= K) break;  // K = 16 (F = 32's readout)
+                const int par = (k / (4 * L)) & 1;
+                T m[RPL][4];
+#pragma unroll
+                for (int i = 0; i < RPL; ++i) ld4_shared(row[i] + k + 4 * q, m[i]);
+#pragma unroll
+                for (int r = 0; r < ROWS; ++r) {
+                    T xv[4];
+                    ld4_shared(x + r * ldx + k + 4 * q, xv);
+#pragma unroll
+                    for (int i = 0; i < RPL; ++i) {
+                        T& a = acc[i][r][par];
+                        a = fma(m[i][0], xv[0], a);
+                        a = fma(m[i][1], xv[1], a);
+                        a = fma(m[i][2], xv[2], a);
+                        a = fma(m[i][3], xv[3], a);
                     }
                 }
             }
 #pragma unroll
-            for (int r = 0; r < ROWS; ++r) {
-                T y = acc[r];
+            for (int i = 0; i < RPL; ++i)
 #pragma unroll
-                for (int o = L / 2; o > 0; o >>= 1) y += __shfl_xor_sync(0xffffffffu, y, o);
-                if (q == r && r < rows && jr < nr) emit(r, j0 + jr, y);
-            }
+                for (int r = 0; r < ROWS; ++r) {
+                    T y = acc[i][r][0] + acc[i][r][1];
+#pragma unroll
+                    for (int o = L / 2; o > 0; o >>= 1) y += __shfl_xor_sync(0xffffffffu, y, o);
+                    if (q == r && r < rows && jr[i] < nr) emit(r, j0 + jr[i], y);
+                }
         }
         ws.release();
     }
@@ -100,9 +115,9 @@ __device__ __forceinline__ void ld8_halves(const float* row, int k0, int t, floa
 // with physical k0 + 4c + m (c < 4) and k0 + 16 + 4(c - 4) + m (c >= 4), the same order for M
 // and x. Rows past x's or the chunk's read their last row and are dropped. Each mma step has its
 // own sums of hi·hi and of the cross terms (eight mma chains). Synchronises after.
-template <int K, int WARPS, typename Emit>
-__device__ __forceinline__ void rowdot_tf32(weight_stream::Stream<float, WARPS>& ws, int J, const float* x, int ldx,
-                                            int rows, Emit emit) {
+template <int K, typename Stream, typename Emit>
+__device__ __forceinline__ void rowdot_tf32(Stream& ws, int J, const float* x, int ldx, int rows, Emit emit) {
+    constexpr int WARPS = Stream::kWarps;
     static_assert(K % 32 == 0, "rows of a multiple of 32 values");
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, group = lane >> 2, t = lane & 3;
     const int mt = (rows + 15) / 16;

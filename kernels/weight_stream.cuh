@@ -63,6 +63,7 @@ __device__ __forceinline__ void bulk_copy(void* dst, const void* src, unsigned b
 // block makes the same calls in the same order; thread 0 also issues the copies.
 template <typename T, int WARPS>
 struct Stream {
+    static constexpr int kWarps = WARPS;  // the block's warps (each releases every chunk)
     T* ring;
     const Layer<T>* layers;
     unsigned long long* full;   // STAGES: the chunk landed

@@ -2,16 +2,18 @@
 // weights (3 interaction blocks, F = 128: the layer shapes and order of one adjoint pass,
 // ~2.2 MB in f32) streamed through the weight ring (kernels/weight_stream.cuh) and applied to
 // the rows of A atoms per block, by CUDA cores (rowdot, A = 1 or 2) and by tensor cores
-// (rowdot_tf32, split TF32); µs per pass, GB/s per block, and the largest difference between
-// the two products where both run. Stage sizes as src/ops/atom_split.rs gives them for A.
-// Build and run on the device:
-//   nvcc -arch=sm_90a -O3 -std=c++17 -I../../kernels row_products.cu -o rp && ./rp
+// (rowdot_tf32, split TF32); also the stream alone (no products) and the products alone (no
+// stream: every chunk the same stage, never waited for). µs per pass, GB/s per block, and the
+// largest difference between the two products where both run. Stage sizes as
+// src/ops/atom_split.rs gives them for A. Build and run on the device:
+//   nvcc -arch=sm_90a -O3 -std=c++17 -I../../kernels row_products.cu -o rp && ./rp [cuda|tensor]
+// (with an argument: that pass alone, one atom, one block, for Nsight Compute).
 #include <cstdio>
 #include <vector>
 
 #include "row_products.cuh"
 
-constexpr int THREADS = 512, WARPS = THREADS / 32, F = 128, X_LEN = 48 * F, Y_LEN = 4096;
+constexpr int THREADS = 512, WARPS = THREADS / 32, F = 128, X_LEN = 48 * F, Y_LEN = 48 * 2 * F;
 using Stream = weight_stream::Stream<float, WARPS>;
 using Layer = weight_stream::Layer<float>;
 
@@ -20,8 +22,20 @@ constexpr int PER_BLOCK = 5, BLOCKS = 3, N_LAYERS = PER_BLOCK * BLOCKS;
 __host__ __device__ inline int rows_of(int l) { return (int[]){F, 2 * F, F, F, F}[l % PER_BLOCK]; }
 __host__ __device__ inline int width_of(int l) { return (int[]){3 * F, F, 2 * F, 3 * F, F}[l % PER_BLOCK]; }
 
+// The products without the stream: every chunk is the first stage's contents, never waited for.
+struct NoStream {
+    static constexpr int kWarps = WARPS;
+    const float* chunk;
+    int cap;
+    __device__ void begin_layer(int, int) {}
+    __device__ int rows_per_chunk(int k) const { return cap / k; }
+    __device__ const float* next() { return chunk; }
+    __device__ void release() {}
+};
+
 // mode 0: CUDA cores with ROWS (1 or 2 atoms: 1/2 rows, the 2F x F layer 3/6), 1: tensor cores,
-// 2: the stream alone (each chunk waited for and released, no products).
+// 2: the stream alone (each chunk waited for and released, no products); 3, 4: modes 0 and 1
+// without the stream (NoStream).
 template <int ROWS1, int MODE>
 __global__ void __launch_bounds__(THREADS, 1) pass(const float* w, int cap, int atoms, float* out) {
     extern __shared__ __align__(16) unsigned char smem[];
@@ -46,8 +60,22 @@ __global__ void __launch_bounds__(THREADS, 1) pass(const float* w, int cap, int 
     for (int l = 0; l < N_LAYERS; ++l) {
         const int J = rows_of(l), K = width_of(l);
         const int rows = (J == 2 * F ? 3 : 1) * atoms;  // the mixing layer: three rows per atom
-        auto emit = [&](int r, int j, float v) { atomicAdd(y + (r * J + j) % Y_LEN, v); };
-        if constexpr (MODE == 2) {
+        auto emit = [&](int r, int j, float v) { y[r * J + j] = v; };
+        NoStream fixed{ring, cap};
+        if constexpr (MODE == 3 || MODE == 4) {
+            if constexpr (MODE == 4) {
+                if (K == F) row_products::rowdot_tf32<F>(fixed, J, x, K, rows, emit);
+                else if (K == 2 * F) row_products::rowdot_tf32<2 * F>(fixed, J, x, K, rows, emit);
+                else row_products::rowdot_tf32<3 * F>(fixed, J, x, K, rows, emit);
+            } else if (K == F) {
+                if (J == 2 * F) row_products::rowdot<3 * ROWS1, F>(fixed, J, x, K, rows, emit);
+                else row_products::rowdot<ROWS1, F>(fixed, J, x, K, rows, emit);
+            } else if (K == 2 * F) {
+                row_products::rowdot<ROWS1, 2 * F>(fixed, J, x, K, rows, emit);
+            } else {
+                row_products::rowdot<ROWS1, 3 * F>(fixed, J, x, K, rows, emit);
+            }
+        } else if constexpr (MODE == 2) {
             ws.begin_layer(J, K);
             for (int j0 = 0; j0 < J; j0 += ws.rows_per_chunk(K)) {
                 ws.next();
@@ -93,7 +121,7 @@ double run(const float* w, int cap, int atoms, int blocks, float* out, double by
     float ms = 0;
     cudaEventElapsedTime(&ms, a, b);
     const double us = 1e3 * ms / reps;
-    printf("| %s | %d | %d | %d KB | %.1f | %.0f | %s\n", MODE == 2 ? "stream alone" : MODE ? "tensor cores" : "CUDA cores", blocks, atoms,
+    printf("| %s | %d | %d | %d KB | %.1f | %.0f | %s\n", MODE == 2 ? "stream alone" : MODE == 3 ? "CUDA cores, no stream" : MODE == 4 ? "tensor cores, no stream" : MODE ? "tensor cores" : "CUDA cores", blocks, atoms,
            cap * 4 / 1024, us, bytes / us / 1e3, err ? cudaGetErrorString(err) : "");
     return us;
 }
@@ -128,6 +156,12 @@ int main(int argc, char** argv) {
     for (int blocks : {1, 112, 132}) {
         for (int cap : {16384, 10768, 4368}) {
             run<1, 2>(w, cap, 1, blocks, out_c, bytes);
+            if (blocks == 1) {
+                run<1, 3>(w, cap, 1, blocks, out_c, bytes);
+                run<2, 3>(w, cap, 2, blocks, out_c, bytes);
+                run<1, 4>(w, cap, 1, blocks, out_t, bytes);
+                run<1, 4>(w, cap, 11, blocks, out_t, bytes);
+            }
             run<1, 0>(w, cap, 1, blocks, out_c, bytes);
             run<1, 1>(w, cap, 1, blocks, out_t, bytes);
             if (blocks == 1 && cap == 16384)
