@@ -130,10 +130,10 @@ pub const ONE_KERNEL_MAX_ATOMS: usize = 64;
 /// (`ops::atom_split`: atoms split over the blocks, 4 barriers instead of the feature split's
 /// 30) where it fits (up to two atoms per multiprocessor on CUDA cores; more only with tensor
 /// cores asked for, MLFF_ATOM_SPLIT_TENSOR_CORES=1), before the feature-split one kernel is
-/// considered. On an H100 it beats the feature split from trialanine (42 atoms: 0.257 ms
+/// considered. On an H100 it beats the feature split from trialanine (42 atoms: 0.232 ms
 /// against 0.35) and the separate kernels at 84-252 atoms, but not on smaller molecules
-/// (aspirin 0.24 against 0.20; BENCHMARKS.md, "Atoms split, second kernel" and "up to 16 atoms
-/// per block").
+/// (aspirin 0.204-0.207 against 0.199; BENCHMARKS.md, "Atoms split, second kernel" and "up to
+/// 16 atoms per block").
 /// MLFF_ATOM_SPLIT_MIN_ATOMS, MLFF_ATOM_SPLIT_ATOMS or [`FusedPainn::with_atom_split`] change
 /// them (a maximum of 0: never).
 pub const ATOM_SPLIT_MIN_ATOMS: usize = 32;
