@@ -19,12 +19,13 @@ namespace row_products {
 // so that the loops unroll. Each row of a chunk goes to a group of L lanes, each lane 4
 // consecutive k of every 4 L: L = 8 up to K = 128 (a quarter warp reads 128 contiguous bytes
 // of a row), 16 up to 384, else 32, so that a chunk's rows (about 8,000 / K of them) spread
-// over the warps. A lane group takes RPL rows at once, each product in two sums (even and odd
-// k steps): a warp's products are latency-bound, and these are independent chains; the x
-// values it reads serve all RPL rows. Synchronises after.
-template <int ROWS, int K, typename Stream, typename T, typename Emit>
+// over the warps. A lane group takes RPL rows at once, each product in NPAR sums (by k step):
+// a warp's products are latency-bound, and these are independent chains; the x values it reads
+// serve all RPL rows. RPL = NPAR = 2 is the kernel's choice (RPL 4 measured 4-6% faster alone
+// on an H100, benches/micro/row_products.cu `variants`, not taken). Synchronises after.
+template <int ROWS, int K, int RPL = 2, int NPAR = 2, typename Stream, typename T, typename Emit>
 __device__ __forceinline__ void rowdot(Stream& ws, int J, const T* x, int ldx, int rows, Emit emit) {
-    constexpr int WARPS = Stream::kWarps, RPL = 2;
+    constexpr int WARPS = Stream::kWarps;
     static_assert(K % 16 == 0, "rows of a multiple of 16 values");
     constexpr int L = K <= 128 ? 8 : K <= 384 ? 16 : 32, PER_WARP = 32 / L;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, q = lane % L;
@@ -41,15 +42,17 @@ __device__ __forceinline__ void rowdot(Stream& ws, int J, const T* x, int ldx, i
                 jr[i] = jb + i * PER_WARP + lane / L;
                 row[i] = M + min(jr[i], nr - 1) * K;  // rows past the chunk's: read, dropped
             }
-            T acc[RPL][ROWS][2];
+            T acc[RPL][ROWS][NPAR];
 #pragma unroll
             for (int i = 0; i < RPL; ++i)
 #pragma unroll
-                for (int r = 0; r < ROWS; ++r) acc[i][r][0] = acc[i][r][1] = T(0);
+                for (int r = 0; r < ROWS; ++r)
+#pragma unroll
+                    for (int p = 0; p < NPAR; ++p) acc[i][r][p] = T(0);
 #pragma unroll
             for (int k = 0; k < K; k += 4 * L) {
                 if (K % (4 * L) != 0 && k + 4 * q >= K) break;  // K = 16 (F = 32's readout)
-                const int par = (k / (4 * L)) & 1;
+                const int par = (k / (4 * L)) % NPAR;
                 T m[RPL][4];
 #pragma unroll
                 for (int i = 0; i < RPL; ++i) ld4_shared(row[i] + k + 4 * q, m[i]);
@@ -71,7 +74,9 @@ __device__ __forceinline__ void rowdot(Stream& ws, int J, const T* x, int ldx, i
             for (int i = 0; i < RPL; ++i)
 #pragma unroll
                 for (int r = 0; r < ROWS; ++r) {
-                    T y = acc[i][r][0] + acc[i][r][1];
+                    T y = acc[i][r][0];
+#pragma unroll
+                    for (int p = 1; p < NPAR; ++p) y += acc[i][r][p];
 #pragma unroll
                     for (int o = L / 2; o > 0; o >>= 1) y += __shfl_xor_sync(0xffffffffu, y, o);
                     if (q == r && r < rows && jr[i] < nr) emit(r, j0 + jr[i], y);

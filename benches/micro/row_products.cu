@@ -7,7 +7,8 @@
 // largest difference between the two products where both run. Stage sizes as
 // src/ops/atom_split.rs gives them for A. Build and run on the device:
 //   nvcc -arch=sm_90a -O3 -std=c++17 -I../../kernels row_products.cu -o rp && ./rp [cuda|tensor]
-// (with an argument: that pass alone, one atom, one block, for Nsight Compute).
+// (with an argument: that pass alone, one atom, one block, for Nsight Compute; `variants`: the
+// CUDA-core products with other rows per lane group and sums per product).
 #include <cstdio>
 #include <vector>
 
@@ -36,7 +37,7 @@ struct NoStream {
 // mode 0: CUDA cores with ROWS (1 or 2 atoms: 1/2 rows, the 2F x F layer 3/6), 1: tensor cores,
 // 2: the stream alone (each chunk waited for and released, no products); 3, 4: modes 0 and 1
 // without the stream (NoStream).
-template <int ROWS1, int MODE>
+template <int ROWS1, int MODE, int RPL = 2, int NPAR = 2>
 __global__ void __launch_bounds__(THREADS, 1) pass(const float* w, int cap, int atoms, float* out) {
     extern __shared__ __align__(16) unsigned char smem[];
     float* ring = reinterpret_cast<float*>(smem);
@@ -68,12 +69,12 @@ __global__ void __launch_bounds__(THREADS, 1) pass(const float* w, int cap, int 
                 else if (K == 2 * F) row_products::rowdot_tf32<2 * F>(fixed, J, x, K, rows, emit);
                 else row_products::rowdot_tf32<3 * F>(fixed, J, x, K, rows, emit);
             } else if (K == F) {
-                if (J == 2 * F) row_products::rowdot<3 * ROWS1, F>(fixed, J, x, K, rows, emit);
-                else row_products::rowdot<ROWS1, F>(fixed, J, x, K, rows, emit);
+                if (J == 2 * F) row_products::rowdot<3 * ROWS1, F, RPL, NPAR>(fixed, J, x, K, rows, emit);
+                else row_products::rowdot<ROWS1, F, RPL, NPAR>(fixed, J, x, K, rows, emit);
             } else if (K == 2 * F) {
-                row_products::rowdot<ROWS1, 2 * F>(fixed, J, x, K, rows, emit);
+                row_products::rowdot<ROWS1, 2 * F, RPL, NPAR>(fixed, J, x, K, rows, emit);
             } else {
-                row_products::rowdot<ROWS1, 3 * F>(fixed, J, x, K, rows, emit);
+                row_products::rowdot<ROWS1, 3 * F, RPL, NPAR>(fixed, J, x, K, rows, emit);
             }
         } else if constexpr (MODE == 2) {
             ws.begin_layer(J, K);
@@ -89,12 +90,12 @@ __global__ void __launch_bounds__(THREADS, 1) pass(const float* w, int cap, int 
         } else {
             // K as a compile-time value, as the kernel has it.
             if (K == F) {
-                if (J == 2 * F) row_products::rowdot<3 * ROWS1, F>(ws, J, x, K, rows, emit);
-                else row_products::rowdot<ROWS1, F>(ws, J, x, K, rows, emit);
+                if (J == 2 * F) row_products::rowdot<3 * ROWS1, F, RPL, NPAR>(ws, J, x, K, rows, emit);
+                else row_products::rowdot<ROWS1, F, RPL, NPAR>(ws, J, x, K, rows, emit);
             } else if (K == 2 * F) {
-                row_products::rowdot<ROWS1, 2 * F>(ws, J, x, K, rows, emit);
+                row_products::rowdot<ROWS1, 2 * F, RPL, NPAR>(ws, J, x, K, rows, emit);
             } else {
-                row_products::rowdot<ROWS1, 3 * F>(ws, J, x, K, rows, emit);
+                row_products::rowdot<ROWS1, 3 * F, RPL, NPAR>(ws, J, x, K, rows, emit);
             }
         }
     }
@@ -105,9 +106,9 @@ size_t shared_bytes(int cap) {
     return (2 * (size_t)cap + X_LEN + Y_LEN) * 4 + N_LAYERS * sizeof(Layer) + 4 * 8;
 }
 
-template <int ROWS1, int MODE>
+template <int ROWS1, int MODE, int RPL = 2, int NPAR = 2>
 double run(const float* w, int cap, int atoms, int blocks, float* out, double bytes) {
-    auto k = pass<ROWS1, MODE>;
+    auto k = pass<ROWS1, MODE, RPL, NPAR>;
     const size_t sh = shared_bytes(cap);
     cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sh);
     k<<<blocks, THREADS, sh>>>(w, cap, atoms, out);  // once for the results
@@ -124,6 +125,15 @@ double run(const float* w, int cap, int atoms, int blocks, float* out, double by
     printf("| %s | %d | %d | %d KB | %.1f | %.0f | %s\n", MODE == 2 ? "stream alone" : MODE == 3 ? "CUDA cores, no stream" : MODE == 4 ? "tensor cores, no stream" : MODE ? "tensor cores" : "CUDA cores", blocks, atoms,
            cap * 4 / 1024, us, bytes / us / 1e3, err ? cudaGetErrorString(err) : "");
     return us;
+}
+
+// The CUDA-core products of A atoms (mode 0, or 3 without the stream), one block, 64 KB stages,
+// with each split: rows per lane group and sums per product (2 2, 2 4, 4 2, 4 4, 1 4).
+template <int A, int MODE>
+void splits(const float* w, float* out, double bytes) {
+    run<A, MODE, 2, 2>(w, 16384, A, 1, out, bytes), run<A, MODE, 2, 4>(w, 16384, A, 1, out, bytes);
+    run<A, MODE, 4, 2>(w, 16384, A, 1, out, bytes), run<A, MODE, 4, 4>(w, 16384, A, 1, out, bytes);
+    run<A, MODE, 1, 4>(w, 16384, A, 1, out, bytes);
 }
 
 double max_diff(const float* a, const float* b, size_t n) {
@@ -148,6 +158,12 @@ int main(int argc, char** argv) {
     const double bytes = values * 4.0;
     printf("%.2f MB per pass\n\n| products | blocks | atoms per block | stage | µs per pass | GB/s per block | |\n|---|---:|---:|---:|---:|---:|---|\n",
            bytes / 1e6);
+    if (argc > 1 && argv[1][0] == 'v') {  // `variants`: rows per lane group and sums per product
+        printf("RPL 2 NPAR 2 / 2 4 / 4 2 / 4 4 / 1 4, one then two atoms, no stream then stream\n");
+        splits<1, 3>(w, out_c, bytes), splits<2, 3>(w, out_c, bytes);
+        splits<1, 0>(w, out_c, bytes), splits<2, 0>(w, out_c, bytes);
+        return 0;
+    }
     if (argc > 1) {  // `cuda` or `tensor`: that pass alone, one atom, one block, 64 KB stages (ncu)
         if (argv[1][0] == 'c') run<1, 0>(w, 16384, 1, 1, out_c, bytes);
         else run<1, 1>(w, 16384, 1, 1, out_t, bytes);
