@@ -2,8 +2,8 @@
 // block's atoms, M [J, K] the weight stream's next layer (a weight_stream::Stream, or anything
 // with its calls and kWarps), x [rows, ldx] in shared memory. Included, not compiled on its own.
 //
-// rowdot: CUDA-core products, a compile-time ROWS >= rows (a warp reads each chunk row once and
-// x once per row); the faster at one or two atoms. (Both are held by each warp's instruction
+// rowdot: CUDA-core products, a compile-time ROWS >= rows (a warp reads each chunk row once, and
+// x once per RPL rows); the faster at one or two atoms. (Both are held by each warp's instruction
 // latency, not by the weight stream: BENCHMARKS.md, "up to 16 atoms per block".)
 // rowdot_tf32 (f32): tensor cores in split TF32 (x = hi + lo, three products hi·hi + hi·lo +
 // lo·hi, each value held to ~2^-20), any number of rows: the block's rows are the m
