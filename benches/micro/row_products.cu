@@ -37,6 +37,24 @@ struct NoStream {
 // mode 0: CUDA cores with ROWS (1 or 2 atoms: 1/2 rows, the 2F x F layer 3/6), 1: tensor cores,
 // 2: the stream alone (each chunk waited for and released, no products); 3, 4: modes 0 and 1
 // without the stream (NoStream).
+// One layer of J rows of K values from stream `s` on tensor or CUDA cores, K as a compile-time
+// value, as the kernel has it.
+template <int ROWS1, bool TENSOR, int RPL, int NPAR, typename S, typename Emit>
+__device__ void layer(S& s, int J, int K, const float* x, int rows, Emit emit) {
+    if constexpr (TENSOR) {
+        if (K == F) row_products::rowdot_tf32<F>(s, J, x, K, rows, emit);
+        else if (K == 2 * F) row_products::rowdot_tf32<2 * F>(s, J, x, K, rows, emit);
+        else row_products::rowdot_tf32<3 * F>(s, J, x, K, rows, emit);
+    } else if (K == F) {
+        if (J == 2 * F) row_products::rowdot<3 * ROWS1, F, RPL, NPAR>(s, J, x, K, rows, emit);
+        else row_products::rowdot<ROWS1, F, RPL, NPAR>(s, J, x, K, rows, emit);
+    } else if (K == 2 * F) {
+        row_products::rowdot<ROWS1, 2 * F, RPL, NPAR>(s, J, x, K, rows, emit);
+    } else {
+        row_products::rowdot<ROWS1, 3 * F, RPL, NPAR>(s, J, x, K, rows, emit);
+    }
+}
+
 template <int ROWS1, int MODE, int RPL = 2, int NPAR = 2>
 __global__ void __launch_bounds__(THREADS, 1) pass(const float* w, int cap, int atoms, float* out) {
     extern __shared__ __align__(16) unsigned char smem[];
@@ -63,40 +81,17 @@ __global__ void __launch_bounds__(THREADS, 1) pass(const float* w, int cap, int 
         const int rows = (J == 2 * F ? 3 : 1) * atoms;  // the mixing layer: three rows per atom
         auto emit = [&](int r, int j, float v) { y[r * J + j] = v; };
         NoStream fixed{ring, cap};
-        if constexpr (MODE == 3 || MODE == 4) {
-            if constexpr (MODE == 4) {
-                if (K == F) row_products::rowdot_tf32<F>(fixed, J, x, K, rows, emit);
-                else if (K == 2 * F) row_products::rowdot_tf32<2 * F>(fixed, J, x, K, rows, emit);
-                else row_products::rowdot_tf32<3 * F>(fixed, J, x, K, rows, emit);
-            } else if (K == F) {
-                if (J == 2 * F) row_products::rowdot<3 * ROWS1, F, RPL, NPAR>(fixed, J, x, K, rows, emit);
-                else row_products::rowdot<ROWS1, F, RPL, NPAR>(fixed, J, x, K, rows, emit);
-            } else if (K == 2 * F) {
-                row_products::rowdot<ROWS1, 2 * F, RPL, NPAR>(fixed, J, x, K, rows, emit);
-            } else {
-                row_products::rowdot<ROWS1, 3 * F, RPL, NPAR>(fixed, J, x, K, rows, emit);
-            }
-        } else if constexpr (MODE == 2) {
+        if constexpr (MODE == 2) {
             ws.begin_layer(J, K);
             for (int j0 = 0; j0 < J; j0 += ws.rows_per_chunk(K)) {
                 ws.next();
                 ws.release();
             }
             __syncthreads();
-        } else if constexpr (MODE == 1) {
-            if (K == F) row_products::rowdot_tf32<F>(ws, J, x, K, rows, emit);
-            else if (K == 2 * F) row_products::rowdot_tf32<2 * F>(ws, J, x, K, rows, emit);
-            else row_products::rowdot_tf32<3 * F>(ws, J, x, K, rows, emit);
+        } else if constexpr (MODE >= 3) {
+            layer<ROWS1, MODE == 4, RPL, NPAR>(fixed, J, K, x, rows, emit);
         } else {
-            // K as a compile-time value, as the kernel has it.
-            if (K == F) {
-                if (J == 2 * F) row_products::rowdot<3 * ROWS1, F, RPL, NPAR>(ws, J, x, K, rows, emit);
-                else row_products::rowdot<ROWS1, F, RPL, NPAR>(ws, J, x, K, rows, emit);
-            } else if (K == 2 * F) {
-                row_products::rowdot<ROWS1, 2 * F, RPL, NPAR>(ws, J, x, K, rows, emit);
-            } else {
-                row_products::rowdot<ROWS1, 3 * F, RPL, NPAR>(ws, J, x, K, rows, emit);
-            }
+            layer<ROWS1, MODE == 1, RPL, NPAR>(ws, J, K, x, rows, emit);
         }
     }
     for (int i = threadIdx.x; i < Y_LEN; i += THREADS) out[(size_t)blockIdx.x * Y_LEN + i] = y[i];
