@@ -8,9 +8,9 @@
 //!
 //! SYSTEMS: a comma list of names `systems::start_geometry` knows, or NAME-xB for a batch of B
 //! copies (default `ethanol,aspirin,trialanine`); the feature split is left out where it does
-//! not take the system (more than its atoms or edges). f32 on CUDA device 0. MLFF_ONE_KERNEL_GROUPS: a comma list of
-//! thread-block counts of the feature split to compare (default 16); every split must give the
-//! same forces, which it prints.
+//! not take the system (more than its atoms or edges). f32 on CUDA device 0.
+//! MLFF_ONE_KERNEL_GROUPS: a comma list of thread-block counts of the feature split to compare
+//! (default 16); every split must give the same forces, which it prints.
 
 use anyhow::{Context, Result};
 use candle_core::{DType, Device, Tensor};

@@ -252,12 +252,23 @@ impl SmallSystemPlan {
     }
 }
 
+/// The device's multiprocessors and shared memory per block (opt-in limit), asked of the driver
+/// once per candle device: plans ask on every eager call.
 #[cfg(feature = "cuda")]
 pub(super) fn device_limits(device: &Device) -> std::result::Result<(usize, usize), String> {
     use candle_core::cuda_backend::cudarc::driver::sys::CUdevice_attribute;
+    use candle_core::cuda_backend::DeviceId;
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    static LIMITS: OnceLock<Mutex<HashMap<DeviceId, (usize, usize)>>> = OnceLock::new();
     let Device::Cuda(dev) = device else {
         return Err("the one-kernel path runs on CUDA devices".into());
     };
+    let mut known = (LIMITS.get_or_init(Default::default).lock())
+        .map_err(|_| "device limits: lock poisoned".to_string())?;
+    if let Some(&limits) = known.get(&dev.id()) {
+        return Ok(limits);
+    }
     let attr = CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN;
     let sms = dev
         .cuda_stream()
@@ -265,7 +276,9 @@ pub(super) fn device_limits(device: &Device) -> std::result::Result<(usize, usiz
         .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
         .map_err(|e| e.to_string())?;
     let limit = (dev.cuda_stream().context().attribute(attr)).map_err(|e| e.to_string())?;
-    Ok((sms as usize, limit as usize))
+    let limits = (sms as usize, limit as usize);
+    known.insert(dev.id(), limits);
+    Ok(limits)
 }
 
 #[cfg(not(feature = "cuda"))]
