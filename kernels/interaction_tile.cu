@@ -17,6 +17,7 @@
 // Mirrors src/ops/interaction_tile.rs (the CPU twins are src/ops/interaction.rs's).
 #include "common.cuh"
 #include "interaction.cuh"
+#include "tf32.cuh"
 
 #define TILE_F 128
 #define TILE_E 64
@@ -141,12 +142,12 @@ struct Tile {
 template <typename T>
 struct Senders {
     T ctx[3][TILE_G], vec[3][TILE_G];
-    __device__ __forceinline__ void load(const Tile<T>& t, const T* __restrict__ phi,
+    __device__ __forceinline__ void load(const unsigned* sj, const T* __restrict__ phi,
                                          const T* __restrict__ sv, const T bias[3], size_t g,
                                          size_t n, size_t f, size_t c) {
 #pragma unroll
         for (int k = 0; k < TILE_G; ++k) {
-            const size_t j = t.sj[g + k];
+            const size_t j = sj[g + k];
 #pragma unroll
             for (int p = 0; p < 3; ++p) {
                 ctx[p][k] = __ldg(phi + j * 3 * f + p * f + c) + bias[p];
@@ -156,14 +157,42 @@ struct Senders {
     }
 };
 
+// The forward's sums for one receiving atom (a run of edges) and this thread's feature.
 template <typename T>
-__device__ __forceinline__ void flush_run(T* out, size_t n, size_t f, unsigned i, size_t c,
-                                          T& s, T v[3]) {
-    if (i == NO_ATOM) return;
-    atomicAdd(out + i * f + c, s);
+struct Run {
+    unsigned atom = NO_ATOM;
+    T s = 0, v[3] = {0, 0, 0};
+    // Adds the sums into the atom's outputs and zeroes them.
+    __device__ __forceinline__ void flush(T* out, size_t n, size_t f, size_t c) {
+        if (atom == NO_ATOM) return;
+        atomicAdd(out + atom * f + c, s);
 #pragma unroll
-    for (int a = 0; a < 3; ++a) atomicAdd(out + ((1 + a) * n + i) * f + c, v[a]);
-    s = v[0] = v[1] = v[2] = T(0);
+        for (int a = 0; a < 3; ++a) atomicAdd(out + ((1 + a) * n + atom) * f + c, v[a]);
+        s = v[0] = v[1] = v[2] = T(0);
+    }
+};
+
+// Adds staged edges [g, g + TILE_G) below cnt to the run's sums, flushing the run where the
+// receiving atom changes: filter(k, p) is part p (s, d, v) of edge g + k's filter (this
+// thread's feature), unit(m, a) staged edge m's unit vector.
+template <typename T, typename From, typename Filter, typename Unit>
+__device__ __forceinline__ void add_messages(const From& from, const unsigned* si, size_t g,
+                                             size_t cnt, Filter filter, Unit unit, T* out,
+                                             size_t n, size_t f, size_t c, Run<T>& run) {
+#pragma unroll
+    for (int k = 0; k < TILE_G; ++k) {
+        const size_t m = g + k;
+        if (m >= cnt) break;
+        const unsigned i = si[m];
+        if (i != run.atom) {
+            run.flush(out, n, f, c);
+            run.atom = i;
+        }
+        const T xd = from.ctx[1][k] * filter(k, 1), xv = from.ctx[2][k] * filter(k, 2);
+        run.s += from.ctx[0][k] * filter(k, 0);
+#pragma unroll
+        for (int a = 0; a < 3; ++a) run.v[a] += xd * unit(m, a) + xv * from.vec[a][k];
+    }
 }
 
 template <typename T>
@@ -175,8 +204,7 @@ __device__ void tile_fwd(const T* __restrict__ phi, const T* __restrict__ pb,
     const size_t nb = n_rbf + 1, bw = n_rbf + 4;
     Tile<T> t(wt, pb, nb, bw, f, false);
     const size_t c = t.c;
-    unsigned cur = NO_ATOM;
-    T s = 0, v[3] = {0, 0, 0};
+    Run<T> run;
     for (size_t e0 = blockIdx.x * (size_t)TILE_E; e0 < n_edges; e0 += gridDim.x * (size_t)TILE_E) {
         const size_t cnt = min((size_t)TILE_E, n_edges - e0);
         __syncthreads();  // the previous tile is done with the staged edges
@@ -185,27 +213,15 @@ __device__ void tile_fwd(const T* __restrict__ phi, const T* __restrict__ pb,
         if (!t.active) continue;
         for (size_t g = 0; g < cnt; g += TILE_G) {
             Senders<T> from;
-            from.load(t, phi, sv, t.bias, g, n, f, c);
+            from.load(t.sj, phi, sv, t.bias, g, n, f, c);
             T fs[TILE_G], fd[TILE_G], fv[TILE_G];
             t.filters(g, nb, fs, fd, fv);
-#pragma unroll
-            for (int k = 0; k < TILE_G; ++k) {
-                const size_t m = g + k;
-                if (m >= cnt) break;
-                const unsigned i = t.si[m];
-                if (i != cur) {
-                    flush_run(out, n, f, cur, c, s, v);
-                    cur = i;
-                }
-                const T xd = from.ctx[1][k] * fd[k], xv = from.ctx[2][k] * fv[k];
-                s += from.ctx[0][k] * fs[k];
-#pragma unroll
-                for (int a = 0; a < 3; ++a)
-                    v[a] += xd * t.sb[(nb + a) * TILE_SB + m] + xv * from.vec[a][k];
-            }
+            auto filter = [&](int k, int p) { return p == 0 ? fs[k] : p == 1 ? fd[k] : fv[k]; };
+            auto unit = [&](size_t m, int a) { return t.sb[(nb + a) * TILE_SB + m]; };
+            add_messages(from, t.si, g, cnt, filter, unit, out, n, f, c, run);
         }
     }
-    if (t.active) flush_run(out, n, f, cur, c, s, v);
+    if (t.active) run.flush(out, n, f, c);
 }
 
 // The adjoints' output [g_v (3NF) | g_phi (3NF) | g_basis (E (R + 4)) | g_w (E 3F)].
@@ -270,7 +286,7 @@ __device__ void tile_adj(const T* __restrict__ phi, const T* __restrict__ pb,
     T gs = 0, g[3] = {0, 0, 0};
     auto gather = [&](size_t g0) {
         Senders<T> from;
-        if (t.active) from.load(t, phi, sv, t.bias, g0, n, f, c);
+        if (t.active) from.load(t.sj, phi, sv, t.bias, g0, n, f, c);
         return from;
     };
     auto edge = [&](const Senders<T>& from, int k, size_t m, size_t e, T ws, T wd, T wv,
@@ -305,12 +321,12 @@ __device__ void tile_adj(const T* __restrict__ phi, const T* __restrict__ pb,
 template <typename T>
 struct Others {
     T gs[TILE_G], g[3][TILE_G];
-    __device__ __forceinline__ void load(const Tile<T>& t, const T* __restrict__ gs_in,
+    __device__ __forceinline__ void load(const unsigned* sj, const T* __restrict__ gs_in,
                                          const T* __restrict__ gv, size_t g0, size_t n,
                                          size_t f, size_t c) {
 #pragma unroll
         for (int k = 0; k < TILE_G; ++k) {
-            const size_t i = t.sj[g0 + k];
+            const size_t i = sj[g0 + k];
             gs[k] = __ldg(gs_in + i * f + c);
 #pragma unroll
             for (int a = 0; a < 3; ++a) g[a][k] = __ldg(gv + (a * n + i) * f + c);
@@ -357,7 +373,7 @@ __device__ void tile_sym_adj(const T* __restrict__ phi, const T* __restrict__ pb
     T ctx[3] = {0, 0, 0}, vec[3] = {0, 0, 0}, sum_phi[3] = {0, 0, 0}, sum_v[3] = {0, 0, 0};
     auto gather = [&](size_t g0) {
         Others<T> far;
-        if (t.active) far.load(t, gm, gve, g0, n, f, c);
+        if (t.active) far.load(t.sj, gm, gve, g0, n, f, c);
         return far;
     };
     auto edge = [&](const Others<T>& far, int k, size_t m, size_t e, T ws, T wd, T wv,
@@ -396,25 +412,40 @@ __device__ void tile_sym_adj(const T* __restrict__ phi, const T* __restrict__ pb
 
 }  // namespace
 
-#define INTERACTION_TILE(T, S)                                                               \
-    extern "C" __global__ void __launch_bounds__(TILE_F) interaction_tile_fwd_##S(            \
+#include "interaction_tc.cuh"
+
+// The CUDA-core forward: interaction_tile_fwd_f64 and, for measurements, interaction_tile_cc_fwd
+// in both types (src/ops/interaction_tile.rs); interaction_tile_fwd_f32 is tc_fwd.
+#define TILE_FWD(NAME, T)                                                                    \
+    extern "C" __global__ void __launch_bounds__(TILE_F) NAME(                               \
         const T* phi, const T* pb, const T* w, const T* basis, const T* sv,                  \
         const unsigned int* ci, const unsigned int* nj, T* out, size_t n_edges, size_t f,    \
         size_t n, size_t n_rbf) {                                                            \
         tile_fwd(phi, pb, w, basis, sv, ci, nj, out, n_edges, f, n, n_rbf);                  \
-    }                                                                                        \
-    extern "C" __global__ void __launch_bounds__(TILE_F) interaction_tile_adj_##S(            \
-        const T* phi, const T* pb, const T* w, const T* basis, const T* sv, const T* gm,     \
-        const T* gve, const unsigned int* ci, const unsigned int* nj, T* out,                \
-        size_t n_edges, size_t f, size_t n, size_t n_rbf, size_t cpw) {                      \
-        tile_adj(phi, pb, w, basis, sv, gm, gve, ci, nj, out, n_edges, f, n, n_rbf, cpw);    \
-    }                                                                                        \
-    extern "C" __global__ void __launch_bounds__(TILE_F) interaction_tile_sym_adj_##S(        \
+    }
+TILE_FWD(interaction_tile_fwd_f64, double)
+TILE_FWD(interaction_tile_cc_fwd_f64, double)
+TILE_FWD(interaction_tile_cc_fwd_f32, float)
+// The CUDA-core symmetric adjoint (dL/dw as rows): interaction_tile_sym_adj_f64 and, for
+// measurements, interaction_tile_cc_sym_adj in both types.
+#define TILE_SYM_ADJ(NAME, T)                                                                \
+    extern "C" __global__ void __launch_bounds__(TILE_F) NAME(                               \
         const T* phi, const T* pb, const T* w, const T* basis, const T* sv, const T* gm,     \
         const T* gve, const unsigned int* ci, const unsigned int* nj, T* out,                \
         size_t n_edges, size_t f, size_t n, size_t n_rbf, size_t cpw) {                      \
         tile_sym_adj(phi, pb, w, basis, sv, gm, gve, ci, nj, out, n_edges, f, n, n_rbf,       \
                      cpw);                                                                   \
+    }
+TILE_SYM_ADJ(interaction_tile_sym_adj_f64, double)
+TILE_SYM_ADJ(interaction_tile_cc_sym_adj_f64, double)
+TILE_SYM_ADJ(interaction_tile_cc_sym_adj_f32, float)
+
+#define INTERACTION_TILE(T, S)                                                               \
+    extern "C" __global__ void __launch_bounds__(TILE_F) interaction_tile_adj_##S(            \
+        const T* phi, const T* pb, const T* w, const T* basis, const T* sv, const T* gm,     \
+        const T* gve, const unsigned int* ci, const unsigned int* nj, T* out,                \
+        size_t n_edges, size_t f, size_t n, size_t n_rbf, size_t cpw) {                      \
+        tile_adj(phi, pb, w, basis, sv, gm, gve, ci, nj, out, n_edges, f, n, n_rbf, cpw);    \
     }
 INTERACTION_TILE(float, f32)
 INTERACTION_TILE(double, f64)

@@ -8,8 +8,10 @@
 //! all (the filter is formed inside the interaction kernels); from there on each block's filter
 //! rows W(r) [E, 3F] are one cuBLAS product, kept for the adjoint up to
 //! [`FILTER_ROWS_KEEP_BYTES`] for all blocks together and made again beyond; on CUDA from
-//! [`FILTER_ROWS_UNTIL_EDGES`] the filter is formed in the (tiled) kernels again, whose adjoint
-//! leaves dL/dw as rows for one product per block. Forces only: the
+//! [`FILTER_ROWS_UNTIL_EDGES`] (f64; f32 from the first tiled size on) the filter is formed in
+//! the tiled kernels again: in f32 on tensor cores, their adjoint summing dL/d(basis) itself;
+//! else on CUDA cores, their adjoint leaving dL/dw as rows for one product per block. Forces
+//! only: the
 //! weights are read once (`FusedPainn::new`), so this path is for inference; training
 //! differentiates the graph of `Painn::atom_energies`.
 //!
@@ -156,11 +158,15 @@ pub const FILTER_ROWS_FROM_EDGES: usize = 8192;
 
 /// Edge count from which CUDA goes back to the filter formed in the kernels, there the tiled
 /// kernels (`ops::interaction`, kernels/interaction_tile.cu: no forward product, no rows kept,
-/// half the memory). On an H100 (BENCHMARKS.md, replayed): rows faster up to 81,000 edges
-/// (water-1500 2.04-2.06 against 2.11-2.12 ms, water-1000 1.38-1.40 against 1.44-1.46), tiled
-/// from 162,000 (water-3000 3.27-3.28 against 3.51-3.52, water-10000 9.06-9.10 against
-/// 10.84-10.85, before the symmetric adjoint); 100,000 itself not measured.
-/// `MLFF_FILTER_ROWS_UNTIL_EDGES` changes it. The CPU keeps the rows at any size.
+/// half the memory), where those form their filters on CUDA cores (f64, or
+/// `MLFF_INTERACTION_TILE_TC=0`). On an H100 (BENCHMARKS.md, replayed): rows faster up to
+/// 81,000 edges (water-1500 2.04-2.06 against 2.11-2.12 ms, water-1000 1.38-1.40 against
+/// 1.44-1.46), tiled from 162,000 (water-3000 3.27-3.28 against 3.51-3.52, water-10000
+/// 9.06-9.10 against 10.84-10.85, before the symmetric adjoint); 100,000 itself not measured.
+/// In f32 the tiled kernels form their filters on tensor cores and beat the rows at every size
+/// measured (64 aspirins 0.71 against 0.81 ms, water-1000 0.97-0.98 against 1.38, replayed):
+/// there the rows are not made at all (the tiles run from [`crate::ops::TILE_TC_FROM_EDGES`]). `MLFF_FILTER_ROWS_UNTIL_EDGES` sets
+/// the edge count for every precision. The CPU keeps the rows at any size.
 pub const FILTER_ROWS_UNTIL_EDGES: usize = 100_000;
 
 /// Largest filter-rows buffer made (bytes); beyond it the kernels form the filter themselves,
@@ -203,8 +209,9 @@ pub struct FusedPainn {
     atom_constant: Tensor,
     /// Filter rows by a matrix product from this many edges on.
     rows_from_edges: usize,
-    /// ... and on CUDA up to (excluding) this many.
-    rows_until_edges: usize,
+    /// ... and on CUDA up to (excluding) this many; None: [`FILTER_ROWS_UNTIL_EDGES`], or
+    /// none at all where the tiled kernels run on tensor cores.
+    rows_until_edges: Option<usize>,
     /// Filter rows of all blocks up to this many bytes are kept for the adjoint.
     keep_rows_bytes: usize,
     /// Our dense kernels for layers of at most this many rows (CUDA, and the CPU when set).
@@ -277,7 +284,9 @@ impl FusedPainn {
             readout: Mlp::new(Dense::of(&ro.hidden)?, readout_out)?,
             atom_constant,
             rows_from_edges: env_usize("MLFF_FILTER_ROWS_FROM_EDGES", FILTER_ROWS_FROM_EDGES),
-            rows_until_edges: env_usize("MLFF_FILTER_ROWS_UNTIL_EDGES", FILTER_ROWS_UNTIL_EDGES),
+            rows_until_edges: std::env::var("MLFF_FILTER_ROWS_UNTIL_EDGES")
+                .ok()
+                .and_then(|v| v.parse().ok()),
             keep_rows_bytes: env_usize("MLFF_FILTER_ROWS_KEEP_BYTES", FILTER_ROWS_KEEP_BYTES),
             dense_kernel_rows: env_usize("MLFF_DENSE_KERNEL_ROWS", DENSE_KERNEL_MAX_ROWS),
             dense_on_cpu: false,
@@ -529,7 +538,7 @@ impl FusedPainn {
     /// On CUDA, goes back to the filter formed in the kernels from `edges` edges on instead of
     /// [`FILTER_ROWS_UNTIL_EDGES`] (`usize::MAX`: never); both paths give the same forces.
     pub fn with_filter_rows_until(mut self, edges: usize) -> Self {
-        self.rows_until_edges = edges;
+        self.rows_until_edges = Some(edges);
         self
     }
 
@@ -551,7 +560,13 @@ impl FusedPainn {
     ) -> Result<EdgeFilter<'a>> {
         let e = basis.dim(0)?;
         let bytes = e * b.filter.dim(1)? * basis.dtype().size_in_bytes();
-        let tiled = basis.device().is_cuda() && e >= self.rows_until_edges;
+        let until = self.rows_until_edges.unwrap_or(
+            match crate::ops::tiles_on_tensor_cores(basis.dtype()) {
+                true => 0,
+                false => FILTER_ROWS_UNTIL_EDGES,
+            },
+        );
+        let tiled = basis.device().is_cuda() && e >= until;
         if e < self.rows_from_edges || bytes > FILTER_ROWS_MAX_BYTES || tiled {
             return Ok(EdgeFilter::Weights(&b.filter));
         }

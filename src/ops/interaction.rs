@@ -358,9 +358,13 @@ pub fn interaction(x: &InteractionInputs) -> Result<Tensor> {
     let inputs = [x.phi, x.phi_bias, x.filter_tensor(), x.basis, x.state];
     let (idx, shape) = ([x.centers, x.neighbors], x.state.shape());
     match x.filter {
-        EdgeFilter::Weights(_) if tiled(&z, x, false) => {
-            launch(TileForward(z), &inputs, &idx, shape, Init::Copy(4))
-        }
+        EdgeFilter::Weights(_) if tiled(&z, x, false) => launch(
+            TileForward::new(z, x.state.dtype()),
+            &inputs,
+            &idx,
+            shape,
+            Init::Copy(4),
+        ),
         EdgeFilter::Weights(_) => launch(Forward::<false>(z), &inputs, &idx, shape, Init::Copy(4)),
         EdgeFilter::Rows(_) => launch(Forward::<true>(z), &inputs, &idx, shape, Init::Copy(4)),
     }
@@ -430,13 +434,16 @@ pub fn interaction_adjoint(
             let (g_s, g_v) = (gm.narrow(0, 0, n)?, (gm.narrow(0, n, 3 * n)? + gve)?);
             let mut inputs = inputs;
             (inputs[5], inputs[6]) = (&g_s, &g_v);
-            let out = launch(TileAdjoint::<true>(z), &inputs, &idx, with_rows, init)?;
-            (out, true)
+            let kernel = TileAdjoint::<true>::new(z, x.state.dtype());
+            match kernel.grad_rows() {
+                true => (launch(kernel, &inputs, &idx, with_rows, init)?, true),
+                false => (launch(kernel, &inputs, &idx, zeroed, Init::Zero)?, false),
+            }
         }
-        EdgeFilter::Weights(_) if tile => (
-            launch(TileAdjoint::<false>(z), &inputs, &idx, with_rows, init)?,
-            true,
-        ),
+        EdgeFilter::Weights(_) if tile => {
+            let kernel = TileAdjoint::<false>::new(z, x.state.dtype());
+            (launch(kernel, &inputs, &idx, with_rows, init)?, true)
+        }
         EdgeFilter::Weights(_) => (
             launch(Adjoint::<false>(z), &inputs, &idx, zeroed, Init::Zero)?,
             false,

@@ -9,6 +9,7 @@
 use super::edge_basis::basis_width;
 use super::interaction::{adjoint_cpu, forward_cpu, AdjointMode, InteractionInputs, Sizes};
 use super::kernel::{kernel_source, Kernel, Real};
+use candle_core::DType;
 
 /// Edge count from which the filter formed in the kernels runs as the tiled kernels on CUDA
 /// (kernels/interaction_tile.cu: a block's weights and a tile's basis in shared memory, the
@@ -17,8 +18,14 @@ use super::kernel::{kernel_source, Kernel, Real};
 /// untiled). At 541,000 edges the tiled forward takes 0.59 ms a block against 1.46 untiled
 /// (BENCHMARKS.md). The model uses filter
 /// rows between 8,192 and 100,000 edges (`model::fused`), so by default the tiled kernels run
-/// from there. `MLFF_INTERACTION_TILE_FROM` overrides it (for measurements).
+/// from there. `MLFF_INTERACTION_TILE_FROM` overrides it and [`TILE_TC_FROM_EDGES`] (for
+/// measurements).
 pub const TILE_FROM_EDGES: usize = 8192;
+
+/// [`TILE_FROM_EDGES`] where the tiled kernels form their filters on tensor cores (f32): on an
+/// H100, replayed, 16 aspirins (4,672 edges) 0.405-0.406 ms tiled against 0.464-0.474 untiled,
+/// 100 waters 0.327-0.336 against 0.450-0.459 (BENCHMARKS.md); fewer edges not measured.
+pub const TILE_TC_FROM_EDGES: usize = 4096;
 
 /// Threads per block and features per block of the tiled kernels (TILE_F), edges per staged
 /// tile (TILE_E) and the transposed basis' row stride (TILE_SB), as in
@@ -30,9 +37,17 @@ const TILE_E: usize = 64;
 #[cfg(feature = "cuda")]
 const TILE_SB: usize = TILE_E + 4;
 /// Most blocks a tiled launch takes along the edges (each stages its weights once and walks
-/// its share of the tiles).
+/// its share of the tiles): four per multiprocessor of an H100 or H200 (132). At 541,000
+/// edges on an H100 the forward and adjoint took 4-7% less time than with 2,048 blocks, for
+/// the tensor-core and CUDA-core kernels alike (1,056 as 528).
 #[cfg(feature = "cuda")]
-const TILE_MAX_BLOCKS: usize = 2048;
+const TILE_MAX_BLOCKS: usize = 528;
+/// [`TILE_MAX_BLOCKS`], or `MLFF_TILE_MAX_BLOCKS` where set (for measurements).
+#[cfg(feature = "cuda")]
+fn tile_max_blocks() -> usize {
+    static MAX: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *MAX.get_or_init(|| crate::device::env_usize("MLFF_TILE_MAX_BLOCKS", TILE_MAX_BLOCKS).max(1))
+}
 
 /// Largest dL/dw rows [E, 3F] the tiled adjoint writes (bytes); beyond it the untiled adjoint
 /// sums dL/d(basis) itself, so that memory stays O(N·F + E·R).
@@ -46,33 +61,43 @@ pub(super) fn tiled(z: &Sizes, x: &InteractionInputs, adjoint: bool) -> bool {
         && if adjoint {
             adjoint_fits(z, x)
         } else {
-            many_edges(z)
+            many_edges(z, x.state.dtype())
         }
 }
 
-/// Whether the adjoint takes the symmetric-list kernel (`tile_sym_adj`): a list that says it
-/// holds every edge's reverse, where the tiled adjoint would run. On any device, so that the
-/// CPU twin gives the same layout of outputs to test it. `MLFF_INTERACTION_SYMMETRIC=0` turns
-/// it off (for measurements).
+/// Whether the adjoint takes the symmetric-list kernel (`tile_sym_adj`, `tc_sym_adj`): a list
+/// that says it holds every edge's reverse, where the tiled adjoint would run (on tensor cores,
+/// which write no dL/dw rows, at any size from [`TILE_TC_FROM_EDGES`]). On any device, so that
+/// the CPU twin gives the same layout of outputs to test it. `MLFF_INTERACTION_SYMMETRIC=0`
+/// turns it off (for measurements).
 pub(super) fn symmetric(z: &Sizes, x: &InteractionInputs) -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     let on = *ON.get_or_init(|| crate::device::env_usize("MLFF_INTERACTION_SYMMETRIC", 1) != 0);
-    on && x.symmetric_edges && adjoint_fits(z, x)
+    let no_rows = FilterArithmetic::of(z, x.state.dtype()) == FilterArithmetic::TensorCores;
+    on && x.symmetric_edges && many_edges(z, x.state.dtype()) && (no_rows || adjoint_fits(z, x))
 }
 
-/// At least [`TILE_FROM_EDGES`] edges (or `MLFF_INTERACTION_TILE_FROM` when set).
-fn many_edges(z: &Sizes) -> bool {
-    static FROM: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    let from = *FROM
-        .get_or_init(|| crate::device::env_usize("MLFF_INTERACTION_TILE_FROM", TILE_FROM_EDGES));
-    z.n_edges >= from
+/// At least [`TILE_TC_FROM_EDGES`] edges where the tiles run on tensor cores for `dtype`,
+/// else [`TILE_FROM_EDGES`] (either: `MLFF_INTERACTION_TILE_FROM` when set).
+fn many_edges(z: &Sizes, dtype: DType) -> bool {
+    static FROM: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    let from = FROM.get_or_init(|| {
+        std::env::var("MLFF_INTERACTION_TILE_FROM")
+            .ok()
+            .and_then(|v| v.parse().ok())
+    });
+    let default = match tiles_on_tensor_cores(dtype) {
+        true => TILE_TC_FROM_EDGES,
+        false => TILE_FROM_EDGES,
+    };
+    z.n_edges >= from.unwrap_or(default)
 }
 
 /// Enough edges for a tiled adjoint, whose dL/dw rows stay within
 /// [`TILE_GRAD_ROWS_MAX_BYTES`].
 fn adjoint_fits(z: &Sizes, x: &InteractionInputs) -> bool {
     let rows_bytes = z.n_edges * 3 * z.hidden * x.state.dtype().size_in_bytes();
-    many_edges(z) && rows_bytes <= TILE_GRAD_ROWS_MAX_BYTES
+    many_edges(z, x.state.dtype()) && rows_bytes <= TILE_GRAD_ROWS_MAX_BYTES
 }
 
 /// The tiled kernels' launch: (edge tiles, feature chunks) blocks of [`TILE_F`] threads with
@@ -87,7 +112,7 @@ fn tile_config(
     let reals = bw * TILE_SB + nb * 3 * TILE_F + if adjoint { TILE_E * 3 } else { 0 };
     candle_core::cuda_backend::cudarc::driver::LaunchConfig {
         grid_dim: (
-            z.n_edges.div_ceil(TILE_E).clamp(1, TILE_MAX_BLOCKS) as u32,
+            z.n_edges.div_ceil(TILE_E).clamp(1, tile_max_blocks()) as u32,
             z.hidden.div_ceil(TILE_F) as u32,
             1,
         ),
@@ -96,29 +121,138 @@ fn tile_config(
     }
 }
 
+/// How the tiled kernels form their filters on CUDA.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum FilterArithmetic {
+    /// FMAs per thread (`tile_fwd`, `tile_sym_adj`): f64; f32 where the tensor-core kernels'
+    /// 32-bit offsets would not hold (4NF or E(R + 4) from 2^32) or `MLFF_INTERACTION_TILE_TC=0`.
+    CudaCores,
+    /// A tile's filters as one product on tensor cores in split TF32 (`tc_fwd`, `tc_sym_adj`;
+    /// kernels/interaction_tc.cuh), f32.
+    TensorCores,
+}
+
+/// Whether the tiled kernels form their filters on tensor cores for `dtype` (f32, unless
+/// `MLFF_INTERACTION_TILE_TC=0`; systems whose 4NF or E(R + 4) reach 2^32 excepted).
+pub fn tiles_on_tensor_cores(dtype: DType) -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let on = *ON.get_or_init(|| crate::device::env_usize("MLFF_INTERACTION_TILE_TC", 1) != 0);
+    on && dtype == DType::F32
+}
+
+impl FilterArithmetic {
+    fn of(z: &Sizes, dtype: DType) -> Self {
+        let fits = |count: usize| count < 1 << 32;
+        let offsets_fit = fits(4 * z.n_atoms * z.hidden) && fits(z.n_edges * (z.n_rbf + 4));
+        match tiles_on_tensor_cores(dtype) && offsets_fit {
+            true => Self::TensorCores,
+            false => Self::CudaCores,
+        }
+    }
+}
+
 /// The tiled forward and adjoint (filter formed in the kernels; the same CPU twins).
-pub(super) struct TileForward(pub(super) Sizes);
+pub(super) struct TileForward {
+    z: Sizes,
+    filters: FilterArithmetic,
+}
+
+impl TileForward {
+    pub(super) fn new(z: Sizes, dtype: DType) -> Self {
+        Self {
+            z,
+            filters: FilterArithmetic::of(&z, dtype),
+        }
+    }
+}
 /// SYMMETRIC: the adjoint for lists holding every edge's reverse (`tile_sym_adj`), whose CPU
-/// twin follows the same edge-by-reverse-edge order.
-pub(super) struct TileAdjoint<const SYMMETRIC: bool>(pub(super) Sizes);
+/// twin follows the same edge-by-reverse-edge order. On tensor cores (f32, symmetric) it sums
+/// dL/d(basis) itself (`tc_sym_adj`) instead of leaving dL/dw as rows.
+pub(super) struct TileAdjoint<const SYMMETRIC: bool> {
+    z: Sizes,
+    filters: FilterArithmetic,
+}
+
+impl<const SYMMETRIC: bool> TileAdjoint<SYMMETRIC> {
+    pub(super) fn new(z: Sizes, dtype: DType) -> Self {
+        let filters = match SYMMETRIC {
+            true => FilterArithmetic::of(&z, dtype),
+            false => FilterArithmetic::CudaCores,
+        };
+        Self { z, filters }
+    }
+    /// Whether the output ends with dL/dw rows [E, 3F] (g_basis then holding only its
+    /// unit-vector columns) rather than a complete g_basis.
+    pub(super) fn grad_rows(&self) -> bool {
+        self.filters == FilterArithmetic::CudaCores
+    }
+}
 
 impl Kernel for TileForward {
     kernel_source!("interaction_tile_fwd", "interaction_tile");
+    fn function(&self) -> &'static str {
+        match self.filters {
+            FilterArithmetic::CudaCores => "interaction_tile_cc_fwd",
+            FilterArithmetic::TensorCores => Self::NAME,
+        }
+    }
     fn work(&self) -> usize {
-        self.0.n_edges * self.0.hidden
+        self.z.n_edges * self.z.hidden
     }
     fn sizes(&self) -> Vec<usize> {
-        self.0.list()
+        self.z.list()
     }
     fn cpu<T: Real>(&self, x: &[&[T]], idx: &[&[u32]], out: &mut [T]) {
-        forward_cpu(self.0, false, x, idx, out)
+        forward_cpu(self.z, false, x, idx, out)
     }
     #[cfg(feature = "cuda")]
     fn launch_config(
         &self,
         elem_bytes: usize,
     ) -> candle_core::cuda_backend::cudarc::driver::LaunchConfig {
-        tile_config(&self.0, elem_bytes, false)
+        match self.filters {
+            FilterArithmetic::CudaCores => tile_config(&self.z, elem_bytes, false),
+            FilterArithmetic::TensorCores => tensor_core_config(&self.z),
+        }
+    }
+}
+
+/// Edges per tile, threads per block and the staged filters' row stride of the tensor-core
+/// forward (TC_E, TC_THREADS, TC_SF in kernels/interaction_tile.cu).
+#[cfg(feature = "cuda")]
+const TC_E: usize = 32;
+#[cfg(feature = "cuda")]
+const TC_THREADS: usize = 256;
+#[cfg(feature = "cuda")]
+const TC_SF: usize = 3 * TILE_F + 8;
+
+/// The tensor-core forward's row stride of the staged basis and weights (`tc_stride`): the
+/// basis width and the mma's k rows at least, rounded to an odd multiple of 8.
+#[cfg(feature = "cuda")]
+fn tc_stride(n_rbf: usize) -> usize {
+    let rows = basis_width(n_rbf).max((n_rbf + 1).div_ceil(8) * 8);
+    let s = rows.div_ceil(8) * 8;
+    if (s / 8) % 2 == 1 {
+        s
+    } else {
+        s + 8
+    }
+}
+
+/// The tensor-core forward's launch: (edge tiles, feature chunks) blocks of [`TC_THREADS`]
+/// threads with the weights, the tile's basis and its filters in shared memory (f32).
+#[cfg(feature = "cuda")]
+fn tensor_core_config(z: &Sizes) -> candle_core::cuda_backend::cudarc::driver::LaunchConfig {
+    let stride = tc_stride(z.n_rbf);
+    let reals = 3 * TILE_F * stride + TC_E * stride + TC_E * TC_SF;
+    candle_core::cuda_backend::cudarc::driver::LaunchConfig {
+        grid_dim: (
+            z.n_edges.div_ceil(TC_E).clamp(1, tile_max_blocks()) as u32,
+            z.hidden.div_ceil(TILE_F) as u32,
+            1,
+        ),
+        block_dim: (TC_THREADS as u32, 1, 1),
+        shared_mem_bytes: (reals * 4 + 2 * TC_E * 4) as u32,
     }
 }
 
@@ -131,29 +265,45 @@ impl<const SYMMETRIC: bool> Kernel for TileAdjoint<SYMMETRIC> {
     const MODULE: &'static str = "interaction_tile";
     #[cfg(feature = "cuda")]
     const IMAGE: &'static [u8] = super::kernel::kernel_image!("interaction_tile");
+    fn function(&self) -> &'static str {
+        match (SYMMETRIC, self.filters) {
+            (true, FilterArithmetic::CudaCores) => "interaction_tile_cc_sym_adj",
+            _ => Self::NAME,
+        }
+    }
     fn work(&self) -> usize {
-        self.0.n_edges * self.0.hidden
+        self.z.n_edges * self.z.hidden
     }
     /// The untiled adjoint's sizes; its chunks-per-warp argument is unused.
     fn sizes(&self) -> Vec<usize> {
-        let mut s = self.0.list();
+        let mut s = self.z.list();
         s.push(0);
         s
     }
-    /// The filter from the weights, dL/dw out as rows.
+    /// The filter from the weights, dL/dw out as rows where [`grad_rows`](Self::grad_rows).
     fn cpu<T: Real>(&self, x: &[&[T]], idx: &[&[u32]], out: &mut [T]) {
         let mode = AdjointMode {
             rows: false,
-            grad_rows: true,
+            grad_rows: self.grad_rows(),
             symmetric: SYMMETRIC,
         };
-        adjoint_cpu(self.0, mode, x, idx, out)
+        adjoint_cpu(self.z, mode, x, idx, out)
     }
     #[cfg(feature = "cuda")]
     fn launch_config(
         &self,
         elem_bytes: usize,
     ) -> candle_core::cuda_backend::cudarc::driver::LaunchConfig {
-        tile_config(&self.0, elem_bytes, true)
+        match self.grad_rows() {
+            true => tile_config(&self.z, elem_bytes, true),
+            false => {
+                // The quarters' unit-vector sums [4, TC_E, 3] and partial dL/d(basis)
+                // [4, TC_E, k rows] after the forward's layout.
+                let k_rows = (self.z.n_rbf + 1).div_ceil(8) * 8;
+                let mut cfg = tensor_core_config(&self.z);
+                cfg.shared_mem_bytes += (4 * 4 * TC_E * (3 + k_rows)) as u32;
+                cfg
+            }
+        }
     }
 }

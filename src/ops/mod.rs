@@ -41,7 +41,9 @@ pub use integrator::{md_advance, md_displacement2, md_kick, LangevinNoise};
 pub use interaction::{
     interaction, interaction_adjoint, EdgeFilter, InteractionGrads, InteractionInputs,
 };
-pub use interaction_tile::{TILE_FROM_EDGES, TILE_GRAD_ROWS_MAX_BYTES};
+pub use interaction_tile::{
+    tiles_on_tensor_cores, TILE_FROM_EDGES, TILE_GRAD_ROWS_MAX_BYTES, TILE_TC_FROM_EDGES,
+};
 pub use message::{message, Message};
 pub use scatter_add::{scatter_add, ScatterAdd};
 pub use small_system::{

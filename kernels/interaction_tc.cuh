@@ -1,0 +1,416 @@
+// The tiled interaction in f32 with the filters from tensor cores. Included by
+// kernels/interaction_tile.cu after the pieces it shares (Run, add_messages, flush_own); not
+// compiled on its own.
+//
+// A tile's filters are a product, [TC_E edges, R + 1] basis x [R + 1, 3 TILE_F] weights: tc_fwd
+// and tc_sym_adj form it with mma.m16n8k8 in split TF32 (three products per value pair, each
+// value held to ~2^-20, as f32 arithmetic) into shared memory, where the CUDA-core kernels spend
+// ~63 FMAs per edge and feature. tc_sym_adj then overwrites the filters with dL/dw and sums
+// dL/d(basis) by a second such product, instead of writing E x 3F rows for a product outside
+// the kernel. Warp w owns edges [16 (w / 4), + 16) of a tile and features [32 (w % 4), + 32) of
+// the block's chunk: it forms exactly the filters its own threads use, so a warp barrier orders
+// them. The next tile's basis and indices are loaded into registers before a tile's work, so
+// that staging them waits for nothing. FC is the feature count where it is TILE_F (offsets then
+// fold into the loads), else 0 (f at run time). Offsets are 32-bit: the host keeps N x 4F and
+// E x (R + 4) below 2^32.
+#pragma once
+
+#define TC_E 32
+#define TC_THREADS 256
+#define TC_MAX_KSTEPS 4  // basis rows R + 1 <= 32 (MAX_BASIS)
+// Row stride of the staged filters: a warp's 64-bit stores of mma outputs hit every bank once
+// per half warp.
+#define TC_SF (3 * TILE_F + 8)
+#define TC_STAGE_LOADS 5  // TC_E x the largest stride (40) / TC_THREADS
+#define TC_NO_SLOT 0xffffffffu
+
+// Row stride of the staged basis (one row per edge) and of the staged weights (one row per
+// filter column): the basis width and the mma's k rows at least, rounded to an odd multiple of
+// 8 so that a half warp's 64-bit fragment loads hit every bank once. As in
+// src/ops/interaction_tile.rs.
+__device__ __forceinline__ unsigned tc_stride(unsigned nb, unsigned bw) {
+    const unsigned rows = max(bw, (nb + 7) / 8 * 8);
+    const unsigned s = (rows + 7) / 8 * 8;
+    return (s / 8) % 2 ? s : s + 8;
+}
+
+// The next tile's basis values and indices of one thread, loaded ahead.
+struct TcStage {
+    float b[TC_STAGE_LOADS];
+    unsigned i, j;
+};
+
+template <int FC>
+struct TcTile {
+    float* sw;     // [3 TILE_F][stride]: weight column (s, d, v part, feature) by basis row
+    float* sb;     // [TC_E][stride]: edge by basis column, zero past the basis width
+    float* sf;     // [TC_E][TC_SF]: the tile's filters (then dL/dw), edge by (part, feature)
+    unsigned* si;  // [TC_E]
+    unsigned* sj;  // [TC_E]
+    unsigned f, stride, ksteps, nb, bw;
+    int half, quarter, lane;
+    unsigned cl, c;  // this thread's feature in the chunk and overall
+    bool active;
+    float bias[3];
+    unsigned plan[TC_STAGE_LOADS];  // this thread's staging slots: m << 6 | r, or TC_NO_SLOT
+
+    __device__ unsigned features() const { return FC ? FC : f; }
+
+    // Lays out the shared memory, stages the block's weights (features from blockIdx.y TILE_F,
+    // zero past f and nb) and plans the thread's staging slots.
+    __device__ TcTile(const float* wt, const float* pb, unsigned nb_, unsigned bw_, unsigned f_)
+        : f(f_), stride(tc_stride(nb_, bw_)), ksteps((nb_ + 7) / 8), nb(nb_), bw(bw_) {
+        extern __shared__ __align__(16) unsigned char tile_smem[];
+        sw = reinterpret_cast<float*>(tile_smem);
+        sb = sw + 3 * TILE_F * stride;
+        sf = sb + TC_E * stride;
+        si = reinterpret_cast<unsigned*>(sf + TC_E * TC_SF);
+        sj = si + TC_E;
+        const int warp = threadIdx.x / 32;
+        lane = threadIdx.x % 32;
+        half = warp / 4;
+        quarter = warp % 4;
+        const unsigned fk = features(), c0 = blockIdx.y * TILE_F;
+        cl = 32 * quarter + lane;
+        c = c0 + cl;
+        active = c < fk;
+#pragma unroll
+        for (int p = 0; p < 3; ++p) bias[p] = active ? pb[p * fk + c] : 0.f;
+        const unsigned cols = 3 * TILE_F;
+        for (unsigned k = threadIdx.x; k < stride * cols; k += TC_THREADS) {
+            const unsigned r = k / cols, col = k % cols, cc = c0 + col % TILE_F;
+            sw[col * stride + r] = r < nb && cc < fk ? wt[r * 3 * fk + col / TILE_F * fk + cc] : 0.f;
+        }
+#pragma unroll
+        for (int q = 0; q < TC_STAGE_LOADS; ++q) {
+            const unsigned k = threadIdx.x + q * TC_THREADS;
+            plan[q] = k < TC_E * stride ? (k / stride) << 6 | (k % stride) : TC_NO_SLOT;
+        }
+    }
+    // Loads tile e0's basis rows (zero past the edges and the basis width) and indices.
+    __device__ void load_edges(TcStage& st, const float* basis, const unsigned* ci,
+                               const unsigned* nj, size_t e0, size_t n_edges) const {
+        const unsigned cnt = min((size_t)TC_E, n_edges - e0);
+        const float* rows = basis + e0 * bw;
+#pragma unroll
+        for (int q = 0; q < TC_STAGE_LOADS; ++q) {
+            const unsigned m = plan[q] >> 6, r = plan[q] & 63;
+            const bool used = plan[q] != TC_NO_SLOT && m < cnt && r < bw;
+            st.b[q] = used ? __ldg(rows + m * bw + r) : 0.f;
+        }
+        if (threadIdx.x < TC_E) {
+            const bool used = threadIdx.x < cnt;
+            st.i = used ? ci[e0 + threadIdx.x] : NO_ATOM;
+            st.j = used ? nj[e0 + threadIdx.x] : 0;
+        }
+    }
+    __device__ void store_edges(const TcStage& st) const {
+#pragma unroll
+        for (int q = 0; q < TC_STAGE_LOADS; ++q)
+            if (plan[q] != TC_NO_SLOT) sb[threadIdx.x + q * TC_THREADS] = st.b[q];
+        if (threadIdx.x < TC_E) {
+            si[threadIdx.x] = st.i;
+            sj[threadIdx.x] = st.j;
+        }
+    }
+    // This warp's filters (its 16 edges, its 32 features, three parts) into sf. The mma's k
+    // slots t and t + 4 of lane (g, t) take basis rows 8 s + 2 t and 8 s + 2 t + 1, so that
+    // each fragment pair is one 64-bit load.
+    __device__ void form_filters() const {
+        const unsigned g = lane / 4, t = lane % 4;
+        const float* a0 = sb + (16 * half + g) * stride + 2 * t;
+        const float* a1 = a0 + 8 * stride;
+        unsigned ah[TC_MAX_KSTEPS][4], al[TC_MAX_KSTEPS][4];
+#pragma unroll
+        for (int s = 0; s < TC_MAX_KSTEPS; ++s) {
+            if (s >= ksteps) break;
+            const float2 x = *reinterpret_cast<const float2*>(a0 + 8 * s);
+            const float2 y = *reinterpret_cast<const float2*>(a1 + 8 * s);
+            split_tf32(x.x, ah[s][0], al[s][0]);
+            split_tf32(y.x, ah[s][1], al[s][1]);
+            split_tf32(x.y, ah[s][2], al[s][2]);
+            split_tf32(y.y, ah[s][3], al[s][3]);
+        }
+#pragma unroll 4
+        for (int n = 0; n < 12; ++n) {  // 8 columns each: part n / 4, features 8 (n % 4) + ..
+            const unsigned col = (n / 4) * TILE_F + 32 * quarter + 8 * (n % 4);
+            const float* b = sw + (col + g) * stride + 2 * t;
+            float d[4] = {0, 0, 0, 0};
+#pragma unroll
+            for (int s = 0; s < TC_MAX_KSTEPS; ++s) {
+                if (s >= ksteps) break;
+                const float2 w = *reinterpret_cast<const float2*>(b + 8 * s);
+                unsigned bh[2], bl[2];
+                split_tf32(w.x, bh[0], bl[0]);
+                split_tf32(w.y, bh[1], bl[1]);
+                mma_tf32(d, al[s], bh);
+                mma_tf32(d, ah[s], bl);
+                mma_tf32(d, ah[s], bh);
+            }
+            float* o = sf + (16 * half + g) * TC_SF + col + 2 * t;
+            *reinterpret_cast<float2*>(o) = make_float2(d[0], d[1]);
+            *reinterpret_cast<float2*>(o + 8 * TC_SF) = make_float2(d[2], d[3]);
+        }
+    }
+    // This thread's slot of part p (s, d, v) of staged edge m's filter (or dL/dw).
+    __device__ __forceinline__ float* slot(unsigned m, int p) const {
+        return sf + m * TC_SF + p * TILE_F + cl;
+    }
+    __device__ __forceinline__ float unit(unsigned m, int a) const {
+        return sb[m * stride + nb + a];
+    }
+
+    // The adjoint's shared memory after the indices: the quarters' sums of the unit-vector
+    // gradients [4][TC_E][3] and of dL/d(basis) [4][TC_E][8 ksteps].
+    __device__ float* unit_sums() const { return reinterpret_cast<float*>(sj + TC_E); }
+    __device__ float* partials() const { return unit_sums() + 4 * TC_E * 3; }
+    // Sums the unit-vector gradients gu[a][k] of staged edges [g, g + TILE_G) over the warp's
+    // features into unit_sums()[quarter] (every lane calls it): a reduce-scatter leaves lane l
+    // edge l % 8's sum over its 8-lane group (7 shuffles for 8 values), two more shuffles sum
+    // the groups; 27 shuffles per 8 edges where a sum per edge and component takes 120.
+    __device__ __forceinline__ void add_unit_grads(float gu[3][TILE_G], unsigned g) const {
+#pragma unroll
+        for (int a = 0; a < 3; ++a) {
+            reduce_scatter_step<4>(gu[a], lane);
+            reduce_scatter_step<2>(gu[a], lane);
+            reduce_scatter_step<1>(gu[a], lane);
+            float x = gu[a][0];
+            x += __shfl_xor_sync(0xffffffffu, x, 8);
+            x += __shfl_xor_sync(0xffffffffu, x, 16);
+            if (lane < TILE_G) unit_sums()[(quarter * TC_E + g + lane) * 3 + a] = x;
+        }
+    }
+    // This warp's share of the tile's dL/d(basis): its 16 edges' dL/dw over its 96 columns
+    // (in sf) times the weights transposed, into partials()[quarter]. The mma's k slots t and
+    // t + 4 of lane (g, t) take columns 2 t and 2 t + 1 of each group of 8.
+    __device__ void basis_grads() const {
+        const unsigned g = lane / 4, t = lane % 4, kr = 8 * ksteps;
+        float d[TC_MAX_KSTEPS][4] = {};
+#pragma unroll 2
+        for (int kk = 0; kk < 12; ++kk) {
+            const unsigned col = (kk / 4) * TILE_F + 32 * quarter + 8 * (kk % 4) + 2 * t;
+            const float* a0 = sf + (16 * half + g) * TC_SF + col;
+            const float2 x = *reinterpret_cast<const float2*>(a0);
+            const float2 y = *reinterpret_cast<const float2*>(a0 + 8 * TC_SF);
+            unsigned ah[4], al[4];
+            split_tf32(x.x, ah[0], al[0]);
+            split_tf32(y.x, ah[1], al[1]);
+            split_tf32(x.y, ah[2], al[2]);
+            split_tf32(y.y, ah[3], al[3]);
+#pragma unroll
+            for (int s = 0; s < TC_MAX_KSTEPS; ++s) {
+                if (s >= ksteps) break;
+                unsigned bh[2], bl[2];
+                split_tf32(sw[col * stride + 8 * s + g], bh[0], bl[0]);
+                split_tf32(sw[(col + 1) * stride + 8 * s + g], bh[1], bl[1]);
+                mma_tf32(d[s], al, bh);
+                mma_tf32(d[s], ah, bl);
+                mma_tf32(d[s], ah, bh);
+            }
+        }
+        float* p = partials() + (quarter * TC_E + 16 * half + g) * kr + 2 * t;
+#pragma unroll
+        for (int s = 0; s < TC_MAX_KSTEPS; ++s) {
+            if (s >= ksteps) break;
+            p[8 * s] = d[s][0];
+            p[8 * s + 1] = d[s][1];
+            p[8 * kr + 8 * s] = d[s][2];
+            p[8 * kr + 8 * s + 1] = d[s][3];
+        }
+    }
+    // The tile's dL/d(basis) rows into gb (stored where this block holds every feature, added
+    // where the features are split over blocks): the quarters' sums, then the unit-vector sums.
+    __device__ void store_basis_grads(float* gb, size_t e0, unsigned cnt) const {
+        const bool alone = gridDim.y == 1;
+        const unsigned kr = 8 * ksteps;
+        float* rows = gb + e0 * bw;
+        for (unsigned k = threadIdx.x; k < cnt * bw; k += TC_THREADS) {
+            const unsigned m = k / bw, r = k % bw;
+            float v;
+            if (r < nb) {
+                const float* p = partials() + m * kr + r;
+                v = p[0] + p[TC_E * kr] + p[2 * TC_E * kr] + p[3 * TC_E * kr];
+            } else {
+                const float* u = unit_sums() + m * 3 + r - nb;
+                v = u[0] + u[TC_E * 3] + u[2 * TC_E * 3] + u[3 * TC_E * 3];
+            }
+            if (alone) rows[k] = v;
+            else atomicAdd(rows + k, v);
+        }
+    }
+};
+
+// The sending atoms' context (φ_j + bias) and vector features of staged edges [g, g + TILE_G),
+// this thread's feature: phi_c = φ + c, vec_c = the state's first vector row + c, nf = N F.
+template <int FC>
+struct TcSenders {
+    float ctx[3][TILE_G], vec[3][TILE_G];
+    __device__ __forceinline__ void load(const TcTile<FC>& t, const float* __restrict__ phi_c,
+                                         const float* __restrict__ vec_c, unsigned nf,
+                                         unsigned g) {
+        const unsigned fk = t.features();
+#pragma unroll
+        for (int k = 0; k < TILE_G; ++k) {
+            const unsigned j = t.sj[g + k];
+            const float* p = phi_c + j * 3 * fk;
+            const float* v = vec_c + j * fk;
+#pragma unroll
+            for (int q = 0; q < 3; ++q) {
+                ctx[q][k] = __ldg(p + q * fk) + t.bias[q];
+                vec[q][k] = __ldg(v + q * nf);
+            }
+        }
+    }
+};
+
+// The far atoms' output gradients of staged edges [g, g + TILE_G), this thread's feature:
+// gs_c = dL/ds + c ([N, F]), gv_c = dL/dv + c ([3N, F], mixing term added), nf = N F.
+template <int FC>
+struct TcOthers {
+    float gs[TILE_G], g[3][TILE_G];
+    __device__ __forceinline__ void load(const TcTile<FC>& t, const float* __restrict__ gs_c,
+                                         const float* __restrict__ gv_c, unsigned nf,
+                                         unsigned g0) {
+        const unsigned fk = t.features();
+#pragma unroll
+        for (int k = 0; k < TILE_G; ++k) {
+            const unsigned i = t.sj[g0 + k];
+            gs[k] = __ldg(gs_c + i * fk);
+#pragma unroll
+            for (int a = 0; a < 3; ++a) g[a][k] = __ldg(gv_c + i * fk + a * nf);
+        }
+    }
+};
+
+// tile_fwd (same arguments and output) with the filters from tensor cores; blocks of
+// TC_THREADS threads, tiles of TC_E edges.
+template <int FC>
+__device__ void tc_fwd(const float* __restrict__ phi, const float* __restrict__ pb,
+                       const float* __restrict__ wt, const float* __restrict__ basis,
+                       const float* __restrict__ sv, const unsigned* __restrict__ ci,
+                       const unsigned* __restrict__ nj, float* __restrict__ out, size_t n_edges,
+                       size_t f, size_t n, size_t n_rbf) {
+    TcTile<FC> t(wt, pb, n_rbf + 1, n_rbf + 4, f);
+    const unsigned nf = n * t.features(), first = 16 * t.half;
+    const float *phi_c = phi + t.c, *vec_c = sv + nf + t.c;
+    Run<float> run;
+    auto unit = [&](size_t m, int a) { return t.unit(m, a); };
+    const size_t step = gridDim.x * (size_t)TC_E;
+    size_t e0 = blockIdx.x * (size_t)TC_E;
+    TcStage st;
+    if (e0 < n_edges) t.load_edges(st, basis, ci, nj, e0, n_edges);
+    for (; e0 < n_edges; e0 += step) {
+        const unsigned cnt = min((size_t)TC_E, n_edges - e0);
+        __syncthreads();  // the previous tile is done with the staged edges
+        t.store_edges(st);
+        __syncthreads();
+        if (e0 + step < n_edges) t.load_edges(st, basis, ci, nj, e0 + step, n_edges);
+        t.form_filters();
+        __syncwarp();
+        if (!t.active) continue;
+        for (unsigned g = first; g < first + 16 && g < cnt; g += TILE_G) {
+            TcSenders<FC> from;
+            from.load(t, phi_c, vec_c, nf, g);
+            auto filter = [&](int k, int p) { return *t.slot(g + k, p); };
+            add_messages(from, t.si, g, cnt, filter, unit, out, n, f, t.c, run);
+        }
+    }
+    if (t.active) run.flush(out, n, f, t.c);
+}
+
+// tile_sym_adj (same inputs) with the filters from tensor cores and dL/d(basis) summed here:
+// each thread overwrites its filters of a tile in shared memory with its dL/dw, and the second
+// product gives the tile's dL/d(basis) rows. out = [g_v (3NF) | g_phi (3NF) | g_basis
+// (E (R + 4))], zeroed.
+template <int FC>
+__device__ void tc_sym_adj(const float* __restrict__ phi, const float* __restrict__ pb,
+                           const float* __restrict__ wt, const float* __restrict__ basis,
+                           const float* __restrict__ sv, const float* __restrict__ gm,
+                           const float* __restrict__ gve, const unsigned* __restrict__ ci,
+                           const unsigned* __restrict__ nj, float* __restrict__ out,
+                           size_t n_edges, size_t f, size_t n, size_t n_rbf) {
+    TcTile<FC> t(wt, pb, n_rbf + 1, n_rbf + 4, f);
+    const unsigned fk = t.features(), nf = n * fk, first = 16 * t.half;
+    float *gphi = out + 3 * (size_t)nf, *gb = out + 6 * (size_t)nf;
+    const float *gs_c = gm + t.c, *gv_c = gve + t.c;
+    // The run's atom j: its context and vectors, and its gradients' sums.
+    unsigned cur = NO_ATOM;
+    float ctx[3] = {0, 0, 0}, vec[3] = {0, 0, 0}, sum_phi[3] = {0, 0, 0}, sum_v[3] = {0, 0, 0};
+    const size_t step = gridDim.x * (size_t)TC_E;
+    size_t e0 = blockIdx.x * (size_t)TC_E;
+    TcStage st;
+    if (e0 < n_edges) t.load_edges(st, basis, ci, nj, e0, n_edges);
+    for (; e0 < n_edges; e0 += step) {
+        const unsigned cnt = min((size_t)TC_E, n_edges - e0);
+        __syncthreads();  // the previous tile's sums are stored
+        t.store_edges(st);
+        __syncthreads();
+        if (e0 + step < n_edges) t.load_edges(st, basis, ci, nj, e0 + step, n_edges);
+        t.form_filters();
+        __syncwarp();
+        for (unsigned g = first; g < first + 16 && g < cnt; g += TILE_G) {
+            TcOthers<FC> far;
+            if (t.active) far.load(t, gs_c, gv_c, nf, g);
+            float gu[3][TILE_G] = {};  // the unit-vector gradients' terms of this feature
+#pragma unroll
+            for (int k = 0; k < TILE_G; ++k) {
+                const unsigned m = g + k;
+                if (m >= cnt) break;
+                if (t.active) {
+                    const unsigned j = t.si[m];
+                    if (j != cur) {
+                        flush_own(gphi, out, n, f, cur, t.c, sum_phi, sum_v);
+                        cur = j;
+#pragma unroll
+                        for (int p = 0; p < 3; ++p) {
+                            ctx[p] = phi[j * 3 * fk + p * fk + t.c] + t.bias[p];
+                            vec[p] = sv[(1 + p) * nf + j * fk + t.c];
+                        }
+                    }
+                    float *ws = t.slot(m, 0), *wd = t.slot(m, 1), *wv = t.slot(m, 2);
+                    float gxd = 0, gxv = 0;  // with the reverse edge's unit vector, -u
+#pragma unroll
+                    for (int a = 0; a < 3; ++a) {
+                        gxd -= far.g[a][k] * t.unit(m, a);
+                        gxv += far.g[a][k] * vec[a];
+                    }
+                    sum_phi[0] += far.gs[k] * *ws;
+                    sum_phi[1] += gxd * *wd;
+                    sum_phi[2] += gxv * *wv;
+                    const float xv = ctx[2] * *wv, xd = ctx[1] * *wd;
+#pragma unroll
+                    for (int a = 0; a < 3; ++a) {
+                        sum_v[a] += far.g[a][k] * xv;
+                        gu[a][k] = -far.g[a][k] * xd;
+                    }
+                    *ws = far.gs[k] * ctx[0];  // the filter's slot now holds dL/dw
+                    *wd = gxd * ctx[1];
+                    *wv = gxv * ctx[2];
+                }
+            }
+            t.add_unit_grads(gu, g);
+        }
+        __syncwarp();
+        t.basis_grads();
+        __syncthreads();
+        t.store_basis_grads(gb, e0, cnt);
+    }
+    if (t.active) flush_own(gphi, out, n, f, cur, t.c, sum_phi, sum_v);
+}
+
+extern "C" __global__ void __launch_bounds__(TC_THREADS, 2) interaction_tile_fwd_f32(
+    const float* phi, const float* pb, const float* w, const float* basis, const float* sv,
+    const unsigned int* ci, const unsigned int* nj, float* out, size_t n_edges, size_t f,
+    size_t n, size_t n_rbf) {
+    if (f == TILE_F) tc_fwd<TILE_F>(phi, pb, w, basis, sv, ci, nj, out, n_edges, f, n, n_rbf);
+    else tc_fwd<0>(phi, pb, w, basis, sv, ci, nj, out, n_edges, f, n, n_rbf);
+}
+
+extern "C" __global__ void __launch_bounds__(TC_THREADS, 2) interaction_tile_sym_adj_f32(
+    const float* phi, const float* pb, const float* w, const float* basis, const float* sv,
+    const float* gm, const float* gve, const unsigned int* ci, const unsigned int* nj,
+    float* out, size_t n_edges, size_t f, size_t n, size_t n_rbf, size_t /* cpw: unused */) {
+    if (f == TILE_F)
+        tc_sym_adj<TILE_F>(phi, pb, w, basis, sv, gm, gve, ci, nj, out, n_edges, f, n, n_rbf);
+    else tc_sym_adj<0>(phi, pb, w, basis, sv, gm, gve, ci, nj, out, n_edges, f, n, n_rbf);
+}
