@@ -315,8 +315,8 @@ fn cuda_fused_message_matches_cpu() {
 /// take the tiled interaction kernels (from 8,192 edges): F = 128 (one feature chunk), F = 40
 /// (threads past F idle) and F = 160 (a second, partial chunk of 128 features); the first with
 /// its edges sorted by receiving atom as neighbour lists are, the others in random order; and
-/// a symmetric list (every edge with its reverse, sorted), whose adjoint sums each atom's
-/// sending gradients over its own run of edges.
+/// symmetric lists (every edge with its reverse, sorted) at F = 128, 40 and 160, whose adjoint
+/// sums each atom's sending gradients over its own run of edges (in f32 on tensor cores).
 #[test]
 fn cuda_fused_kernels_match_cpu() {
     use common::fused::{fused_outputs, inputs, Shape, SHAPES};
@@ -357,6 +357,11 @@ fn cuda_fused_kernels_match_cpu() {
         // The F = 128 shapes in neighbour-list order, the others in random order.
         cases.push(inputs(large, dtype, 310).sorted_by_receiver());
         cases.push(inputs(half, dtype, 311).symmetric());
+        // Symmetric lists of the other widths: in f32 the tensor-core adjoint with F not a
+        // compile-time 128, with threads past F (40) and with two feature chunks adding into
+        // dL/d(basis) (160).
+        cases.push(inputs(odd, dtype, 312).symmetric());
+        cases.push(inputs(wide, dtype, 313).symmetric());
         for x in &cases {
             let cpu = fused_outputs(x, &Device::Cpu).unwrap();
             let cuda = fused_outputs(x, &gpu).unwrap();
