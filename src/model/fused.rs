@@ -7,13 +7,12 @@
 //! instead of ~1,000. Below [`FILTER_ROWS_FROM_EDGES`] edges no [E, F]-sized tensor exists at
 //! all (the filter is formed inside the interaction kernels); from there on each block's filter
 //! rows W(r) [E, 3F] are one cuBLAS product, kept for the adjoint up to
-//! [`FILTER_ROWS_KEEP_BYTES`] for all blocks together and made again beyond; on CUDA from
-//! [`FILTER_ROWS_UNTIL_EDGES`] (f64; f32 from the first tiled size on) the filter is formed in
-//! the tiled kernels again: in f32 on tensor cores, their adjoint summing dL/d(basis) itself;
-//! else on CUDA cores, their adjoint leaving dL/dw as rows for one product per block. Forces
-//! only: the
-//! weights are read once (`FusedPainn::new`), so this path is for inference; training
-//! differentiates the graph of `Painn::atom_energies`.
+//! [`FILTER_ROWS_KEEP_BYTES`] for all blocks together and made again beyond. On CUDA the
+//! filter is formed in the tiled kernels again: in f32 at every size they take (no rows at
+//! all), on tensor cores, their adjoint summing dL/d(basis) itself; in f64 from
+//! [`FILTER_ROWS_UNTIL_EDGES`], on CUDA cores, their adjoint leaving dL/dw as rows for one
+//! product per block. Forces only: the weights are read once (`FusedPainn::new`), so this path
+//! is for inference; training differentiates the graph of `Painn::atom_energies`.
 //!
 //! State tensors are component-major [4N, F] (s, then v_x, v_y, v_z), so that s and v are
 //! contiguous row ranges that cuBLAS takes without copies.
@@ -165,8 +164,9 @@ pub const FILTER_ROWS_FROM_EDGES: usize = 8192;
 /// 9.06-9.10 against 10.84-10.85, before the symmetric adjoint); 100,000 itself not measured.
 /// In f32 the tiled kernels form their filters on tensor cores and beat the rows at every size
 /// measured (64 aspirins 0.71 against 0.81 ms, water-1000 0.97-0.98 against 1.38, replayed):
-/// there the rows are not made at all (the tiles run from [`crate::ops::TILE_TC_FROM_EDGES`]). `MLFF_FILTER_ROWS_UNTIL_EDGES` sets
-/// the edge count for every precision. The CPU keeps the rows at any size.
+/// there the rows are not made at all (the tiles run from [`crate::ops::TILE_TC_FROM_EDGES`]).
+/// `MLFF_FILTER_ROWS_UNTIL_EDGES` sets the edge count for every precision. The CPU keeps the
+/// rows at any size.
 pub const FILTER_ROWS_UNTIL_EDGES: usize = 100_000;
 
 /// Largest filter-rows buffer made (bytes); beyond it the kernels form the filter themselves,

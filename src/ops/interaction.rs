@@ -2,8 +2,9 @@
 //! multiplied with the neighbour's context φ_j and direction or vector features and summed onto
 //! the receiving atom (kernels/interaction.cu). The filter is either formed inside the kernel
 //! from the edge basis ([`EdgeFilter::Weights`]: no [E, 3F] tensor; on CUDA from
-//! [`TILE_FROM_EDGES`](crate::ops::TILE_FROM_EDGES) edges the tiled kernels of
-//! `interaction_tile`, whose adjoint leaves dL/dw as rows) or read from rows a matrix product
+//! [`TILE_TC_FROM_EDGES`](crate::ops::TILE_TC_FROM_EDGES) edges in f32 the tiled kernels of
+//! `interaction_tile` on tensor cores, from [`TILE_FROM_EDGES`](crate::ops::TILE_FROM_EDGES)
+//! in f64 on CUDA cores, whose adjoint leaves dL/dw as rows) or read from rows a matrix product
 //! made ([`EdgeFilter::Rows`]: fewer instructions per edge). State tensors are component-major
 //! [4N, F]: s, then v_x, v_y, v_z.
 
@@ -290,8 +291,8 @@ pub struct InteractionInputs<'a> {
     pub centers: &'a Tensor,
     pub neighbors: &'a Tensor,
     /// Every edge i <- j with offset o has its reverse j <- i with offset -o in the list (as
-    /// neighbour lists hold them). From [`TILE_FROM_EDGES`](crate::ops::TILE_FROM_EDGES) edges
-    /// the adjoint then sums each atom's sending gradients over its own run of edges instead
+    /// neighbour lists hold them). Where the tiled kernels run (`interaction_tile`), the
+    /// adjoint then sums each atom's sending gradients over its own run of edges instead
     /// of adding them edge by edge (`interaction_tile`), which leaves dL/d(basis) spread
     /// differently over each edge and its reverse (the same position gradients).
     pub symmetric_edges: bool,
@@ -380,8 +381,10 @@ pub struct InteractionGrads {
     /// unit-vector columns, the rest being `filter_rows` · Wtᵀ.
     pub basis: Tensor,
     /// dL/d(filter rows) [E, 3F]: for [`EdgeFilter::Rows`], and for [`EdgeFilter::Weights`]
-    /// on CUDA from [`TILE_FROM_EDGES`](crate::ops::TILE_FROM_EDGES) edges (the tiled
-    /// adjoint) up to [`TILE_GRAD_ROWS_MAX_BYTES`](crate::ops::TILE_GRAD_ROWS_MAX_BYTES).
+    /// where the tiled adjoint runs on CUDA cores (f64, or a list not said symmetric; on CUDA
+    /// from [`TILE_FROM_EDGES`](crate::ops::TILE_FROM_EDGES) edges up to
+    /// [`TILE_GRAD_ROWS_MAX_BYTES`](crate::ops::TILE_GRAD_ROWS_MAX_BYTES)); the tensor-core
+    /// adjoint sums dL/d(basis) itself.
     pub filter_rows: Option<Tensor>,
 }
 
