@@ -414,8 +414,8 @@ __device__ void tile_sym_adj(const T* __restrict__ phi, const T* __restrict__ pb
 
 #include "interaction_tc.cuh"
 
-// The CUDA-core forward: interaction_tile_fwd_f64 and, for measurements, interaction_tile_cc_fwd
-// in both types (src/ops/interaction_tile.rs); interaction_tile_fwd_f32 is tc_fwd.
+// The CUDA-core forward, interaction_tile_cc_fwd: f64, and f32 where the tensor-core kernels
+// do not run (src/ops/interaction_tile.rs); interaction_tile_fwd_f32 is tc_fwd.
 #define TILE_FWD(NAME, T)                                                                    \
     extern "C" __global__ void __launch_bounds__(TILE_F) NAME(                               \
         const T* phi, const T* pb, const T* w, const T* basis, const T* sv,                  \
@@ -423,11 +423,10 @@ __device__ void tile_sym_adj(const T* __restrict__ phi, const T* __restrict__ pb
         size_t n, size_t n_rbf) {                                                            \
         tile_fwd(phi, pb, w, basis, sv, ci, nj, out, n_edges, f, n, n_rbf);                  \
     }
-TILE_FWD(interaction_tile_fwd_f64, double)
 TILE_FWD(interaction_tile_cc_fwd_f64, double)
 TILE_FWD(interaction_tile_cc_fwd_f32, float)
-// The CUDA-core symmetric adjoint (dL/dw as rows): interaction_tile_sym_adj_f64 and, for
-// measurements, interaction_tile_cc_sym_adj in both types.
+// The CUDA-core symmetric adjoint (dL/dw as rows), interaction_tile_cc_sym_adj: f64, and f32
+// where the tensor-core kernels do not run; interaction_tile_sym_adj_f32 is tc_sym_adj.
 #define TILE_SYM_ADJ(NAME, T)                                                                \
     extern "C" __global__ void __launch_bounds__(TILE_F) NAME(                               \
         const T* phi, const T* pb, const T* w, const T* basis, const T* sv, const T* gm,     \
@@ -436,7 +435,6 @@ TILE_FWD(interaction_tile_cc_fwd_f32, float)
         tile_sym_adj(phi, pb, w, basis, sv, gm, gve, ci, nj, out, n_edges, f, n, n_rbf,       \
                      cpw);                                                                   \
     }
-TILE_SYM_ADJ(interaction_tile_sym_adj_f64, double)
 TILE_SYM_ADJ(interaction_tile_cc_sym_adj_f64, double)
 TILE_SYM_ADJ(interaction_tile_cc_sym_adj_f32, float)
 

@@ -218,7 +218,7 @@ impl Kernel for TileForward {
 }
 
 /// Edges per tile, threads per block and the staged filters' row stride of the tensor-core
-/// forward (TC_E, TC_THREADS, TC_SF in kernels/interaction_tile.cu).
+/// kernels (TC_E, TC_THREADS, TC_SF in kernels/interaction_tc.cuh).
 #[cfg(feature = "cuda")]
 const TC_E: usize = 32;
 #[cfg(feature = "cuda")]
@@ -226,11 +226,17 @@ const TC_THREADS: usize = 256;
 #[cfg(feature = "cuda")]
 const TC_SF: usize = 3 * TILE_F + 8;
 
-/// The tensor-core forward's row stride of the staged basis and weights (`tc_stride`): the
-/// basis width and the mma's k rows at least, rounded to an odd multiple of 8.
+/// The basis rows the tensor-core products take: R + 1 rounded up to the mma's k steps of 8.
+#[cfg(feature = "cuda")]
+fn tc_k_rows(n_rbf: usize) -> usize {
+    (n_rbf + 1).div_ceil(8) * 8
+}
+
+/// The tensor-core kernels' row stride of the staged basis and weights (`tc_stride`): the
+/// basis width and [`tc_k_rows`] at least, rounded to an odd multiple of 8.
 #[cfg(feature = "cuda")]
 fn tc_stride(n_rbf: usize) -> usize {
-    let rows = basis_width(n_rbf).max((n_rbf + 1).div_ceil(8) * 8);
+    let rows = basis_width(n_rbf).max(tc_k_rows(n_rbf));
     let s = rows.div_ceil(8) * 8;
     if (s / 8) % 2 == 1 {
         s
@@ -299,9 +305,8 @@ impl<const SYMMETRIC: bool> Kernel for TileAdjoint<SYMMETRIC> {
             false => {
                 // The quarters' unit-vector sums [4, TC_E, 3] and partial dL/d(basis)
                 // [4, TC_E, k rows] after the forward's layout.
-                let k_rows = (self.z.n_rbf + 1).div_ceil(8) * 8;
                 let mut cfg = tensor_core_config(&self.z);
-                cfg.shared_mem_bytes += (4 * 4 * TC_E * (3 + k_rows)) as u32;
+                cfg.shared_mem_bytes += (4 * 4 * TC_E * (3 + tc_k_rows(self.z.n_rbf))) as u32;
                 cfg
             }
         }
