@@ -316,7 +316,10 @@ fn cuda_fused_message_matches_cpu() {
 /// (threads past F idle) and F = 160 (a second, partial chunk of 128 features); the first with
 /// its edges sorted by receiving atom as neighbour lists are, the others in random order; and
 /// symmetric lists (every edge with its reverse, sorted) at F = 128, 40 and 160, whose adjoint
-/// sums each atom's sending gradients over its own run of edges (in f32 on tensor cores).
+/// sums each atom's sending gradients over its own run of edges (in f32 on tensor cores). In
+/// f32 the forward also runs as receiver sums (`ops::interaction_receiver_sums`) on every
+/// shape, with a sparse sorted list (a quarter of the atoms receive nothing); a list with 25
+/// basis rows takes the tensor-core tiles' forward, which the sums do not cover.
 #[test]
 fn cuda_fused_kernels_match_cpu() {
     use common::fused::{fused_outputs, inputs, Shape, SHAPES};
@@ -339,6 +342,18 @@ fn cuda_fused_kernels_match_cpu() {
         f: 160,
         r: 6,
     };
+    let sparse = Shape {
+        n: 6_000,
+        e: 8_000,
+        f: 128,
+        r: 20,
+    };
+    let deep = Shape {
+        n: 1_000,
+        e: 12_000,
+        f: 128,
+        r: 24,
+    };
     // Every edge with its reverse: the adjoint that sums each atom's sending gradients over its
     // own run of edges (`symmetric_edges`), 60,000 edges.
     let half = Shape {
@@ -356,6 +371,11 @@ fn cuda_fused_kernels_match_cpu() {
             .collect();
         // The F = 128 shapes in neighbour-list order, the others in random order.
         cases.push(inputs(large, dtype, 310).sorted_by_receiver());
+        // Sorted, with runs of 0-8 edges: a quarter of the atoms receive none (the receiver
+        // sums' empty and partial runs); 25 basis rows, more than the receiver sums take (in
+        // f32 the tensor-core tiles' forward).
+        cases.push(inputs(sparse, dtype, 314).sorted_by_receiver());
+        cases.push(inputs(deep, dtype, 315).sorted_by_receiver());
         cases.push(inputs(half, dtype, 311).symmetric());
         // Symmetric lists of the other widths: in f32 the tensor-core adjoint with F not a
         // compile-time 128, with threads past F (40) and with two feature chunks adding into

@@ -9,7 +9,7 @@
 //! [4N, F]: s, then v_x, v_y, v_z.
 
 use super::edge_basis::basis_width;
-use super::interaction_tile::{symmetric, tiled, TileAdjoint, TileForward};
+use super::interaction_tile::{receiver_sums_on, symmetric, tiled, TileAdjoint, TileForward};
 use super::kernel::{check_edges, launch, Init, Kernel, Real};
 
 use candle_core::{bail, Result, Tensor};
@@ -360,7 +360,7 @@ pub fn interaction(x: &InteractionInputs) -> Result<Tensor> {
     let (idx, shape) = ([x.centers, x.neighbors], x.state.shape());
     match x.filter {
         EdgeFilter::Weights(_) if tiled(&z, x, false) => launch(
-            TileForward::new(z, x.state.dtype()),
+            TileForward::new(z, x.state.dtype(), receiver_sums_on()),
             &inputs,
             &idx,
             shape,
@@ -368,6 +368,26 @@ pub fn interaction(x: &InteractionInputs) -> Result<Tensor> {
         ),
         EdgeFilter::Weights(_) => launch(Forward::<false>(z), &inputs, &idx, shape, Init::Copy(4)),
         EdgeFilter::Rows(_) => launch(Forward::<true>(z), &inputs, &idx, shape, Init::Copy(4)),
+    }
+}
+
+/// [`interaction`] as sums per receiving atom on tensor cores (kernels/interaction_sums.cuh)
+/// wherever that kernel can run (CUDA, f32, R + 1 <= 24, 32-bit offsets), at any edge count
+/// and whatever `MLFF_INTERACTION_SUMS` says (the model takes it only with that set: it is
+/// slower than the tiles on an H100); elsewhere the same as [`interaction`]. Any edge order.
+pub fn interaction_receiver_sums(x: &InteractionInputs) -> Result<Tensor> {
+    let z = x.sizes()?;
+    let kernel = TileForward::new(z, x.state.dtype(), true);
+    match (
+        x.filter,
+        x.state.device().is_cuda() && kernel.receiver_sums(),
+    ) {
+        (EdgeFilter::Weights(_), true) => {
+            let inputs = [x.phi, x.phi_bias, x.filter_tensor(), x.basis, x.state];
+            let idx = [x.centers, x.neighbors];
+            launch(kernel, &inputs, &idx, x.state.shape(), Init::Copy(4))
+        }
+        _ => interaction(x),
     }
 }
 

@@ -130,6 +130,26 @@ enum FilterArithmetic {
     /// A tile's filters as one product on tensor cores in split TF32 (`tc_fwd`, `tc_sym_adj`;
     /// kernels/interaction_tc.cuh), f32.
     TensorCores,
+    /// Forward only, f32, R + 1 <= [`SUMS_MAX_BASIS_ROWS`]: no filters at all. An atom's
+    /// messages are products over its run of edges, basis × sender features, on tensor cores,
+    /// with the weights applied once per atom (`interaction_sums_fwd`,
+    /// kernels/interaction_sums.cuh). Any edge order is right; it is built for runs of one
+    /// receiver (lists sorted by receiver, as neighbour lists are), in steps of 8 edges.
+    /// Slower than the tiles on an H100, so opt-in (`receiver_sums_on`).
+    ReceiverSums,
+}
+
+/// Largest basis (R + 1 rows with the cutoff) the receiver-sums forward takes (three k tiles
+/// of 8 in kernels/interaction_sums.cuh).
+const SUMS_MAX_BASIS_ROWS: usize = 24;
+
+/// Whether the model's forward sums per receiving atom on tensor cores
+/// ([`FilterArithmetic::ReceiverSums`]) where the tensor-core tiles would run: only with
+/// `MLFF_INTERACTION_SUMS=1`. Off by default: on an H100 it was slower than the tiles
+/// (BENCHMARKS.md); [`super::interaction_receiver_sums`] runs it whatever this says.
+pub(super) fn receiver_sums_on() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| crate::device::env_usize("MLFF_INTERACTION_SUMS", 0) != 0)
 }
 
 /// Whether the tiled kernels form their filters on tensor cores for `dtype` (f32, unless
@@ -158,11 +178,20 @@ pub(super) struct TileForward {
 }
 
 impl TileForward {
-    pub(super) fn new(z: Sizes, dtype: DType) -> Self {
-        Self {
-            z,
-            filters: FilterArithmetic::of(&z, dtype),
-        }
+    /// `sums`: as receiver sums where they can run (else the tiles).
+    pub(super) fn new(z: Sizes, dtype: DType, sums: bool) -> Self {
+        let filters = match FilterArithmetic::of(&z, dtype) {
+            FilterArithmetic::TensorCores if sums && z.n_rbf < SUMS_MAX_BASIS_ROWS => {
+                FilterArithmetic::ReceiverSums
+            }
+            other => other,
+        };
+        Self { z, filters }
+    }
+
+    /// Whether this launch sums per receiving atom.
+    pub(super) fn receiver_sums(&self) -> bool {
+        self.filters == FilterArithmetic::ReceiverSums
     }
 }
 /// SYMMETRIC: the adjoint for lists holding every edge's reverse (`tile_sym_adj`), whose CPU
@@ -194,6 +223,7 @@ impl Kernel for TileForward {
         match self.filters {
             FilterArithmetic::CudaCores => "interaction_tile_cc_fwd",
             FilterArithmetic::TensorCores => Self::NAME,
+            FilterArithmetic::ReceiverSums => "interaction_sums_fwd",
         }
     }
     fn work(&self) -> usize {
@@ -213,6 +243,7 @@ impl Kernel for TileForward {
         match self.filters {
             FilterArithmetic::CudaCores => tile_config(&self.z, elem_bytes, false),
             FilterArithmetic::TensorCores => tensor_core_config(&self.z),
+            FilterArithmetic::ReceiverSums => receiver_sums_config(&self.z),
         }
     }
 }
@@ -259,6 +290,34 @@ fn tensor_core_config(z: &Sizes) -> candle_core::cuda_backend::cudarc::driver::L
         ),
         block_dim: (TC_THREADS as u32, 1, 1),
         shared_mem_bytes: (reals * 4 + 2 * TC_E * 4) as u32,
+    }
+}
+
+/// Threads per block of the receiver-sums forward (RS_THREADS: 8 warps of 16 features).
+#[cfg(feature = "cuda")]
+const SUMS_THREADS: usize = 256;
+
+/// Row stride of its staged weights, one row per basis row (RS_WS).
+#[cfg(feature = "cuda")]
+const SUMS_WEIGHT_STRIDE: usize = 3 * TILE_F + 4;
+
+/// Most blocks of the receiver-sums forward, each taking an equal range of edges (one block
+/// fits a multiprocessor: 213 registers a thread), as [`TILE_MAX_BLOCKS`].
+#[cfg(feature = "cuda")]
+const SUMS_MAX_BLOCKS: usize = 528;
+
+/// The receiver-sums forward's launch: (edge ranges of 32 edges at least, feature chunks of
+/// 128) blocks of [`SUMS_THREADS`] threads, the chunk's weights in shared memory.
+#[cfg(feature = "cuda")]
+fn receiver_sums_config(z: &Sizes) -> candle_core::cuda_backend::cudarc::driver::LaunchConfig {
+    candle_core::cuda_backend::cudarc::driver::LaunchConfig {
+        grid_dim: (
+            z.n_edges.div_ceil(32).clamp(1, SUMS_MAX_BLOCKS) as u32,
+            z.hidden.div_ceil(TILE_F) as u32,
+            1,
+        ),
+        block_dim: (SUMS_THREADS as u32, 1, 1),
+        shared_mem_bytes: (tc_k_rows(z.n_rbf) * SUMS_WEIGHT_STRIDE * 4) as u32,
     }
 }
 

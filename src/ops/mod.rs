@@ -39,7 +39,8 @@ pub use edge_basis::{basis_width, edge_basis, edge_basis_adjoint};
 pub use gather::{gather, Gather};
 pub use integrator::{md_advance, md_displacement2, md_kick, LangevinNoise};
 pub use interaction::{
-    interaction, interaction_adjoint, EdgeFilter, InteractionGrads, InteractionInputs,
+    interaction, interaction_adjoint, interaction_receiver_sums, EdgeFilter, InteractionGrads,
+    InteractionInputs,
 };
 pub use interaction_tile::{
     tiles_on_tensor_cores, TILE_FROM_EDGES, TILE_GRAD_ROWS_MAX_BYTES, TILE_TC_FROM_EDGES,

@@ -191,6 +191,8 @@ pub fn fused_outputs(x: &Inputs, dev: &Device) -> Result<Vec<(&'static str, Tens
         symmetric_edges: x.symmetric,
     };
     let messaged = ops::interaction(&inter)?;
+    // On CUDA in f32 the receiver-sums forward (which the model takes only when asked).
+    let summed = ops::interaction_receiver_sums(&inter)?;
     let grads = ops::interaction_adjoint(&inter, &d(&x.g_state)?, &d(&x.g_rows)?)?;
     // The same with precomputed filter rows: basis · [weights; 0] (the unit-vector columns
     // of the basis have zero weights), and dL/d(basis) completed from dL/d(rows).
@@ -246,6 +248,7 @@ pub fn fused_outputs(x: &Inputs, dev: &Device) -> Result<Vec<(&'static str, Tens
         ("edge basis", basis),
         ("edge basis adjoint", g_pos),
         ("interaction", messaged),
+        ("interaction, receiver sums", summed),
         ("interaction adjoint v", grads.v),
         ("interaction adjoint phi", grads.phi),
         ("interaction adjoint basis", g_basis),
@@ -358,6 +361,7 @@ pub fn reference_outputs(x: &Inputs) -> Result<Vec<(&'static str, Tensor)>> {
         Tensor::cat(&rows, 0)?
     };
     out.push(("interaction", messaged.clone()));
+    out.push(("interaction, receiver sums", messaged.clone()));
     let g_total = Tensor::cat(
         &[
             &x.g_state.narrow(0, 0, n)?,
