@@ -20,7 +20,7 @@ pub struct Prediction {
 }
 
 impl Prediction {
-    /// Copies energies [S] and forces [N, 3] (any float dtype) off the device, the forces
+    /// Copies energies \[S\] and forces [N, 3] (any float dtype) off the device, the forces
     /// split by structure as `batch` holds its atoms.
     pub fn from_device(batch: &Batch, energies: &Tensor, forces: &Tensor) -> Result<Self> {
         let energies = energies.to_dtype(DType::F64)?.to_vec1::<f64>()?;
@@ -61,7 +61,7 @@ pub struct PainnCalculator {
     dtype: DType,
 }
 
-/// Device-side energies [B] and forces [N, 3] of one call.
+/// Device-side energies \[B\] and forces [N, 3] of one call.
 pub struct DeviceOutput {
     pub energies: Tensor,
     pub forces: Tensor,
@@ -184,7 +184,7 @@ impl PainnCalculator {
     }
 }
 
-/// Per-atom energies [N] and forces [N, 3] of prepared inputs, marking the forward and
+/// Per-atom energies \[N\] and forces [N, 3] of prepared inputs, marking the forward and
 /// backward phases on `clock`: with `EdgeOps::Fused` the fused kernels and their explicit
 /// adjoint, otherwise candle's backprop through the model's graph.
 pub fn atom_energies_and_forces(

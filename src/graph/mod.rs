@@ -165,8 +165,8 @@ pub(crate) fn launch(graph: &Graph) -> Result<()> {
 }
 
 impl ForceGraph {
-    /// Captures `calc`'s energy+forces for atoms of model species `species` ([N] u32),
-    /// structure index `atom_structure` ([N] u32, `structures` of them), at `positions`
+    /// Captures `calc`'s energy+forces for atoms of model species `species` (\[N\] u32),
+    /// structure index `atom_structure` (\[N\] u32, `structures` of them), at `positions`
     /// ([N, 3] f64) with `edges`.
     pub fn capture(
         calc: &PainnCalculator,
@@ -248,7 +248,7 @@ impl ForceGraph {
         Ok(())
     }
 
-    /// Replaces the atoms' species and structure index ([N] u32 each, as captured): another
+    /// Replaces the atoms' species and structure index (\[N\] u32 each, as captured): another
     /// batch of the same shape.
     pub fn set_atoms(&self, species: &Tensor, atom_structure: &Tensor) -> Result<()> {
         for (what, t) in [("species", species), ("structure index", atom_structure)] {
@@ -283,7 +283,7 @@ impl ForceGraph {
     }
 
     /// Energy+forces at `positions` ([N, 3], any float dtype, on the graph's device): the
-    /// graph replayed, and its outputs copied, as (energies [S], forces [N, 3]), f64.
+    /// graph replayed, and its outputs copied, as (energies \[S\], forces [N, 3]), f64.
     pub fn replay(&self, positions: &Tensor) -> Result<(Tensor, Tensor)> {
         self.launch(positions)?;
         Ok((self.energies.as_tensor().copy()?, self.forces.copy()?))
@@ -322,7 +322,7 @@ impl ForceGraph {
         .step()
     }
 
-    /// Energy per structure [S], f64, of the last launch (overwritten by the next).
+    /// Energy per structure \[S\], f64, of the last launch (overwritten by the next).
     pub fn energies(&self) -> &Tensor {
         self.energies.as_tensor()
     }

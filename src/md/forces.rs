@@ -93,7 +93,7 @@ pub trait ForceProvider {
     }
 }
 
-/// Σ and max over atoms of |x − reference|², as a [2] tensor (one host read for both: max()
+/// Σ and max over atoms of |x − reference|², as a \[2\] tensor (one host read for both: max()
 /// may skip NaN on the GPU; the sum carries it).
 pub fn displacement2(positions: &Tensor, reference: &Tensor) -> Result<Tensor> {
     Ok(crate::ops::md_displacement2(positions, reference)?)

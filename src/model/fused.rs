@@ -406,7 +406,7 @@ impl FusedPainn {
         })
     }
 
-    /// Per-atom energies [N] and forces [N, 3] as the atom-split kernel launched by `plan`.
+    /// Per-atom energies \[N\] and forces [N, 3] as the atom-split kernel launched by `plan`.
     pub fn atom_split(&self, plan: &AtomSplitPlan, x: &PainnInputs) -> Result<(Tensor, Tensor)> {
         atom_split(
             plan,
@@ -451,7 +451,7 @@ impl FusedPainn {
         Ok(self.one_kernel_plan(x)?.is_some())
     }
 
-    /// Per-atom energies [N] and forces [N, 3]: one kernel for small systems on CUDA
+    /// Per-atom energies \[N\] and forces [N, 3]: one kernel for small systems on CUDA
     /// ([`with_one_kernel_up_to`](Self::with_one_kernel_up_to)), else the separate kernels
     /// ([`separate_kernels`](Self::separate_kernels)).
     pub fn energies_and_forces(&self, x: &PainnInputs) -> Result<(Tensor, Tensor)> {
@@ -461,7 +461,7 @@ impl FusedPainn {
         }
     }
 
-    /// Per-atom energies [N] and forces [N, 3] in one launch where a one-kernel path takes
+    /// Per-atom energies \[N\] and forces [N, 3] in one launch where a one-kernel path takes
     /// `x`: the atom-split kernel ([`with_atom_split`](Self::with_atom_split)),
     /// else the feature-split one ([`with_one_kernel_up_to`](Self::with_one_kernel_up_to)).
     pub fn one_launch(&self, x: &PainnInputs) -> Result<Option<(Tensor, Tensor)>> {
@@ -474,7 +474,7 @@ impl FusedPainn {
         }
     }
 
-    /// Per-atom energies [N] and forces [N, 3] as one kernel launched by `plan`.
+    /// Per-atom energies \[N\] and forces [N, 3] as one kernel launched by `plan`.
     pub fn one_kernel(&self, plan: &SmallSystemPlan, x: &PainnInputs) -> Result<(Tensor, Tensor)> {
         small_system(
             plan,
@@ -487,7 +487,7 @@ impl FusedPainn {
         )
     }
 
-    /// Per-atom energies [N] and forces [N, 3] by [`forward`](Self::forward) and its adjoint,
+    /// Per-atom energies \[N\] and forces [N, 3] by [`forward`](Self::forward) and its adjoint,
     /// ~75 kernels: what CUDA graphs capture, as their replay beats the one kernel.
     pub fn separate_kernels(&self, x: &PainnInputs) -> Result<(Tensor, Tensor)> {
         let pass = self.forward(x)?;
@@ -495,7 +495,7 @@ impl FusedPainn {
     }
 
     /// Runs dense layers of at most `rows` rows with our kernels, on any device (0: never);
-    /// by default [`DENSE_KERNEL_MAX_ROWS`] on CUDA and never on the CPU. Both ways give the
+    /// by default `DENSE_KERNEL_MAX_ROWS` on CUDA and never on the CPU. Both ways give the
     /// same forces.
     pub fn with_dense_kernels_up_to(mut self, rows: usize) -> Self {
         self.dense_kernel_rows = rows;
@@ -536,14 +536,14 @@ impl FusedPainn {
     }
 
     /// On CUDA, goes back to the filter formed in the kernels from `edges` edges on instead of
-    /// [`FILTER_ROWS_UNTIL_EDGES`] (`usize::MAX`: never); both paths give the same forces.
+    /// `FILTER_ROWS_UNTIL_EDGES` (`usize::MAX`: never); both paths give the same forces.
     pub fn with_filter_rows_until(mut self, edges: usize) -> Self {
         self.rows_until_edges = Some(edges);
         self
     }
 
     /// Keeps the filter rows of all blocks for the adjoint up to `bytes` in total
-    /// ([`FILTER_ROWS_KEEP_BYTES`] by default; 0: made again in the adjoint). Both give the
+    /// (`FILTER_ROWS_KEEP_BYTES` by default; 0: made again in the adjoint). Both give the
     /// same forces.
     pub fn with_filter_rows_kept_up_to(mut self, bytes: usize) -> Self {
         self.keep_rows_bytes = bytes;
@@ -583,7 +583,7 @@ impl FusedPainn {
         Ok(bytes * self.blocks.len() <= self.keep_rows_bytes)
     }
 
-    /// The forward pass: per-atom energies (eV) and what [`FusedForward::forces`] needs.
+    /// The forward pass: per-atom energies (eV) and what `FusedForward::forces` needs.
     pub fn forward<'a>(&'a self, x: &'a PainnInputs) -> Result<FusedForward<'a>> {
         let f = self.hidden;
         let n = x.positions.dim(0)?;

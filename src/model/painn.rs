@@ -12,20 +12,20 @@ use candle_nn::{linear, Linear, VarBuilder};
 
 /// Device tensors describing a flattened batch for one forward pass.
 pub struct PainnInputs {
-    /// Embedding row of each atom, [N] u32.
+    /// Embedding row of each atom, \[N\] u32.
     pub species: Tensor,
     /// Cartesian positions, [N, 3] (a `Var` when forces are wanted).
     pub positions: Tensor,
-    /// Receiving atom i of each edge, [E] u32. Every edge i ← j with offset S·cell comes with
+    /// Receiving atom i of each edge, \[E\] u32. Every edge i ← j with offset S·cell comes with
     /// its reverse j ← i with −S·cell, as [`NeighborList`](crate::neighbors::NeighborList)
     /// gives them (the fused path's adjoint for large systems relies on it; padding edges
     /// beyond the cutoff contribute nothing either way).
     pub centers: Tensor,
-    /// Sending atom j of each edge, [E] u32.
+    /// Sending atom j of each edge, \[E\] u32.
     pub neighbors: Tensor,
     /// Image offset S·cell of each edge in Å, [E, 3]: r_ij = x_j - x_i + offset.
     pub offsets: Tensor,
-    /// Structure of each atom, [N] u32.
+    /// Structure of each atom, \[N\] u32.
     pub atom_structure: Tensor,
     pub n_structures: usize,
 }
@@ -98,7 +98,7 @@ impl Painn {
         Ok(self.fused.get_or_init(|| built))
     }
 
-    /// Per-atom energies [N] in eV.
+    /// Per-atom energies \[N\] in eV.
     pub fn atom_energies(&self, x: &PainnInputs) -> Result<Tensor> {
         let (ops, f) = (self.ops, self.cfg.hidden);
         let n = x.positions.dim(0)?;
@@ -129,7 +129,7 @@ impl Painn {
         self.readout.atom_energies(&s, &x.species, ops)
     }
 
-    /// Energy of each structure, [n_structures] in eV.
+    /// Energy of each structure, \[n_structures\] in eV.
     pub fn energies(&self, x: &PainnInputs) -> Result<Tensor> {
         let e_atom = self.atom_energies(x)?;
         self.ops

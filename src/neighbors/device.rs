@@ -22,13 +22,13 @@ use candle_core::{DType, Device, Tensor};
 /// A padded edge list on a device.
 #[derive(Clone, Debug)]
 pub struct PaddedList {
-    /// `i` of every slot, [C] u32.
+    /// `i` of every slot, \[C\] u32.
     pub centers: Tensor,
-    /// `j` of every slot, [C] u32.
+    /// `j` of every slot, \[C\] u32.
     pub neighbors: Tensor,
     /// Cartesian image offsets S · cell, [C, 3] in the requested dtype.
     pub offsets: Tensor,
-    /// [2] u32 on the device: the number of edges found (saturated at u32::MAX), and 1 when
+    /// \[2\] u32 on the device: the number of edges found (saturated at u32::MAX), and 1 when
     /// they did not fit the capacity (the list then holds padding only).
     pub status: Tensor,
     /// Each atom's first slot, then the status, [N + 2] u32 (for pruning).

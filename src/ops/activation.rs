@@ -64,7 +64,7 @@ fn dims(x: &Tensor, b: &Tensor) -> Result<(usize, usize)> {
     Ok((m, k))
 }
 
-/// silu(x + b) for x [M, K] and b [K].
+/// silu(x + b) for x [M, K] and b \[K\].
 pub fn bias_silu(x: &Tensor, b: &Tensor) -> Result<Tensor> {
     let (m, k) = dims(x, b)?;
     launch(Forward { m, k }, &[x, b], &[], (m, k), Init::Uninit)

@@ -77,7 +77,7 @@ pub struct AtomSplitPlan {
 impl AtomSplitPlan {
     /// The launch for `n` atoms and `e` edges with `per_block` atoms per thread block in
     /// `elem_bytes`-byte reals within `shared_limit` bytes of shared memory per block, or why
-    /// there is none (F one of [`FEATURES`], at most 28 radial functions, every matrix of the
+    /// there is none (F one of `FEATURES`, at most 28 radial functions, every matrix of the
     /// packed weights 16-byte aligned for bulk copies, a weight-stream stage of at least one 3F
     /// row). The tape stays in shared memory where the stages still get their most bytes (else
     /// it goes to the scratch: a pass of the weights runs slower through smaller stages,
@@ -182,7 +182,7 @@ impl AtomSplitPlan {
         Self::new(model, n, e, per_block, dtype.size_in_bytes(), limit)
     }
 
-    /// The plan listing at most `own_edges` own edges at once (at least [`THREADS`]): fewer
+    /// The plan listing at most `own_edges` own edges at once (at least `THREADS`): fewer
     /// than a block owns makes it list them again in every pass (for tests of that path).
     pub fn with_own_edges(
         mut self,
@@ -260,7 +260,7 @@ impl AtomSplitPlan {
     }
 
     /// Shared memory per block (the kernel's layout): the weight-stream stages, then the rest
-    /// ([`Self::fixed_bytes`]).
+    /// (`Self::fixed_bytes`).
     pub fn shared_bytes(&self) -> usize {
         STAGES * self.stage * self.elem_bytes + self.fixed_bytes()
     }
@@ -362,7 +362,7 @@ impl Kernel for AtomSplit {
     }
 }
 
-/// Per-atom energies [N] and forces [N, 3] of one flattened system by the atom-split kernel:
+/// Per-atom energies \[N\] and forces [N, 3] of one flattened system by the atom-split kernel:
 /// `weights` packed as [`SmallSystemModel::packed_len`] describes and `weights_out_major` the
 /// same with every matrix transposed; u32 `species`, `centers`, `neighbors`; `offsets` [E, 3].
 #[allow(clippy::too_many_arguments)]

@@ -164,7 +164,7 @@ pub fn dense(x: &Tensor, w: &Tensor) -> Result<Tensor> {
     launch(Plain(d), &[x, w], &[], (d.n, d.m), Init::Uninit)
 }
 
-/// [pre | silu(pre + b)] as [2N, M], pre = x w, for x [N, K], w [K, M], b [M].
+/// [pre | silu(pre + b)] as [2N, M], pre = x w, for x [N, K], w [K, M], b \[M\].
 pub fn dense_silu(x: &Tensor, w: &Tensor, b: &Tensor) -> Result<Tensor> {
     let d = dims(x, w)?;
     if b.dims() != [d.m] {

@@ -118,7 +118,7 @@ fn check(op: &str, n: usize, tensors: &[(&str, &Tensor, usize)]) -> Result<()> {
     Ok(())
 }
 
-/// The kick v + f · half_kick (per atom, [N, 1] or [N]) for v, f [N, 3]: [N, 3].
+/// The kick v + f · half_kick (per atom, [N, 1] or \[N\]) for v, f [N, 3]: [N, 3].
 pub fn md_kick(v: &Tensor, f: &Tensor, half_kick: &Tensor) -> Result<Tensor> {
     let n = v.dim(0)?;
     check(
@@ -183,7 +183,7 @@ pub fn md_advance(
     Ok((out.narrow(0, 0, n)?, out.narrow(0, n, n)?))
 }
 
-/// [Σ, max] over atoms of |x − reference|² ([N, 3] each), a [2] tensor: the Verlet check in
+/// [Σ, max] over atoms of |x − reference|² ([N, 3] each), a \[2\] tensor: the Verlet check in
 /// one launch (the sum carries a NaN that the max may skip).
 pub fn md_displacement2(x: &Tensor, reference: &Tensor) -> Result<Tensor> {
     let n = x.dim(0)?;

@@ -266,7 +266,7 @@ impl<const ROWS: bool> Adjoint<ROWS> {
     }
 }
 
-/// Where the interaction takes each edge's filter W(r_e) [3F] from.
+/// Where the interaction takes each edge's filter W(r_e) \[3F\] from.
 #[derive(Clone, Copy)]
 pub enum EdgeFilter<'a> {
     /// The block's filter weights transposed, bias as last row, [R + 1, 3F]: the kernels form
@@ -280,7 +280,7 @@ pub enum EdgeFilter<'a> {
 pub struct InteractionInputs<'a> {
     /// φ(s) before its last bias, [N, 3F].
     pub phi: &'a Tensor,
-    /// That bias, [3F].
+    /// That bias, \[3F\].
     pub phi_bias: &'a Tensor,
     /// The block's filter, as weights or precomputed rows.
     pub filter: EdgeFilter<'a>,

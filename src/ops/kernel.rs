@@ -5,7 +5,7 @@
 //! output pointer, then the `sizes` (size_t) and the `reals` (double), each in the order the
 //! kernel lists them; `{NAME}_f32` and `{NAME}_f64` are the two instantiations. A launch is a
 //! grid-stride loop over `work` items in blocks of [`BLOCK`] threads unless the kernel chooses
-//! its own shape ([`Kernel::launch_config`], as the dense kernels do).
+//! its own shape (`Kernel::launch_config`, as the dense kernels do).
 //!
 //! The outputs carry no autograd history: these kernels serve the explicit adjoint of
 //! `model::fused`, which does its own backward pass.
@@ -115,7 +115,7 @@ pub enum Init {
     ZeroPrefix(usize),
 }
 
-/// Checks an edge list i ← j (u32 `centers`, `neighbors`, both [E]) against `n_atoms`, naming
+/// Checks an edge list i ← j (u32 `centers`, `neighbors`, both \[E\]) against `n_atoms`, naming
 /// the first bad edge. On the CPU every index is checked (an out-of-range one would index past
 /// a slice); CUDA tensors are trusted, as reading them back would stall every call, and the
 /// calculator and MD build them from checked neighbour lists.

@@ -67,10 +67,10 @@ impl BlockOffsets {
 }
 
 impl SmallSystemModel {
-    /// Packed order: embedding [elements, F], per-element energy constants [elements], readout
+    /// Packed order: embedding [elements, F], per-element energy constants \[elements\], readout
     /// hidden layer [F, F/2] and bias [F/2], readout output weights times the scale [F/2], then
-    /// per block: filter [R + 1, 3F] (bias last), φ [F, F] + [F], [F, 3F] + [3F], W_mix
-    /// [F, 2F], context [2F, F] + [F], [F, 3F] + [3F]; last the first block's φ of each
+    /// per block: filter [R + 1, 3F] (bias last), φ [F, F] + \[F\], [F, 3F] + \[3F\], W_mix
+    /// [F, 2F], context [2F, F] + \[F\], [F, 3F] + \[3F\]; last the first block's φ of each
     /// element [elements, 3F] (its input is the embedding, so it depends on the element alone).
     pub fn packed_len(&self) -> usize {
         let (f, h2) = (self.hidden, self.hidden / 2);
@@ -343,7 +343,7 @@ impl Kernel for SmallSystem {
     }
 }
 
-/// Per-atom energies [N] and forces [N, 3] of one flattened system by the one-kernel path:
+/// Per-atom energies \[N\] and forces [N, 3] of one flattened system by the one-kernel path:
 /// `weights` packed as [`SmallSystemModel::packed_len`] describes; u32 `species`, `centers`,
 /// `neighbors`; `offsets` [E, 3].
 pub fn small_system(

@@ -25,7 +25,7 @@ pub struct MdStepInputs<'a> {
 }
 
 /// The state after the step (f64): positions, velocities, forces [N, 3], the potential energy
-/// (scalar), and [Σ, max] over atoms of |positions − reference|² ([2], as
+/// (scalar), and [Σ, max] over atoms of |positions − reference|² (\[2\], as
 /// [`md_displacement2`]).
 pub struct MdStepOutputs {
     pub positions: Tensor,

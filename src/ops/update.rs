@@ -197,7 +197,7 @@ pub fn update_context(state: &Tensor, mixed: &Tensor) -> Result<Tensor> {
 }
 
 /// The block's new state [4N, F] from the state after the messages, `mixed`, and the context
-/// MLP output `act` [N, 3F] before its bias `act_bias` [3F].
+/// MLP output `act` [N, 3F] before its bias `act_bias` \[3F\].
 pub fn update_combine(
     state: &Tensor,
     mixed: &Tensor,
