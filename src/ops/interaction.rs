@@ -355,20 +355,7 @@ impl InteractionInputs<'_> {
 
 /// The state after the block's messages: `state` + Σ_j messages, [4N, F].
 pub fn interaction(x: &InteractionInputs) -> Result<Tensor> {
-    let z = x.sizes()?;
-    let inputs = [x.phi, x.phi_bias, x.filter_tensor(), x.basis, x.state];
-    let (idx, shape) = ([x.centers, x.neighbors], x.state.shape());
-    match x.filter {
-        EdgeFilter::Weights(_) if tiled(&z, x, false) => launch(
-            TileForward::new(z, x.state.dtype(), receiver_sums_on()),
-            &inputs,
-            &idx,
-            shape,
-            Init::Copy(4),
-        ),
-        EdgeFilter::Weights(_) => launch(Forward::<false>(z), &inputs, &idx, shape, Init::Copy(4)),
-        EdgeFilter::Rows(_) => launch(Forward::<true>(z), &inputs, &idx, shape, Init::Copy(4)),
-    }
+    forward(x, false)
 }
 
 /// [`interaction`] as sums per receiving atom on tensor cores (kernels/interaction_sums.cuh)
@@ -376,18 +363,29 @@ pub fn interaction(x: &InteractionInputs) -> Result<Tensor> {
 /// and whatever `MLFF_INTERACTION_SUMS` says (the model takes it only with that set: it is
 /// slower than the tiles on an H100); elsewhere the same as [`interaction`]. Any edge order.
 pub fn interaction_receiver_sums(x: &InteractionInputs) -> Result<Tensor> {
+    forward(x, true)
+}
+
+/// The forward's launch; `sums`: as receiver sums wherever they can run.
+fn forward(x: &InteractionInputs, sums: bool) -> Result<Tensor> {
     let z = x.sizes()?;
-    let kernel = TileForward::new(z, x.state.dtype(), true);
-    match (
-        x.filter,
-        x.state.device().is_cuda() && kernel.receiver_sums(),
-    ) {
-        (EdgeFilter::Weights(_), true) => {
-            let inputs = [x.phi, x.phi_bias, x.filter_tensor(), x.basis, x.state];
-            let idx = [x.centers, x.neighbors];
-            launch(kernel, &inputs, &idx, x.state.shape(), Init::Copy(4))
+    let inputs = [x.phi, x.phi_bias, x.filter_tensor(), x.basis, x.state];
+    let (idx, shape) = ([x.centers, x.neighbors], x.state.shape());
+    let (dtype, cuda) = (x.state.dtype(), x.state.device().is_cuda());
+    let summed = TileForward::new(z, dtype, true);
+    match x.filter {
+        EdgeFilter::Weights(_) if sums && cuda && summed.receiver_sums() => {
+            launch(summed, &inputs, &idx, shape, Init::Copy(4))
         }
-        _ => interaction(x),
+        EdgeFilter::Weights(_) if tiled(&z, x, false) => launch(
+            TileForward::new(z, dtype, receiver_sums_on()),
+            &inputs,
+            &idx,
+            shape,
+            Init::Copy(4),
+        ),
+        EdgeFilter::Weights(_) => launch(Forward::<false>(z), &inputs, &idx, shape, Init::Copy(4)),
+        EdgeFilter::Rows(_) => launch(Forward::<true>(z), &inputs, &idx, shape, Init::Copy(4)),
     }
 }
 
