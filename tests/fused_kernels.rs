@@ -87,19 +87,29 @@ fn filter_rows_and_dense_kernel_paths_match() {
     let calc = common::calculator(DType::F64, &Device::Cpu).with_ops(EdgeOps::Fused);
     let (inputs, positions) = calc.prepare(&batch).unwrap();
     let fused = calc.model().fused().unwrap();
-    let run = |edges: usize, dense_rows: usize, keep: usize| {
+    let run_with = |edges: usize,
+                    dense_rows: usize,
+                    keep: usize,
+                    tensor_core_rows: std::ops::RangeInclusive<usize>| {
         let model = fused
             .clone()
             .with_filter_rows_from(edges)
             .with_filter_rows_kept_up_to(keep)
-            .with_dense_kernels_up_to(dense_rows);
+            .with_dense_kernels_up_to(dense_rows)
+            .with_tensor_core_layers(tensor_core_rows);
         let pass = model.forward(&inputs).unwrap();
         (pass.atom_energies.clone(), pass.forces().unwrap())
     };
+    // No layer has usize::MAX rows: tensor cores off.
+    let off = usize::MAX..=usize::MAX;
+    let run = |edges, dense_rows, keep| run_with(edges, dense_rows, keep, off.clone());
     let (e_in, f_in) = run(usize::MAX, 0, 0);
     let (e_rows, f_rows) = run(0, 0, 0);
     let (e_kept, f_kept) = run(0, 0, usize::MAX);
     let (e_dense, f_dense) = run(usize::MAX, usize::MAX, 0);
+    // Every layer of a shape they take (all but the readout's single output) on the
+    // tensor-core kernels' twins.
+    let (e_tc, f_tc) = run_with(usize::MAX, 0, 0, 0..=usize::MAX);
     let graph = common::calculator(DType::F64, &Device::Cpu);
     let e_graph = graph.model().atom_energies(&inputs).unwrap();
     let f_graph = forces_from(&e_graph.sum_all().unwrap(), &positions).unwrap();
@@ -108,6 +118,7 @@ fn filter_rows_and_dense_kernel_paths_match() {
         ("rows", &e_rows, &f_rows),
         ("rows kept for the adjoint", &e_kept, &f_kept),
         ("dense kernels", &e_dense, &f_dense),
+        ("tensor-core layers", &e_tc, &f_tc),
     ] {
         assert!(max_abs_diff(e, &e_graph) < 1e-10, "{what}: energies");
         assert!(max_abs_diff(f, &f_graph) < 1e-10, "{what}: forces");
@@ -339,4 +350,45 @@ fn fused_forces_with_the_symmetric_adjoint_match_autograd() {
     assert!(max_abs_diff(&pass.atom_energies, &e_graph) < 1e-10);
     let d = max_abs_diff(&pass.forces().unwrap(), &f_graph);
     assert!(d < 1e-10, "forces: {d}");
+}
+
+/// The tensor-core dense layers' CPU twins (the GPU test's oracle) against candle's matmul and
+/// backprop: one layer, the two-layer MLP with SiLU, and its adjoint; shapes the model does
+/// not use included. Shapes the kernels do not take are refused with the layer named.
+#[test]
+fn tensor_core_layer_twins_match_matmul_and_backprop() {
+    use candle_core::Var;
+    use common::dense::{layer_inputs, layer_outputs, layers};
+    use mlff_distiller::ops::{dense_tc, mlp_tc, tf32_split};
+    let cases = [
+        layers(1, 16, 16, 16),
+        layers(37, 32, 48, 96),
+        layers(5, 128, 128, 384),
+    ];
+    for (dtype, tol) in [(DType::F64, 1e-12), (DType::F32, 2e-5)] {
+        for (seed, c) in cases.iter().enumerate() {
+            let x = layer_inputs(*c, dtype, 500 + seed as u64);
+            let got = layer_outputs(&x, &Device::Cpu).unwrap();
+            let input = Var::from_tensor(&x.x).unwrap();
+            let pre = input.matmul(&x.w1.t().unwrap()).unwrap();
+            let hidden = pre.broadcast_add(&x.b1).unwrap().silu().unwrap();
+            let y = hidden.matmul(&x.w2.t().unwrap()).unwrap();
+            let loss = (&y * &x.g).unwrap().sum_all().unwrap();
+            let gx = loss.backward().unwrap().remove(&input).unwrap();
+            let single = x.x.matmul(&x.wide.t().unwrap()).unwrap();
+            for ((name, a), b) in got.iter().zip([&single, &pre, &y, &gx]) {
+                let d = max_abs_diff(a, b);
+                assert!(d <= tol * scale(b), "{dtype:?} {c:?} {name}: {d}");
+            }
+        }
+    }
+    let x = layer_inputs(layers(4, 20, 16, 16), DType::F32, 9);
+    let err = dense_tc(&x.x, &tf32_split(&x.wide).unwrap())
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("20 inputs"), "{err}");
+    let x = layer_inputs(layers(4, 16, 16, 16), DType::F32, 9);
+    let (w1, w2) = (tf32_split(&x.w1).unwrap(), tf32_split(&x.w2).unwrap());
+    let err = mlp_tc(&x.x, &w1, &x.w2, &w2).unwrap_err().to_string();
+    assert!(err.contains("hidden bias"), "{err}");
 }

@@ -399,6 +399,38 @@ fn cuda_fused_kernels_match_cpu() {
     }
 }
 
+/// The tensor-core dense layers (`ops::dense_tc`, split TF32) against their CPU twins in f32:
+/// one layer, the two-layer MLP with SiLU and its adjoint, from one row to 10,000 (both block
+/// heights, rows past the last block), the model's widths (128 → 128 → 384, the context MLP's
+/// 256 inputs, its adjoint's 384-wide reduction: the compile-time variants) and others (the
+/// kernels for any width; outputs padded within a chunk, a second chunk).
+#[test]
+fn cuda_dense_tensor_cores_match_cpu() {
+    use common::dense::{layer_inputs, layer_outputs, layers};
+    let gpu = cuda();
+    let cases = [
+        layers(1, 16, 16, 16),
+        layers(37, 128, 128, 384),
+        layers(1_344, 128, 128, 384),
+        layers(1_344, 256, 128, 384),
+        layers(4_500, 128, 128, 256),
+        layers(500, 160, 32, 160),
+        layers(8_200, 48, 32, 96),
+        layers(10_000, 128, 128, 384),
+    ];
+    for (seed, c) in cases.iter().enumerate() {
+        let x = layer_inputs(*c, DType::F32, 700 + seed as u64);
+        let cpu = layer_outputs(&x, &Device::Cpu).unwrap();
+        let cuda = layer_outputs(&x, &gpu).unwrap();
+        for ((name, a), (_, b)) in cuda.iter().zip(&cpu) {
+            let scale = max_abs_tensor(b).max(1.0);
+            let d = max_abs_diff(a, b);
+            assert!(d <= 1e-5 * scale, "{c:?} {name}: {d} (scale {scale})");
+            println!("{c:?} {name}: max |Δ| / scale = {:.1e}", d / scale);
+        }
+    }
+}
+
 /// The one-kernel path (`ops::small_system`, a cooperative launch with barriers among its
 /// blocks) on CUDA against its CPU twin, f32 and f64: the small test model (one feature per
 /// block), the shipped model on aspirin and on 64 atoms (the largest the default takes; in f64

@@ -20,14 +20,16 @@
 use super::painn::{Painn, PainnInputs};
 use crate::device::env_usize;
 use crate::ops::{
-    act_grad, atom_split, bias_silu, bias_silu_adjoint, dense, dense_silu, dense_silu_adjoint,
-    edge_basis, edge_basis_adjoint, gather, interaction, interaction_adjoint, small_system,
+    act_grad, atom_split, bias_silu, bias_silu_adjoint, dense, dense_on_tensor_cores, dense_silu,
+    dense_silu_adjoint, dense_tc, dense_tc_fits, edge_basis, edge_basis_adjoint, gather,
+    interaction, interaction_adjoint, mlp_tc, mlp_tc_adjoint, small_system, tf32_split,
     update_combine, update_combine_adjoint, update_context, update_context_adjoint, AtomSplitPlan,
-    EdgeFilter, InteractionInputs, SmallSystemModel, SmallSystemPlan, StateGrad,
+    EdgeFilter, InteractionInputs, SmallSystemModel, SmallSystemPlan, StateGrad, Tf32Weights,
     ATOM_SPLIT_MAX_ATOMS_CUDA_CORES, DENSE_MAX_WIDTH,
 };
 use candle_core::{Result, Tensor};
 use candle_nn::Linear;
+use std::sync::OnceLock;
 
 /// A linear layer as (weight [out, in], bias [out]).
 #[derive(Clone)]
@@ -68,6 +70,27 @@ struct Mlp {
     /// The weights transposed, [in, H] and [H, out], for the dense kernels.
     hidden_t: Tensor,
     out_t: Tensor,
+    /// hidden, out, out_t and hidden_t split for the tensor-core kernels, on first use.
+    split: OnceLock<[Tf32Weights; 4]>,
+}
+
+/// `weights` split by `ops::tf32_split`, made once into `cell` (on first use, which a CUDA
+/// graph's warm-up calls make before its capture: the split reads the weights back).
+fn split_once<'a, const K: usize>(
+    cell: &'a OnceLock<[Tf32Weights; K]>,
+    weights: [&Tensor; K],
+) -> Result<&'a [Tf32Weights; K]> {
+    if let Some(s) = cell.get() {
+        return Ok(s);
+    }
+    let mut parts = Vec::with_capacity(K);
+    for w in weights {
+        parts.push(tf32_split(w)?);
+    }
+    let made: [Tf32Weights; K] = parts
+        .try_into()
+        .map_err(|_| candle_core::Error::Msg("tf32 split: weight count".into()))?;
+    Ok(cell.get_or_init(|| made))
 }
 
 impl Mlp {
@@ -77,26 +100,51 @@ impl Mlp {
             out_t: out.weight.t()?.contiguous()?,
             hidden,
             out,
+            split: OnceLock::new(),
         })
     }
 
-    /// (pre-activation x W₁ᵀ, output before its bias). `small`: our dense kernels (two
-    /// launches), else cuBLAS and the bias+SiLU kernel (three).
-    fn forward(&self, x: &Tensor, small: bool) -> Result<(Tensor, Tensor)> {
-        if small {
-            let n = x.dim(0)?;
-            let packed = dense_silu(x, &self.hidden_t, &self.hidden.bias)?;
-            let out = dense(&packed.narrow(0, n, n)?, &self.out_t)?;
-            return Ok((packed.narrow(0, 0, n)?, out));
+    fn split(&self) -> Result<&[Tf32Weights; 4]> {
+        let ws = [
+            &self.hidden.weight,
+            &self.out.weight,
+            &self.out_t,
+            &self.hidden_t,
+        ];
+        split_once(&self.split, ws)
+    }
+
+    /// Whether both layers fit the tensor-core kernels for inputs of width `k`.
+    fn fits_tensor_cores(&self, k: usize) -> Result<bool> {
+        let (h, j) = (self.hidden.weight.dim(0)?, self.out.weight.dim(0)?);
+        Ok(dense_tc_fits(k, h) && dense_tc_fits(h, j))
+    }
+
+    /// (pre-activation x W₁ᵀ, output before its bias): our dense kernels (two launches), the
+    /// tensor-core MLP (one), or cuBLAS and the bias+SiLU kernel (three).
+    fn forward(&self, x: &Tensor, path: DensePath) -> Result<(Tensor, Tensor)> {
+        match path {
+            DensePath::Small => {
+                let n = x.dim(0)?;
+                let packed = dense_silu(x, &self.hidden_t, &self.hidden.bias)?;
+                let out = dense(&packed.narrow(0, n, n)?, &self.out_t)?;
+                Ok((packed.narrow(0, 0, n)?, out))
+            }
+            DensePath::TensorCores if self.fits_tensor_cores(x.dim(1)?)? => {
+                let [w1, w2, ..] = self.split()?;
+                mlp_tc(x, w1, &self.hidden.bias, w2)
+            }
+            _ => {
+                let pre = self.hidden.product(x)?;
+                let out = self.out.product(&bias_silu(&pre, &self.hidden.bias)?)?;
+                Ok((pre, out))
+            }
         }
-        let pre = self.hidden.product(x)?;
-        let out = self.out.product(&bias_silu(&pre, &self.hidden.bias)?)?;
-        Ok((pre, out))
     }
 
     /// dL/dx for dL/d(hidden activation) `g_h` ([N, H] or one row for all).
-    fn adjoint_from_hidden(&self, pre: &Tensor, g_h: &Tensor, small: bool) -> Result<Tensor> {
-        if small {
+    fn adjoint_from_hidden(&self, pre: &Tensor, g_h: &Tensor, path: DensePath) -> Result<Tensor> {
+        if path == DensePath::Small {
             return dense_silu_adjoint(g_h, pre, &self.hidden.bias, &self.hidden.weight);
         }
         self.hidden
@@ -104,13 +152,30 @@ impl Mlp {
     }
 
     /// dL/dx for dL/d(output) `g_out`.
-    fn adjoint(&self, pre: &Tensor, g_out: &Tensor, small: bool) -> Result<Tensor> {
-        let g_h = match small {
-            true => dense(g_out, &self.out.weight)?,
-            false => self.out.product_adjoint(g_out)?,
+    fn adjoint(&self, pre: &Tensor, g_out: &Tensor, path: DensePath) -> Result<Tensor> {
+        let k = self.hidden.weight.dim(1)?;
+        let g_h = match path {
+            DensePath::Small => dense(g_out, &self.out.weight)?,
+            DensePath::TensorCores if self.fits_tensor_cores(k)? => {
+                let [_, _, w2t, w1t] = self.split()?;
+                return mlp_tc_adjoint(g_out, pre, &self.hidden.bias, w2t, w1t);
+            }
+            _ => self.out.product_adjoint(g_out)?,
         };
-        self.adjoint_from_hidden(pre, &g_h, small)
+        self.adjoint_from_hidden(pre, &g_h, path)
     }
+}
+
+/// How the dense layers of a pass run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum DensePath {
+    /// Our row-block kernels (kernels/dense.cu), for molecule-sized inputs.
+    Small,
+    /// Tensor cores (kernels/dense_tc.cu), an MLP in one launch; layers whose shapes the
+    /// kernels do not take (the readout's single output) run as `Matmul`.
+    TensorCores,
+    /// candle's matmul (cuBLAS on CUDA) and the bias+SiLU kernels.
+    Matmul,
 }
 
 /// Rows up to which the dense layers run as our single kernels on CUDA (on an H100 they were
@@ -118,6 +183,14 @@ impl Mlp {
 /// cuBLAS, and always candle's matmul on the CPU, whose gemm beats the kernels' CPU twins. The
 /// environment variable MLFF_DENSE_KERNEL_ROWS overrides it (0: off, for comparisons).
 pub const DENSE_KERNEL_MAX_ROWS: usize = 512;
+
+/// Rows from which, and up to which, the dense layers run on tensor cores (`ops::dense_tc`: f32
+/// on CUDA, an MLP in one launch) instead of cuBLAS, where their shapes fit. On an H100 they
+/// beat cuBLAS with the bias+SiLU kernels at 1,000-4,000 rows and lost at 10,000-30,000
+/// (BENCHMARKS.md). MLFF_DENSE_TC_FROM_ROWS and MLFF_DENSE_TC_UNTIL_ROWS change them;
+/// MLFF_DENSE_TENSOR_CORES=0 turns them off.
+pub const DENSE_TENSOR_CORES_FROM_ROWS: usize = DENSE_KERNEL_MAX_ROWS + 1;
+pub const DENSE_TENSOR_CORES_UNTIL_ROWS: usize = 8192;
 
 /// Atoms up to which a system on CUDA runs as one kernel (`ops::small_system`) when its layer
 /// inputs fit in shared memory. On an H100 the one kernel (aspirin 0.196 ms per eager call at
@@ -190,6 +263,8 @@ struct Block {
     /// W_mix [2F, F] (no bias), and transposed.
     mix: Tensor,
     mix_t: Tensor,
+    /// Both split for the tensor-core kernels, on first use.
+    mix_split: OnceLock<[Tf32Weights; 2]>,
     /// The update's context network: 2F → F → 3F.
     ctx: Mlp,
 }
@@ -217,6 +292,10 @@ pub struct FusedPainn {
     /// Our dense kernels for layers of at most this many rows (CUDA, and the CPU when set).
     dense_kernel_rows: usize,
     dense_on_cpu: bool,
+    /// Tensor-core dense layers for these row counts (f32 on CUDA; their CPU twins where
+    /// `tensor_cores_on_cpu`, for tests).
+    tensor_core_rows: std::ops::RangeInclusive<usize>,
+    tensor_cores_on_cpu: bool,
     /// Systems of up to this many atoms run as one kernel on CUDA (0: never).
     one_kernel_atoms: usize,
     /// Thread blocks the one kernel is split over at most.
@@ -263,6 +342,7 @@ impl FusedPainn {
                 phi: Mlp::new(Dense::of(&m.context1)?, Dense::of(&m.context2)?)?,
                 mix: u.mix.weight().detach(),
                 mix_t: u.mix.weight().t()?.contiguous()?,
+                mix_split: OnceLock::new(),
                 ctx: Mlp::new(Dense::of(&u.context1)?, Dense::of(&u.context2)?)?,
             });
         }
@@ -290,6 +370,9 @@ impl FusedPainn {
             keep_rows_bytes: env_usize("MLFF_FILTER_ROWS_KEEP_BYTES", FILTER_ROWS_KEEP_BYTES),
             dense_kernel_rows: env_usize("MLFF_DENSE_KERNEL_ROWS", DENSE_KERNEL_MAX_ROWS),
             dense_on_cpu: false,
+            tensor_core_rows: env_usize("MLFF_DENSE_TC_FROM_ROWS", DENSE_TENSOR_CORES_FROM_ROWS)
+                ..=env_usize("MLFF_DENSE_TC_UNTIL_ROWS", DENSE_TENSOR_CORES_UNTIL_ROWS),
+            tensor_cores_on_cpu: false,
             one_kernel_atoms: env_usize("MLFF_ONE_KERNEL_ATOMS", ONE_KERNEL_MAX_ATOMS),
             one_kernel_blocks: env_usize("MLFF_ONE_KERNEL_BLOCKS", ONE_KERNEL_MAX_BLOCKS),
             atom_split_atoms: env_usize("MLFF_ATOM_SPLIT_MIN_ATOMS", ATOM_SPLIT_MIN_ATOMS)
@@ -503,27 +586,57 @@ impl FusedPainn {
         self
     }
 
-    /// Whether a layer of `rows` rows on `dev` uses the dense kernels (the widest reduction
-    /// is the adjoint of a 3F-wide output layer).
-    fn small(&self, rows: usize, dev: &candle_core::Device) -> bool {
-        (dev.is_cuda() || self.dense_on_cpu)
+    /// Runs dense layers of `rows` rows on tensor cores (their CPU twins on the CPU, in any
+    /// precision; on CUDA in f32 unless MLFF_DENSE_TENSOR_CORES=0); by default
+    /// [`DENSE_TENSOR_CORES_FROM_ROWS`]..=[`DENSE_TENSOR_CORES_UNTIL_ROWS`] on CUDA and never on
+    /// the CPU. All ways give the same forces.
+    pub fn with_tensor_core_layers(mut self, rows: std::ops::RangeInclusive<usize>) -> Self {
+        self.tensor_core_rows = rows;
+        self.tensor_cores_on_cpu = true;
+        self
+    }
+
+    /// How layers of `rows` rows of `x`'s device and precision run (the widest reduction of
+    /// the small kernels is the adjoint of a 3F-wide output layer).
+    fn dense_path(&self, rows: usize, x: &Tensor) -> DensePath {
+        let dev = x.device();
+        let tensor_cores = match dev.is_cuda() {
+            true => dense_on_tensor_cores(x.dtype()),
+            false => self.tensor_cores_on_cpu,
+        };
+        if tensor_cores && self.tensor_core_rows.contains(&rows) {
+            DensePath::TensorCores
+        } else if (dev.is_cuda() || self.dense_on_cpu)
             && rows <= self.dense_kernel_rows
             && 3 * self.hidden <= DENSE_MAX_WIDTH
+        {
+            DensePath::Small
+        } else {
+            DensePath::Matmul
+        }
     }
 
     /// mixed = v W_mixᵀ [3N, 2F].
     fn mix(&self, b: &Block, v: &Tensor) -> Result<Tensor> {
-        match self.small(v.dim(0)?, v.device()) {
-            true => dense(v, &b.mix_t),
-            false => v.matmul(&b.mix.t()?),
+        let f = self.hidden;
+        match self.dense_path(v.dim(0)?, v) {
+            DensePath::Small => dense(v, &b.mix_t),
+            DensePath::TensorCores if dense_tc_fits(f, 2 * f) => {
+                dense_tc(v, &split_once(&b.mix_split, [&b.mix, &b.mix_t])?[0])
+            }
+            _ => v.matmul(&b.mix.t()?),
         }
     }
 
     /// dL/dv [3N, F] of [`mix`](Self::mix) for dL/d(mixed).
     fn mix_adjoint(&self, b: &Block, g: &Tensor) -> Result<Tensor> {
-        match self.small(g.dim(0)?, g.device()) {
-            true => dense(g, &b.mix),
-            false => g.matmul(&b.mix),
+        let f = self.hidden;
+        match self.dense_path(g.dim(0)?, g) {
+            DensePath::Small => dense(g, &b.mix),
+            DensePath::TensorCores if dense_tc_fits(2 * f, f) => {
+                dense_tc(g, &split_once(&b.mix_split, [&b.mix, &b.mix_t])?[1])
+            }
+            _ => g.matmul(&b.mix),
         }
     }
 
@@ -600,10 +713,10 @@ impl FusedPainn {
         let v0 = Tensor::zeros((3 * n, f), s0.dtype(), s0.device())?;
         let mut state = Tensor::cat(&[&s0, &v0], 0)?;
         let mut tape = Vec::with_capacity(self.blocks.len());
-        let small = self.small(n, x.positions.device());
+        let path = self.dense_path(n, &x.positions);
         let keep_rows = self.keeps_rows(&basis)?;
         for b in &self.blocks {
-            let (phi_pre, phi) = b.phi.forward(&state.narrow(0, 0, n)?, small)?;
+            let (phi_pre, phi) = b.phi.forward(&state.narrow(0, 0, n)?, path)?;
             let mut rows = None;
             let messaged = interaction(&InteractionInputs {
                 phi: &phi,
@@ -617,7 +730,7 @@ impl FusedPainn {
             })?;
             let rows = if keep_rows { rows } else { None };
             let mixed = self.mix(b, &messaged.narrow(0, n, 3 * n)?)?;
-            let (ctx_pre, act) = b.ctx.forward(&update_context(&messaged, &mixed)?, small)?;
+            let (ctx_pre, act) = b.ctx.forward(&update_context(&messaged, &mixed)?, path)?;
             let next = update_combine(&messaged, &mixed, &act, &b.ctx.out.bias)?;
             tape.push(Tape {
                 state,
@@ -630,7 +743,7 @@ impl FusedPainn {
             });
             state = next;
         }
-        let (ro_pre, ro) = self.readout.forward(&state.narrow(0, 0, n)?, small)?;
+        let (ro_pre, ro) = self.readout.forward(&state.narrow(0, 0, n)?, path)?;
         let atom_energies = (ro.squeeze(1)? + gather(&self.atom_constant, &x.species)?)?;
         Ok(FusedForward {
             model: self,
@@ -662,11 +775,11 @@ impl FusedForward<'_> {
         let (m, x, basis) = (self.model, self.inputs, &self.basis);
         let (n, f) = (self.positions.dim(0)?, m.hidden);
         // Every atom energy has gradient 1.
-        let small = m.small(n, self.positions.device());
+        let path = m.dense_path(n, &self.positions);
         let g_hidden = &m.readout.out.weight; // one row, for every atom
         let mut gx = m
             .readout
-            .adjoint_from_hidden(&self.readout_pre, g_hidden, small)?;
+            .adjoint_from_hidden(&self.readout_pre, g_hidden, path)?;
         let mut next: Option<(Tensor, Tensor, Tensor)> = None;
         let mut g_basis: Option<Tensor> = None;
         for (k, (b, t)) in m.blocks.iter().zip(&self.tape).enumerate().rev() {
@@ -677,7 +790,7 @@ impl FusedForward<'_> {
             let combined = update_combine_adjoint(&t.mixed, &t.act, &b.ctx.out.bias, &grad)?;
             let g_ctx = b
                 .ctx
-                .adjoint(&t.ctx_pre, &act_grad(&combined, n, f)?, small)?;
+                .adjoint(&t.ctx_pre, &act_grad(&combined, n, f)?, path)?;
             let (g_messaged, g_mixed) = update_context_adjoint(&t.mixed, &g_ctx, &combined)?;
             let g_mix = m.mix_adjoint(b, &g_mixed)?;
             let mut rows = t.rows.clone();
@@ -701,7 +814,7 @@ impl FusedForward<'_> {
             });
             if k > 0 {
                 // The first block's state is the embedding: nothing upstream needs its gradient.
-                gx = b.phi.adjoint(&t.phi_pre, &g_phi, small)?;
+                gx = b.phi.adjoint(&t.phi_pre, &g_phi, path)?;
                 next = Some((g_messaged, g_mix, g_v));
             }
         }

@@ -8,7 +8,7 @@
 use super::kernel::{kernel_source, launch, Init, Kernel, Real};
 use candle_core::{bail, Result, Tensor};
 
-fn silu_and_slope<T: Real>(z: T) -> (T, T) {
+pub(super) fn silu_and_slope<T: Real>(z: T) -> (T, T) {
     let s = T::one() / (T::one() + (-z).exp());
     (z * s, s * (T::one() + z * (T::one() - s)))
 }

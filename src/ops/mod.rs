@@ -9,13 +9,14 @@
 //! [`EdgeOps::Stock`] runs the same maths through candle's `index_select`/`index_add`, as the
 //! baseline that benchmarks compare against.
 //!
-//! The fused kernels (`edge_basis`, `interaction`, `update`, `activation`, launched through
-//! [`kernel`]) are the forward and adjoint pieces of `model::FusedPainn`, the inference path of
+//! The fused kernels (`edge_basis`, `interaction`, `update`, `activation`, `dense_tc`,
+//! launched through [`kernel`]) are the forward and adjoint pieces of `model::FusedPainn`, the inference path of
 //! [`EdgeOps::Fused`]; each has a CPU twin that is its test oracle.
 
 mod activation;
 mod atom_split;
 mod dense;
+mod dense_tc;
 mod edge_basis;
 mod gather;
 mod integrator;
@@ -35,6 +36,10 @@ pub use atom_split::{
     MAX_ATOMS_CUDA_CORES as ATOM_SPLIT_MAX_ATOMS_CUDA_CORES,
 };
 pub use dense::{dense, dense_silu, dense_silu_adjoint, DENSE_MAX_WIDTH};
+pub use dense_tc::{
+    dense_on_tensor_cores, dense_tc, dense_tc_fits, mlp_tc, mlp_tc_adjoint, tf32_split,
+    Tf32Weights, DENSE_TC_MAX_WIDTH,
+};
 pub use edge_basis::{basis_width, edge_basis, edge_basis_adjoint};
 pub use gather::{gather, Gather};
 pub use integrator::{md_advance, md_displacement2, md_kick, LangevinNoise};

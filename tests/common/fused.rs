@@ -79,7 +79,8 @@ pub struct Inputs {
     pub dense_w: Tensor,
 }
 
-fn random(rng: &mut ChaCha8Rng, shape: &[usize], scale: f64, dtype: DType) -> Tensor {
+/// A tensor of `shape` with values uniform in (−scale, scale), made on the CPU.
+pub fn random(rng: &mut ChaCha8Rng, shape: &[usize], scale: f64, dtype: DType) -> Tensor {
     let len = shape.iter().product();
     let v: Vec<f64> = (0..len)
         .map(|_| scale * rng.random_range(-1.0..1.0))

@@ -1,6 +1,7 @@
 //! Shared test fixtures: small random models and random molecules/boxes.
 #![allow(dead_code)]
 
+pub mod dense;
 pub mod device_list;
 pub mod fused;
 

@@ -1,0 +1,368 @@
+//! Dense layers on tensor cores (kernels/dense_tc.cu) for the separate-kernel path in f32 on
+//! CUDA: one layer, or a whole two-layer MLP with its SiLU in one launch, where cuBLAS took two
+//! products and a bias+SiLU kernel (a third of a 64-aspirin call, BENCHMARKS.md). The products
+//! are split TF32 (each value held to ~2^-20, summed in f32), as in the tensor-core
+//! interaction.
+//!
+//! Every weight is given output-major, [outputs, reduction] (a linear layer's own weight for
+//! its forward, the transpose for its adjoint), split once by [`tf32_split`]. The CPU twins are
+//! plain loops in either precision (the tests' oracle); on CUDA only f32 runs.
+
+use super::dense::silu_and_slope;
+use super::kernel::{kernel_source, launch, Init, Kernel, Real};
+use candle_core::{bail, DType, Result, Tensor};
+
+/// Threads per CUDA block (dense_tc::THREADS).
+#[cfg(feature = "cuda")]
+const THREADS: u32 = 256;
+
+/// Output columns per pass of a block (CHUNK in kernels/dense_tc.cu): split weights are padded
+/// with zero rows to a multiple of it.
+const CHUNK: usize = 128;
+
+/// Longest reduction (and hidden width) the kernels take: a block stages its inputs and an
+/// MLP's hidden layer in shared memory, split in two (PaiNN's widest is 3F).
+pub const DENSE_TC_MAX_WIDTH: usize = 384;
+
+/// Rows per block: 32 from this many rows where the staged inputs are at most 256 wide (half
+/// the weight reads of 16, two blocks per multiprocessor), else 16 (more blocks for an H100's
+/// 132 multiprocessors). `MLFF_DENSE_TC_ROWS` (16 or 32) forces one.
+const TALL_FROM_ROWS: usize = 4096;
+
+/// Whether the dense layers of `dtype` run on tensor cores where they fit (f32 unless
+/// `MLFF_DENSE_TENSOR_CORES=0`).
+pub fn dense_on_tensor_cores(dtype: DType) -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let on = *ON.get_or_init(|| crate::device::env_usize("MLFF_DENSE_TENSOR_CORES", 1) != 0);
+    on && dtype == DType::F32
+}
+
+/// Whether a layer reducing over `k` values into `j` outputs fits the kernels (reductions in
+/// steps of 16, outputs in tiles of 8).
+pub fn dense_tc_fits(k: usize, j: usize) -> bool {
+    k.is_multiple_of(16) && j.is_multiple_of(8) && k > 0 && j > 0 && k <= DENSE_TC_MAX_WIDTH
+}
+
+fn block_rows(n: usize, k: usize) -> usize {
+    static FORCED: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    match *FORCED.get_or_init(|| crate::device::env_usize("MLFF_DENSE_TC_ROWS", 0)) {
+        rows @ (16 | 32) => rows,
+        _ if n >= TALL_FROM_ROWS && k <= 256 => 32,
+        _ => 16,
+    }
+}
+
+/// (rows per block, width known at compile time, function) of a kernel's instantiations in
+/// kernels/dense_tc.cu; width 0 takes any.
+type Variants = &'static [(usize, usize, &'static str)];
+
+macro_rules! variants {
+    ($stem:literal: $($width:literal),*) => {
+        &[$(
+            (16, $width, concat!($stem, "_16_", $width)),
+            (32, $width, concat!($stem, "_32_", $width)),
+        )*]
+    };
+}
+
+const DENSE_VARIANTS: Variants = variants!("dense_tc": 0, 128, 256);
+const FORWARD_VARIANTS: Variants = variants!("mlp_tc_fwd": 0, 128, 256);
+const ADJOINT_VARIANTS: Variants = variants!("mlp_tc_adj": 0, 384);
+
+/// The function for `rows` rows per block whose widths the kernel knows at compile time where
+/// `width` is one of its variants' (the model's), else the one for any.
+fn function(variants: Variants, rows: usize, width: usize) -> &'static str {
+    let pick = |w: usize| variants.iter().find(|v| v.0 == rows && v.1 == w);
+    pick(width)
+        .or_else(|| pick(0))
+        .map_or(variants[0].2, |v| v.2)
+}
+
+/// A weight matrix [J, K] (output-major) as the kernels read it: [2, Jp, K], its TF32 high
+/// part (each value cut to its top 10 mantissa bits) and then the rest (w − hi, exact in f32),
+/// the outputs padded with zero rows to Jp, a multiple of 128. Made once per model by
+/// [`tf32_split`].
+#[derive(Clone, Debug)]
+pub struct Tf32Weights {
+    parts: Tensor,
+    outputs: usize,
+}
+
+impl Tf32Weights {
+    /// The number of outputs J.
+    pub fn outputs(&self) -> usize {
+        self.outputs
+    }
+
+    /// The reduction width K.
+    pub fn inputs(&self) -> Result<usize> {
+        self.parts.dim(2)
+    }
+}
+
+/// Splits weights [J, K] for the kernels ([`Tf32Weights`]); precisions other than f32 as
+/// (w, 0), for the CPU twins, which add the two. Reads the weights back to the host.
+pub fn tf32_split(w: &Tensor) -> Result<Tf32Weights> {
+    let (j, k) = w.dims2()?;
+    let padded = j.div_ceil(CHUNK) * CHUNK;
+    let pad = Tensor::zeros((padded - j, k), w.dtype(), w.device())?;
+    let w_padded = Tensor::cat(&[w, &pad], 0)?;
+    let parts = match w.dtype() {
+        DType::F32 => {
+            let v = w_padded.flatten_all()?.to_vec1::<f32>()?;
+            let cut = |x: &f32| f32::from_bits(x.to_bits() & 0xffff_e000);
+            let hi: Vec<f32> = v.iter().map(cut).collect();
+            let lo: Vec<f32> = v.iter().zip(&hi).map(|(x, h)| x - h).collect();
+            let cpu = candle_core::Device::Cpu;
+            Tensor::from_vec([hi, lo].concat(), (2, padded, k), &cpu)?.to_device(w.device())?
+        }
+        _ => Tensor::stack(&[&w_padded, &w_padded.zeros_like()?], 0)?,
+    };
+    Ok(Tf32Weights { parts, outputs: j })
+}
+
+/// Shapes of one launch: rows, first reduction, hidden width (MLPs), outputs.
+#[derive(Clone, Copy, Debug)]
+struct Dims {
+    n: usize,
+    k: usize,
+    h: usize,
+    j: usize,
+}
+
+impl Dims {
+    /// Rows per block (by the staged first reduction).
+    fn rows(&self) -> usize {
+        block_rows(self.n, self.k)
+    }
+
+    /// Launch shape: blocks of `rows` rows, the staged rows (and an MLP's hidden layer) in
+    /// shared memory as kernels/dense_tc.cu's `Staged`, two planes of width + 2 floats a row.
+    #[cfg(feature = "cuda")]
+    fn config(&self, hidden: bool) -> candle_core::cuda_backend::cudarc::driver::LaunchConfig {
+        let rows = self.rows();
+        let widths = 2 * self.k + 4 + if hidden { 2 * self.h + 4 } else { 0 };
+        candle_core::cuda_backend::cudarc::driver::LaunchConfig {
+            grid_dim: (self.n.div_ceil(rows) as u32, 1, 1),
+            block_dim: (THREADS, 1, 1),
+            shared_mem_bytes: (4 * rows * widths) as u32,
+        }
+    }
+}
+
+/// Σ_k a[k] b[k].
+fn dot<T: Real>(a: &[T], b: &[T]) -> T {
+    a.iter().zip(b).fold(T::zero(), |s, (&x, &y)| s + x * y)
+}
+
+/// The weights of a [`Tf32Weights`] [2, Jp, K] as one [Jp, K]: hi + lo.
+fn joined<T: Real>(split: &[T]) -> Vec<T> {
+    let (hi, lo) = split.split_at(split.len() / 2);
+    hi.iter().zip(lo).map(|(&a, &b)| a + b).collect()
+}
+
+/// y[r] = W x[r] for rows of width `k` and the first `j` rows of W (output-major).
+fn rows_times<T: Real>(x: &[T], w: &[T], k: usize, j: usize, y: &mut [T]) {
+    for (xr, yr) in x.chunks_exact(k).zip(y.chunks_exact_mut(j)) {
+        for (o, v) in yr.iter_mut().enumerate() {
+            *v = dot(xr, &w[o * k..(o + 1) * k]);
+        }
+    }
+}
+
+struct Layer(Dims);
+
+impl Kernel for Layer {
+    kernel_source!("dense_tc", "dense_tc");
+    fn function(&self) -> &'static str {
+        function(DENSE_VARIANTS, self.0.rows(), self.0.k)
+    }
+    fn work(&self) -> usize {
+        self.0.n * self.0.j
+    }
+    #[cfg(feature = "cuda")]
+    fn launch_config(&self, _: usize) -> candle_core::cuda_backend::cudarc::driver::LaunchConfig {
+        self.0.config(false)
+    }
+    fn sizes(&self) -> Vec<usize> {
+        vec![self.0.n, self.0.k, self.0.j]
+    }
+    /// x = [x, w].
+    fn cpu<T: Real>(&self, x: &[&[T]], _: &[&[u32]], out: &mut [T]) {
+        rows_times(x[0], &joined(x[1]), self.0.k, self.0.j, out);
+    }
+}
+
+struct MlpForward(Dims);
+
+impl Kernel for MlpForward {
+    kernel_source!("mlp_tc_fwd", "dense_tc");
+    fn function(&self) -> &'static str {
+        let known = self.0.k * (self.0.h == 128) as usize;
+        function(FORWARD_VARIANTS, self.0.rows(), known)
+    }
+    fn work(&self) -> usize {
+        self.0.n * self.0.j
+    }
+    #[cfg(feature = "cuda")]
+    fn launch_config(&self, _: usize) -> candle_core::cuda_backend::cudarc::driver::LaunchConfig {
+        self.0.config(true)
+    }
+    fn sizes(&self) -> Vec<usize> {
+        vec![self.0.n, self.0.k, self.0.h, self.0.j]
+    }
+    /// x = [x, w1, b1, w2] → [pre (N H) | y (N J)].
+    fn cpu<T: Real>(&self, x: &[&[T]], _: &[&[u32]], out: &mut [T]) {
+        let Dims { n, k, h, j } = self.0;
+        let (pre, y) = out.split_at_mut(n * h);
+        let (w1, w2) = (joined(x[1]), joined(x[3]));
+        rows_times(x[0], &w1, k, h, pre);
+        let mut act = vec![T::zero(); h];
+        for (p, yr) in pre.chunks_exact(h).zip(y.chunks_exact_mut(j)) {
+            for ((a, &v), &b) in act.iter_mut().zip(p).zip(x[2]) {
+                *a = silu_and_slope(v + b).0;
+            }
+            rows_times(&act, &w2, h, j, yr);
+        }
+    }
+}
+
+/// The adjoint's launch stages g [N, J] (its first layer reduces over the MLP's outputs), and
+/// makes the k inputs' gradients.
+struct MlpAdjoint(Dims);
+
+impl MlpAdjoint {
+    fn staged(&self) -> Dims {
+        let Dims { n, k, h, j } = self.0;
+        Dims { n, k: j, h, j: k }
+    }
+}
+
+impl Kernel for MlpAdjoint {
+    kernel_source!("mlp_tc_adj", "dense_tc");
+    fn function(&self) -> &'static str {
+        let known = self.0.j * (self.0.h == 128) as usize;
+        function(ADJOINT_VARIANTS, self.staged().rows(), known)
+    }
+    fn work(&self) -> usize {
+        self.0.n * self.0.k
+    }
+    #[cfg(feature = "cuda")]
+    fn launch_config(&self, _: usize) -> candle_core::cuda_backend::cudarc::driver::LaunchConfig {
+        self.staged().config(true)
+    }
+    fn sizes(&self) -> Vec<usize> {
+        vec![self.0.n, self.0.j, self.0.h, self.0.k]
+    }
+    /// x = [g, pre, b1, w2t [h, j], w1t [k, h]] → dL/dx [N, K].
+    fn cpu<T: Real>(&self, x: &[&[T]], _: &[&[u32]], out: &mut [T]) {
+        let Dims { k, h, j, .. } = self.0;
+        let mut g_pre = vec![T::zero(); h];
+        let (w2t, w1t) = (joined(x[3]), joined(x[4]));
+        let rows = x[0].chunks_exact(j).zip(x[1].chunks_exact(h));
+        for ((g, pre), gx) in rows.zip(out.chunks_exact_mut(k)) {
+            rows_times(g, &w2t, j, h, &mut g_pre);
+            for ((v, &p), &b) in g_pre.iter_mut().zip(pre).zip(x[2]) {
+                *v *= silu_and_slope(p + b).1;
+            }
+            rows_times(&g_pre, &w1t, h, k, gx);
+        }
+    }
+}
+
+/// Checks that float inputs start on 8 bytes (the kernels read float2s) and that CUDA runs
+/// them in f32 only.
+fn check_inputs(op: &str, inputs: &[&Tensor]) -> Result<()> {
+    for t in inputs {
+        if t.device().is_cuda() && t.dtype() != DType::F32 {
+            bail!(
+                "{op}: tensor-core layers run in f32 on CUDA, got {:?}",
+                t.dtype()
+            )
+        }
+        if t.layout().start_offset() % 4 != 0 {
+            bail!(
+                "{op}: an input starts at element {}, not a multiple of 4",
+                t.layout().start_offset()
+            )
+        }
+    }
+    Ok(())
+}
+
+fn fit(op: &str, what: &str, t: &Tensor, want: &[usize]) -> Result<()> {
+    if t.dims() != want {
+        bail!("{op}: {what} is {:?}, expected {want:?}", t.dims())
+    }
+    Ok(())
+}
+
+/// Checks that `w`'s reduction is `k` (naming it `what`) and that it fits the kernels.
+fn check_weights(op: &str, what: &str, w: &Tf32Weights, k: usize) -> Result<usize> {
+    let j = w.outputs();
+    if w.inputs()? != k {
+        bail!("{op}: {what} takes {} inputs, expected {k}", w.inputs()?)
+    }
+    if !dense_tc_fits(k, j) {
+        bail!(
+            "{op}: {what}, {k} inputs and {j} outputs, does not fit the tensor-core kernels \
+             (inputs a multiple of 16 up to {DENSE_TC_MAX_WIDTH}, outputs of 8)"
+        )
+    }
+    Ok(j)
+}
+
+/// x Wᵀ [N, J] for x [N, K] and a linear layer's weight [J, K] (no bias), split.
+pub fn dense_tc(x: &Tensor, w: &Tf32Weights) -> Result<Tensor> {
+    const OP: &str = "dense_tc";
+    let (n, k) = x.dims2()?;
+    let j = check_weights(OP, "the weight", w, k)?;
+    check_inputs(OP, &[x, &w.parts])?;
+    let dims = Dims { n, k, h: 0, j };
+    launch(Layer(dims), &[x, &w.parts], &[], (n, j), Init::Uninit)
+}
+
+/// Two linear layers with SiLU between, x [N, K] → (pre = x W1ᵀ [N, H], silu(pre + b1) W2ᵀ
+/// [N, J]), for w1 [H, K], b1 \[H\], w2 [J, H] (the weights split); the output layer's bias is
+/// left to its consumer.
+pub fn mlp_tc(
+    x: &Tensor,
+    w1: &Tf32Weights,
+    b1: &Tensor,
+    w2: &Tf32Weights,
+) -> Result<(Tensor, Tensor)> {
+    const OP: &str = "mlp_tc";
+    let (n, k) = x.dims2()?;
+    let h = check_weights(OP, "the hidden weight", w1, k)?;
+    let j = check_weights(OP, "the output weight", w2, h)?;
+    fit(OP, "hidden bias", b1, &[h])?;
+    check_inputs(OP, &[x, &w1.parts, b1, &w2.parts])?;
+    let dims = Dims { n, k, h, j };
+    let inputs = [x, &w1.parts, b1, &w2.parts];
+    let out = launch(MlpForward(dims), &inputs, &[], n * (h + j), Init::Uninit)?;
+    Ok((
+        out.narrow(0, 0, n * h)?.reshape((n, h))?,
+        out.narrow(0, n * h, n * j)?.reshape((n, j))?,
+    ))
+}
+
+/// dL/dx [N, K] of [`mlp_tc`]'s output for dL/d(output) `g` [N, J], its saved `pre` [N, H], b1,
+/// and the transposed weights w2t [H, J] and w1t [K, H] (split).
+pub fn mlp_tc_adjoint(
+    g: &Tensor,
+    pre: &Tensor,
+    b1: &Tensor,
+    w2t: &Tf32Weights,
+    w1t: &Tf32Weights,
+) -> Result<Tensor> {
+    const OP: &str = "mlp_tc_adjoint";
+    let (n, j) = g.dims2()?;
+    let h = check_weights(OP, "the transposed output weight", w2t, j)?;
+    let k = check_weights(OP, "the transposed hidden weight", w1t, h)?;
+    fit(OP, "pre-activation", pre, &[n, h])?;
+    fit(OP, "hidden bias", b1, &[h])?;
+    check_inputs(OP, &[g, pre, b1, &w2t.parts, &w1t.parts])?;
+    let dims = Dims { n, k, h, j };
+    let inputs = [g, pre, b1, &w2t.parts, &w1t.parts];
+    launch(MlpAdjoint(dims), &inputs, &[], (n, k), Init::Uninit)
+}

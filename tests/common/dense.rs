@@ -1,0 +1,66 @@
+//! Inputs and outputs of the tensor-core dense layers (`ops::dense_tc`), shared by the CPU test
+//! against candle's matmul and backprop and the GPU test against the CPU twins.
+
+use super::fused::random;
+use candle_core::{DType, Device, Result, Tensor};
+use mlff_distiller::ops::{dense_tc, mlp_tc, mlp_tc_adjoint, tf32_split};
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+
+/// Rows, inputs, hidden width and outputs of one case.
+#[derive(Clone, Copy, Debug)]
+pub struct Layers {
+    pub n: usize,
+    pub k: usize,
+    pub h: usize,
+    pub j: usize,
+}
+
+/// A case of `n` rows, `k` inputs, hidden width `h` and `j` outputs.
+pub const fn layers(n: usize, k: usize, h: usize, j: usize) -> Layers {
+    Layers { n, k, h, j }
+}
+
+/// The inputs of every op for one case, on the CPU.
+pub struct LayerInputs {
+    pub x: Tensor,
+    /// Weights output-major (the ops take them split by `tf32_split`): w1 [H, K], w2 [J, H],
+    /// wide [J, K].
+    pub w1: Tensor,
+    pub b1: Tensor,
+    pub w2: Tensor,
+    pub wide: Tensor,
+    /// dL/d(output) [N, J] for the adjoint.
+    pub g: Tensor,
+}
+
+/// Features of order one, weights scaled by 1/√(inputs) as a trained layer's.
+pub fn layer_inputs(c: Layers, dtype: DType, seed: u64) -> LayerInputs {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let Layers { n, k, h, j } = c;
+    LayerInputs {
+        x: random(&mut rng, &[n, k], 2.0, dtype),
+        w1: random(&mut rng, &[h, k], 1.7 / (k as f64).sqrt(), dtype),
+        b1: random(&mut rng, &[h], 0.5, dtype),
+        w2: random(&mut rng, &[j, h], 1.7 / (h as f64).sqrt(), dtype),
+        wide: random(&mut rng, &[j, k], 1.7 / (k as f64).sqrt(), dtype),
+        g: random(&mut rng, &[n, j], 1.0, dtype),
+    }
+}
+
+/// (name, output) of the three ops on `dev`; the adjoint takes the forward's pre-activation.
+pub fn layer_outputs(x: &LayerInputs, dev: &Device) -> Result<Vec<(&'static str, Tensor)>> {
+    let on = |t: &Tensor| t.to_device(dev);
+    let split = |t: &Tensor| tf32_split(&t.to_device(dev)?);
+    let split_t = |t: &Tensor| split(&t.t()?.contiguous()?);
+    let b1 = on(&x.b1)?;
+    let single = dense_tc(&on(&x.x)?, &split(&x.wide)?)?;
+    let (pre, y) = mlp_tc(&on(&x.x)?, &split(&x.w1)?, &b1, &split(&x.w2)?)?;
+    let gx = mlp_tc_adjoint(&on(&x.g)?, &pre, &b1, &split_t(&x.w2)?, &split_t(&x.w1)?)?;
+    Ok(vec![
+        ("dense", single),
+        ("mlp pre-activation", pre),
+        ("mlp output", y),
+        ("mlp adjoint", gx),
+    ])
+}
