@@ -3,13 +3,14 @@
 //!
 //!     cargo run --release --features cuda --example fused_kernel_times -- [DEVICE] [SYSTEMS]
 //!
-//! DEVICE is `cuda` (default) or `cpu`; SYSTEMS a comma list of `aspirin` and `water-N`
-//! (default `aspirin,water-10000`). Each op runs 20 times to warm up, then REPEATS times back
-//! to back between two device synchronisations: the mean is the op's device time where the
-//! kernel is longer than a launch, and the launch cost where it is not. Floors assume f32 and
-//! the peak FP32 rate and memory bandwidth given by MLFF_PEAK_TFLOPS / MLFF_PEAK_TBS (defaults:
-//! H100 SXM, 67 TFLOP/s and 3.35 TB/s); bytes count each tensor read or written once (the
-//! edge basis and weights read per edge are counted once per edge, assumed cached).
+//! DEVICE is `cuda` (default) or `cpu`; SYSTEMS a comma list of `aspirin`, `aspirin-xN` (a batch
+//! of N copies) and `water-N` (default `aspirin,water-10000`). Each op runs 20 times to warm
+//! up, then REPEATS times back to back between two device synchronisations: the mean is the
+//! op's device time where the kernel is longer than a launch, and the launch cost where it is
+//! not. Floors assume f32 and the peak FP32 rate and memory bandwidth given by
+//! MLFF_PEAK_TFLOPS / MLFF_PEAK_TBS (defaults: H100 SXM, 67 TFLOP/s and 3.35 TB/s); bytes count
+//! each tensor read or written once (the edge basis and weights read per edge are counted once
+//! per edge, assumed cached).
 
 use anyhow::Result;
 use candle_core::{DType, Device, Tensor};
@@ -25,7 +26,7 @@ const R: usize = 20;
 const CUTOFF: f64 = 5.0;
 
 struct Row {
-    name: &'static str,
+    name: String,
     micros: f64,
     flop: f64,
     bytes: f64,
@@ -45,10 +46,13 @@ fn time(dev: &Device, mut op: impl FnMut() -> candle_core::Result<Tensor>) -> Re
 }
 
 fn system(name: &str) -> Result<Batch> {
+    if let Some(copies) = name.strip_prefix("aspirin-x") {
+        return Ok(Batch::new(vec![aspirin(); copies.parse::<usize>()?])?);
+    }
     let s = match name.strip_prefix("water-") {
         Some(n) => water_box(n.parse::<usize>()? / 3, 0),
         None if name == "aspirin" => aspirin(),
-        None => anyhow::bail!("unknown system {name} (aspirin or water-N)"),
+        None => anyhow::bail!("unknown system {name} (aspirin, aspirin-xN or water-N)"),
     };
     Ok(Batch::new(vec![s])?)
 }
@@ -115,13 +119,13 @@ fn rows(dev: &Device, batch: &Batch) -> Result<Vec<Row>> {
     let filter_flop = 2.0 * 3.0 * (R + 1) as f64;
     let mut out = vec![
         Row {
-            name: "edge basis",
+            name: "edge basis".into(),
             micros: time(dev, || ops::edge_basis(&pos, &off, &ci, &nj, R, CUTOFF))?,
             flop: ed * (R as f64 * 12.0 + 30.0),
             bytes: ed * (4.0 * (9.0 + 2.0 + bw)),
         },
         Row {
-            name: "edge basis adjoint",
+            name: "edge basis adjoint".into(),
             micros: time(dev, || {
                 ops::edge_basis_adjoint(&pos, &off, &g_basis, &ci, &nj, R, CUTOFF)
             })?,
@@ -132,13 +136,13 @@ fn rows(dev: &Device, batch: &Batch) -> Result<Vec<Row>> {
         // kernels (the adjoint for a symmetric list first); the tiled adjoints leave dL/dw as
         // rows (the "filter rows adjoint" product below maps them back; not timed here).
         Row {
-            name: "interaction (filter in kernel)",
+            name: "interaction (filter in kernel)".into(),
             micros: time(dev, || ops::interaction(&x))?,
             flop: ef * (filter_flop + 15.0),
             bytes: 4.0 * (ef * 10.0 + ed * (bw + 2.0) + nf * 8.0),
         },
         Row {
-            name: "interaction adjoint",
+            name: "interaction adjoint".into(),
             micros: time(dev, || {
                 ops::interaction_adjoint(&x, &state, &g_rows).map(|t| t.v)
             })?,
@@ -146,7 +150,7 @@ fn rows(dev: &Device, batch: &Batch) -> Result<Vec<Row>> {
             bytes: 4.0 * (ef * 19.0 + ed * 2.0 * (bw + 1.0) + nf * 13.0),
         },
         Row {
-            name: "interaction adjoint, list not said symmetric",
+            name: "interaction adjoint, list not said symmetric".into(),
             micros: time(dev, || {
                 ops::interaction_adjoint(&x_one_way, &state, &g_rows).map(|t| t.v)
             })?,
@@ -154,19 +158,19 @@ fn rows(dev: &Device, batch: &Batch) -> Result<Vec<Row>> {
             bytes: 4.0 * (ef * 19.0 + ed * 2.0 * (bw + 1.0) + nf * 13.0),
         },
         Row {
-            name: "filter rows: matmul [E,R+4]x[R+4,3F]",
+            name: "filter rows: matmul [E,R+4]x[R+4,3F]".into(),
             micros: time(dev, || basis.matmul(&filter_basis))?,
             flop: ef * filter_flop,
             bytes: 4.0 * (ed * bw + ef * 3.0),
         },
         Row {
-            name: "interaction (filter rows)",
+            name: "interaction (filter rows)".into(),
             micros: time(dev, || ops::interaction(&x_rows))?,
             flop: ef * 15.0,
             bytes: 4.0 * (ef * 13.0 + ed * 5.0 + nf * 8.0),
         },
         Row {
-            name: "interaction adjoint (filter rows)",
+            name: "interaction adjoint (filter rows)".into(),
             micros: time(dev, || {
                 ops::interaction_adjoint(&x_rows, &state, &g_rows).map(|t| t.v)
             })?,
@@ -174,25 +178,25 @@ fn rows(dev: &Device, batch: &Batch) -> Result<Vec<Row>> {
             bytes: 4.0 * (ef * 22.0 + ed * 2.0 * 5.0 + nf * 13.0),
         },
         Row {
-            name: "filter rows adjoint: matmul [E,3F]x[3F,R+4]",
+            name: "filter rows adjoint: matmul [E,3F]x[3F,R+4]".into(),
             micros: time(dev, || g_filter_rows.matmul(&filter_basis.t()?))?,
             flop: ef * filter_flop,
             bytes: 4.0 * (ef * 3.0 + ed * bw),
         },
         Row {
-            name: "update context",
+            name: "update context".into(),
             micros: time(dev, || ops::update_context(&state, &mixed))?,
             flop: nf * 8.0,
             bytes: 4.0 * nf * 6.0,
         },
         Row {
-            name: "update combine",
+            name: "update combine".into(),
             micros: time(dev, || ops::update_combine(&state, &mixed, &act, &pb))?,
             flop: nf * 16.0,
             bytes: 4.0 * nf * 17.0,
         },
         Row {
-            name: "update combine adjoint",
+            name: "update combine adjoint".into(),
             micros: time(dev, || {
                 ops::update_combine_adjoint(&mixed, &act, &pb, &grad)
             })?,
@@ -200,7 +204,7 @@ fn rows(dev: &Device, batch: &Batch) -> Result<Vec<Row>> {
             bytes: 4.0 * nf * 33.0,
         },
         Row {
-            name: "update context adjoint",
+            name: "update context adjoint".into(),
             micros: time(dev, || {
                 ops::update_context_adjoint(&mixed, &g_ctx, &packed).map(|t| t.0)
             })?,
@@ -208,7 +212,7 @@ fn rows(dev: &Device, batch: &Batch) -> Result<Vec<Row>> {
             bytes: 4.0 * nf * 25.0,
         },
         Row {
-            name: "bias + silu [N, F]",
+            name: "bias + silu [N, F]".into(),
             micros: time(dev, || {
                 ops::bias_silu(&s, &g_s.narrow(0, 0, 1)?.squeeze(0)?)
             })?,
@@ -216,7 +220,7 @@ fn rows(dev: &Device, batch: &Batch) -> Result<Vec<Row>> {
             bytes: 4.0 * nf * 2.0,
         },
         Row {
-            name: "bias + silu adjoint [N, F]",
+            name: "bias + silu adjoint [N, F]".into(),
             micros: time(dev, || {
                 ops::bias_silu_adjoint(&s, &g_s.narrow(0, 0, 1)?.squeeze(0)?, &g_s)
             })?,
@@ -234,11 +238,83 @@ fn rows(dev: &Device, batch: &Batch) -> Result<Vec<Row>> {
         let (m, k) = lhs.dims2()?;
         let rhs = w.narrow(0, 0, k)?.narrow(1, 0, cols)?.contiguous()?;
         out.push(Row {
-            name,
+            name: name.into(),
             micros: time(dev, || lhs.matmul(&rhs))?,
             flop: 2.0 * (m * k * cols) as f64,
             bytes: 4.0 * (m * k + k * cols + m * cols) as f64,
         });
+    }
+    if dev.is_cuda() {
+        out.extend(tensor_core_rows(dev, &s, &v, &g_ctx)?);
+    }
+    Ok(out)
+}
+
+/// The update's mixing layer and the two MLPs (F → F → 3F on s, 2F → F → 3F on the context),
+/// forward and adjoint, as cuBLAS products with the bias+SiLU kernels between them and on
+/// tensor cores (`ops::dense_tc`). CUDA only: the tensor-core twins on the CPU are plain loops.
+fn tensor_core_rows(dev: &Device, s: &Tensor, v: &Tensor, ctx: &Tensor) -> Result<Vec<Row>> {
+    let f = F;
+    let r = |shape: &[usize]| Tensor::randn(0f32, 0.1, shape, dev);
+    let mut out = Vec::new();
+    let mix = r(&[2 * f, f])?;
+    let mix_split = ops::tf32_split(&mix)?;
+    let mix_t_split = ops::tf32_split(&mix.t()?.contiguous()?)?;
+    let g_mixed = r(&[v.dim(0)?, 2 * f])?;
+    let mix_flop = 2.0 * (v.dim(0)? * f * 2 * f) as f64;
+    let mix_bytes = 4.0 * (v.dim(0)? * 3 * f) as f64;
+    out.push(Row {
+        name: "mix [3N,F]x[F,2F], tensor cores".into(),
+        micros: time(dev, || ops::dense_tc(v, &mix_split))?,
+        flop: mix_flop,
+        bytes: mix_bytes,
+    });
+    out.push(Row {
+        name: "mix adjoint [3N,2F]x[2F,F], matmul".into(),
+        micros: time(dev, || g_mixed.matmul(&mix))?,
+        flop: mix_flop,
+        bytes: mix_bytes,
+    });
+    out.push(Row {
+        name: "mix adjoint [3N,2F]x[2F,F], tensor cores".into(),
+        micros: time(dev, || ops::dense_tc(&g_mixed, &mix_t_split))?,
+        flop: mix_flop,
+        bytes: mix_bytes,
+    });
+    for (label, x) in [("phi MLP F>F>3F", s), ("context MLP 2F>F>3F", ctx)] {
+        let (n, k) = x.dims2()?;
+        let (w1, b1, w2) = (r(&[f, k])?, r(&[f])?, r(&[3 * f, f])?);
+        let split_t = |w: &Tensor| ops::tf32_split(&w.t()?.contiguous()?);
+        let (w1s, w2s) = (ops::tf32_split(&w1)?, ops::tf32_split(&w2)?);
+        let (w1t, w2t) = (split_t(&w1)?, split_t(&w2)?);
+        let g = r(&[n, 3 * f])?;
+        let pre = x.matmul(&w1.t()?)?;
+        let flop = 2.0 * (n * (k * f + f * 3 * f)) as f64;
+        let bytes = 4.0 * (n * (k + 2 * f + 3 * f)) as f64;
+        let timed: [(&str, &dyn Fn() -> candle_core::Result<Tensor>); 4] = [
+            ("forward, matmul + bias/SiLU", &|| {
+                let pre = x.matmul(&w1.t()?)?;
+                ops::bias_silu(&pre, &b1)?.matmul(&w2.t()?)
+            }),
+            ("forward, tensor cores", &|| {
+                Ok(ops::mlp_tc(x, &w1s, &b1, &w2s)?.1)
+            }),
+            ("adjoint, matmul + bias/SiLU", &|| {
+                let g_h = g.matmul(&w2)?;
+                ops::bias_silu_adjoint(&pre, &b1, &g_h)?.matmul(&w1)
+            }),
+            ("adjoint, tensor cores", &|| {
+                ops::mlp_tc_adjoint(&g, &pre, &b1, &w2t, &w1t)
+            }),
+        ];
+        for (what, op) in timed {
+            out.push(Row {
+                name: format!("{label} {what}"),
+                micros: time(dev, op)?,
+                flop,
+                bytes,
+            });
+        }
     }
     Ok(out)
 }
