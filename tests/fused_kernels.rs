@@ -392,3 +392,31 @@ fn tensor_core_layer_twins_match_matmul_and_backprop() {
     let err = mlp_tc(&x.x, &w1, &x.w2, &w2).unwrap_err().to_string();
     assert!(err.contains("hidden bias"), "{err}");
 }
+
+/// A width (F = 144) whose forward layers fit the tensor-core kernels but whose 3F-wide adjoint
+/// reduction (432) does not: the forward runs on the kernels' twins, that adjoint on matmul, and
+/// energies and forces match the path without them.
+#[test]
+fn tensor_core_layers_fall_back_where_a_width_does_not_fit() {
+    use mlff_distiller::model::PainnConfig;
+    use mlff_distiller::PainnCalculator;
+    let cfg = PainnConfig {
+        hidden: 144,
+        n_blocks: 1,
+        ..common::small_config()
+    };
+    let model = common::model(&cfg, 3, DType::F64, &Device::Cpu);
+    let calc = PainnCalculator::new(model, Device::Cpu, DType::F64).with_ops(EdgeOps::Fused);
+    let batch = Batch::new(vec![common::random_molecule(6, 5)]).unwrap();
+    let (inputs, _) = calc.prepare(&batch).unwrap();
+    let fused = calc.model().fused().unwrap();
+    let run = |rows: std::ops::RangeInclusive<usize>| {
+        let pass_model = fused.clone().with_tensor_core_layers(rows);
+        let pass = pass_model.forward(&inputs).unwrap();
+        (pass.atom_energies.clone(), pass.forces().unwrap())
+    };
+    let (e_off, f_off) = run(usize::MAX..=usize::MAX);
+    let (e_on, f_on) = run(0..=usize::MAX);
+    assert!(max_abs_diff(&e_on, &e_off) < 1e-10, "energies");
+    assert!(max_abs_diff(&f_on, &f_off) < 1e-10, "forces");
+}

@@ -114,10 +114,15 @@ impl Mlp {
         split_once(&self.split, ws)
     }
 
-    /// Whether both layers fit the tensor-core kernels for inputs of width `k`.
-    fn fits_tensor_cores(&self, k: usize) -> Result<bool> {
-        let (h, j) = (self.hidden.weight.dim(0)?, self.out.weight.dim(0)?);
-        Ok(dense_tc_fits(k, h) && dense_tc_fits(h, j))
+    /// Whether both layers of the forward (`adjoint` false) or of the adjoint, which reduces
+    /// over the outputs, fit the tensor-core kernels.
+    fn fits_tensor_cores(&self, adjoint: bool) -> Result<bool> {
+        let (h, k) = self.hidden.weight.dims2()?;
+        let j = self.out.weight.dim(0)?;
+        Ok(match adjoint {
+            false => dense_tc_fits(k, h) && dense_tc_fits(h, j),
+            true => dense_tc_fits(j, h) && dense_tc_fits(h, k),
+        })
     }
 
     /// (pre-activation x W₁ᵀ, output before its bias): our dense kernels (two launches), the
@@ -130,7 +135,7 @@ impl Mlp {
                 let out = dense(&packed.narrow(0, n, n)?, &self.out_t)?;
                 Ok((packed.narrow(0, 0, n)?, out))
             }
-            DensePath::TensorCores if self.fits_tensor_cores(x.dim(1)?)? => {
+            DensePath::TensorCores if self.fits_tensor_cores(false)? => {
                 let [w1, w2, ..] = self.split()?;
                 mlp_tc(x, w1, &self.hidden.bias, w2)
             }
@@ -153,10 +158,9 @@ impl Mlp {
 
     /// dL/dx for dL/d(output) `g_out`.
     fn adjoint(&self, pre: &Tensor, g_out: &Tensor, path: DensePath) -> Result<Tensor> {
-        let k = self.hidden.weight.dim(1)?;
         let g_h = match path {
             DensePath::Small => dense(g_out, &self.out.weight)?,
-            DensePath::TensorCores if self.fits_tensor_cores(k)? => {
+            DensePath::TensorCores if self.fits_tensor_cores(true)? => {
                 let [_, _, w2t, w1t] = self.split()?;
                 return mlp_tc_adjoint(g_out, pre, &self.hidden.bias, w2t, w1t);
             }
