@@ -1,6 +1,6 @@
 //! Dense layers on tensor cores (kernels/dense_tc.cu) for the separate-kernel path in f32 on
 //! CUDA: one layer, or a whole two-layer MLP with its SiLU in one launch, where cuBLAS took two
-//! products and a bias+SiLU kernel (a third of a 64-aspirin call, BENCHMARKS.md). The products
+//! products and a bias+SiLU kernel (46% of a 64-aspirin call, BENCHMARKS.md). The products
 //! are split TF32 (each value held to ~2^-20, summed in f32), as in the tensor-core
 //! interaction.
 //!
@@ -198,6 +198,7 @@ struct MlpForward(Dims);
 impl Kernel for MlpForward {
     kernel_source!("mlp_tc_fwd", "dense_tc");
     fn function(&self) -> &'static str {
+        // The compile-time variants are the model's, whose hidden width is 128.
         let known = self.0.k * (self.0.h == 128) as usize;
         function(FORWARD_VARIANTS, self.0.rows(), known)
     }
@@ -270,8 +271,8 @@ impl Kernel for MlpAdjoint {
     }
 }
 
-/// Checks that float inputs start on 8 bytes (the kernels read float2s) and that CUDA runs
-/// them in f32 only.
+/// Checks that float inputs start on 16 bytes (the kernels read the weights as float4s, rows
+/// and pre-activations as float2s) and that CUDA runs them in f32 only.
 fn check_inputs(op: &str, inputs: &[&Tensor]) -> Result<()> {
     for t in inputs {
         if t.device().is_cuda() && t.dtype() != DType::F32 {
