@@ -273,6 +273,13 @@ struct Block {
     ctx: Mlp,
 }
 
+impl Block {
+    /// W_mix and its transpose split for the tensor-core kernels (made on first use).
+    fn mix_split(&self) -> Result<&[Tf32Weights; 2]> {
+        split_once(&self.mix_split, [&self.mix, &self.mix_t])
+    }
+}
+
 /// The weights of a [`Painn`] arranged for the fused kernels.
 #[derive(Clone)]
 pub struct FusedPainn {
@@ -625,9 +632,7 @@ impl FusedPainn {
         let f = self.hidden;
         match self.dense_path(v.dim(0)?, v) {
             DensePath::Small => dense(v, &b.mix_t),
-            DensePath::TensorCores if dense_tc_fits(f, 2 * f) => {
-                dense_tc(v, &split_once(&b.mix_split, [&b.mix, &b.mix_t])?[0])
-            }
+            DensePath::TensorCores if dense_tc_fits(f, 2 * f) => dense_tc(v, &b.mix_split()?[0]),
             _ => v.matmul(&b.mix.t()?),
         }
     }
@@ -637,9 +642,7 @@ impl FusedPainn {
         let f = self.hidden;
         match self.dense_path(g.dim(0)?, g) {
             DensePath::Small => dense(g, &b.mix),
-            DensePath::TensorCores if dense_tc_fits(2 * f, f) => {
-                dense_tc(g, &split_once(&b.mix_split, [&b.mix, &b.mix_t])?[1])
-            }
+            DensePath::TensorCores if dense_tc_fits(2 * f, f) => dense_tc(g, &b.mix_split()?[1]),
             _ => g.matmul(&b.mix),
         }
     }
