@@ -275,18 +275,12 @@ fn bad_inputs_are_named() {
 /// its reverse.
 #[test]
 fn symmetric_adjoint_gives_the_standard_position_gradients() {
-    use common::fused::{Shape, CUTOFF};
+    use common::fused::{shape, CUTOFF};
     use mlff_distiller::ops::{
         edge_basis, edge_basis_adjoint, interaction_adjoint, EdgeFilter, InteractionGrads,
         InteractionInputs, TILE_FROM_EDGES,
     };
-    let shape = Shape {
-        n: 300,
-        e: 4_500,
-        f: 16,
-        r: 6,
-    };
-    let x = inputs(shape, DType::F64, 77).symmetric();
+    let x = inputs(shape(300, 4_500, 16, 6), DType::F64, 77).symmetric();
     assert!(x.shape.e >= TILE_FROM_EDGES);
     let (pos, off, ci, nj, r) = (
         &x.positions,

@@ -322,46 +322,16 @@ fn cuda_fused_message_matches_cpu() {
 /// basis rows takes the tensor-core tiles' forward, which the sums do not cover.
 #[test]
 fn cuda_fused_kernels_match_cpu() {
-    use common::fused::{fused_outputs, inputs, Shape, SHAPES};
+    use common::fused::{fused_outputs, inputs, shape, SHAPES};
     let gpu = cuda();
-    let large = Shape {
-        n: 2_000,
-        e: 60_000,
-        f: 128,
-        r: 20,
-    };
-    let odd = Shape {
-        n: 500,
-        e: 10_000,
-        f: 40,
-        r: 9,
-    };
-    let wide = Shape {
-        n: 400,
-        e: 9_000,
-        f: 160,
-        r: 6,
-    };
-    let sparse = Shape {
-        n: 6_000,
-        e: 8_000,
-        f: 128,
-        r: 20,
-    };
-    let deep = Shape {
-        n: 1_000,
-        e: 12_000,
-        f: 128,
-        r: 24,
-    };
+    let large = shape(2_000, 60_000, 128, 20);
+    let odd = shape(500, 10_000, 40, 9);
+    let wide = shape(400, 9_000, 160, 6);
+    let sparse = shape(6_000, 8_000, 128, 20);
+    let deep = shape(1_000, 12_000, 128, 24);
     // Every edge with its reverse: the adjoint that sums each atom's sending gradients over its
     // own run of edges (`symmetric_edges`), 60,000 edges.
-    let half = Shape {
-        n: 2_000,
-        e: 30_000,
-        f: 128,
-        r: 20,
-    };
+    let half = shape(2_000, 30_000, 128, 20);
     for (dtype, tol) in [(DType::F32, 2e-5), (DType::F64, 1e-12)] {
         let mut cases: Vec<_> = SHAPES
             .iter()

@@ -19,33 +19,18 @@ pub struct Shape {
     pub r: usize,
 }
 
+/// A shape of `n` atoms, `e` edges, `f` features and `r` basis functions.
+pub const fn shape(n: usize, e: usize, f: usize, r: usize) -> Shape {
+    Shape { n, e, f, r }
+}
+
 /// Zero edges, one edge, isolated atoms (more atoms than edges reach), F below and at a
 /// multiple of the warp size (the CUDA adjoint's two reduction paths).
 pub const SHAPES: [Shape; 4] = [
-    Shape {
-        n: 3,
-        e: 0,
-        f: 4,
-        r: 5,
-    },
-    Shape {
-        n: 2,
-        e: 1,
-        f: 6,
-        r: 4,
-    },
-    Shape {
-        n: 40,
-        e: 25,
-        f: 12,
-        r: 6,
-    },
-    Shape {
-        n: 30,
-        e: 200,
-        f: 32,
-        r: 8,
-    },
+    shape(3, 0, 4, 5),
+    shape(2, 1, 6, 4),
+    shape(40, 25, 12, 6),
+    shape(30, 200, 32, 8),
 ];
 
 pub const CUTOFF: f64 = 4.0;
