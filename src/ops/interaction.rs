@@ -371,14 +371,14 @@ fn forward(x: &InteractionInputs, sums: bool) -> Result<Tensor> {
     let z = x.sizes()?;
     let inputs = [x.phi, x.phi_bias, x.filter_tensor(), x.basis, x.state];
     let (idx, shape) = ([x.centers, x.neighbors], x.state.shape());
-    let (dtype, cuda) = (x.state.dtype(), x.state.device().is_cuda());
-    let summed = TileForward::new(z, dtype, true);
+    let cuda = x.state.device().is_cuda();
+    let summed = TileForward::new(z, x.state, true);
     match x.filter {
         EdgeFilter::Weights(_) if sums && cuda && summed.receiver_sums() => {
             launch(summed, &inputs, &idx, shape, Init::Copy(4))
         }
         EdgeFilter::Weights(_) if tiled(&z, x, false) => launch(
-            TileForward::new(z, dtype, receiver_sums_on()),
+            TileForward::new(z, x.state, receiver_sums_on()),
             &inputs,
             &idx,
             shape,
@@ -455,14 +455,14 @@ pub fn interaction_adjoint(
             let (g_s, g_v) = (gm.narrow(0, 0, n)?, (gm.narrow(0, n, 3 * n)? + gve)?);
             let mut inputs = inputs;
             (inputs[5], inputs[6]) = (&g_s, &g_v);
-            let kernel = TileAdjoint::<true>::new(z, x.state.dtype());
+            let kernel = TileAdjoint::<true>::new(z, x.state);
             match kernel.grad_rows() {
                 true => (launch(kernel, &inputs, &idx, with_rows, init)?, true),
                 false => (launch(kernel, &inputs, &idx, zeroed, Init::Zero)?, false),
             }
         }
         EdgeFilter::Weights(_) if tile => {
-            let kernel = TileAdjoint::<false>::new(z, x.state.dtype());
+            let kernel = TileAdjoint::<false>::new(z, x.state);
             (launch(kernel, &inputs, &idx, with_rows, init)?, true)
         }
         EdgeFilter::Weights(_) => (

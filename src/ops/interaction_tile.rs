@@ -9,7 +9,7 @@
 use super::edge_basis::basis_width;
 use super::interaction::{adjoint_cpu, forward_cpu, AdjointMode, InteractionInputs, Sizes};
 use super::kernel::{kernel_source, Kernel, Real};
-use candle_core::DType;
+use candle_core::{DType, Tensor};
 
 /// Edge count from which the filter formed in the kernels runs as the tiled kernels on CUDA
 /// (kernels/interaction_tile.cu: a block's weights and a tile's basis in shared memory, the
@@ -36,17 +36,39 @@ const TILE_F: usize = 128;
 const TILE_E: usize = 64;
 #[cfg(feature = "cuda")]
 const TILE_SB: usize = TILE_E + 4;
-/// Most blocks a tiled launch takes along the edges (each stages its weights once and walks
-/// its share of the tiles): four per multiprocessor of an H100 or H200 (132). At 541,000
-/// edges on an H100 the forward and adjoint took 4-7% less time than with 2,048 blocks, for
-/// the tensor-core and CUDA-core kernels alike (1,056 as 528).
+/// Most blocks a tiled launch on CUDA cores takes along the edges (each stages its weights once
+/// and walks its share of the tiles): four per multiprocessor of an H100 or H200 (132). At
+/// 541,000 edges on an H100 the forward and adjoint took 4-7% less time than with 2,048
+/// blocks, for the tensor-core and CUDA-core kernels alike (1,056 as 528).
 #[cfg(feature = "cuda")]
 const TILE_MAX_BLOCKS: usize = 528;
-/// [`TILE_MAX_BLOCKS`], or `MLFF_TILE_MAX_BLOCKS` where set (for measurements).
+/// `MLFF_TILE_MAX_BLOCKS` where set (for measurements): the most blocks of every tiled launch.
+#[cfg(feature = "cuda")]
+fn tile_max_blocks_set() -> Option<usize> {
+    static MAX: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    *MAX.get_or_init(|| {
+        std::env::var("MLFF_TILE_MAX_BLOCKS")
+            .ok()
+            .map(|_| crate::device::env_usize("MLFF_TILE_MAX_BLOCKS", TILE_MAX_BLOCKS).max(1))
+    })
+}
+/// [`TILE_MAX_BLOCKS`] unless `MLFF_TILE_MAX_BLOCKS` says otherwise.
 #[cfg(feature = "cuda")]
 fn tile_max_blocks() -> usize {
-    static MAX: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *MAX.get_or_init(|| crate::device::env_usize("MLFF_TILE_MAX_BLOCKS", TILE_MAX_BLOCKS).max(1))
+    tile_max_blocks_set().unwrap_or(TILE_MAX_BLOCKS)
+}
+/// Most blocks of a tensor-core tiled launch: the blocks the device holds at once (two per
+/// multiprocessor: 128 registers a thread), so that each stages its weights once and no second
+/// wave stages them again. On an H100 (run of 2026-11-24, replayed calls) 264 blocks against
+/// 528: 64 aspirins 0.650-0.653 against 0.678-0.679 ms, water-1000 0.940-0.941 against
+/// 0.954-0.967, water-10000 6.32-6.36 against 6.37-6.39.
+fn tensor_core_max_blocks(device: &candle_core::Device) -> usize {
+    #[cfg(feature = "cuda")]
+    if let Some(set) = tile_max_blocks_set() {
+        return set;
+    }
+    let per_device = super::small_system::device_limits(device).map(|(sms, _)| 2 * sms);
+    per_device.unwrap_or(264)
 }
 
 /// Largest dL/dw rows [E, 3F] the tiled adjoint writes (bytes); beyond it the untiled adjoint
@@ -175,18 +197,26 @@ impl FilterArithmetic {
 pub(super) struct TileForward {
     z: Sizes,
     filters: FilterArithmetic,
+    /// Most blocks on tensor cores ([`tensor_core_max_blocks`]).
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    tc_blocks: usize,
 }
 
 impl TileForward {
     /// `sums`: as receiver sums where they can run (else the tiles).
-    pub(super) fn new(z: Sizes, dtype: DType, sums: bool) -> Self {
-        let filters = match FilterArithmetic::of(&z, dtype) {
+    pub(super) fn new(z: Sizes, state: &Tensor, sums: bool) -> Self {
+        let filters = match FilterArithmetic::of(&z, state.dtype()) {
             FilterArithmetic::TensorCores if sums && z.n_rbf < SUMS_MAX_BASIS_ROWS => {
                 FilterArithmetic::ReceiverSums
             }
             other => other,
         };
-        Self { z, filters }
+        let tc_blocks = tensor_core_max_blocks(state.device());
+        Self {
+            z,
+            filters,
+            tc_blocks,
+        }
     }
 
     /// Whether this launch sums per receiving atom.
@@ -200,15 +230,22 @@ impl TileForward {
 pub(super) struct TileAdjoint<const SYMMETRIC: bool> {
     z: Sizes,
     filters: FilterArithmetic,
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    tc_blocks: usize,
 }
 
 impl<const SYMMETRIC: bool> TileAdjoint<SYMMETRIC> {
-    pub(super) fn new(z: Sizes, dtype: DType) -> Self {
+    pub(super) fn new(z: Sizes, state: &Tensor) -> Self {
         let filters = match SYMMETRIC {
-            true => FilterArithmetic::of(&z, dtype),
+            true => FilterArithmetic::of(&z, state.dtype()),
             false => FilterArithmetic::CudaCores,
         };
-        Self { z, filters }
+        let tc_blocks = tensor_core_max_blocks(state.device());
+        Self {
+            z,
+            filters,
+            tc_blocks,
+        }
     }
     /// Whether the output ends with dL/dw rows [E, 3F] (g_basis then holding only its
     /// unit-vector columns) rather than a complete g_basis.
@@ -242,7 +279,7 @@ impl Kernel for TileForward {
     ) -> candle_core::cuda_backend::cudarc::driver::LaunchConfig {
         match self.filters {
             FilterArithmetic::CudaCores => tile_config(&self.z, elem_bytes, false),
-            FilterArithmetic::TensorCores => tensor_core_config(&self.z),
+            FilterArithmetic::TensorCores => tensor_core_config(&self.z, self.tc_blocks),
             FilterArithmetic::ReceiverSums => receiver_sums_config(&self.z),
         }
     }
@@ -279,12 +316,15 @@ fn tc_stride(n_rbf: usize) -> usize {
 /// The tensor-core forward's launch: (edge tiles, feature chunks) blocks of [`TC_THREADS`]
 /// threads with the weights, the tile's basis and its filters in shared memory (f32).
 #[cfg(feature = "cuda")]
-fn tensor_core_config(z: &Sizes) -> candle_core::cuda_backend::cudarc::driver::LaunchConfig {
+fn tensor_core_config(
+    z: &Sizes,
+    max_blocks: usize,
+) -> candle_core::cuda_backend::cudarc::driver::LaunchConfig {
     let stride = tc_stride(z.n_rbf);
     let reals = 3 * TILE_F * stride + TC_E * stride + TC_E * TC_SF;
     candle_core::cuda_backend::cudarc::driver::LaunchConfig {
         grid_dim: (
-            z.n_edges.div_ceil(TC_E).clamp(1, tile_max_blocks()) as u32,
+            z.n_edges.div_ceil(TC_E).clamp(1, max_blocks) as u32,
             z.hidden.div_ceil(TILE_F) as u32,
             1,
         ),
@@ -364,7 +404,7 @@ impl<const SYMMETRIC: bool> Kernel for TileAdjoint<SYMMETRIC> {
             false => {
                 // The quarters' unit-vector sums [4, TC_E, 3] and partial dL/d(basis)
                 // [4, TC_E, k rows] after the forward's layout.
-                let mut cfg = tensor_core_config(&self.z);
+                let mut cfg = tensor_core_config(&self.z, self.tc_blocks);
                 cfg.shared_mem_bytes += (4 * 4 * TC_E * (3 + tc_k_rows(self.z.n_rbf))) as u32;
                 cfg
             }
