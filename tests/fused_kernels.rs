@@ -414,3 +414,82 @@ fn tensor_core_layers_fall_back_where_a_width_does_not_fit() {
     assert!(max_abs_diff(&e_on, &e_off) < 1e-10, "energies");
     assert!(max_abs_diff(&f_on, &f_off) < 1e-10, "forces");
 }
+
+/// The fused update's CPU twin (`ops::update_tc`, `update_tc_adjoint`) gives what the separate
+/// ops give (context, tensor-core MLP twin, combine; their adjoints), with and without a next
+/// block, on 1 and 37 atoms; widths other than F = H = 128 and mis-shaped weights are refused
+/// with the cause named.
+#[test]
+fn fused_update_twin_matches_the_separate_ops() {
+    use common::update::{update_inputs, update_outputs, F};
+    use mlff_distiller::ops::{tf32_split, update_tc, ContextMlp};
+    for dtype in [DType::F64, DType::F32] {
+        for (seed, n) in [1, 37].into_iter().enumerate() {
+            let x = update_inputs(n, dtype, 40 + seed as u64);
+            let fused = update_outputs(&x, &Device::Cpu, true).unwrap();
+            let separate = update_outputs(&x, &Device::Cpu, false).unwrap();
+            assert_eq!(fused.len(), 7);
+            for ((name, a), (_, b)) in fused.iter().zip(&separate) {
+                assert_eq!(a.dims(), b.dims(), "{name}");
+                let d = max_abs_diff(a, b);
+                assert!(d <= 1e-12 * scale(b), "{dtype:?} n = {n} {name}: {d}");
+            }
+        }
+    }
+    let x = update_inputs(3, DType::F32, 7);
+    let split = |t: &Tensor| tf32_split(t).unwrap();
+    let (w1, w2) = (split(&x.w1), split(&x.w2));
+    let mlp = |w1, w2| ContextMlp {
+        w1,
+        b1: &x.b1,
+        w2,
+        act_bias: &x.act_bias,
+    };
+    // The second weight where the first belongs: 128 inputs, not 2F = 256.
+    let err = update_tc(&x.state, &x.mixed, &mlp(&w2, &w2)).err().unwrap();
+    assert!(
+        err.to_string().contains("first weight takes 128 inputs"),
+        "{err}"
+    );
+    let half = |t: &Tensor| t.narrow(1, 0, t.dim(1).unwrap() / 2).unwrap();
+    let err = update_tc(&half(&x.state), &half(&x.mixed), &mlp(&w1, &w2))
+        .err()
+        .unwrap();
+    assert!(err.to_string().contains(&format!("F = H = {F}")), "{err}");
+}
+
+/// A model of the fused update's widths (F = 128, two blocks) with every dense layer on the
+/// tensor-core twins, so that its update runs as `ops::update_tc` and its adjoint: the same
+/// energies and forces as without them and as candle's backprop through the stock model.
+#[test]
+fn fused_update_runs_in_the_model_as_the_separate_ops() {
+    use mlff_distiller::calculator::forces_from;
+    use mlff_distiller::model::PainnConfig;
+    use mlff_distiller::PainnCalculator;
+    let cfg = PainnConfig {
+        hidden: 128,
+        ..common::small_config()
+    };
+    let model = common::model(&cfg, 11, DType::F64, &Device::Cpu);
+    let calc = PainnCalculator::new(model, Device::Cpu, DType::F64).with_ops(EdgeOps::Fused);
+    let batch = Batch::new(vec![common::random_molecule(7, 13)]).unwrap();
+    let (inputs, positions) = calc.prepare(&batch).unwrap();
+    let fused = calc.model().fused().unwrap();
+    let run = |rows: std::ops::RangeInclusive<usize>| {
+        let model = fused.clone().with_tensor_core_layers(rows);
+        let pass = model.forward(&inputs).unwrap();
+        (pass.atom_energies.clone(), pass.forces().unwrap())
+    };
+    let (e_off, f_off) = run(usize::MAX..=usize::MAX);
+    let (e_on, f_on) = run(0..=usize::MAX);
+    let e_graph = calc.model().atom_energies(&inputs).unwrap();
+    let f_graph = forces_from(&e_graph.sum_all().unwrap(), &positions).unwrap();
+    assert!(
+        common::max_abs_tensor(&f_graph) > 1e-3,
+        "forces should not vanish"
+    );
+    for (what, e, f) in [("fused update", &e_on, &f_on), ("separate", &e_off, &f_off)] {
+        assert!(max_abs_diff(e, &e_graph) < 1e-10, "{what}: energies");
+        assert!(max_abs_diff(f, &f_graph) < 1e-10, "{what}: forces");
+    }
+}
