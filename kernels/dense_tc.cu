@@ -1,6 +1,254 @@
-// Entry points of the dense layers on tensor cores (kernels/dense_tc.cuh, which says what they
-// compute). Mirrors src/ops/dense_tc.rs.
-#include "dense_tc.cuh"
+// Dense layers of the separate-kernel path on tensor cores, f32 only: one layer, or a whole
+// two-layer MLP (its SiLU between) in one launch, where cuBLAS took two products and a
+// bias+SiLU kernel. Products in split TF32 (kernels/tf32.cuh: three mma per value pair, each
+// value held to ~2^-20), accumulated in f32.
+//   dense_tc:    y = x Wᵀ                                                    [N, J]
+//   mlp_tc_fwd:  pre = x W1ᵀ, y = silu(pre + b1) W2ᵀ      out = [pre (N H) | y (N J)]
+//   mlp_tc_adj:  gx = (g W2 ⊙ silu'(pre + b1)) W1                            [N, K]
+// Weights come output-major ([outputs, reduction]: a linear layer's own layout for the
+// forward, its transpose for the adjoint), split once on the host into hi and lo planes
+// [2, Jp, K] with the outputs padded by zero rows to Jp, a multiple of 128.
+// A block owns BM rows (16 or 32): it stages them in shared memory split into hi and lo planes,
+// laid out so that each mma's A fragment is one float4 per plane (`Staged`); its 8 warps, BM / 16
+// by rows and 8 / (BM / 16) by columns, each make 16 rows x NT tiles of 8 columns of a chunk of
+// 128 output columns per pass, the weights read from global memory a few steps ahead. The hidden
+// layer of an MLP stays in shared memory in the same split layout. Reductions are multiples of
+// 16 and outputs of 8 (the host checks).
+// Mirrors src/ops/dense_tc.rs.
+#include "common.cuh"
+#include "tf32.cuh"
+
+namespace dense_tc {
+
+constexpr int THREADS = 256;
+constexpr int CHUNK = 128;  // output columns per pass of the block
+
+__device__ __forceinline__ float4 ld4_global(const float* p) {
+    return __ldg(reinterpret_cast<const float4*>(p));
+}
+
+// A matrix of BM rows and `width` columns in shared memory as mma A fragments: for row group G
+// (16 rows), row g < 8 of it and column pair c, the float4 (row g, 2c), (row g + 8, 2c),
+// (row g, 2c + 1), (row g + 8, 2c + 1), in a hi plane and a lo plane. Lane (g, t) of a warp
+// then reads its fragment for logical k (t, t + 4) = physical (2c, 2c + 1) as one float4 per
+// plane. Each (G, g) row of pairs is 2 width + 4 floats long, so that a quarter warp's float4s
+// (two g, four t at 8-float steps) hit all 32 banks once.
+struct Staged {
+    float* hi;  // the lo plane follows it
+    int width;
+    int pair_rows;  // BM / 2
+    __device__ int row_stride() const { return 2 * width + 4; }
+    __device__ int plane() const { return pair_rows * row_stride(); }
+    // Offset of the float4 of (row group G, row g, column pair c).
+    __device__ int at(int G, int g, int c) const { return (G * 8 + g) * row_stride() + 4 * c; }
+    // Stores (row g, 2c), (g + 8, 2c), (g, 2c + 1), (g + 8, 2c + 1) of group G, split.
+    __device__ void put(int G, int g, int c, float4 v) const {
+        unsigned h[4], l[4];
+        split_tf32(v.x, h[0], l[0]);
+        split_tf32(v.y, h[1], l[1]);
+        split_tf32(v.z, h[2], l[2]);
+        split_tf32(v.w, h[3], l[3]);
+        const int o = at(G, g, c);
+        *reinterpret_cast<uint4*>(hi + o) = make_uint4(h[0], h[1], h[2], h[3]);
+        *reinterpret_cast<uint4*>(hi + plane() + o) = make_uint4(l[0], l[1], l[2], l[3]);
+    }
+};
+
+template <int BM>
+__device__ Staged staged(float* base, int width) {
+    return Staged{base, width, BM / 2};
+}
+
+// Rows [r0, r0 + BM) of x [n, width] into `s` (zero past n). Synchronises after.
+template <int BM>
+__device__ void stage_rows(const float* __restrict__ x, int n, int width, int r0, const Staged& s) {
+    const int pairs = width / 2;
+    for (int item = threadIdx.x; item < BM / 2 * pairs; item += THREADS) {
+        const int row = item / pairs, c = item - row * pairs;  // row: G * 8 + g
+        const int G = row / 8, g = row % 8, top = r0 + 16 * G + g, bottom = top + 8;
+        const float2 zero = make_float2(0.f, 0.f);
+        const float2 a =
+            top < n ? *reinterpret_cast<const float2*>(x + (size_t)top * width + 2 * c) : zero;
+        const float2 b = bottom < n
+                             ? *reinterpret_cast<const float2*>(x + (size_t)bottom * width + 2 * c)
+                             : zero;
+        s.put(G, g, c, make_float4(a.x, b.x, a.y, b.y));
+    }
+    __syncthreads();
+}
+
+// out[r, j] = Σ_k a[r, k] w[j, k] for the block's BM rows (a staged, K wide) and j < J; w the
+// hi and lo planes [2, Jp, K] (Jp = J rounded up to CHUNK, zero rows past J). KC is K where
+// known at compile time (the model's 128, 256, 384: every weight offset then folds into the
+// loads), else 0. emit(r, j, c0, c1, c2, c3) takes outputs j, j + 1 of local rows r and r + 8
+// (an mma tile's fragment). A warp walks its (chunk, 16-value step) pairs in one sequence and
+// keeps the weights of the next P steps in flight in registers, across chunk ends too. mma m of
+// step s pairs logical k (t, t + 4) with physical 16 s + 4t + 2m + (0, 1), the same for a and
+// w, so that every fragment is one float4 (a) or one half of one (w).
+template <int BM, int KC, class Emit>
+__device__ __forceinline__ void layer(const Staged& a, int K, const float* __restrict__ w, int J,
+                                      Emit emit) {
+    constexpr int WR = BM / 16, WC = 8 / WR, NT = CHUNK / 8 / WC, P = 8 / NT;
+    // Sums per tile: one per mma of a step where registers allow (two chains of dependent mma
+    // per tile instead of one).
+    constexpr int SUMS = NT <= 2 ? 2 : 1;
+    const int k = KC ? KC : K;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const int wr = warp / WC, wc = warp % WC;
+    const float* a_hi = a.hi + a.at(wr, g, 2 * t);
+    const float* a_lo = a_hi + a.plane();
+    const int steps = k / 16, chunks = (J + CHUNK - 1) / CHUNK, total = steps * chunks;
+    const size_t lo = (size_t)chunks * CHUNK * k;
+    // The next weights to fetch: this lane's row of tile 0, advanced 16 values a step and to
+    // the next chunk's rows after the last step.
+    const float* next = w + (size_t)(8 * wc * NT + g) * k + 4 * t;
+    int next_step = 0;
+    auto load = [&](float4(&hi)[NT], float4(&lo4)[NT]) {
+#pragma unroll
+        for (int n = 0; n < NT; ++n) {
+            hi[n] = ld4_global(next + n * 8 * k);
+            lo4[n] = ld4_global(next + lo + n * 8 * k);
+        }
+        if (++next_step == steps) {
+            next_step = 0;
+            next += (size_t)CHUNK * k - 16 * (steps - 1);
+        } else {
+            next += 16;
+        }
+    };
+    float4 ring_hi[P][NT], ring_lo[P][NT];
+#pragma unroll
+    for (int p = 0; p < P; ++p)
+        if (p < total) load(ring_hi[p], ring_lo[p]);
+    float acc[SUMS][NT][4];
+    int c = 0, s = 0;  // the step being computed
+    for (int q0 = 0; q0 < total; q0 += P) {
+#pragma unroll
+        for (int p = 0; p < P; ++p) {
+            if (q0 + p >= total) break;
+            if (s == 0) {
+#pragma unroll
+                for (int u = 0; u < SUMS; ++u)
+#pragma unroll
+                    for (int n = 0; n < NT; ++n)
+#pragma unroll
+                        for (int i = 0; i < 4; ++i) acc[u][n][i] = 0.f;
+            }
+#pragma unroll
+            for (int m = 0; m < 2; ++m) {
+                const uint4 ah4 = *reinterpret_cast<const uint4*>(a_hi + 32 * s + 4 * m);
+                const uint4 al4 = *reinterpret_cast<const uint4*>(a_lo + 32 * s + 4 * m);
+                const unsigned ah[4] = {ah4.x, ah4.y, ah4.z, ah4.w};
+                const unsigned al[4] = {al4.x, al4.y, al4.z, al4.w};
+#pragma unroll
+                for (int n = 0; n < NT; ++n) {
+                    const float4& bh4 = ring_hi[p][n];
+                    const float4& bl4 = ring_lo[p][n];
+                    const unsigned bh[2] = {__float_as_uint(m ? bh4.z : bh4.x),
+                                            __float_as_uint(m ? bh4.w : bh4.y)};
+                    const unsigned bl[2] = {__float_as_uint(m ? bl4.z : bl4.x),
+                                            __float_as_uint(m ? bl4.w : bl4.y)};
+                    float(&sum)[4] = acc[m % SUMS][n];
+                    mma_tf32(sum, al, bh);
+                    mma_tf32(sum, ah, bl);
+                    mma_tf32(sum, ah, bh);
+                }
+            }
+            if (q0 + p + P < total) load(ring_hi[p], ring_lo[p]);
+            if (s == steps - 1) {
+#pragma unroll
+                for (int n = 0; n < NT; ++n) {
+                    const int col = c * CHUNK + 8 * (wc * NT + n);
+                    float v[4];
+#pragma unroll
+                    for (int i = 0; i < 4; ++i)
+                        v[i] = SUMS == 2 ? acc[0][n][i] + acc[SUMS - 1][n][i] : acc[0][n][i];
+                    if (col < J) emit(16 * wr + g, col + 2 * t, v);
+                }
+            }
+            if (++s == steps) s = 0, ++c;
+        }
+    }
+}
+
+// Stores a fragment ((c0, c1): row r, columns j, j + 1; (c2, c3): row r + 8) into y [n, width]
+// from row r0.
+struct Store {
+    float* y;
+    int n, width, r0;
+    __device__ void operator()(int r, int j, const float (&v)[4]) const {
+        if (r0 + r < n)
+            *reinterpret_cast<float2*>(y + (size_t)(r0 + r) * width + j) = make_float2(v[0], v[1]);
+        if (r0 + r + 8 < n)
+            *reinterpret_cast<float2*>(y + (size_t)(r0 + r + 8) * width + j) =
+                make_float2(v[2], v[3]);
+    }
+};
+
+// The forward's hidden layer: pre stored, silu(pre + b) staged for the second layer.
+struct HiddenFwd {
+    Store pre;
+    const float* b;
+    Staged hidden;
+    __device__ void operator()(int r, int j, const float (&v)[4]) const {
+        pre(r, j, v);
+        const float b0 = b[j], b1 = b[j + 1];
+        hidden.put(r / 16, r % 16, j / 2,
+                   make_float4(silu_of(v[0] + b0), silu_of(v[2] + b0), silu_of(v[1] + b1),
+                               silu_of(v[3] + b1)));
+    }
+};
+
+// The adjoint's hidden layer: dL/d(pre) = dL/d(activation) silu'(pre + b), staged.
+struct HiddenAdj {
+    const float* pre;
+    const float* b;
+    Staged hidden;
+    int n, width, r0;
+    __device__ float2 pre_at(int r, int j) const {
+        if (r0 + r >= n) return make_float2(0.f, 0.f);
+        return *reinterpret_cast<const float2*>(pre + (size_t)(r0 + r) * width + j);
+    }
+    __device__ void operator()(int r, int j, const float (&v)[4]) const {
+        const float2 p = pre_at(r, j), q = pre_at(r + 8, j);
+        const float b0 = b[j], b1 = b[j + 1];
+        hidden.put(r / 16, r % 16, j / 2,
+                   make_float4(v[0] * silu_grad(p.x + b0), v[2] * silu_grad(q.x + b0),
+                               v[1] * silu_grad(p.y + b1), v[3] * silu_grad(q.y + b1)));
+    }
+};
+
+template <int BM, int KC>
+__device__ void dense(const float* x, const float* w, float* y, int n, int k, int j) {
+    extern __shared__ __align__(16) float dense_tc_smem[];
+    const int r0 = blockIdx.x * BM;
+    const Staged xs = staged<BM>(dense_tc_smem, k);
+    stage_rows<BM>(x, n, k, r0, xs);
+    layer<BM, KC>(xs, k, w, j, Store{y, n, j, r0});
+}
+
+// Two layers, x [n, k] → hidden [h] → [j]; `ADJ` selects the hidden layer's epilogue. The
+// forward's output holds pre [n, h] and then y [n, j]. KC and HC: k and h where known at
+// compile time, else 0.
+template <int BM, int KC, int HC, bool ADJ>
+__device__ void mlp(const float* x, const float* w1, const float* b1, const float* pre,
+                    const float* w2, float* out, int n, int k, int h, int j) {
+    extern __shared__ __align__(16) float dense_tc_smem[];
+    const int r0 = blockIdx.x * BM;
+    const Staged xs = staged<BM>(dense_tc_smem, k);
+    const Staged hs = staged<BM>(dense_tc_smem + 2 * xs.plane(), h);
+    stage_rows<BM>(x, n, k, r0, xs);
+    if constexpr (ADJ) {
+        layer<BM, KC>(xs, k, w1, h, HiddenAdj{pre, b1, hs, n, h, r0});
+    } else {
+        layer<BM, KC>(xs, k, w1, h, HiddenFwd{Store{out, n, h, r0}, b1, hs});
+        out += (size_t)n * h;
+    }
+    __syncthreads();
+    layer<BM, HC>(hs, h, w2, j, Store{out, n, j, r0});
+}
+
+}  // namespace dense_tc
 
 // One instantiation per block height BM (16, 32: the host picks by row count) and widths: KC
 // (and HC) the model's, or 0 for any (`dense_tc_16_0_f32`, `mlp_tc_fwd_16_128_f32`, ...).

@@ -23,10 +23,9 @@ use crate::ops::{
     act_grad, atom_split, bias_silu, bias_silu_adjoint, dense, dense_on_tensor_cores, dense_silu,
     dense_silu_adjoint, dense_tc, dense_tc_fits, edge_basis, edge_basis_adjoint, gather,
     interaction, interaction_adjoint, mlp_tc, mlp_tc_adjoint, small_system, tf32_split,
-    update_combine, update_combine_adjoint, update_context, update_context_adjoint, update_tc,
-    update_tc_adjoint, update_tc_fits, AtomSplitPlan, ContextMlp, EdgeFilter, InteractionInputs,
-    SmallSystemModel, SmallSystemPlan, StateGrad, Tf32Weights, ATOM_SPLIT_MAX_ATOMS_CUDA_CORES,
-    DENSE_MAX_WIDTH,
+    update_combine, update_combine_adjoint, update_context, update_context_adjoint, AtomSplitPlan,
+    EdgeFilter, InteractionInputs, SmallSystemModel, SmallSystemPlan, StateGrad, Tf32Weights,
+    ATOM_SPLIT_MAX_ATOMS_CUDA_CORES, DENSE_MAX_WIDTH,
 };
 use candle_core::{Result, Tensor};
 use candle_nn::Linear;
@@ -628,67 +627,6 @@ impl FusedPainn {
         }
     }
 
-    /// Whether block `b`'s update runs as one launch (`ops::update_tc`): on tensor cores where
-    /// its widths fit, unless `MLFF_FUSED_UPDATE=0`.
-    fn fused_update(&self, b: &Block, path: DensePath) -> Result<bool> {
-        static ON: OnceLock<bool> = OnceLock::new();
-        let on = *ON.get_or_init(|| env_usize("MLFF_FUSED_UPDATE", 1) != 0);
-        let h = b.ctx.hidden.weight.dim(0)?;
-        Ok(on && path == DensePath::TensorCores && update_tc_fits(self.hidden, h))
-    }
-
-    /// The update after mixing: (the context MLP's pre-activation, its output before the bias,
-    /// the next state).
-    fn update(
-        &self,
-        b: &Block,
-        messaged: &Tensor,
-        mixed: &Tensor,
-        path: DensePath,
-    ) -> Result<(Tensor, Tensor, Tensor)> {
-        if self.fused_update(b, path)? {
-            let [w1, w2, ..] = b.ctx.split()?;
-            let mlp = ContextMlp {
-                w1,
-                b1: &b.ctx.hidden.bias,
-                w2,
-                act_bias: &b.ctx.out.bias,
-            };
-            let u = update_tc(messaged, mixed, &mlp)?;
-            return Ok((u.pre, u.act, u.next));
-        }
-        let (ctx_pre, act) = b.ctx.forward(&update_context(messaged, mixed)?, path)?;
-        let next = update_combine(messaged, mixed, &act, &b.ctx.out.bias)?;
-        Ok((ctx_pre, act, next))
-    }
-
-    /// The update's adjoint for the gradient of its next state: (g_messaged [4N, F], g_mixed
-    /// [3N, 2F]).
-    fn update_adjoint(
-        &self,
-        b: &Block,
-        t: &Tape,
-        grad: &StateGrad,
-        path: DensePath,
-    ) -> Result<(Tensor, Tensor)> {
-        if self.fused_update(b, path)? {
-            let [_, _, w2t, w1t] = b.ctx.split()?;
-            let mlp = ContextMlp {
-                w1: w2t,
-                b1: &b.ctx.hidden.bias,
-                w2: w1t,
-                act_bias: &b.ctx.out.bias,
-            };
-            return update_tc_adjoint(&t.mixed, &t.act, &t.ctx_pre, &mlp, grad);
-        }
-        let (n, f) = (t.ctx_pre.dim(0)?, self.hidden);
-        let combined = update_combine_adjoint(&t.mixed, &t.act, &b.ctx.out.bias, grad)?;
-        let g_ctx = b
-            .ctx
-            .adjoint(&t.ctx_pre, &act_grad(&combined, n, f)?, path)?;
-        update_context_adjoint(&t.mixed, &g_ctx, &combined)
-    }
-
     /// mixed = v W_mixᵀ [3N, 2F].
     fn mix(&self, b: &Block, v: &Tensor) -> Result<Tensor> {
         let f = self.hidden;
@@ -799,7 +737,8 @@ impl FusedPainn {
             })?;
             let rows = if keep_rows { rows } else { None };
             let mixed = self.mix(b, &messaged.narrow(0, n, 3 * n)?)?;
-            let (ctx_pre, act, next) = self.update(b, &messaged, &mixed, path)?;
+            let (ctx_pre, act) = b.ctx.forward(&update_context(&messaged, &mixed)?, path)?;
+            let next = update_combine(&messaged, &mixed, &act, &b.ctx.out.bias)?;
             tape.push(Tape {
                 state,
                 phi_pre,
@@ -841,7 +780,7 @@ impl FusedForward<'_> {
     /// Forces [N, 3] in eV/Å: −∂(Σ atom energies)/∂x by the explicit adjoint.
     pub fn forces(&self) -> Result<Tensor> {
         let (m, x, basis) = (self.model, self.inputs, &self.basis);
-        let n = self.positions.dim(0)?;
+        let (n, f) = (self.positions.dim(0)?, m.hidden);
         // Every atom energy has gradient 1.
         let path = m.dense_path(n, &self.positions);
         let g_hidden = &m.readout.out.weight; // one row, for every atom
@@ -855,7 +794,11 @@ impl FusedForward<'_> {
                 gx: &gx,
                 next: next.as_ref().map(|(a, b, c)| (a, b, c)),
             };
-            let (g_messaged, g_mixed) = m.update_adjoint(b, t, &grad, path)?;
+            let combined = update_combine_adjoint(&t.mixed, &t.act, &b.ctx.out.bias, &grad)?;
+            let g_ctx = b
+                .ctx
+                .adjoint(&t.ctx_pre, &act_grad(&combined, n, f)?, path)?;
+            let (g_messaged, g_mixed) = update_context_adjoint(&t.mixed, &g_ctx, &combined)?;
             let g_mix = m.mix_adjoint(b, &g_mixed)?;
             let mut rows = t.rows.clone();
             let inputs = InteractionInputs {

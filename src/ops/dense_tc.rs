@@ -43,7 +43,7 @@ pub fn dense_tc_fits(k: usize, j: usize) -> bool {
     k.is_multiple_of(16) && j.is_multiple_of(8) && k > 0 && j > 0 && k <= DENSE_TC_MAX_WIDTH
 }
 
-pub(super) fn block_rows(n: usize, k: usize) -> usize {
+fn block_rows(n: usize, k: usize) -> usize {
     static FORCED: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     match *FORCED.get_or_init(|| crate::device::env_usize("MLFF_DENSE_TC_ROWS", 0)) {
         rows @ (16 | 32) => rows,
@@ -84,7 +84,7 @@ fn function(variants: Variants, rows: usize, width: usize) -> &'static str {
 /// [`tf32_split`].
 #[derive(Clone, Debug)]
 pub struct Tf32Weights {
-    pub(super) parts: Tensor,
+    parts: Tensor,
     outputs: usize,
 }
 
@@ -123,11 +123,11 @@ pub fn tf32_split(w: &Tensor) -> Result<Tf32Weights> {
 
 /// Shapes of one launch: rows, first reduction, hidden width (MLPs), outputs.
 #[derive(Clone, Copy, Debug)]
-pub(super) struct Dims {
-    pub(super) n: usize,
-    pub(super) k: usize,
-    pub(super) h: usize,
-    pub(super) j: usize,
+struct Dims {
+    n: usize,
+    k: usize,
+    h: usize,
+    j: usize,
 }
 
 impl Dims {
@@ -139,10 +139,7 @@ impl Dims {
     /// Launch shape: blocks of `rows` rows, the staged rows (and an MLP's hidden layer) in
     /// shared memory as kernels/dense_tc.cu's `Staged`, two planes of width + 2 floats a row.
     #[cfg(feature = "cuda")]
-    pub(super) fn config(
-        &self,
-        hidden: bool,
-    ) -> candle_core::cuda_backend::cudarc::driver::LaunchConfig {
+    fn config(&self, hidden: bool) -> candle_core::cuda_backend::cudarc::driver::LaunchConfig {
         let rows = self.rows();
         let widths = 2 * self.k + 4 + if hidden { 2 * self.h + 4 } else { 0 };
         candle_core::cuda_backend::cudarc::driver::LaunchConfig {
@@ -196,7 +193,7 @@ impl Kernel for Layer {
     }
 }
 
-pub(super) struct MlpForward(pub(super) Dims);
+struct MlpForward(Dims);
 
 impl Kernel for MlpForward {
     kernel_source!("mlp_tc_fwd", "dense_tc");
@@ -233,7 +230,7 @@ impl Kernel for MlpForward {
 
 /// The adjoint's launch stages g [N, J] (its first layer reduces over the MLP's outputs), and
 /// makes the k inputs' gradients.
-pub(super) struct MlpAdjoint(pub(super) Dims);
+struct MlpAdjoint(Dims);
 
 impl MlpAdjoint {
     fn staged(&self) -> Dims {
@@ -276,7 +273,7 @@ impl Kernel for MlpAdjoint {
 
 /// Checks that float inputs start on 16 bytes (the kernels read the weights as float4s, rows
 /// and pre-activations as float2s) and that CUDA runs them in f32 only.
-pub(super) fn check_inputs(op: &str, inputs: &[&Tensor]) -> Result<()> {
+fn check_inputs(op: &str, inputs: &[&Tensor]) -> Result<()> {
     for t in inputs {
         if t.device().is_cuda() && t.dtype() != DType::F32 {
             bail!(
@@ -294,7 +291,7 @@ pub(super) fn check_inputs(op: &str, inputs: &[&Tensor]) -> Result<()> {
     Ok(())
 }
 
-pub(super) fn fit(op: &str, what: &str, t: &Tensor, want: &[usize]) -> Result<()> {
+fn fit(op: &str, what: &str, t: &Tensor, want: &[usize]) -> Result<()> {
     if t.dims() != want {
         bail!("{op}: {what} is {:?}, expected {want:?}", t.dims())
     }
@@ -302,7 +299,7 @@ pub(super) fn fit(op: &str, what: &str, t: &Tensor, want: &[usize]) -> Result<()
 }
 
 /// Checks that `w`'s reduction is `k` (naming it `what`) and that it fits the kernels.
-pub(super) fn check_weights(op: &str, what: &str, w: &Tf32Weights, k: usize) -> Result<usize> {
+fn check_weights(op: &str, what: &str, w: &Tf32Weights, k: usize) -> Result<usize> {
     let j = w.outputs();
     if w.inputs()? != k {
         bail!("{op}: {what} takes {} inputs, expected {k}", w.inputs()?)

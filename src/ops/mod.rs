@@ -29,7 +29,6 @@ mod scatter_add;
 mod small_system;
 mod small_system_step;
 mod update;
-mod update_tc;
 
 pub use activation::{bias_silu, bias_silu_adjoint};
 pub use atom_split::{
@@ -61,7 +60,6 @@ pub use update::{
     act_grad, update_combine, update_combine_adjoint, update_context, update_context_adjoint,
     StateGrad, NORM_EPS,
 };
-pub use update_tc::{update_tc, update_tc_adjoint, update_tc_fits, ContextMlp, UpdateForward};
 
 use candle_core::{Result, Tensor};
 

@@ -10,13 +10,13 @@ use candle_core::{bail, Result, Tensor};
 pub const NORM_EPS: f64 = 1e-8;
 
 #[derive(Clone, Copy)]
-pub(super) struct Rows {
-    pub(super) n: usize,
-    pub(super) f: usize,
+struct Rows {
+    n: usize,
+    f: usize,
 }
 
 impl Rows {
-    pub(super) fn of(state: &Tensor, mixed: &Tensor) -> Result<Self> {
+    fn of(state: &Tensor, mixed: &Tensor) -> Result<Self> {
         let (n4, f) = state.dims2()?;
         let n = n4 / 4;
         if n4 % 4 != 0 || mixed.dims() != [3 * n, 2 * f] {
@@ -55,7 +55,7 @@ impl Rows {
     }
 }
 
-pub(super) struct ContextFwd(pub(super) Rows);
+struct ContextFwd(Rows);
 
 impl Kernel for ContextFwd {
     kernel_source!("update_context_fwd", "update");
@@ -77,7 +77,7 @@ impl Kernel for ContextFwd {
     }
 }
 
-pub(super) struct CombineFwd(pub(super) Rows);
+struct CombineFwd(Rows);
 
 impl Kernel for CombineFwd {
     kernel_source!("update_combine_fwd", "update");
@@ -106,9 +106,9 @@ impl Kernel for CombineFwd {
     }
 }
 
-pub(super) struct CombineAdj {
-    pub(super) rows: Rows,
-    pub(super) has_next: bool,
+struct CombineAdj {
+    rows: Rows,
+    has_next: bool,
 }
 
 impl Kernel for CombineAdj {
@@ -155,7 +155,7 @@ impl Kernel for CombineAdj {
     }
 }
 
-pub(super) struct ContextAdj(pub(super) Rows);
+struct ContextAdj(Rows);
 
 impl Kernel for ContextAdj {
     kernel_source!("update_context_adj", "update");
@@ -229,21 +229,6 @@ pub struct StateGrad<'a> {
     pub next: Option<(&'a Tensor, &'a Tensor, &'a Tensor)>,
 }
 
-impl<'a> StateGrad<'a> {
-    /// The kernels' gradient inputs [gx, gm, gve, gvj] for N atoms and F features (gx in the
-    /// unused places where there is no next block), their shapes checked.
-    pub(super) fn inputs(&self, n: usize, f: usize) -> Result<[&'a Tensor; 4]> {
-        let (gm, gve, gvj) = self.next.unwrap_or((self.gx, self.gx, self.gx));
-        if self.gx.dims() != [n, f]
-            || self.next.is_some() && (gm.dims() != [4 * n, f] || gve.dims() != [3 * n, f])
-            || self.next.is_some() && gvj.dims() != [3 * n, f]
-        {
-            bail!("update adjoint: gradient shapes do not fit N = {n}, F = {f}")
-        }
-        Ok([self.gx, gm, gve, gvj])
-    }
-}
-
 /// Adjoint of [`update_combine`] then of [`update_context`] (whose gradient `g_ctx` the caller
 /// gets from the context MLP in between, hence two calls). `combine` returns the packed
 /// [g_state (4NF) | g_mixed (6NF) | g_act (3NF)].
@@ -255,14 +240,20 @@ pub fn update_combine_adjoint(
 ) -> Result<Tensor> {
     let (n3, f2) = mixed.dims2()?;
     let (n, f) = (n3 / 3, f2 / 2);
-    let [gx, gm, gve, gvj] = grad.inputs(n, f)?;
+    let (gm, gve, gvj) = grad.next.unwrap_or((grad.gx, grad.gx, grad.gx));
+    if grad.gx.dims() != [n, f]
+        || grad.next.is_some() && (gm.dims() != [4 * n, f] || gve.dims() != [3 * n, f])
+        || grad.next.is_some() && gvj.dims() != [3 * n, f]
+    {
+        bail!("update adjoint: gradient shapes do not fit N = {n}, F = {f}")
+    }
     let k = CombineAdj {
         rows: Rows { n, f },
         has_next: grad.next.is_some(),
     };
     launch(
         k,
-        &[mixed, act, act_bias, gx, gm, gve, gvj],
+        &[mixed, act, act_bias, grad.gx, gm, gve, gvj],
         &[],
         13 * n * f,
         Init::Uninit,
@@ -291,11 +282,6 @@ pub fn update_context_adjoint(
         10 * n * f,
         Init::Uninit,
     )?;
-    state_and_mixed_grads(&out, n, f)
-}
-
-/// (g_state [4N, F], g_mixed [3N, 2F]) of a packed [g_state | g_mixed] [10NF].
-pub(super) fn state_and_mixed_grads(out: &Tensor, n: usize, f: usize) -> Result<(Tensor, Tensor)> {
     Ok((
         out.narrow(0, 0, 4 * n * f)?.reshape((4 * n, f))?,
         out.narrow(0, 4 * n * f, 6 * n * f)?

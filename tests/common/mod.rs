@@ -4,7 +4,6 @@
 pub mod dense;
 pub mod device_list;
 pub mod fused;
-pub mod update;
 
 use candle_core::{DType, Device};
 use candle_nn::VarBuilder;
