@@ -219,11 +219,14 @@ struct TcTile {
         }
     }
     // The tile's dL/d(basis) rows into gb (stored where this block holds every feature, added
-    // where the features are split over blocks): the quarters' sums, then the unit-vector sums.
-    __device__ void store_basis_grads(float* gb, size_t e0, unsigned cnt) const {
+    // where the features are split over blocks): the quarters' sums, then the unit-vector sums,
+    // plus the rows of `prev` (the later blocks' sum) where given.
+    __device__ void store_basis_grads(float* gb, const float* prev, size_t e0,
+                                      unsigned cnt) const {
         const bool alone = gridDim.y == 1;
         const unsigned kr = 8 * ksteps;
         float* rows = gb + e0 * bw;
+        const float* before = prev && blockIdx.y == 0 ? prev + e0 * bw : nullptr;
         for (unsigned k = threadIdx.x; k < cnt * bw; k += TC_THREADS) {
             const unsigned m = k / bw, r = k % bw;
             float v;
@@ -234,6 +237,7 @@ struct TcTile {
                 const float* u = unit_sums() + m * 3 + r - nb;
                 v = u[0] + u[TC_E * 3] + u[2 * TC_E * 3] + u[3 * TC_E * 3];
             }
+            if (before) v += before[k];
             if (alone) rows[k] = v;
             else atomicAdd(rows + k, v);
         }
@@ -320,15 +324,16 @@ __device__ void tc_fwd(const float* __restrict__ phi, const float* __restrict__ 
 
 // tile_sym_adj (same inputs) with the filters from tensor cores and dL/d(basis) summed here:
 // each thread overwrites its filters of a tile in shared memory with its dL/dw, and the second
-// product gives the tile's dL/d(basis) rows. out = [g_v (3NF) | g_phi (3NF) | g_basis
-// (E (R + 4))], zeroed.
+// product gives the tile's dL/d(basis) rows (plus gb_prev's where given). out = [g_v (3NF) |
+// g_phi (3NF) | g_basis (E (R + 4))], zeroed.
 template <int FC>
 __device__ void tc_sym_adj(const float* __restrict__ phi, const float* __restrict__ pb,
                            const float* __restrict__ wt, const float* __restrict__ basis,
                            const float* __restrict__ sv, const float* __restrict__ gm,
-                           const float* __restrict__ gve, const unsigned* __restrict__ ci,
-                           const unsigned* __restrict__ nj, float* __restrict__ out,
-                           size_t n_edges, size_t f, size_t n, size_t n_rbf) {
+                           const float* __restrict__ gve, const float* __restrict__ gb_prev,
+                           const unsigned* __restrict__ ci, const unsigned* __restrict__ nj,
+                           float* __restrict__ out, size_t n_edges, size_t f, size_t n,
+                           size_t n_rbf) {
     TcTile<FC> t(wt, pb, n_rbf + 1, n_rbf + 4, f);
     const unsigned fk = t.features(), nf = n * fk, first = 16 * t.half;
     float *gphi = out + 3 * (size_t)nf, *gb = out + 6 * (size_t)nf;
@@ -393,7 +398,7 @@ __device__ void tc_sym_adj(const float* __restrict__ phi, const float* __restric
         __syncwarp();
         t.basis_grads();
         __syncthreads();
-        t.store_basis_grads(gb, e0, cnt);
+        t.store_basis_grads(gb, gb_prev, e0, cnt);
     }
     if (t.active) flush_own(gphi, out, n, f, cur, t.c, sum_phi, sum_v);
 }
@@ -406,11 +411,15 @@ extern "C" __global__ void __launch_bounds__(TC_THREADS, 2) interaction_tile_fwd
     else tc_fwd<0>(phi, pb, w, basis, sv, ci, nj, out, n_edges, f, n, n_rbf);
 }
 
+// accumulate: gb_prev is added to g_basis (else it is not read).
 extern "C" __global__ void __launch_bounds__(TC_THREADS, 2) interaction_tile_sym_adj_f32(
     const float* phi, const float* pb, const float* w, const float* basis, const float* sv,
-    const float* gm, const float* gve, const unsigned int* ci, const unsigned int* nj,
-    float* out, size_t n_edges, size_t f, size_t n, size_t n_rbf, size_t /* cpw: unused */) {
+    const float* gm, const float* gve, const float* gb_prev, const unsigned int* ci,
+    const unsigned int* nj, float* out, size_t n_edges, size_t f, size_t n, size_t n_rbf,
+    size_t accumulate) {
+    const float* prev = accumulate ? gb_prev : nullptr;
     if (f == TILE_F)
-        tc_sym_adj<TILE_F>(phi, pb, w, basis, sv, gm, gve, ci, nj, out, n_edges, f, n, n_rbf);
-    else tc_sym_adj<0>(phi, pb, w, basis, sv, gm, gve, ci, nj, out, n_edges, f, n, n_rbf);
+        tc_sym_adj<TILE_F>(phi, pb, w, basis, sv, gm, gve, prev, ci, nj, out, n_edges, f, n,
+                           n_rbf);
+    else tc_sym_adj<0>(phi, pb, w, basis, sv, gm, gve, prev, ci, nj, out, n_edges, f, n, n_rbf);
 }

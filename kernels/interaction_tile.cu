@@ -105,14 +105,21 @@ struct Tile {
             if (threadIdx.x % 32 == 0) atomicAdd(sg + m * 3 + a, x);
         }
     }
-    // Stores (one feature chunk) or adds (several) the tile's unit-vector sums to g_basis.
-    __device__ void end_adjoint_tile(T* gb, size_t e0, size_t cnt, size_t nb, size_t bw) {
+    // Stores (one feature chunk) or adds (several) the tile's unit-vector sums to g_basis, and
+    // where given the rows of `prev` (the later blocks' sum) to all its columns.
+    __device__ void end_adjoint_tile(T* gb, const T* prev, size_t e0, size_t cnt, size_t nb,
+                                     size_t bw) {
         __syncthreads();
         const bool alone = gridDim.y == 1;  // one feature chunk: this block's sums are final
-        for (size_t k = threadIdx.x; k < cnt * 3; k += TILE_F) {
-            T* to = gb + (e0 + k / 3) * bw + nb + k % 3;
-            if (alone) *to = sg[k];
-            else atomicAdd(to, sg[k]);
+        const T* before = prev && blockIdx.y == 0 ? prev + e0 * bw : nullptr;
+        const size_t from = before ? 0 : nb;  // columns written
+        for (size_t k = threadIdx.x; k < cnt * (bw - from); k += TILE_F) {
+            const size_t m = k / (bw - from), col = from + k % (bw - from);
+            T v = col >= nb ? sg[m * 3 + col - nb] : T(0);
+            if (before) v += before[m * bw + col];
+            T* to = gb + (e0 + m) * bw + col;
+            if (alone) *to = v;
+            else atomicAdd(to, v);
         }
     }
     __device__ T w(size_t r, int p) const { return sw[(r * 3 + p) * TILE_F + threadIdx.x]; }
@@ -241,7 +248,8 @@ struct AdjointOut {
 template <typename T, typename Gather, typename Edge>
 __device__ __forceinline__ void walk_adjoint(Tile<T>& t, const T* basis, const unsigned* ci,
                                              const unsigned* nj, size_t n_edges, size_t nb,
-                                             size_t bw, T* gb, Gather gather, Edge edge) {
+                                             size_t bw, T* gb, const T* gb_prev, Gather gather,
+                                             Edge edge) {
     for (size_t e0 = blockIdx.x * (size_t)TILE_E; e0 < n_edges; e0 += gridDim.x * (size_t)TILE_E) {
         const size_t cnt = min((size_t)TILE_E, n_edges - e0);
         t.begin_adjoint_tile(basis, ci, nj, e0, cnt, bw);
@@ -258,7 +266,7 @@ __device__ __forceinline__ void walk_adjoint(Tile<T>& t, const T* basis, const u
                 t.add_unit_grads(gu, m);
             }
         }
-        t.end_adjoint_tile(gb, e0, cnt, nb, bw);
+        t.end_adjoint_tile(gb, gb_prev, e0, cnt, nb, bw);
     }
 }
 
@@ -312,7 +320,7 @@ __device__ void tile_adj(const T* __restrict__ phi, const T* __restrict__ pb,
 #pragma unroll
         for (int a = 0; a < 3; ++a) gu[a] = g[a] * (pd * wd);
     };
-    walk_adjoint(t, basis, ci, nj, n_edges, nb, bw, o.gb, gather, edge);
+    walk_adjoint(t, basis, ci, nj, n_edges, nb, bw, o.gb, (const T*)nullptr, gather, edge);
 }
 
 // The output gradients of the atoms at the far end of staged edges [g, g + TILE_G), this
@@ -360,10 +368,10 @@ template <typename T>
 __device__ void tile_sym_adj(const T* __restrict__ phi, const T* __restrict__ pb,
                              const T* __restrict__ wt, const T* __restrict__ basis,
                              const T* __restrict__ sv, const T* __restrict__ gm,
-                             const T* __restrict__ gve, const unsigned* __restrict__ ci,
-                             const unsigned* __restrict__ nj, T* __restrict__ out,
-                             size_t n_edges, size_t f, size_t n, size_t n_rbf,
-                             size_t /* cpw: not used by the tiled kernel */) {
+                             const T* __restrict__ gve, const T* __restrict__ gb_prev,
+                             const unsigned* __restrict__ ci, const unsigned* __restrict__ nj,
+                             T* __restrict__ out, size_t n_edges, size_t f, size_t n,
+                             size_t n_rbf) {
     const size_t nb = n_rbf + 1, bw = n_rbf + 4;
     Tile<T> t(wt, pb, nb, bw, f, true);
     const size_t c = t.c;
@@ -406,7 +414,7 @@ __device__ void tile_sym_adj(const T* __restrict__ phi, const T* __restrict__ pb
         store_filter_grads(o.gw + e * 3 * f, f, c, far.gs[k] * ctx[0], gxd * ctx[1],
                            gxv * ctx[2]);
     };
-    walk_adjoint(t, basis, ci, nj, n_edges, nb, bw, o.gb, gather, edge);
+    walk_adjoint(t, basis, ci, nj, n_edges, nb, bw, o.gb, gb_prev, gather, edge);
     if (t.active) flush_own(o.gphi, o.gv, n, f, cur, c, sum_phi, sum_v);
 }
 
@@ -428,13 +436,14 @@ TILE_FWD(interaction_tile_cc_fwd_f64, double)
 TILE_FWD(interaction_tile_cc_fwd_f32, float)
 // The CUDA-core symmetric adjoint (dL/dw as rows), interaction_tile_cc_sym_adj: f64, and f32
 // where the tensor-core kernels do not run; interaction_tile_sym_adj_f32 is tc_sym_adj.
+// accumulate: gb_prev is added to g_basis (else it is not read).
 #define TILE_SYM_ADJ(NAME, T)                                                                \
     extern "C" __global__ void __launch_bounds__(TILE_F) NAME(                               \
         const T* phi, const T* pb, const T* w, const T* basis, const T* sv, const T* gm,     \
-        const T* gve, const unsigned int* ci, const unsigned int* nj, T* out,                \
-        size_t n_edges, size_t f, size_t n, size_t n_rbf, size_t cpw) {                      \
-        tile_sym_adj(phi, pb, w, basis, sv, gm, gve, ci, nj, out, n_edges, f, n, n_rbf,       \
-                     cpw);                                                                   \
+        const T* gve, const T* gb_prev, const unsigned int* ci, const unsigned int* nj,      \
+        T* out, size_t n_edges, size_t f, size_t n, size_t n_rbf, size_t accumulate) {       \
+        tile_sym_adj(phi, pb, w, basis, sv, gm, gve, accumulate ? gb_prev : nullptr, ci, nj,  \
+                     out, n_edges, f, n, n_rbf);                                             \
     }
 TILE_SYM_ADJ(interaction_tile_cc_sym_adj_f64, double)
 TILE_SYM_ADJ(interaction_tile_cc_sym_adj_f32, float)

@@ -290,7 +290,7 @@ fn symmetric_adjoint_gives_the_standard_position_gradients() {
         x.shape.r,
     );
     let basis = edge_basis(pos, off, ci, nj, r, CUTOFF).unwrap();
-    let grads = |symmetric_edges| {
+    let grads_adding = |symmetric_edges, after: Option<&Tensor>| {
         let inputs = InteractionInputs {
             phi: &x.phi,
             phi_bias: &x.phi_bias,
@@ -301,8 +301,9 @@ fn symmetric_adjoint_gives_the_standard_position_gradients() {
             neighbors: nj,
             symmetric_edges,
         };
-        interaction_adjoint(&inputs, &x.g_state, &x.g_rows).unwrap()
+        interaction_adjoint(&inputs, &x.g_state, &x.g_rows, after)
     };
+    let grads = |symmetric_edges| grads_adding(symmetric_edges, None).unwrap();
     let (plain, sym) = (grads(false), grads(true));
     assert!(plain.filter_rows.is_none() && sym.filter_rows.is_some());
     // basis · filter_basis = the filter rows (zero weights for the unit-vector columns).
@@ -322,6 +323,16 @@ fn symmetric_adjoint_gives_the_standard_position_gradients() {
     }
     // The two spread dL/d(basis) differently: equal position gradients are not trivial.
     assert!(max_abs_diff(&complete(&plain), &complete(&sym)) > 1e-3);
+    // The later blocks' dL/d(basis) is added: by the symmetric adjoint's twin, after the other.
+    for (symmetric_edges, alone) in [(true, &sym), (false, &plain)] {
+        let added = grads_adding(symmetric_edges, Some(&x.g_basis)).unwrap();
+        let want = (complete(alone) + &x.g_basis).unwrap();
+        let d = max_abs_diff(&complete(&added), &want);
+        assert!(d <= 1e-12 * scale(&want), "symmetric {symmetric_edges}: {d}");
+    }
+    let short = x.g_basis.narrow(1, 0, 3).unwrap();
+    let err = grads_adding(true, Some(&short)).err().unwrap().to_string();
+    assert!(err.contains("does not fit [E, R + 4]"), "{err}");
 }
 
 /// The fused model on a periodic box of more than `TILE_FROM_EDGES` edges with the filter

@@ -322,12 +322,15 @@ pub struct FusedPainn {
     /// The weights packed for the one-kernel paths, input-major and output-major, on first use.
     packed: std::sync::OnceLock<Tensor>,
     packed_out_major: std::sync::OnceLock<Tensor>,
+    /// The first block's φ (before its output bias) per element, on first use.
+    first_phi: std::sync::OnceLock<Tensor>,
 }
 
 /// What one block's adjoint reads from its forward.
 struct Tape {
     state: Tensor,
-    phi_pre: Tensor,
+    /// φ's pre-activation, except in the first block (gathered per element, no adjoint).
+    phi_pre: Option<Tensor>,
     phi: Tensor,
     mixed: Tensor,
     ctx_pre: Tensor,
@@ -393,6 +396,7 @@ impl FusedPainn {
                 .map(|v| v.trim() != "0"),
             packed: std::sync::OnceLock::new(),
             packed_out_major: std::sync::OnceLock::new(),
+            first_phi: std::sync::OnceLock::new(),
         })
     }
 
@@ -475,12 +479,24 @@ impl FusedPainn {
                 parts.push(t.contiguous()?.flatten_all()?);
             }
         }
-        // The first block's φ per element: its input, the embedding, depends on nothing else.
-        let first = &self.blocks[0].phi;
-        let hidden = (self.embedding.matmul(&first.hidden_t)?).broadcast_add(&first.hidden.bias)?;
-        let phi = (hidden.silu()?.matmul(&first.out_t)?).broadcast_add(&first.out.bias)?;
+        let phi = self
+            .first_phi()?
+            .broadcast_add(&self.blocks[0].phi.out.bias)?;
         parts.push(phi.flatten_all()?);
         Tensor::cat(&parts, 0)
+    }
+
+    /// The first block's φ per element [elements, 3F], before its output bias: its input, the
+    /// embedding, depends on nothing else, so a call gathers it instead of running the MLP on
+    /// every atom. Made on first use (a CUDA graph's warm-up calls make it before capture).
+    fn first_phi(&self) -> Result<&Tensor> {
+        if let Some(t) = self.first_phi.get() {
+            return Ok(t);
+        }
+        let first = &self.blocks[0].phi;
+        let hidden = (self.embedding.matmul(&first.hidden_t)?).broadcast_add(&first.hidden.bias)?;
+        let phi = hidden.silu()?.matmul(&first.out_t)?;
+        Ok(self.first_phi.get_or_init(|| phi))
     }
 
     /// The atom-split launch for `x`, where it applies (for [`atom_split`](Self::atom_split)).
@@ -722,8 +738,14 @@ impl FusedPainn {
         let mut tape = Vec::with_capacity(self.blocks.len());
         let path = self.dense_path(n, &x.positions);
         let keep_rows = self.keeps_rows(&basis)?;
-        for b in &self.blocks {
-            let (phi_pre, phi) = b.phi.forward(&state.narrow(0, 0, n)?, path)?;
+        for (k, b) in self.blocks.iter().enumerate() {
+            let (phi_pre, phi) = match k {
+                0 => (None, gather(self.first_phi()?, &x.species)?),
+                _ => {
+                    let (pre, phi) = b.phi.forward(&state.narrow(0, 0, n)?, path)?;
+                    (Some(pre), phi)
+                }
+            };
             let mut rows = None;
             let messaged = interaction(&InteractionInputs {
                 phi: &phi,
@@ -789,7 +811,7 @@ impl FusedForward<'_> {
             .adjoint_from_hidden(&self.readout_pre, g_hidden, path)?;
         let mut next: Option<(Tensor, Tensor, Tensor)> = None;
         let mut g_basis: Option<Tensor> = None;
-        for (k, (b, t)) in m.blocks.iter().zip(&self.tape).enumerate().rev() {
+        for (b, t) in m.blocks.iter().zip(&self.tape).rev() {
             let grad = StateGrad {
                 gx: &gx,
                 next: next.as_ref().map(|(a, b, c)| (a, b, c)),
@@ -812,16 +834,13 @@ impl FusedForward<'_> {
                 // Model inputs hold both directions of every edge (`PainnInputs`).
                 symmetric_edges: true,
             };
-            let grads = interaction_adjoint(&inputs, &g_messaged, &g_mix)?;
-            let g_b = grads.complete_basis(&b.filter_basis)?;
+            // dL/d(basis) summed over the blocks as it goes (in the kernel where it can).
+            let grads = interaction_adjoint(&inputs, &g_messaged, &g_mix, g_basis.as_ref())?;
+            g_basis = Some(grads.complete_basis(&b.filter_basis)?);
             let (g_v, g_phi) = (grads.v, grads.phi);
-            g_basis = Some(match g_basis {
-                Some(acc) => (acc + g_b)?,
-                None => g_b,
-            });
-            if k > 0 {
-                // The first block's state is the embedding: nothing upstream needs its gradient.
-                gx = b.phi.adjoint(&t.phi_pre, &g_phi, path)?;
+            // The first block's state is the embedding: nothing upstream needs its gradient.
+            if let Some(phi_pre) = &t.phi_pre {
+                gx = b.phi.adjoint(phi_pre, &g_phi, path)?;
                 next = Some((g_messaged, g_mix, g_v));
             }
         }

@@ -114,6 +114,8 @@ pub(super) struct AdjointMode {
     /// only dL/ds [N, F] and x[6] the whole dL/dv [3N, F] (the mixing term added), so that the
     /// gradient gathered per edge is one load per component.
     pub symmetric: bool,
+    /// x[7] (the later blocks' dL/d(basis), [E, R + 4]) is added to g_basis.
+    pub accumulate: bool,
 }
 
 /// out (zeroed) = [g_v | g_phi | g_basis] and, with `mode.grad_rows`, then g_w [E, 3F].
@@ -129,6 +131,9 @@ pub(super) fn adjoint_cpu<T: Real>(
     let (gv, rest) = out.split_at_mut(3 * n * f);
     let (gphi, rest) = rest.split_at_mut(3 * n * f);
     let (gb, g_rows) = rest.split_at_mut(z.n_edges * bw);
+    if mode.accumulate {
+        gb.copy_from_slice(x[7]);
+    }
     let (mut formed, mut gw) = (vec![T::zero(); 3 * f], vec![T::zero(); 3 * f]);
     // The terms of the message i <- j, u its unit vector (u_sign times the edge's).
     let u_sign = if mode.symmetric { -T::one() } else { T::one() };
@@ -237,6 +242,7 @@ impl<const ROWS: bool> Kernel for Adjoint<ROWS> {
             rows: ROWS,
             grad_rows: ROWS,
             symmetric: false,
+            accumulate: false,
         };
         adjoint_cpu(self.0, mode, x, idx, out)
     }
@@ -395,8 +401,8 @@ pub struct InteractionGrads {
     pub v: Tensor,
     /// dL/dφ, [N, 3F].
     pub phi: Tensor,
-    /// dL/d(basis), [E, R + 4]: complete when `filter_rows` is None; else only its
-    /// unit-vector columns, the rest being `filter_rows` · Wtᵀ.
+    /// dL/d(basis), [E, R + 4], plus the later blocks' where given: complete when
+    /// `filter_rows` is None; else without `filter_rows` · Wtᵀ (which `complete_basis` adds).
     pub basis: Tensor,
     /// dL/d(filter rows) [E, 3F]: for [`EdgeFilter::Rows`], and for [`EdgeFilter::Weights`]
     /// where the tiled adjoint runs on CUDA cores (f64, or a list not said symmetric; on CUDA
@@ -419,11 +425,13 @@ impl InteractionGrads {
 }
 
 /// Adjoint of [`interaction`] for the output gradient `gm` [4N, F] plus `gve` [3N, F] on its
-/// vector rows.
+/// vector rows; `g_basis_after` [E, R + 4] (the later blocks' dL/d(basis)), where given, is
+/// added to the result's (in the kernel where it can: the symmetric-list adjoint).
 pub fn interaction_adjoint(
     x: &InteractionInputs,
     gm: &Tensor,
     gve: &Tensor,
+    g_basis_after: Option<&Tensor>,
 ) -> Result<InteractionGrads> {
     let z = x.sizes()?;
     let (n, f, e) = (z.n_atoms, z.hidden, z.n_edges);
@@ -435,6 +443,16 @@ pub fn interaction_adjoint(
         )
     }
     let bw = basis_width(z.n_rbf);
+    if let Some(g) = g_basis_after {
+        if g.dims() != [e, bw] {
+            bail!(
+                "interaction adjoint: the later blocks' dL/d(basis) {:?} does not fit [E, R + 4] = [{e}, {bw}]",
+                g.dims()
+            )
+        }
+    }
+    // Where the kernel did not add g_basis_after.
+    let mut add_after = g_basis_after;
     let nf = n * f;
     let inputs = [
         x.phi,
@@ -453,9 +471,20 @@ pub fn interaction_adjoint(
         EdgeFilter::Weights(_) if symmetric(&z, x) => {
             // dL/ds and the whole dL/dv (see AdjointMode::symmetric).
             let (g_s, g_v) = (gm.narrow(0, 0, n)?, (gm.narrow(0, n, 3 * n)? + gve)?);
-            let mut inputs = inputs;
-            (inputs[5], inputs[6]) = (&g_s, &g_v);
-            let kernel = TileAdjoint::<true>::new(z, x.state);
+            let [phi, pb, w, basis, state, ..] = inputs;
+            // x.basis stands in (not read) where there is nothing to add.
+            let after = add_after.take();
+            let inputs = [
+                phi,
+                pb,
+                w,
+                basis,
+                state,
+                &g_s,
+                &g_v,
+                after.unwrap_or(x.basis),
+            ];
+            let kernel = TileAdjoint::<true>::new(z, x.state).accumulating(after.is_some());
             match kernel.grad_rows() {
                 true => (launch(kernel, &inputs, &idx, with_rows, init)?, true),
                 false => (launch(kernel, &inputs, &idx, zeroed, Init::Zero)?, false),
@@ -478,10 +507,14 @@ pub fn interaction_adjoint(
         true => Some(out.narrow(0, zeroed, 3 * e * f)?.reshape((e, 3 * f))?),
         false => None,
     };
+    let basis = out.narrow(0, 6 * nf, e * bw)?.reshape((e, bw))?;
     Ok(InteractionGrads {
         v: out.narrow(0, 0, 3 * nf)?.reshape((3 * n, f))?,
         phi: out.narrow(0, 3 * nf, 3 * nf)?.reshape((n, 3 * f))?,
-        basis: out.narrow(0, 6 * nf, e * bw)?.reshape((e, bw))?,
+        basis: match add_after {
+            Some(g) => (basis + g)?,
+            None => basis,
+        },
         filter_rows,
     })
 }

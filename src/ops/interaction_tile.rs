@@ -232,6 +232,8 @@ pub(super) struct TileAdjoint<const SYMMETRIC: bool> {
     filters: FilterArithmetic,
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     tc_blocks: usize,
+    /// (SYMMETRIC) x[7], the later blocks' dL/d(basis), is added to g_basis.
+    accumulate: bool,
 }
 
 impl<const SYMMETRIC: bool> TileAdjoint<SYMMETRIC> {
@@ -245,6 +247,15 @@ impl<const SYMMETRIC: bool> TileAdjoint<SYMMETRIC> {
             z,
             filters,
             tc_blocks,
+            accumulate: false,
+        }
+    }
+    /// (SYMMETRIC: inputs then end with the later blocks' dL/d(basis), read where `on`.) Adds
+    /// it to g_basis where `on`.
+    pub(super) fn accumulating(self, on: bool) -> Self {
+        Self {
+            accumulate: on && SYMMETRIC,
+            ..self
         }
     }
     /// Whether the output ends with dL/dw rows [E, 3F] (g_basis then holding only its
@@ -379,10 +390,11 @@ impl<const SYMMETRIC: bool> Kernel for TileAdjoint<SYMMETRIC> {
     fn work(&self) -> usize {
         self.z.n_edges * self.z.hidden
     }
-    /// The untiled adjoint's sizes; its chunks-per-warp argument is unused.
+    /// The untiled adjoint's sizes, then (SYMMETRIC) whether g_basis accumulates, else its
+    /// chunks-per-warp argument, unused.
     fn sizes(&self) -> Vec<usize> {
         let mut s = self.z.list();
-        s.push(0);
+        s.push(self.accumulate as usize);
         s
     }
     /// The filter from the weights, dL/dw out as rows where [`grad_rows`](Self::grad_rows).
@@ -391,6 +403,7 @@ impl<const SYMMETRIC: bool> Kernel for TileAdjoint<SYMMETRIC> {
             rows: false,
             grad_rows: self.grad_rows(),
             symmetric: SYMMETRIC,
+            accumulate: self.accumulate,
         };
         adjoint_cpu(self.z, mode, x, idx, out)
     }

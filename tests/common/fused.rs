@@ -179,7 +179,9 @@ pub fn fused_outputs(x: &Inputs, dev: &Device) -> Result<Vec<(&'static str, Tens
     let messaged = ops::interaction(&inter)?;
     // On CUDA in f32 the receiver-sums forward (which the model takes only when asked).
     let summed = ops::interaction_receiver_sums(&inter)?;
-    let grads = ops::interaction_adjoint(&inter, &d(&x.g_state)?, &d(&x.g_rows)?)?;
+    // With the later blocks' dL/d(basis) (here g_basis) to add.
+    let g_after = d(&x.g_basis)?;
+    let grads = ops::interaction_adjoint(&inter, &d(&x.g_state)?, &d(&x.g_rows)?, Some(&g_after))?;
     // The same with precomputed filter rows: basis · [weights; 0] (the unit-vector columns
     // of the basis have zero weights), and dL/d(basis) completed from dL/d(rows).
     let filter_basis = Tensor::cat(&[&filter, &filter.zeros_like()?.narrow(0, 0, 3)?], 0)?;
@@ -191,7 +193,7 @@ pub fn fused_outputs(x: &Inputs, dev: &Device) -> Result<Vec<(&'static str, Tens
         ..inter
     };
     let messaged_rows = ops::interaction(&with_rows)?;
-    let rows = ops::interaction_adjoint(&with_rows, &d(&x.g_state)?, &d(&x.g_rows)?)?;
+    let rows = ops::interaction_adjoint(&with_rows, &d(&x.g_state)?, &d(&x.g_rows)?, None)?;
     let g_b_rows = rows.complete_basis(&filter_basis)?;
     let (mixed, act, ab) = (d(&x.mixed)?, d(&x.act)?, d(&x.act_bias)?);
     let ctx = ops::update_context(&state, &mixed)?;
@@ -355,35 +357,29 @@ pub fn reference_outputs(x: &Inputs) -> Result<Vec<(&'static str, Tensor)>> {
         ],
         0,
     )?;
-    if e == 0 {
-        out.push(("interaction adjoint v", x.g_rows.zeros_like()?));
-        out.push(("interaction adjoint phi", x.phi.zeros_like()?));
-        out.push(("interaction adjoint basis", basis.zeros_like()?));
+    let (g_v, g_phi, g_basis) = if e == 0 {
+        (
+            x.g_rows.zeros_like()?,
+            x.phi.zeros_like()?,
+            basis.zeros_like()?,
+        )
     } else {
         let loss = dot(&messaged, &g_total)?;
         let grads = loss.backward()?;
         let g = |v: &Var| grads.get(v.as_tensor()).cloned().unwrap();
         // The adjoint leaves out the identity path of the vector rows.
-        out.push((
-            "interaction adjoint v",
-            (g(&state).narrow(0, n, 3 * n)? - g_total.narrow(0, n, 3 * n)?)?,
-        ));
-        out.push(("interaction adjoint phi", g(&phi)));
-        out.push(("interaction adjoint basis", g(&bvar)));
-    }
-
-    // The filter-rows path computes the same four quantities.
-    let same: Vec<(&'static str, Tensor)> = out[out.len() - 4..]
-        .iter()
-        .zip([
-            "interaction, filter rows",
-            "interaction adjoint v, filter rows",
-            "interaction adjoint phi, filter rows",
-            "interaction adjoint basis, filter rows",
-        ])
-        .map(|((_, t), name)| (name, t.clone()))
-        .collect();
-    out.extend(same);
+        let g_v = (g(&state).narrow(0, n, 3 * n)? - g_total.narrow(0, n, 3 * n)?)?;
+        (g_v, g(&phi), g(&bvar))
+    };
+    out.push(("interaction adjoint v", g_v.clone()));
+    out.push(("interaction adjoint phi", g_phi.clone()));
+    // The fused adjoint adds the later blocks' dL/d(basis) (here x.g_basis).
+    out.push(("interaction adjoint basis", (&g_basis + &x.g_basis)?));
+    // The filter-rows path computes the same four quantities (adding nothing to the basis'):
+    out.push(("interaction, filter rows", messaged.clone()));
+    out.push(("interaction adjoint v, filter rows", g_v));
+    out.push(("interaction adjoint phi, filter rows", g_phi));
+    out.push(("interaction adjoint basis, filter rows", g_basis));
 
     // Update: context [s, ‖Vv‖] and combine, with their adjoints.
     let mixed = Var::from_tensor(&x.mixed)?;
