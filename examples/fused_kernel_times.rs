@@ -144,7 +144,7 @@ fn rows(dev: &Device, batch: &Batch) -> Result<Vec<Row>> {
         Row {
             name: "interaction adjoint".into(),
             micros: time(dev, || {
-                ops::interaction_adjoint(&x, &state, &g_rows, None).map(|t| t.v)
+                ops::interaction_adjoint(&x, &s, &g_rows, None).map(|t| t.v)
             })?,
             flop: ef * (2.0 * filter_flop + 2.0 * (R + 4) as f64 + 30.0),
             bytes: 4.0 * (ef * 19.0 + ed * 2.0 * (bw + 1.0) + nf * 13.0),
@@ -152,7 +152,7 @@ fn rows(dev: &Device, batch: &Batch) -> Result<Vec<Row>> {
         Row {
             name: "interaction adjoint, list not said symmetric".into(),
             micros: time(dev, || {
-                ops::interaction_adjoint(&x_one_way, &state, &g_rows, None).map(|t| t.v)
+                ops::interaction_adjoint(&x_one_way, &s, &g_rows, None).map(|t| t.v)
             })?,
             flop: ef * (2.0 * filter_flop + 2.0 * (R + 4) as f64 + 30.0),
             bytes: 4.0 * (ef * 19.0 + ed * 2.0 * (bw + 1.0) + nf * 13.0),
@@ -172,7 +172,7 @@ fn rows(dev: &Device, batch: &Batch) -> Result<Vec<Row>> {
         Row {
             name: "interaction adjoint (filter rows)".into(),
             micros: time(dev, || {
-                ops::interaction_adjoint(&x_rows, &state, &g_rows, None).map(|t| t.v)
+                ops::interaction_adjoint(&x_rows, &s, &g_rows, None).map(|t| t.v)
             })?,
             flop: ef * 30.0,
             bytes: 4.0 * (ef * 22.0 + ed * 2.0 * 5.0 + nf * 13.0),

@@ -185,6 +185,20 @@ struct Store {
     }
 };
 
+// Store with `add` [n, width] added: y = x Wᵀ + add.
+struct StoreAdding {
+    Store y;
+    const float* add;
+    __device__ float2 add_at(int r, int j) const {
+        if (y.r0 + r >= y.n) return make_float2(0.f, 0.f);
+        return *reinterpret_cast<const float2*>(add + (size_t)(y.r0 + r) * y.width + j);
+    }
+    __device__ void operator()(int r, int j, const float (&v)[4]) const {
+        const float2 a = add_at(r, j), b = add_at(r + 8, j);
+        y(r, j, {v[0] + a.x, v[1] + a.y, v[2] + b.x, v[3] + b.y});
+    }
+};
+
 // The forward's hidden layer: pre stored, silu(pre + b) staged for the second layer.
 struct HiddenFwd {
     Store pre;
@@ -218,13 +232,17 @@ struct HiddenAdj {
     }
 };
 
+// y = x Wᵀ, plus `add` [n, j] where given.
 template <int BM, int KC>
-__device__ void dense(const float* x, const float* w, float* y, int n, int k, int j) {
+__device__ void dense(const float* x, const float* w, const float* add, float* y, int n, int k,
+                      int j) {
     extern __shared__ __align__(16) float dense_tc_smem[];
     const int r0 = blockIdx.x * BM;
     const Staged xs = staged<BM>(dense_tc_smem, k);
     stage_rows<BM>(x, n, k, r0, xs);
-    layer<BM, KC>(xs, k, w, j, Store{y, n, j, r0});
+    const Store store{y, n, j, r0};
+    if (add) layer<BM, KC>(xs, k, w, j, StoreAdding{store, add});
+    else layer<BM, KC>(xs, k, w, j, store);
 }
 
 // Two layers, x [n, k] → hidden [h] → [j]; `ADJ` selects the hidden layer's epilogue. The
@@ -256,7 +274,14 @@ __device__ void mlp(const float* x, const float* w1, const float* b1, const floa
     extern "C" __global__ void __launch_bounds__(dense_tc::THREADS, 2)                     \
         dense_tc_##BM##_##KC##_f32(const float* x, const float* w, float* y, size_t n,     \
                                    size_t k, size_t j) {                                   \
-        dense_tc::dense<BM, KC>(x, w, y, (int)n, (int)k, (int)j);                          \
+        dense_tc::dense<BM, KC>(x, w, nullptr, y, (int)n, (int)k, (int)j);                 \
+    }
+// The same plus `add` [n, j] (the mixing layer's adjoint adds the vector rows' gradient).
+#define DENSE_TC_ADD(BM, KC)                                                               \
+    extern "C" __global__ void __launch_bounds__(dense_tc::THREADS, 2)                     \
+        dense_tc_add_##BM##_##KC##_f32(const float* x, const float* w, const float* add,   \
+                                       float* y, size_t n, size_t k, size_t j) {           \
+        dense_tc::dense<BM, KC>(x, w, add, y, (int)n, (int)k, (int)j);                     \
     }
 #define MLP_TC_FWD(BM, KC, HC)                                                             \
     extern "C" __global__ void __launch_bounds__(dense_tc::THREADS, 2)                     \
@@ -279,6 +304,8 @@ __device__ void mlp(const float* x, const float* w1, const float* b1, const floa
     DENSE_TC(BM, 0)                                                                        \
     DENSE_TC(BM, 128)                                                                      \
     DENSE_TC(BM, 256)                                                                      \
+    DENSE_TC_ADD(BM, 0)                                                                    \
+    DENSE_TC_ADD(BM, 256)                                                                  \
     MLP_TC_FWD(BM, 0, 0)                                                                   \
     MLP_TC_FWD(BM, 128, 128)                                                               \
     MLP_TC_FWD(BM, 256, 128)                                                               \

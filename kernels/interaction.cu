@@ -27,16 +27,16 @@ __device__ __forceinline__ void add_message(T* out, const T* phi, const T* pb, c
     }
 }
 
-// The gradient arriving at edge e's message for feature c: g_a = dL/d(dv_a[i]) (gm plus the
-// mixing term gve), and its projections on u (gxd) and on v_j (gxv).
+// The gradient arriving at edge e's message for feature c: g_a = dL/d(dv_a[i]) (gve, the whole
+// dL/dv [3N, F]), and its projections on u (gxd) and on v_j (gxv).
 template <typename T>
-__device__ __forceinline__ void message_grad(const T* gm, const T* gve, const T* sv, const T* u,
-                                             size_t n, size_t f, size_t i, size_t j, size_t c,
-                                             T g[3], T& gxd, T& gxv) {
+__device__ __forceinline__ void message_grad(const T* gve, const T* sv, const T* u, size_t n,
+                                             size_t f, size_t i, size_t j, size_t c, T g[3],
+                                             T& gxd, T& gxv) {
     gxd = gxv = T(0);
 #pragma unroll
     for (int a = 0; a < 3; ++a) {
-        g[a] = gm[((1 + a) * n + i) * f + c] + gve[(a * n + i) * f + c];
+        g[a] = gve[(a * n + i) * f + c];
         gxd += g[a] * u[a];
         gxv += g[a] * sv[((1 + a) * n + j) * f + c];
     }
@@ -73,7 +73,7 @@ __device__ void interaction_fwd(const T* phi, const T* pb, const T* wt, const T*
 // The host takes one chunk per warp for few edges (a molecule's few hundred edges as one warp
 // each left most SMs idle) and all chunks per warp for many (fewer reductions and atomics:
 // 1.1-1.4x faster from 8,500 edges on an H100).
-// gm = dL/d(output state) without the mixing term gve [3N, F] (added here). out is zeroed and
+// gm = dL/ds of the output [N, F], gve = its whole dL/dv [3N, F]. out is zeroed and
 // packed [g_v (3NF) | g_phi (3NF) | g_basis (E (R+4))]: g_v = dL/dv[j] through the messages
 // only (the identity part is added by the caller's next kernel).
 template <typename T>
@@ -101,7 +101,7 @@ __device__ void interaction_adj(const T* phi, const T* pb, const T* wt, const T*
             const T pv = p[2 * f + c] + pb[2 * f + c];
             const T gs = gm[i * f + c];
             T g[3], gxd, gxv;
-            message_grad(gm, gve, sv, b + nb, n, f, i, j, c, g, gxd, gxv);
+            message_grad(gve, sv, b + nb, n, f, i, j, c, g, gxd, gxv);
             // dL/dw does not depend on w: one pass over the weights forms the filter and the
             // basis gradient together.
             const T gws = gs * ps, gwd = gxd * pd, gwv = gxv * pv;
@@ -213,7 +213,7 @@ __device__ void interaction_rows_adj(const T* phi, const T* pb, const T* w, cons
         const T ws = we[c], wd = we[f + c], wv = we[2 * f + c];
         const T gs = gm[i * f + c];
         T g[3], gxd, gxv;
-        message_grad(gm, gve, sv, b + nb, n, f, i, j, c, g, gxd, gxv);
+        message_grad(gve, sv, b + nb, n, f, i, j, c, g, gxd, gxv);
         add_sender_grads(gphi, gv, g, gs, gxd, gxv, ws, wd, wv, pv * wv, n, f, j, c);
         const T xd = pd * wd;
         store_filter_grads(gw + e * 3 * f, f, c, gs * ps, gxd * pd, gxv * pv);

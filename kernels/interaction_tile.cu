@@ -305,8 +305,7 @@ __device__ void tile_adj(const T* __restrict__ phi, const T* __restrict__ pb,
             cur = i;
             gs = gm[i * f + c];
 #pragma unroll
-            for (int a = 0; a < 3; ++a)
-                g[a] = gm[((1 + a) * n + i) * f + c] + gve[(a * n + i) * f + c];
+            for (int a = 0; a < 3; ++a) g[a] = gve[(a * n + i) * f + c];
         }
         const T ps = from.ctx[0][k], pd = from.ctx[1][k], pv = from.ctx[2][k];
         T gxd = 0, gxv = 0;

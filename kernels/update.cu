@@ -42,7 +42,8 @@ __device__ void combine_fwd(const T* sv, const T* mixed, const T* act, const T* 
 }
 
 // Adjoint of combine. The gradient of the block output is gx (s part, [N, F]) plus, when
-// has_next, gm [4N, F] + [0 | gve + gvj] (both [3N, F]) from the next block's kernels.
+// has_next, [gm's s rows | gve + gvj] (gm [N, F] or more rows, gve and gvj [3N, F]) from the
+// next block's kernels.
 // out = [g_sv (4NF) | g_mixed (6NF) | g_a (3NF)], every element written.
 template <typename T>
 __device__ void combine_adj(const T* mixed, const T* act, const T* ab, const T* gx,
@@ -62,7 +63,7 @@ __device__ void combine_adj(const T* mixed, const T* act, const T* ab, const T* 
             const T* row = mixed + (a * n + m) * 2 * f;
             const T u = row[c], v = row[f + c];
             const size_t o = (a * n + m) * f + c;
-            const T gv = has_next ? gm[o + n * f] + gve[o] + gvj[o] : T(0);
+            const T gv = has_next ? gve[o] + gvj[o] : T(0);
             dot += u * v;
             g_avv += gv * u;
             g_sv[o + n * f] = gv;

@@ -301,7 +301,9 @@ fn symmetric_adjoint_gives_the_standard_position_gradients() {
             neighbors: nj,
             symmetric_edges,
         };
-        interaction_adjoint(&inputs, &x.g_state, &x.g_rows, after)
+        let n = x.shape.n;
+        let g_v = (x.g_state.narrow(0, n, 3 * n).unwrap() + &x.g_rows).unwrap();
+        interaction_adjoint(&inputs, &x.g_state.narrow(0, 0, n).unwrap(), &g_v, after)
     };
     let grads = |symmetric_edges| grads_adding(symmetric_edges, None).unwrap();
     let (plain, sym) = (grads(false), grads(true));
@@ -328,7 +330,10 @@ fn symmetric_adjoint_gives_the_standard_position_gradients() {
         let added = grads_adding(symmetric_edges, Some(&x.g_basis)).unwrap();
         let want = (complete(alone) + &x.g_basis).unwrap();
         let d = max_abs_diff(&complete(&added), &want);
-        assert!(d <= 1e-12 * scale(&want), "symmetric {symmetric_edges}: {d}");
+        assert!(
+            d <= 1e-12 * scale(&want),
+            "symmetric {symmetric_edges}: {d}"
+        );
     }
     let short = x.g_basis.narrow(1, 0, 3).unwrap();
     let err = grads_adding(true, Some(&short)).err().unwrap().to_string();
@@ -364,7 +369,7 @@ fn fused_forces_with_the_symmetric_adjoint_match_autograd() {
 fn tensor_core_layer_twins_match_matmul_and_backprop() {
     use candle_core::Var;
     use common::dense::{layer_inputs, layer_outputs, layers};
-    use mlff_distiller::ops::{dense_tc, mlp_tc, tf32_split};
+    use mlff_distiller::ops::{dense_tc, dense_tc_adding, mlp_tc, tf32_split};
     let cases = [
         layers(1, 16, 16, 16),
         layers(37, 32, 48, 96),
@@ -381,7 +386,9 @@ fn tensor_core_layer_twins_match_matmul_and_backprop() {
             let loss = (&y * &x.g).unwrap().sum_all().unwrap();
             let gx = loss.backward().unwrap().remove(&input).unwrap();
             let single = x.x.matmul(&x.wide.t().unwrap()).unwrap();
-            for ((name, a), b) in got.iter().zip([&single, &pre, &y, &gx]) {
+            let adding = (&single + &x.g).unwrap();
+            assert_eq!(got.len(), 5);
+            for ((name, a), b) in got.iter().zip([&single, &adding, &pre, &y, &gx]) {
                 let d = max_abs_diff(a, b);
                 assert!(d <= tol * scale(b), "{dtype:?} {c:?} {name}: {d}");
             }
@@ -392,6 +399,12 @@ fn tensor_core_layer_twins_match_matmul_and_backprop() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("20 inputs"), "{err}");
+    let x = layer_inputs(layers(4, 16, 16, 16), DType::F32, 9);
+    let w = tf32_split(&x.wide).unwrap();
+    let err = dense_tc_adding(&x.x, &w, &x.x.narrow(0, 0, 3).unwrap())
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("addend"), "{err}");
     let x = layer_inputs(layers(4, 16, 16, 16), DType::F32, 9);
     let (w1, w2) = (tf32_split(&x.w1).unwrap(), tf32_split(&x.w2).unwrap());
     let err = mlp_tc(&x.x, &w1, &x.w2, &w2).unwrap_err().to_string();

@@ -21,8 +21,8 @@ use super::painn::{Painn, PainnInputs};
 use crate::device::env_usize;
 use crate::ops::{
     act_grad, atom_split, bias_silu, bias_silu_adjoint, dense, dense_on_tensor_cores, dense_silu,
-    dense_silu_adjoint, dense_tc, dense_tc_fits, edge_basis, edge_basis_adjoint, gather,
-    interaction, interaction_adjoint, mlp_tc, mlp_tc_adjoint, small_system, tf32_split,
+    dense_silu_adjoint, dense_tc, dense_tc_adding, dense_tc_fits, edge_basis, edge_basis_adjoint,
+    gather, interaction, interaction_adjoint, mlp_tc, mlp_tc_adjoint, small_system, tf32_split,
     update_combine, update_combine_adjoint, update_context, update_context_adjoint, AtomSplitPlan,
     EdgeFilter, InteractionInputs, SmallSystemModel, SmallSystemPlan, StateGrad, Tf32Weights,
     ATOM_SPLIT_MAX_ATOMS_CUDA_CORES, DENSE_MAX_WIDTH,
@@ -653,14 +653,33 @@ impl FusedPainn {
         }
     }
 
-    /// dL/dv [3N, F] of [`mix`](Self::mix) for dL/d(mixed).
-    fn mix_adjoint(&self, b: &Block, g: &Tensor) -> Result<Tensor> {
+    /// dL/dv [3N, F] of [`mix`](Self::mix) for dL/d(mixed) `g`, plus `add` [3N, F]: in one
+    /// launch on tensor cores, where they run at this size or (unless
+    /// `MLFF_MIX_ADJOINT_TC_ABOVE=0`) where the layers take cuBLAS above their rows, there
+    /// instead of cuBLAS and an add; else the product, then the add.
+    fn mix_adjoint_adding(&self, b: &Block, g: &Tensor, add: &Tensor) -> Result<Tensor> {
+        static ABOVE: OnceLock<bool> = OnceLock::new();
+        let above = *ABOVE.get_or_init(|| env_usize("MLFF_MIX_ADJOINT_TC_ABOVE", 1) != 0);
         let f = self.hidden;
-        match self.dense_path(g.dim(0)?, g) {
-            DensePath::Small => dense(g, &b.mix),
-            DensePath::TensorCores if dense_tc_fits(2 * f, f) => dense_tc(g, &b.mix_split()?[1]),
-            _ => g.matmul(&b.mix),
+        let rows = g.dim(0)?;
+        let tensor_cores = match self.dense_path(rows, g) {
+            DensePath::TensorCores => true,
+            DensePath::Matmul => {
+                above
+                    && g.device().is_cuda()
+                    && dense_on_tensor_cores(g.dtype())
+                    && rows > *self.tensor_core_rows.end()
+            }
+            DensePath::Small => false,
+        };
+        if tensor_cores && dense_tc_fits(2 * f, f) {
+            return dense_tc_adding(g, &b.mix_split()?[1], add);
         }
+        let product = match self.dense_path(rows, g) {
+            DensePath::Small => dense(g, &b.mix)?,
+            _ => g.matmul(&b.mix)?,
+        };
+        product + add
     }
 
     /// Uses filter rows (a matrix product) from `edges` edges on instead of
@@ -821,7 +840,8 @@ impl FusedForward<'_> {
                 .ctx
                 .adjoint(&t.ctx_pre, &act_grad(&combined, n, f)?, path)?;
             let (g_messaged, g_mixed) = update_context_adjoint(&t.mixed, &g_ctx, &combined)?;
-            let g_mix = m.mix_adjoint(b, &g_mixed)?;
+            // dL/dv of the messaged state: its own rows' and the mixing's, summed.
+            let g_v = m.mix_adjoint_adding(b, &g_mixed, &g_messaged.narrow(0, n, 3 * n)?)?;
             let mut rows = t.rows.clone();
             let inputs = InteractionInputs {
                 phi: &t.phi,
@@ -835,13 +855,14 @@ impl FusedForward<'_> {
                 symmetric_edges: true,
             };
             // dL/d(basis) summed over the blocks as it goes (in the kernel where it can).
-            let grads = interaction_adjoint(&inputs, &g_messaged, &g_mix, g_basis.as_ref())?;
+            let g_s = g_messaged.narrow(0, 0, n)?;
+            let grads = interaction_adjoint(&inputs, &g_s, &g_v, g_basis.as_ref())?;
             g_basis = Some(grads.complete_basis(&b.filter_basis)?);
-            let (g_v, g_phi) = (grads.v, grads.phi);
+            let (g_v_in, g_phi) = (grads.v, grads.phi);
             // The first block's state is the embedding: nothing upstream needs its gradient.
             if let Some(phi_pre) = &t.phi_pre {
                 gx = b.phi.adjoint(phi_pre, &g_phi, path)?;
-                next = Some((g_messaged, g_mix, g_v));
+                next = Some((g_s, g_v, g_v_in));
             }
         }
         match g_basis {

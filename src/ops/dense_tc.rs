@@ -66,6 +66,7 @@ macro_rules! variants {
 }
 
 const DENSE_VARIANTS: Variants = variants!("dense_tc": 0, 128, 256);
+const DENSE_ADD_VARIANTS: Variants = variants!("dense_tc_add": 0, 256);
 const FORWARD_VARIANTS: Variants = variants!("mlp_tc_fwd": 0, 128, 256);
 const ADJOINT_VARIANTS: Variants = variants!("mlp_tc_adj": 0, 384);
 
@@ -170,26 +171,37 @@ fn rows_times<T: Real>(x: &[T], w: &[T], k: usize, j: usize, y: &mut [T]) {
     }
 }
 
-struct Layer(Dims);
+/// One layer; `adding`: plus a third input [N, J].
+struct Layer {
+    dims: Dims,
+    adding: bool,
+}
 
 impl Kernel for Layer {
     kernel_source!("dense_tc", "dense_tc");
     fn function(&self) -> &'static str {
-        function(DENSE_VARIANTS, self.0.rows(), self.0.k)
+        let variants = match self.adding {
+            true => DENSE_ADD_VARIANTS,
+            false => DENSE_VARIANTS,
+        };
+        function(variants, self.dims.rows(), self.dims.k)
     }
     fn work(&self) -> usize {
-        self.0.n * self.0.j
+        self.dims.n * self.dims.j
     }
     #[cfg(feature = "cuda")]
     fn launch_config(&self, _: usize) -> candle_core::cuda_backend::cudarc::driver::LaunchConfig {
-        self.0.config(false)
+        self.dims.config(false)
     }
     fn sizes(&self) -> Vec<usize> {
-        vec![self.0.n, self.0.k, self.0.j]
+        vec![self.dims.n, self.dims.k, self.dims.j]
     }
-    /// x = [x, w].
+    /// x = [x, w] or [x, w, add].
     fn cpu<T: Real>(&self, x: &[&[T]], _: &[&[u32]], out: &mut [T]) {
-        rows_times(x[0], &joined(x[1]), self.0.k, self.0.j, out);
+        rows_times(x[0], &joined(x[1]), self.dims.k, self.dims.j, out);
+        if self.adding {
+            out.iter_mut().zip(x[2]).for_each(|(y, &a)| *y += a);
+        }
     }
 }
 
@@ -320,7 +332,23 @@ pub fn dense_tc(x: &Tensor, w: &Tf32Weights) -> Result<Tensor> {
     let j = check_weights(OP, "the weight", w, k)?;
     check_inputs(OP, &[x, &w.parts])?;
     let dims = Dims { n, k, h: 0, j };
-    launch(Layer(dims), &[x, &w.parts], &[], (n, j), Init::Uninit)
+    let layer = Layer {
+        dims,
+        adding: false,
+    };
+    launch(layer, &[x, &w.parts], &[], (n, j), Init::Uninit)
+}
+
+/// [`dense_tc`] plus `add` [N, J] in the same launch: x Wᵀ + add.
+pub fn dense_tc_adding(x: &Tensor, w: &Tf32Weights, add: &Tensor) -> Result<Tensor> {
+    const OP: &str = "dense_tc_adding";
+    let (n, k) = x.dims2()?;
+    let j = check_weights(OP, "the weight", w, k)?;
+    fit(OP, "the addend", add, &[n, j])?;
+    check_inputs(OP, &[x, &w.parts, add])?;
+    let dims = Dims { n, k, h: 0, j };
+    let layer = Layer { dims, adding: true };
+    launch(layer, &[x, &w.parts, add], &[], (n, j), Init::Uninit)
 }
 
 /// Two linear layers with SiLU between, x [N, K] → (pre = x W1ᵀ [N, H], silu(pre + b1) W2ᵀ

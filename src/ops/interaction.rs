@@ -110,9 +110,8 @@ pub(super) struct AdjointMode {
     pub grad_rows: bool,
     /// Each edge computes the terms of its reverse edge (symmetric lists, `tile_sym_adj`):
     /// the output gradient of the edge's sending atom, sums into its receiving atom, and the
-    /// reverse edge's dL/du (its u is minus this edge's) with the sign flipped. x[5] then holds
-    /// only dL/ds [N, F] and x[6] the whole dL/dv [3N, F] (the mixing term added), so that the
-    /// gradient gathered per edge is one load per component.
+    /// reverse edge's dL/du (its u is minus this edge's) with the sign flipped. (Every adjoint
+    /// takes x[5] = dL/ds [N, F] and x[6] = the whole dL/dv [3N, F].)
     pub symmetric: bool,
     /// x[7] (the later blocks' dL/d(basis), [E, R + 4]) is added to g_basis.
     pub accumulate: bool,
@@ -151,10 +150,7 @@ pub(super) fn adjoint_cpu<T: Real>(
             let gs = gm[i * f + c];
             let (mut g, mut gxd, mut gxv) = ([T::zero(); 3], T::zero(), T::zero());
             for a in 0..3 {
-                g[a] = match mode.symmetric {
-                    true => gve[(a * n + i) * f + c],
-                    false => gm[((1 + a) * n + i) * f + c] + gve[(a * n + i) * f + c],
-                };
+                g[a] = gve[(a * n + i) * f + c];
                 gxd += g[a] * b[nb + a] * u_sign;
                 gxv += g[a] * sv[((1 + a) * n + j) * f + c];
             }
@@ -235,7 +231,7 @@ impl<const ROWS: bool> Kernel for Adjoint<ROWS> {
         s.push(self.chunks_per_warp());
         s
     }
-    /// x = [phi, phi_bias, weights or rows, basis, sv, gm, gve]; out = [g_v | g_phi | g_basis]
+    /// x = [phi, phi_bias, weights or rows, basis, sv, g_s, g_v]; out = [g_v | g_phi | g_basis]
     /// and, with rows, g_w after it (g_basis then holds the unit-vector columns only).
     fn cpu<T: Real>(&self, x: &[&[T]], idx: &[&[u32]], out: &mut [T]) {
         let mode = AdjointMode {
@@ -424,22 +420,23 @@ impl InteractionGrads {
     }
 }
 
-/// Adjoint of [`interaction`] for the output gradient `gm` [4N, F] plus `gve` [3N, F] on its
-/// vector rows; `g_basis_after` [E, R + 4] (the later blocks' dL/d(basis)), where given, is
-/// added to the result's (in the kernel where it can: the symmetric-list adjoint).
+/// Adjoint of [`interaction`] for the gradient of its output state: `g_s` [N, F] on its
+/// scalar rows and `g_v` [3N, F] on its vector rows (whatever reaches them: the next layers'
+/// and the mixing's); `g_basis_after` [E, R + 4] (the later blocks' dL/d(basis)), where given,
+/// is added to the result's (in the kernel where it can: the symmetric-list adjoint).
 pub fn interaction_adjoint(
     x: &InteractionInputs,
-    gm: &Tensor,
-    gve: &Tensor,
+    g_s: &Tensor,
+    g_v: &Tensor,
     g_basis_after: Option<&Tensor>,
 ) -> Result<InteractionGrads> {
     let z = x.sizes()?;
     let (n, f, e) = (z.n_atoms, z.hidden, z.n_edges);
-    if gm.dims() != [4 * n, f] || gve.dims() != [3 * n, f] {
+    if g_s.dims() != [n, f] || g_v.dims() != [3 * n, f] {
         bail!(
-            "interaction adjoint: gradients {:?} and {:?} do not fit [4N, F] and [3N, F]",
-            gm.dims(),
-            gve.dims()
+            "interaction adjoint: gradients {:?} and {:?} do not fit [N, F] and [3N, F]",
+            g_s.dims(),
+            g_v.dims()
         )
     }
     let bw = basis_width(z.n_rbf);
@@ -460,8 +457,8 @@ pub fn interaction_adjoint(
         x.filter_tensor(),
         x.basis,
         x.state,
-        gm,
-        gve,
+        g_s,
+        g_v,
     ];
     let idx = [x.centers, x.neighbors];
     let zeroed = 6 * nf + e * bw;
@@ -469,21 +466,10 @@ pub fn interaction_adjoint(
     let tile = tiled(&z, x, true);
     let (out, grad_rows) = match x.filter {
         EdgeFilter::Weights(_) if symmetric(&z, x) => {
-            // dL/ds and the whole dL/dv (see AdjointMode::symmetric).
-            let (g_s, g_v) = (gm.narrow(0, 0, n)?, (gm.narrow(0, n, 3 * n)? + gve)?);
             let [phi, pb, w, basis, state, ..] = inputs;
             // x.basis stands in (not read) where there is nothing to add.
             let after = add_after.take();
-            let inputs = [
-                phi,
-                pb,
-                w,
-                basis,
-                state,
-                &g_s,
-                &g_v,
-                after.unwrap_or(x.basis),
-            ];
+            let inputs = [phi, pb, w, basis, state, g_s, g_v, after.unwrap_or(x.basis)];
             let kernel = TileAdjoint::<true>::new(z, x.state).accumulating(after.is_some());
             match kernel.grad_rows() {
                 true => (launch(kernel, &inputs, &idx, with_rows, init)?, true),

@@ -135,7 +135,7 @@ impl Kernel for CombineAdj {
                     let (u, v) = self.rows.uv(mixed, a, m, c);
                     let o = (a * n + m) * f + c;
                     let gv = if self.has_next {
-                        gm[o + n * f] + gve[o] + gvj[o]
+                        gve[o] + gvj[o]
                     } else {
                         T::zero()
                     };
@@ -222,8 +222,8 @@ pub fn update_combine(
 }
 
 /// The gradient arriving at a block's output state: `gx` [N, F] on s and, from the next
-/// block, `next` = (gm [4N, F], gve [3N, F], gvj [3N, F]) summed on the state (vector rows for
-/// the last two).
+/// block, `next` = (gm, gve, gvj): the first N rows of gm ([N, F] or more rows) on s, and
+/// gve + gvj (both [3N, F]) on v.
 pub struct StateGrad<'a> {
     pub gx: &'a Tensor,
     pub next: Option<(&'a Tensor, &'a Tensor, &'a Tensor)>,
@@ -241,8 +241,9 @@ pub fn update_combine_adjoint(
     let (n3, f2) = mixed.dims2()?;
     let (n, f) = (n3 / 3, f2 / 2);
     let (gm, gve, gvj) = grad.next.unwrap_or((grad.gx, grad.gx, grad.gx));
+    let gm_fits = matches!(gm.dims(), [rows, cols] if *cols == f && *rows >= n);
     if grad.gx.dims() != [n, f]
-        || grad.next.is_some() && (gm.dims() != [4 * n, f] || gve.dims() != [3 * n, f])
+        || grad.next.is_some() && (!gm_fits || gve.dims() != [3 * n, f])
         || grad.next.is_some() && gvj.dims() != [3 * n, f]
     {
         bail!("update adjoint: gradient shapes do not fit N = {n}, F = {f}")

@@ -3,7 +3,7 @@
 
 use super::fused::random;
 use candle_core::{DType, Device, Result, Tensor};
-use mlff_distiller::ops::{dense_tc, mlp_tc, mlp_tc_adjoint, tf32_split};
+use mlff_distiller::ops::{dense_tc, dense_tc_adding, mlp_tc, mlp_tc_adjoint, tf32_split};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
@@ -55,10 +55,13 @@ pub fn layer_outputs(x: &LayerInputs, dev: &Device) -> Result<Vec<(&'static str,
     let split_t = |t: &Tensor| split(&t.t()?.contiguous()?);
     let b1 = on(&x.b1)?;
     let single = dense_tc(&on(&x.x)?, &split(&x.wide)?)?;
+    // The same layer plus g [N, J] (as the mixing layer's adjoint adds a gradient).
+    let adding = dense_tc_adding(&on(&x.x)?, &split(&x.wide)?, &on(&x.g)?)?;
     let (pre, y) = mlp_tc(&on(&x.x)?, &split(&x.w1)?, &b1, &split(&x.w2)?)?;
     let gx = mlp_tc_adjoint(&on(&x.g)?, &pre, &b1, &split_t(&x.w2)?, &split_t(&x.w1)?)?;
     Ok(vec![
         ("dense", single),
+        ("dense, adding", adding),
         ("mlp pre-activation", pre),
         ("mlp output", y),
         ("mlp adjoint", gx),

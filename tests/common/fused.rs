@@ -151,6 +151,14 @@ impl Inputs {
     }
 }
 
+/// The interaction's output gradient (on the CPU): dL/ds (g_state's scalar rows) and the whole
+/// dL/dv (g_state's vector rows plus g_rows).
+fn output_grad(x: &Inputs) -> Result<(Tensor, Tensor)> {
+    let n = x.shape.n;
+    let v = (x.g_state.narrow(0, n, 3 * n)? + &x.g_rows)?;
+    Ok((x.g_state.narrow(0, 0, n)?, v))
+}
+
 /// Every fused output, by name, computed on `dev`.
 pub fn fused_outputs(x: &Inputs, dev: &Device) -> Result<Vec<(&'static str, Tensor)>> {
     let d = |t: &Tensor| t.to_device(dev);
@@ -179,9 +187,11 @@ pub fn fused_outputs(x: &Inputs, dev: &Device) -> Result<Vec<(&'static str, Tens
     let messaged = ops::interaction(&inter)?;
     // On CUDA in f32 the receiver-sums forward (which the model takes only when asked).
     let summed = ops::interaction_receiver_sums(&inter)?;
-    // With the later blocks' dL/d(basis) (here g_basis) to add.
-    let g_after = d(&x.g_basis)?;
-    let grads = ops::interaction_adjoint(&inter, &d(&x.g_state)?, &d(&x.g_rows)?, Some(&g_after))?;
+    // The output gradient as the adjoint takes it: dL/ds, and the whole dL/dv (g_state's
+    // vector rows plus g_rows), with the later blocks' dL/d(basis) (here g_basis) to add.
+    let (g_out_s, g_out_v) = output_grad(x)?;
+    let (g_out_s, g_out_v, g_after) = (d(&g_out_s)?, d(&g_out_v)?, d(&x.g_basis)?);
+    let grads = ops::interaction_adjoint(&inter, &g_out_s, &g_out_v, Some(&g_after))?;
     // The same with precomputed filter rows: basis · [weights; 0] (the unit-vector columns
     // of the basis have zero weights), and dL/d(basis) completed from dL/d(rows).
     let filter_basis = Tensor::cat(&[&filter, &filter.zeros_like()?.narrow(0, 0, 3)?], 0)?;
@@ -193,7 +203,7 @@ pub fn fused_outputs(x: &Inputs, dev: &Device) -> Result<Vec<(&'static str, Tens
         ..inter
     };
     let messaged_rows = ops::interaction(&with_rows)?;
-    let rows = ops::interaction_adjoint(&with_rows, &d(&x.g_state)?, &d(&x.g_rows)?, None)?;
+    let rows = ops::interaction_adjoint(&with_rows, &g_out_s, &g_out_v, None)?;
     let g_b_rows = rows.complete_basis(&filter_basis)?;
     let (mixed, act, ab) = (d(&x.mixed)?, d(&x.act)?, d(&x.act_bias)?);
     let ctx = ops::update_context(&state, &mixed)?;
@@ -350,13 +360,8 @@ pub fn reference_outputs(x: &Inputs) -> Result<Vec<(&'static str, Tensor)>> {
     };
     out.push(("interaction", messaged.clone()));
     out.push(("interaction, receiver sums", messaged.clone()));
-    let g_total = Tensor::cat(
-        &[
-            &x.g_state.narrow(0, 0, n)?,
-            &(x.g_state.narrow(0, n, 3 * n)? + &x.g_rows)?,
-        ],
-        0,
-    )?;
+    let (g_out_s, g_out_v) = output_grad(x)?;
+    let g_total = Tensor::cat(&[&g_out_s, &g_out_v], 0)?;
     let (g_v, g_phi, g_basis) = if e == 0 {
         (
             x.g_rows.zeros_like()?,
@@ -409,7 +414,7 @@ pub fn reference_outputs(x: &Inputs) -> Result<Vec<(&'static str, Tensor)>> {
     let g_next = Tensor::cat(
         &[
             &(&x.g_s + x.g_state.narrow(0, 0, n)?)?,
-            &((x.g_state.narrow(0, n, 3 * n)? + &x.g_rows)? + &x.g_rows2)?,
+            &(&x.g_rows + &x.g_rows2)?,
         ],
         0,
     )?;
