@@ -1,5 +1,7 @@
 // Row gather: out[e, :] = src[idx[e], :]. One thread per output element, grid-stride loop.
 // Mirrors src/ops/gather.rs. Out-of-range indices write zeros (the host checks them first).
+// initial_state is the same gather into the first n rows of the PaiNN state [4n, f], whose
+// vector rows (zeroed by the host) stay zero.
 #include <cstddef>
 
 template <typename T>
@@ -24,3 +26,11 @@ extern "C" __global__ void gather_f64(const double* src, const unsigned int* idx
                                       size_t n_idx, size_t row, size_t n_src) {
     gather_rows(src, idx, out, n_idx, row, n_src);
 }
+
+#define INITIAL_STATE(T, S)                                                                   \
+    extern "C" __global__ void initial_state_##S(const T* table, const unsigned int* species,  \
+                                                 T* state, size_t n, size_t f, size_t n_src) { \
+        gather_rows(table, species, state, n, f, n_src);                                      \
+    }
+INITIAL_STATE(float, f32)
+INITIAL_STATE(double, f64)

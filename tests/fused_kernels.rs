@@ -438,3 +438,14 @@ fn tensor_core_layers_fall_back_where_a_width_does_not_fit() {
     assert!(max_abs_diff(&e_on, &e_off) < 1e-10, "energies");
     assert!(max_abs_diff(&f_on, &f_off) < 1e-10, "forces");
 }
+
+/// The initial state refuses an element index past the embedding, naming the atom.
+#[test]
+fn initial_state_names_a_bad_element_index() {
+    let table = Tensor::zeros((3, 4), DType::F64, &Device::Cpu).unwrap();
+    let species = Tensor::new(&[0u32, 2, 3], &Device::Cpu).unwrap();
+    let err = mlff_distiller::ops::initial_state(&table, &species)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("atom 2 has element index 3"), "{err}");
+}

@@ -22,10 +22,10 @@ use crate::device::env_usize;
 use crate::ops::{
     act_grad, atom_split, bias_silu, bias_silu_adjoint, dense, dense_on_tensor_cores, dense_silu,
     dense_silu_adjoint, dense_tc, dense_tc_adding, dense_tc_fits, edge_basis, edge_basis_adjoint,
-    gather, interaction, interaction_adjoint, mlp_tc, mlp_tc_adjoint, small_system, tf32_split,
-    update_combine, update_combine_adjoint, update_context, update_context_adjoint, AtomSplitPlan,
-    EdgeFilter, InteractionInputs, SmallSystemModel, SmallSystemPlan, StateGrad, Tf32Weights,
-    ATOM_SPLIT_MAX_ATOMS_CUDA_CORES, DENSE_MAX_WIDTH,
+    gather, initial_state, interaction, interaction_adjoint, mlp_tc, mlp_tc_adjoint, small_system,
+    tf32_split, update_combine, update_combine_adjoint, update_context, update_context_adjoint,
+    AtomSplitPlan, EdgeFilter, InteractionInputs, SmallSystemModel, SmallSystemPlan, StateGrad,
+    Tf32Weights, ATOM_SPLIT_MAX_ATOMS_CUDA_CORES, DENSE_MAX_WIDTH,
 };
 use candle_core::{Result, Tensor};
 use candle_nn::Linear;
@@ -291,6 +291,9 @@ pub struct FusedPainn {
     /// Readout F → F/2 → 1, its output weights times the scale (its bias is in
     /// `atom_constant`).
     readout: Mlp,
+    /// Minus the readout's output weights [1, F/2]: the gradient of −E at its hidden layer,
+    /// whose adjoint (linear in it) ends in the forces with no negation after.
+    readout_force_seed: Tensor,
     /// Per element: atom reference + output bias × scale + shift, [n_elements].
     atom_constant: Tensor,
     /// Filter rows by a matrix product from this many edges on.
@@ -375,6 +378,7 @@ impl FusedPainn {
             cutoff: cfg.cutoff,
             embedding: model.embedding.detach(),
             blocks,
+            readout_force_seed: readout_out.weight.neg()?,
             readout: Mlp::new(Dense::of(&ro.hidden)?, readout_out)?,
             atom_constant,
             rows_from_edges: env_usize("MLFF_FILTER_ROWS_FROM_EDGES", FILTER_ROWS_FROM_EDGES),
@@ -740,7 +744,6 @@ impl FusedPainn {
 
     /// The forward pass: per-atom energies (eV) and what `FusedForward::forces` needs.
     pub fn forward<'a>(&'a self, x: &'a PainnInputs) -> Result<FusedForward<'a>> {
-        let f = self.hidden;
         let n = x.positions.dim(0)?;
         let positions = x.positions.detach();
         let basis = edge_basis(
@@ -751,9 +754,7 @@ impl FusedPainn {
             self.n_rbf,
             self.cutoff,
         )?;
-        let s0 = gather(&self.embedding, &x.species)?;
-        let v0 = Tensor::zeros((3 * n, f), s0.dtype(), s0.device())?;
-        let mut state = Tensor::cat(&[&s0, &v0], 0)?;
+        let mut state = initial_state(&self.embedding, &x.species)?;
         let mut tape = Vec::with_capacity(self.blocks.len());
         let path = self.dense_path(n, &x.positions);
         let keep_rows = self.keeps_rows(&basis)?;
@@ -824,7 +825,8 @@ impl FusedForward<'_> {
         let (n, f) = (self.positions.dim(0)?, m.hidden);
         // Every atom energy has gradient 1.
         let path = m.dense_path(n, &self.positions);
-        let g_hidden = &m.readout.out.weight; // one row, for every atom
+        // −dE/d(readout hidden): one row, for every atom; the adjoint carries −E's gradient.
+        let g_hidden = &m.readout_force_seed;
         let mut gx = m
             .readout
             .adjoint_from_hidden(&self.readout_pre, g_hidden, path)?;
@@ -874,8 +876,7 @@ impl FusedForward<'_> {
                 &x.neighbors,
                 m.n_rbf,
                 m.cutoff,
-            )?
-            .neg(),
+            ),
             None => self.positions.zeros_like(),
         }
     }

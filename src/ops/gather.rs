@@ -1,5 +1,7 @@
-//! Row gather, `out[e, ...] = x[idx[e], ...]`; its backward is [`scatter_add`].
+//! Row gather, `out[e, ...] = x[idx[e], ...]`; its backward is [`scatter_add`]. Also the
+//! PaiNN initial state, gathered into the first rows of a zeroed [4N, F] ([`initial_state`]).
 
+use super::kernel::{kernel_source, launch, Init, Kernel, Real};
 use super::rows::{contiguous, cpu_index, out_shape, rows_of};
 use super::scatter_add::scatter_add;
 use candle_core::backend::BackendStorage;
@@ -87,4 +89,46 @@ impl CustomOp2 for Gather {
     ) -> Result<(Option<Tensor>, Option<Tensor>)> {
         Ok((Some(scatter_add(grad, idx, x.dim(0)?)?), None))
     }
+}
+
+/// The initial state's gather: rows of a table [n_src, F] at N indices into the first N rows.
+struct InitialState {
+    n: usize,
+    f: usize,
+    n_src: usize,
+}
+
+impl Kernel for InitialState {
+    kernel_source!("initial_state", "gather");
+    fn work(&self) -> usize {
+        self.n * self.f
+    }
+    fn sizes(&self) -> Vec<usize> {
+        vec![self.n, self.f, self.n_src]
+    }
+    /// x = [table]; idx = [species], checked by [`initial_state`] on the CPU.
+    fn cpu<T: Real>(&self, x: &[&[T]], idx: &[&[u32]], out: &mut [T]) {
+        let f = self.f;
+        for (row, &j) in out.chunks_exact_mut(f).zip(idx[0]) {
+            let j = j as usize;
+            row.copy_from_slice(&x[0][j * f..(j + 1) * f]);
+        }
+    }
+}
+
+/// PaiNN's initial state [4N, F] for an embedding [elements, F] and per-atom element indices
+/// `species` (u32, [N]): s = the embedding's rows, v = 0; one launch where a gather and a
+/// concatenation took three. On the CPU every index is checked (the first out of range is
+/// named); on CUDA they are trusted (the calculator builds them from checked elements).
+pub fn initial_state(embedding: &Tensor, species: &Tensor) -> Result<Tensor> {
+    let (n_src, f) = embedding.dims2()?;
+    let n = species.dims1()?;
+    if species.device().is_cpu() {
+        let idx = species.to_vec1::<u32>()?;
+        if let Some((atom, &e)) = idx.iter().enumerate().find(|(_, &e)| e as usize >= n_src) {
+            bail!("initial state: atom {atom} has element index {e}, the embedding has {n_src}")
+        }
+    }
+    let k = InitialState { n, f, n_src };
+    launch(k, &[embedding], &[species], (4 * n, f), Init::Zero)
 }

@@ -41,7 +41,7 @@ pub use dense_tc::{
     tf32_split, Tf32Weights, DENSE_TC_MAX_WIDTH,
 };
 pub use edge_basis::{basis_width, edge_basis, edge_basis_adjoint};
-pub use gather::{gather, Gather};
+pub use gather::{gather, initial_state, Gather};
 pub use integrator::{md_advance, md_displacement2, md_kick, LangevinNoise};
 pub use interaction::{
     interaction, interaction_adjoint, interaction_receiver_sums, EdgeFilter, InteractionGrads,

@@ -267,6 +267,8 @@ pub fn fused_outputs(x: &Inputs, dev: &Device) -> Result<Vec<(&'static str, Tens
         ("dense silu", dense_silu),
         ("dense silu adjoint", dense_adj),
         ("dense silu adjoint (row)", dense_adj_row),
+        // The PaiNN initial state, here φ's rows at every edge's sender.
+        ("initial state", ops::initial_state(&phi, &nj)?),
     ])
 }
 
@@ -460,6 +462,9 @@ pub fn reference_outputs(x: &Inputs) -> Result<Vec<(&'static str, Tensor)>> {
         "dense silu adjoint (row)",
         grad(&act.broadcast_mul(&row)?.sum_all()?, &xv)?,
     ));
+    let s0 = x.phi.index_select(&x.neighbors, 0)?;
+    let v0 = Tensor::zeros((3 * e, 3 * f), dtype, &Device::Cpu)?;
+    out.push(("initial state", Tensor::cat(&[&s0, &v0], 0)?));
     Ok(out)
 }
 
