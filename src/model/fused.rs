@@ -666,7 +666,8 @@ impl FusedPainn {
         let above = *ABOVE.get_or_init(|| env_usize("MLFF_MIX_ADJOINT_TC_ABOVE", 1) != 0);
         let f = self.hidden;
         let rows = g.dim(0)?;
-        let tensor_cores = match self.dense_path(rows, g) {
+        let path = self.dense_path(rows, g);
+        let tensor_cores = match path {
             DensePath::TensorCores => true,
             DensePath::Matmul => {
                 above
@@ -679,7 +680,7 @@ impl FusedPainn {
         if tensor_cores && dense_tc_fits(2 * f, f) {
             return dense_tc_adding(g, &b.mix_split()?[1], add);
         }
-        let product = match self.dense_path(rows, g) {
+        let product = match path {
             DensePath::Small => dense(g, &b.mix)?,
             _ => g.matmul(&b.mix)?,
         };
@@ -823,10 +824,9 @@ impl FusedForward<'_> {
     pub fn forces(&self) -> Result<Tensor> {
         let (m, x, basis) = (self.model, self.inputs, &self.basis);
         let (n, f) = (self.positions.dim(0)?, m.hidden);
-        // Every atom energy has gradient 1.
+        // Every atom energy has gradient −1: the adjoint carries −E's, so it ends in the forces.
         let path = m.dense_path(n, &self.positions);
-        // −dE/d(readout hidden): one row, for every atom; the adjoint carries −E's gradient.
-        let g_hidden = &m.readout_force_seed;
+        let g_hidden = &m.readout_force_seed; // one row, for every atom
         let mut gx = m
             .readout
             .adjoint_from_hidden(&self.readout_pre, g_hidden, path)?;

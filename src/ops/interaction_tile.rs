@@ -39,7 +39,7 @@ const TILE_SB: usize = TILE_E + 4;
 /// Most blocks a tiled launch on CUDA cores takes along the edges (each stages its weights once
 /// and walks its share of the tiles): four per multiprocessor of an H100 or H200 (132). At
 /// 541,000 edges on an H100 the forward and adjoint took 4-7% less time than with 2,048
-/// blocks, for the tensor-core and CUDA-core kernels alike (1,056 as 528).
+/// blocks (1,056 as 528); the tensor-core kernels take [`tensor_core_max_blocks`].
 #[cfg(feature = "cuda")]
 const TILE_MAX_BLOCKS: usize = 528;
 /// `MLFF_TILE_MAX_BLOCKS` where set (for measurements): the most blocks of every tiled launch.
@@ -66,6 +66,9 @@ fn tensor_core_max_blocks(device: &candle_core::Device) -> usize {
     #[cfg(feature = "cuda")]
     if let Some(set) = tile_max_blocks_set() {
         return set;
+    }
+    if !device.is_cuda() {
+        return 264; // not launched: the CPU runs the twins
     }
     let per_device = super::small_system::device_limits(device).map(|(sms, _)| 2 * sms);
     per_device.unwrap_or(264)
@@ -250,8 +253,8 @@ impl<const SYMMETRIC: bool> TileAdjoint<SYMMETRIC> {
             accumulate: false,
         }
     }
-    /// (SYMMETRIC: inputs then end with the later blocks' dL/d(basis), read where `on`.) Adds
-    /// it to g_basis where `on`.
+    /// `on`: adds the later blocks' dL/d(basis) to g_basis. The symmetric kernels take it as
+    /// their last input either way (any tensor, not read, where `on` is false).
     pub(super) fn accumulating(self, on: bool) -> Self {
         Self {
             accumulate: on && SYMMETRIC,
