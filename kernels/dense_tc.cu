@@ -233,6 +233,25 @@ struct HiddenAdj {
 };
 
 // y = x Wᵀ, plus `add` [n, j] where given.
+// The readout's hidden layer: its share of each row's energy, Σ_j silu(pre + b1)_j w_j, summed
+// in `energy` (shared, one per row), and the forces' seed −w ⊙ silu'(pre + b1) staged for the
+// layer back to the inputs.
+struct ReadoutHidden {
+    const float* b1;
+    const float* w;
+    Staged hidden;
+    float* energy;
+    __device__ void operator()(int r, int j, const float (&v)[4]) const {
+        const float b0 = b1[j], bb = b1[j + 1], w0 = w[j], w1 = w[j + 1];
+        const float p0 = v[0] + b0, p1 = v[1] + bb, p2 = v[2] + b0, p3 = v[3] + bb;
+        atomicAdd(energy + r, silu_of(p0) * w0 + silu_of(p1) * w1);
+        atomicAdd(energy + r + 8, silu_of(p2) * w0 + silu_of(p3) * w1);
+        hidden.put(r / 16, r % 16, j / 2,
+                   make_float4(-w0 * silu_grad(p0), -w0 * silu_grad(p2), -w1 * silu_grad(p1),
+                               -w1 * silu_grad(p3)));
+    }
+};
+
 template <int BM, int KC>
 __device__ void dense(const float* x, const float* w, const float* add, float* y, int n, int k,
                       int j) {
@@ -243,6 +262,28 @@ __device__ void dense(const float* x, const float* w, const float* add, float* y
     const Store store{y, n, j, r0};
     if (add) layer<BM, KC>(xs, k, w, j, StoreAdding{store, add});
     else layer<BM, KC>(xs, k, w, j, store);
+}
+
+// The readout and the start of the forces' adjoint in one launch (the readout's gradient
+// depends on nothing downstream): for rows x [n, k], w1 [h, k] (split), b1 [h], the output
+// weights w [h] and w1 transposed [k, h] (split), per-element constants and element indices,
+//   out = [gx = (−w ⊙ silu'(x W1ᵀ + b1)) W1  (n k) | energy = silu(x W1ᵀ + b1) w + constant (n)].
+template <int BM, int KC>
+__device__ void readout(const float* x, const float* w1, const float* b1, const float* w,
+                        const float* w1t, const float* constant, const unsigned* species,
+                        float* out, int n, int k, int h) {
+    extern __shared__ __align__(16) float dense_tc_smem[];
+    const int r0 = blockIdx.x * BM;
+    const Staged xs = staged<BM>(dense_tc_smem, k);
+    const Staged hs = staged<BM>(dense_tc_smem + 2 * xs.plane(), h);
+    float* energy = dense_tc_smem + 2 * xs.plane() + 2 * hs.plane();
+    if (threadIdx.x < BM) energy[threadIdx.x] = 0.f;
+    stage_rows<BM>(x, n, k, r0, xs);  // its barrier orders the zeros too
+    layer<BM, KC>(xs, k, w1, h, ReadoutHidden{b1, w, hs, energy});
+    __syncthreads();
+    const int r = r0 + threadIdx.x;
+    if (threadIdx.x < BM && r < n) out[(size_t)n * k + r] = energy[threadIdx.x] + constant[species[r]];
+    layer<BM, 0>(hs, h, w1t, k, Store{out, n, k, r0});
 }
 
 // Two layers, x [n, k] → hidden [h] → [j]; `ADJ` selects the hidden layer's epilogue. The
@@ -268,6 +309,15 @@ __device__ void mlp(const float* x, const float* w1, const float* b1, const floa
 
 }  // namespace dense_tc
 
+#define READOUT_TC(BM, KC)                                                                 \
+    extern "C" __global__ void __launch_bounds__(dense_tc::THREADS, 2)                     \
+        readout_tc_##BM##_##KC##_f32(const float* x, const float* w1, const float* b1,     \
+                                     const float* w, const float* w1t,                     \
+                                     const float* constant, const unsigned int* species,   \
+                                     float* out, size_t n, size_t k, size_t h) {           \
+        dense_tc::readout<BM, KC>(x, w1, b1, w, w1t, constant, species, out, (int)n,       \
+                                  (int)k, (int)h);                                         \
+    }
 // One instantiation per block height BM (16, 32: the host picks by row count) and widths: KC
 // (and HC) the model's, or 0 for any (`dense_tc_16_0_f32`, `mlp_tc_fwd_16_128_f32`, ...).
 #define DENSE_TC(BM, KC)                                                                   \
@@ -306,6 +356,8 @@ __device__ void mlp(const float* x, const float* w1, const float* b1, const floa
     DENSE_TC(BM, 256)                                                                      \
     DENSE_TC_ADD(BM, 0)                                                                    \
     DENSE_TC_ADD(BM, 256)                                                                  \
+    READOUT_TC(BM, 0)                                                                      \
+    READOUT_TC(BM, 128)                                                                    \
     MLP_TC_FWD(BM, 0, 0)                                                                   \
     MLP_TC_FWD(BM, 128, 128)                                                               \
     MLP_TC_FWD(BM, 256, 128)                                                               \

@@ -449,3 +449,88 @@ fn initial_state_names_a_bad_element_index() {
         .to_string();
     assert!(err.contains("atom 2 has element index 3"), "{err}");
 }
+
+/// The tensor-core readout's CPU twin (`ops::readout_tc`: energies and −∂E/∂x in one launch)
+/// against candle's silu, matmul and backprop, f64 and f32, at the shipped widths (128 → 64)
+/// and others; a bad element index and mis-shaped output weights are refused, named.
+#[test]
+fn tensor_core_readout_twin_matches_backprop() {
+    use candle_core::Var;
+    use common::dense::{readout_inputs, readout_outputs};
+    use mlff_distiller::ops::{readout_tc, tf32_split};
+    for (dtype, tol) in [(DType::F64, 1e-12), (DType::F32, 2e-5)] {
+        for (seed, (n, k, h)) in [(1, 16, 16), (37, 128, 64), (9, 32, 48)]
+            .into_iter()
+            .enumerate()
+        {
+            let x = readout_inputs(n, k, h, dtype, 60 + seed as u64);
+            let got = readout_outputs(&x, &Device::Cpu).unwrap();
+            let input = Var::from_tensor(&x.x).unwrap();
+            let pre = input.matmul(&x.w1.t().unwrap()).unwrap();
+            let hidden = pre.broadcast_add(&x.b1).unwrap().silu().unwrap();
+            let w = x.w.reshape((h, 1)).unwrap();
+            let constants = x.constant.index_select(&x.species, 0).unwrap();
+            let e = (hidden.matmul(&w).unwrap().squeeze(1).unwrap() + constants).unwrap();
+            let grads = e.sum_all().unwrap().backward().unwrap();
+            let minus_grad = grads.get(&input).unwrap().neg().unwrap();
+            for ((name, a), b) in got.iter().zip([&e, &minus_grad]) {
+                let d = max_abs_diff(a, b);
+                assert!(
+                    d <= tol * scale(b),
+                    "{dtype:?} n {n} k {k} h {h} {name}: {d}"
+                );
+            }
+        }
+    }
+    let x = readout_inputs(3, 16, 16, DType::F32, 5);
+    let (w1, w1t) = (
+        tf32_split(&x.w1).unwrap(),
+        tf32_split(&x.w1.t().unwrap()).unwrap(),
+    );
+    let run = |w: &Tensor, species: &Tensor| {
+        readout_tc(&x.x, &w1, &x.b1, w, &w1t, &x.constant, species)
+            .unwrap_err()
+            .to_string()
+    };
+    let bad = Tensor::new(&[0u32, 4, 1], &Device::Cpu).unwrap();
+    let err = run(&x.w, &bad);
+    assert!(err.contains("atom 1 has element index 4"), "{err}");
+    let err = run(&x.w.narrow(0, 0, 8).unwrap(), &x.species);
+    assert!(err.contains("output weights"), "{err}");
+}
+
+/// A model of the shipped widths (F = 128, two blocks) with every dense layer on the
+/// tensor-core twins, so that its readout runs as `ops::readout_tc`: the same energies and
+/// forces as without them and as candle's backprop through the stock model.
+#[test]
+fn tensor_core_readout_runs_in_the_model() {
+    use mlff_distiller::calculator::forces_from;
+    use mlff_distiller::model::PainnConfig;
+    use mlff_distiller::PainnCalculator;
+    let cfg = PainnConfig {
+        hidden: 128,
+        ..common::small_config()
+    };
+    let model = common::model(&cfg, 11, DType::F64, &Device::Cpu);
+    let calc = PainnCalculator::new(model, Device::Cpu, DType::F64).with_ops(EdgeOps::Fused);
+    let batch = Batch::new(vec![common::random_molecule(7, 13)]).unwrap();
+    let (inputs, positions) = calc.prepare(&batch).unwrap();
+    let fused = calc.model().fused().unwrap();
+    let run = |rows: std::ops::RangeInclusive<usize>| {
+        let model = fused.clone().with_tensor_core_layers(rows);
+        let pass = model.forward(&inputs).unwrap();
+        (pass.atom_energies.clone(), pass.forces().unwrap())
+    };
+    let (e_off, f_off) = run(usize::MAX..=usize::MAX);
+    let (e_on, f_on) = run(0..=usize::MAX);
+    let e_graph = calc.model().atom_energies(&inputs).unwrap();
+    let f_graph = forces_from(&e_graph.sum_all().unwrap(), &positions).unwrap();
+    assert!(
+        common::max_abs_tensor(&f_graph) > 1e-3,
+        "forces should not vanish"
+    );
+    for (what, e, f) in [("tensor cores", &e_on, &f_on), ("matmul", &e_off, &f_off)] {
+        assert!(max_abs_diff(e, &e_graph) < 1e-10, "{what}: energies");
+        assert!(max_abs_diff(f, &f_graph) < 1e-10, "{what}: forces");
+    }
+}

@@ -373,10 +373,11 @@ fn cuda_fused_kernels_match_cpu() {
 /// one layer, the two-layer MLP with SiLU and its adjoint, from one row to 10,000 (both block
 /// heights, rows past the last block), the model's widths (128 → 128 → 384, the context MLP's
 /// 256 inputs, its adjoint's 384-wide reduction: the compile-time variants) and others (the
-/// kernels for any width; outputs padded within a chunk, a second chunk).
+/// kernels for any width; outputs padded within a chunk, a second chunk); the layer with an
+/// addend (`dense_tc_adding`); the readout with the forces' seed (`readout_tc`) at 1-5,000 rows.
 #[test]
 fn cuda_dense_tensor_cores_match_cpu() {
-    use common::dense::{layer_inputs, layer_outputs, layers};
+    use common::dense::{layer_inputs, layer_outputs, layers, readout_inputs, readout_outputs};
     let gpu = cuda();
     let cases = [
         layers(1, 16, 16, 16),
@@ -388,16 +389,35 @@ fn cuda_dense_tensor_cores_match_cpu() {
         layers(8_200, 48, 32, 96),
         layers(10_000, 128, 128, 384),
     ];
+    let check = |what: String, cuda: &[(&str, Tensor)], cpu: &[(&str, Tensor)]| {
+        for ((name, a), (_, b)) in cuda.iter().zip(cpu) {
+            let scale = max_abs_tensor(b).max(1.0);
+            let d = max_abs_diff(a, b);
+            assert!(d <= 1e-5 * scale, "{what} {name}: {d} (scale {scale})");
+            println!("{what} {name}: max |Δ| / scale = {:.1e}", d / scale);
+        }
+    };
     for (seed, c) in cases.iter().enumerate() {
         let x = layer_inputs(*c, DType::F32, 700 + seed as u64);
         let cpu = layer_outputs(&x, &Device::Cpu).unwrap();
-        let cuda = layer_outputs(&x, &gpu).unwrap();
-        for ((name, a), (_, b)) in cuda.iter().zip(&cpu) {
-            let scale = max_abs_tensor(b).max(1.0);
-            let d = max_abs_diff(a, b);
-            assert!(d <= 1e-5 * scale, "{c:?} {name}: {d} (scale {scale})");
-            println!("{c:?} {name}: max |Δ| / scale = {:.1e}", d / scale);
-        }
+        check(format!("{c:?}"), &layer_outputs(&x, &gpu).unwrap(), &cpu);
+    }
+    // The readout with the forces' seed: the shipped widths at 16- and 32-row blocks, others.
+    let readouts = [
+        (1, 128, 64),
+        (37, 128, 64),
+        (1_344, 128, 64),
+        (5_000, 128, 64),
+        (500, 32, 48),
+    ];
+    for (seed, (n, k, h)) in readouts.into_iter().enumerate() {
+        let x = readout_inputs(n, k, h, DType::F32, 800 + seed as u64);
+        let cpu = readout_outputs(&x, &Device::Cpu).unwrap();
+        check(
+            format!("readout n {n} k {k} h {h}"),
+            &readout_outputs(&x, &gpu).unwrap(),
+            &cpu,
+        );
     }
 }
 

@@ -22,10 +22,10 @@ use crate::device::env_usize;
 use crate::ops::{
     act_grad, atom_split, bias_silu, bias_silu_adjoint, dense, dense_on_tensor_cores, dense_silu,
     dense_silu_adjoint, dense_tc, dense_tc_adding, dense_tc_fits, edge_basis, edge_basis_adjoint,
-    gather, initial_state, interaction, interaction_adjoint, mlp_tc, mlp_tc_adjoint, small_system,
-    tf32_split, update_combine, update_combine_adjoint, update_context, update_context_adjoint,
-    AtomSplitPlan, EdgeFilter, InteractionInputs, SmallSystemModel, SmallSystemPlan, StateGrad,
-    Tf32Weights, ATOM_SPLIT_MAX_ATOMS_CUDA_CORES, DENSE_MAX_WIDTH,
+    gather, initial_state, interaction, interaction_adjoint, mlp_tc, mlp_tc_adjoint, readout_tc,
+    small_system, tf32_split, update_combine, update_combine_adjoint, update_context,
+    update_context_adjoint, AtomSplitPlan, EdgeFilter, InteractionInputs, SmallSystemModel,
+    SmallSystemPlan, StateGrad, Tf32Weights, ATOM_SPLIT_MAX_ATOMS_CUDA_CORES, DENSE_MAX_WIDTH,
 };
 use candle_core::{Result, Tensor};
 use candle_nn::Linear;
@@ -342,6 +342,13 @@ struct Tape {
     rows: Option<Tensor>,
 }
 
+/// What the forces' adjoint takes from the readout: its pre-activation, or (on tensor cores,
+/// where one launch gives both) the gradient of −E at its input already.
+enum ReadoutTape {
+    Pre(Tensor),
+    Seed(Tensor),
+}
+
 impl FusedPainn {
     pub fn new(model: &Painn) -> Result<Self> {
         let cfg = model.config();
@@ -647,6 +654,36 @@ impl FusedPainn {
         }
     }
 
+    /// Per-atom energies [N] from the last state's s rows, and the readout's tape: on tensor
+    /// cores (`ops::readout_tc`) one launch that also gives −∂E/∂s, else the MLP (its output
+    /// bias is in the per-element constants) and a gather of those.
+    fn readout(
+        &self,
+        s: &Tensor,
+        species: &Tensor,
+        path: DensePath,
+    ) -> Result<(Tensor, ReadoutTape)> {
+        let ro = &self.readout;
+        let (h, f) = ro.hidden.weight.dims2()?;
+        if path == DensePath::TensorCores && dense_tc_fits(f, h) && dense_tc_fits(h, f) {
+            let [w1, _, _, w1t] = ro.split()?;
+            let w = ro.out.weight.flatten_all()?;
+            let (energies, seed) = readout_tc(
+                s,
+                w1,
+                &ro.hidden.bias,
+                &w,
+                w1t,
+                &self.atom_constant,
+                species,
+            )?;
+            return Ok((energies, ReadoutTape::Seed(seed)));
+        }
+        let (pre, out) = ro.forward(s, path)?;
+        let energies = (out.squeeze(1)? + gather(&self.atom_constant, species)?)?;
+        Ok((energies, ReadoutTape::Pre(pre)))
+    }
+
     /// mixed = v W_mixᵀ [3N, 2F].
     fn mix(&self, b: &Block, v: &Tensor) -> Result<Tensor> {
         let f = self.hidden;
@@ -793,15 +830,14 @@ impl FusedPainn {
             });
             state = next;
         }
-        let (ro_pre, ro) = self.readout.forward(&state.narrow(0, 0, n)?, path)?;
-        let atom_energies = (ro.squeeze(1)? + gather(&self.atom_constant, &x.species)?)?;
+        let (atom_energies, readout) = self.readout(&state.narrow(0, 0, n)?, &x.species, path)?;
         Ok(FusedForward {
             model: self,
             inputs: x,
             positions,
             basis,
             tape,
-            readout_pre: ro_pre,
+            readout,
             atom_energies,
         })
     }
@@ -814,7 +850,7 @@ pub struct FusedForward<'a> {
     positions: Tensor,
     basis: Tensor,
     tape: Vec<Tape>,
-    readout_pre: Tensor,
+    readout: ReadoutTape,
     /// Energy of each atom [N], eV.
     pub atom_energies: Tensor,
 }
@@ -826,10 +862,13 @@ impl FusedForward<'_> {
         let (n, f) = (self.positions.dim(0)?, m.hidden);
         // Every atom energy has gradient −1: the adjoint carries −E's, so it ends in the forces.
         let path = m.dense_path(n, &self.positions);
-        let g_hidden = &m.readout_force_seed; // one row, for every atom
-        let mut gx = m
-            .readout
-            .adjoint_from_hidden(&self.readout_pre, g_hidden, path)?;
+        let mut gx = match &self.readout {
+            ReadoutTape::Seed(g) => g.clone(),
+            ReadoutTape::Pre(pre) => {
+                let g_hidden = &m.readout_force_seed; // one row, for every atom
+                m.readout.adjoint_from_hidden(pre, g_hidden, path)?
+            }
+        };
         let mut next: Option<(Tensor, Tensor, Tensor)> = None;
         let mut g_basis: Option<Tensor> = None;
         for (b, t) in m.blocks.iter().zip(&self.tape).rev() {

@@ -67,6 +67,7 @@ macro_rules! variants {
 
 const DENSE_VARIANTS: Variants = variants!("dense_tc": 0, 128, 256);
 const DENSE_ADD_VARIANTS: Variants = variants!("dense_tc_add": 0, 256);
+const READOUT_VARIANTS: Variants = variants!("readout_tc": 0, 128);
 const FORWARD_VARIANTS: Variants = variants!("mlp_tc_fwd": 0, 128, 256);
 const ADJOINT_VARIANTS: Variants = variants!("mlp_tc_adj": 0, 384);
 
@@ -281,6 +282,104 @@ impl Kernel for MlpAdjoint {
             rows_times(&g_pre, &w1t, h, k, gx);
         }
     }
+}
+
+/// The readout and its forces' seed ([`readout_tc`]); `dims.h` is the hidden width.
+struct Readout {
+    dims: Dims,
+}
+
+impl Kernel for Readout {
+    kernel_source!("readout_tc", "dense_tc");
+    fn function(&self) -> &'static str {
+        function(READOUT_VARIANTS, self.dims.rows(), self.dims.k)
+    }
+    fn work(&self) -> usize {
+        self.dims.n * self.dims.k
+    }
+    /// As an MLP's, plus one energy per row.
+    #[cfg(feature = "cuda")]
+    fn launch_config(&self, _: usize) -> candle_core::cuda_backend::cudarc::driver::LaunchConfig {
+        let mut cfg = self.dims.config(true);
+        cfg.shared_mem_bytes += 4 * self.dims.rows() as u32;
+        cfg
+    }
+    fn sizes(&self) -> Vec<usize> {
+        vec![self.dims.n, self.dims.k, self.dims.h]
+    }
+    /// x = [x, w1, b1, w, w1t, constant], idx = [species] (checked by [`readout_tc`] on the
+    /// CPU) → [gx (N K) | energy (N)].
+    fn cpu<T: Real>(&self, x: &[&[T]], idx: &[&[u32]], out: &mut [T]) {
+        let Dims { n, k, h, .. } = self.dims;
+        let (w1, w1t) = (joined(x[1]), joined(x[4]));
+        let (gx, energy) = out.split_at_mut(n * k);
+        let (mut pre, mut seed) = (vec![T::zero(); h], vec![T::zero(); h]);
+        let rows = x[0].chunks_exact(k).zip(gx.chunks_exact_mut(k));
+        for (r, (xr, gr)) in rows.enumerate() {
+            rows_times(xr, &w1, k, h, &mut pre);
+            let mut e = x[5][idx[0][r] as usize];
+            for ((p, g), (&b, &w)) in pre.iter().zip(&mut seed).zip(x[2].iter().zip(x[3])) {
+                let (silu, slope) = silu_and_slope(*p + b);
+                e += silu * w;
+                *g = -(w * slope);
+            }
+            energy[r] = e;
+            rows_times(&seed, &w1t, h, k, gr);
+        }
+    }
+}
+
+/// The readout of rows x [N, K] (the last state's s) and the start of the forces' adjoint, in
+/// one launch: per-atom energies silu(x W1ᵀ + b1) · w + constant[species] [N] and the gradient
+/// of minus their sum, −∂E/∂x = (−w ⊙ silu'(x W1ᵀ + b1)) W1 [N, K]; w1 [H, K] and its
+/// transpose w1t [K, H] split, b1 and the output weights `w` [H], per-element constants and
+/// u32 element indices [N]. Returns (energies, −∂E/∂x). On the CPU every index is checked.
+pub fn readout_tc(
+    x: &Tensor,
+    w1: &Tf32Weights,
+    b1: &Tensor,
+    w: &Tensor,
+    w1t: &Tf32Weights,
+    constant: &Tensor,
+    species: &Tensor,
+) -> Result<(Tensor, Tensor)> {
+    const OP: &str = "readout_tc";
+    let (n, k) = x.dims2()?;
+    let h = check_weights(OP, "the hidden weight", w1, k)?;
+    if check_weights(OP, "the transposed hidden weight", w1t, h)? != k {
+        bail!(
+            "{OP}: the transposed hidden weight has {} outputs, expected {k}",
+            w1t.outputs()
+        )
+    }
+    fit(OP, "hidden bias", b1, &[h])?;
+    fit(OP, "output weights", w, &[h])?;
+    fit(OP, "element indices", species, &[n])?;
+    let elements = constant.dims1()?;
+    if species.device().is_cpu() {
+        let idx = species.to_vec1::<u32>()?;
+        if let Some((atom, &e)) = idx
+            .iter()
+            .enumerate()
+            .find(|(_, &e)| e as usize >= elements)
+        {
+            bail!("{OP}: atom {atom} has element index {e}, there are {elements} constants")
+        }
+    }
+    let inputs = [x, &w1.parts, b1, w, &w1t.parts, constant];
+    check_inputs(OP, &inputs)?;
+    let dims = Dims { n, k, h, j: 1 };
+    let out = launch(
+        Readout { dims },
+        &inputs,
+        &[species],
+        n * (k + 1),
+        Init::Uninit,
+    )?;
+    Ok((
+        out.narrow(0, n * k, n)?,
+        out.narrow(0, 0, n * k)?.reshape((n, k))?,
+    ))
 }
 
 /// Checks that float inputs start on 16 bytes (the kernels read the weights as float4s, rows

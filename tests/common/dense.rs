@@ -3,7 +3,9 @@
 
 use super::fused::random;
 use candle_core::{DType, Device, Result, Tensor};
-use mlff_distiller::ops::{dense_tc, dense_tc_adding, mlp_tc, mlp_tc_adjoint, tf32_split};
+use mlff_distiller::ops::{
+    dense_tc, dense_tc_adding, mlp_tc, mlp_tc_adjoint, readout_tc, tf32_split,
+};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
@@ -65,5 +67,49 @@ pub fn layer_outputs(x: &LayerInputs, dev: &Device) -> Result<Vec<(&'static str,
         ("mlp pre-activation", pre),
         ("mlp output", y),
         ("mlp adjoint", gx),
+    ])
+}
+
+/// The readout's inputs (`ops::readout_tc`) on the CPU: rows x [N, K], hidden weights w1 [H, K]
+/// and bias b1 [H], output weights w [H], per-element constants [4] and element indices [N].
+pub struct ReadoutInputs {
+    pub x: Tensor,
+    pub w1: Tensor,
+    pub b1: Tensor,
+    pub w: Tensor,
+    pub constant: Tensor,
+    pub species: Tensor,
+}
+
+pub fn readout_inputs(n: usize, k: usize, h: usize, dtype: DType, seed: u64) -> ReadoutInputs {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let species: Vec<u32> = (0..n as u32).map(|a| (a * 7 + 3) % 4).collect();
+    ReadoutInputs {
+        x: random(&mut rng, &[n, k], 2.0, dtype),
+        w1: random(&mut rng, &[h, k], 1.7 / (k as f64).sqrt(), dtype),
+        b1: random(&mut rng, &[h], 0.5, dtype),
+        w: random(&mut rng, &[h], 1.7 / (h as f64).sqrt(), dtype),
+        constant: random(&mut rng, &[4], 10.0, dtype),
+        species: Tensor::new(species, &Device::Cpu).unwrap(),
+    }
+}
+
+/// (name, output) of `ops::readout_tc` on `dev`: the energies and −∂(Σ energies)/∂x.
+pub fn readout_outputs(x: &ReadoutInputs, dev: &Device) -> Result<Vec<(&'static str, Tensor)>> {
+    let on = |t: &Tensor| t.to_device(dev);
+    let split = |t: &Tensor| tf32_split(&t.to_device(dev)?);
+    let w1t = x.w1.t()?.contiguous()?;
+    let (energies, seed) = readout_tc(
+        &on(&x.x)?,
+        &split(&x.w1)?,
+        &on(&x.b1)?,
+        &on(&x.w)?,
+        &split(&w1t)?,
+        &on(&x.constant)?,
+        &on(&x.species)?,
+    )?;
+    Ok(vec![
+        ("readout energies", energies),
+        ("readout −dE/dx", seed),
     ])
 }
