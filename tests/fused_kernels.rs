@@ -411,30 +411,46 @@ fn tensor_core_layer_twins_match_matmul_and_backprop() {
     assert!(err.contains("hidden bias"), "{err}");
 }
 
+/// (energies, forces) of a random molecule of `atoms` atoms under a model of `cfg` (f64, CPU,
+/// fused path) with the tensor-core layers' twins off, then on at every size, then by candle's
+/// backprop through the stock model.
+fn with_and_without_tensor_cores(
+    cfg: &mlff_distiller::model::PainnConfig,
+    seed: u64,
+    atoms: usize,
+) -> [(Tensor, Tensor); 3] {
+    use mlff_distiller::calculator::forces_from;
+    use mlff_distiller::PainnCalculator;
+    let model = common::model(cfg, seed, DType::F64, &Device::Cpu);
+    let calc = PainnCalculator::new(model, Device::Cpu, DType::F64).with_ops(EdgeOps::Fused);
+    let batch = Batch::new(vec![common::random_molecule(atoms, seed + 2)]).unwrap();
+    let (inputs, positions) = calc.prepare(&batch).unwrap();
+    let fused = calc.model().fused().unwrap();
+    let run = |rows: std::ops::RangeInclusive<usize>| {
+        let model = fused.clone().with_tensor_core_layers(rows);
+        let pass = model.forward(&inputs).unwrap();
+        (pass.atom_energies.clone(), pass.forces().unwrap())
+    };
+    let e_graph = calc.model().atom_energies(&inputs).unwrap();
+    let f_graph = forces_from(&e_graph.sum_all().unwrap(), &positions).unwrap();
+    [
+        run(usize::MAX..=usize::MAX),
+        run(0..=usize::MAX),
+        (e_graph, f_graph),
+    ]
+}
+
 /// A width (F = 144) whose forward layers fit the tensor-core kernels but whose 3F-wide adjoint
 /// reduction (432) does not: the forward runs on the kernels' twins, that adjoint on matmul, and
 /// energies and forces match the path without them.
 #[test]
 fn tensor_core_layers_fall_back_where_a_width_does_not_fit() {
-    use mlff_distiller::model::PainnConfig;
-    use mlff_distiller::PainnCalculator;
-    let cfg = PainnConfig {
+    let cfg = mlff_distiller::model::PainnConfig {
         hidden: 144,
         n_blocks: 1,
         ..common::small_config()
     };
-    let model = common::model(&cfg, 3, DType::F64, &Device::Cpu);
-    let calc = PainnCalculator::new(model, Device::Cpu, DType::F64).with_ops(EdgeOps::Fused);
-    let batch = Batch::new(vec![common::random_molecule(6, 5)]).unwrap();
-    let (inputs, _) = calc.prepare(&batch).unwrap();
-    let fused = calc.model().fused().unwrap();
-    let run = |rows: std::ops::RangeInclusive<usize>| {
-        let pass_model = fused.clone().with_tensor_core_layers(rows);
-        let pass = pass_model.forward(&inputs).unwrap();
-        (pass.atom_energies.clone(), pass.forces().unwrap())
-    };
-    let (e_off, f_off) = run(usize::MAX..=usize::MAX);
-    let (e_on, f_on) = run(0..=usize::MAX);
+    let [(e_off, f_off), (e_on, f_on), _] = with_and_without_tensor_cores(&cfg, 3, 6);
     assert!(max_abs_diff(&e_on, &e_off) < 1e-10, "energies");
     assert!(max_abs_diff(&f_on, &f_off) < 1e-10, "forces");
 }
@@ -504,33 +520,17 @@ fn tensor_core_readout_twin_matches_backprop() {
 /// forces as without them and as candle's backprop through the stock model.
 #[test]
 fn tensor_core_readout_runs_in_the_model() {
-    use mlff_distiller::calculator::forces_from;
-    use mlff_distiller::model::PainnConfig;
-    use mlff_distiller::PainnCalculator;
-    let cfg = PainnConfig {
+    let cfg = mlff_distiller::model::PainnConfig {
         hidden: 128,
         ..common::small_config()
     };
-    let model = common::model(&cfg, 11, DType::F64, &Device::Cpu);
-    let calc = PainnCalculator::new(model, Device::Cpu, DType::F64).with_ops(EdgeOps::Fused);
-    let batch = Batch::new(vec![common::random_molecule(7, 13)]).unwrap();
-    let (inputs, positions) = calc.prepare(&batch).unwrap();
-    let fused = calc.model().fused().unwrap();
-    let run = |rows: std::ops::RangeInclusive<usize>| {
-        let model = fused.clone().with_tensor_core_layers(rows);
-        let pass = model.forward(&inputs).unwrap();
-        (pass.atom_energies.clone(), pass.forces().unwrap())
-    };
-    let (e_off, f_off) = run(usize::MAX..=usize::MAX);
-    let (e_on, f_on) = run(0..=usize::MAX);
-    let e_graph = calc.model().atom_energies(&inputs).unwrap();
-    let f_graph = forces_from(&e_graph.sum_all().unwrap(), &positions).unwrap();
+    let [off, on, (e_graph, f_graph)] = with_and_without_tensor_cores(&cfg, 11, 7);
     assert!(
         common::max_abs_tensor(&f_graph) > 1e-3,
         "forces should not vanish"
     );
-    for (what, e, f) in [("tensor cores", &e_on, &f_on), ("matmul", &e_off, &f_off)] {
-        assert!(max_abs_diff(e, &e_graph) < 1e-10, "{what}: energies");
-        assert!(max_abs_diff(f, &f_graph) < 1e-10, "{what}: forces");
+    for (what, (e, f)) in [("tensor cores", on), ("matmul", off)] {
+        assert!(max_abs_diff(&e, &e_graph) < 1e-10, "{what}: energies");
+        assert!(max_abs_diff(&f, &f_graph) < 1e-10, "{what}: forces");
     }
 }

@@ -9,7 +9,7 @@
 //! plain loops in either precision (the tests' oracle); on CUDA only f32 runs.
 
 use super::dense::silu_and_slope;
-use super::kernel::{kernel_source, launch, Init, Kernel, Real};
+use super::kernel::{check_elements, kernel_source, launch, Init, Kernel, Real};
 use candle_core::{bail, DType, Result, Tensor};
 
 /// Threads per CUDA block (dense_tc::THREADS).
@@ -355,17 +355,7 @@ pub fn readout_tc(
     fit(OP, "hidden bias", b1, &[h])?;
     fit(OP, "output weights", w, &[h])?;
     fit(OP, "element indices", species, &[n])?;
-    let elements = constant.dims1()?;
-    if species.device().is_cpu() {
-        let idx = species.to_vec1::<u32>()?;
-        if let Some((atom, &e)) = idx
-            .iter()
-            .enumerate()
-            .find(|(_, &e)| e as usize >= elements)
-        {
-            bail!("{OP}: atom {atom} has element index {e}, there are {elements} constants")
-        }
-    }
+    check_elements(species, constant.dims1()?, OP)?;
     let inputs = [x, &w1.parts, b1, w, &w1t.parts, constant];
     check_inputs(OP, &inputs)?;
     let dims = Dims { n, k, h, j: 1 };

@@ -1,7 +1,7 @@
 //! Row gather, `out[e, ...] = x[idx[e], ...]`; its backward is [`scatter_add`]. Also the
 //! PaiNN initial state, gathered into the first rows of a zeroed [4N, F] ([`initial_state`]).
 
-use super::kernel::{kernel_source, launch, Init, Kernel, Real};
+use super::kernel::{check_elements, kernel_source, launch, Init, Kernel, Real};
 use super::rows::{contiguous, cpu_index, out_shape, rows_of};
 use super::scatter_add::scatter_add;
 use candle_core::backend::BackendStorage;
@@ -123,12 +123,7 @@ impl Kernel for InitialState {
 pub fn initial_state(embedding: &Tensor, species: &Tensor) -> Result<Tensor> {
     let (n_src, f) = embedding.dims2()?;
     let n = species.dims1()?;
-    if species.device().is_cpu() {
-        let idx = species.to_vec1::<u32>()?;
-        if let Some((atom, &e)) = idx.iter().enumerate().find(|(_, &e)| e as usize >= n_src) {
-            bail!("initial state: atom {atom} has element index {e}, the embedding has {n_src}")
-        }
-    }
+    check_elements(species, n_src, "initial state")?;
     let k = InitialState { n, f, n_src };
     launch(k, &[embedding], &[species], (4 * n, f), Init::Zero)
 }
