@@ -232,7 +232,6 @@ struct HiddenAdj {
     }
 };
 
-// y = x Wᵀ, plus `add` [n, j] where given.
 // The readout's hidden layer: its share of each row's energy, Σ_j silu(pre + b1)_j w_j, summed
 // in `energy` (shared, one per row), and the forces' seed −w ⊙ silu'(pre + b1) staged for the
 // layer back to the inputs.
@@ -252,6 +251,7 @@ struct ReadoutHidden {
     }
 };
 
+// y = x Wᵀ, plus `add` [n, j] where given.
 template <int BM, int KC>
 __device__ void dense(const float* x, const float* w, const float* add, float* y, int n, int k,
                       int j) {
@@ -282,7 +282,8 @@ __device__ void readout(const float* x, const float* w1, const float* b1, const 
     layer<BM, KC>(xs, k, w1, h, ReadoutHidden{b1, w, hs, energy});
     __syncthreads();
     const int r = r0 + threadIdx.x;
-    if (threadIdx.x < BM && r < n) out[(size_t)n * k + r] = energy[threadIdx.x] + constant[species[r]];
+    if (threadIdx.x < BM && r < n)
+        out[(size_t)n * k + r] = energy[threadIdx.x] + constant[species[r]];
     layer<BM, 0>(hs, h, w1t, k, Store{out, n, k, r0});
 }
 

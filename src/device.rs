@@ -143,10 +143,12 @@ fn open_cuda(n: usize) -> Result<Device> {
 /// A tuning knob from the environment: `name` parsed as a count, else `default` (performance
 /// switches such as MLFF_DENSE_KERNEL_ROWS, for comparisons; results do not depend on them).
 pub fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
+    env_usize_set(name).unwrap_or(default)
+}
+
+/// The value of environment variable `name` as a usize, where it is set and parses.
+pub fn env_usize_set(name: &str) -> Option<usize> {
+    std::env::var(name).ok().and_then(|v| v.parse().ok())
 }
 
 /// Short human name of a device, e.g. `cpu` or `cuda:0`.

@@ -18,7 +18,7 @@
 //! contiguous row ranges that cuBLAS takes without copies.
 
 use super::painn::{Painn, PainnInputs};
-use crate::device::env_usize;
+use crate::device::{env_usize, env_usize_set};
 use crate::ops::{
     act_grad, atom_split, bias_silu, bias_silu_adjoint, dense, dense_on_tensor_cores, dense_silu,
     dense_silu_adjoint, dense_tc, dense_tc_adding, dense_tc_fits, edge_basis, edge_basis_adjoint,
@@ -389,9 +389,7 @@ impl FusedPainn {
             readout: Mlp::new(Dense::of(&ro.hidden)?, readout_out)?,
             atom_constant,
             rows_from_edges: env_usize("MLFF_FILTER_ROWS_FROM_EDGES", FILTER_ROWS_FROM_EDGES),
-            rows_until_edges: std::env::var("MLFF_FILTER_ROWS_UNTIL_EDGES")
-                .ok()
-                .and_then(|v| v.parse().ok()),
+            rows_until_edges: env_usize_set("MLFF_FILTER_ROWS_UNTIL_EDGES"),
             keep_rows_bytes: env_usize("MLFF_FILTER_ROWS_KEEP_BYTES", FILTER_ROWS_KEEP_BYTES),
             dense_kernel_rows: env_usize("MLFF_DENSE_KERNEL_ROWS", DENSE_KERNEL_MAX_ROWS),
             dense_on_cpu: false,

@@ -416,28 +416,30 @@ fn check_weights(op: &str, what: &str, w: &Tf32Weights, k: usize) -> Result<usiz
 
 /// x Wᵀ [N, J] for x [N, K] and a linear layer's weight [J, K] (no bias), split.
 pub fn dense_tc(x: &Tensor, w: &Tf32Weights) -> Result<Tensor> {
-    const OP: &str = "dense_tc";
-    let (n, k) = x.dims2()?;
-    let j = check_weights(OP, "the weight", w, k)?;
-    check_inputs(OP, &[x, &w.parts])?;
-    let dims = Dims { n, k, h: 0, j };
-    let layer = Layer {
-        dims,
-        adding: false,
-    };
-    launch(layer, &[x, &w.parts], &[], (n, j), Init::Uninit)
+    layer("dense_tc", x, w, None)
 }
 
 /// [`dense_tc`] plus `add` [N, J] in the same launch: x Wᵀ + add.
 pub fn dense_tc_adding(x: &Tensor, w: &Tf32Weights, add: &Tensor) -> Result<Tensor> {
-    const OP: &str = "dense_tc_adding";
+    layer("dense_tc_adding", x, w, Some(add))
+}
+
+/// One layer's launch, with `add` where given.
+fn layer(op: &str, x: &Tensor, w: &Tf32Weights, add: Option<&Tensor>) -> Result<Tensor> {
     let (n, k) = x.dims2()?;
-    let j = check_weights(OP, "the weight", w, k)?;
-    fit(OP, "the addend", add, &[n, j])?;
-    check_inputs(OP, &[x, &w.parts, add])?;
+    let j = check_weights(op, "the weight", w, k)?;
+    let mut inputs = vec![x, &w.parts];
+    if let Some(add) = add {
+        fit(op, "the addend", add, &[n, j])?;
+        inputs.push(add);
+    }
+    check_inputs(op, &inputs)?;
     let dims = Dims { n, k, h: 0, j };
-    let layer = Layer { dims, adding: true };
-    launch(layer, &[x, &w.parts, add], &[], (n, j), Init::Uninit)
+    let layer = Layer {
+        dims,
+        adding: add.is_some(),
+    };
+    launch(layer, &inputs, &[], (n, j), Init::Uninit)
 }
 
 /// Two linear layers with SiLU between, x [N, K] → (pre = x W1ᵀ [N, H], silu(pre + b1) W2ᵀ

@@ -19,13 +19,18 @@ pub fn gather(x: &Tensor, idx: &Tensor) -> Result<Tensor> {
     x.contiguous()?.apply_op2(&idx.contiguous()?, Gather)
 }
 
-fn gather_cpu<T: Copy>(src: &[T], idx: &[u32], row: usize) -> Vec<T> {
-    let mut out = Vec::with_capacity(idx.len() * row);
-    for &j in idx {
-        let j = j as usize;
-        out.extend_from_slice(&src[j * row..(j + 1) * row]);
-    }
+fn gather_cpu<T: Copy + Default>(src: &[T], idx: &[u32], row: usize) -> Vec<T> {
+    let mut out = vec![T::default(); idx.len() * row];
+    gather_into(src, idx, row, &mut out);
     out
+}
+
+/// Rows of `src` at `idx` into the first rows of `out`.
+fn gather_into<T: Copy>(src: &[T], idx: &[u32], row: usize, out: &mut [T]) {
+    for (to, &j) in out.chunks_exact_mut(row).zip(idx) {
+        let j = j as usize;
+        to.copy_from_slice(&src[j * row..(j + 1) * row]);
+    }
 }
 
 impl CustomOp2 for Gather {
@@ -108,11 +113,7 @@ impl Kernel for InitialState {
     }
     /// x = [table]; idx = [species], checked by [`initial_state`] on the CPU.
     fn cpu<T: Real>(&self, x: &[&[T]], idx: &[&[u32]], out: &mut [T]) {
-        let f = self.f;
-        for (row, &j) in out.chunks_exact_mut(f).zip(idx[0]) {
-            let j = j as usize;
-            row.copy_from_slice(&x[0][j * f..(j + 1) * f]);
-        }
+        gather_into(x[0], idx[0], self.f, out);
     }
 }
 

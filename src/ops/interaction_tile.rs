@@ -46,11 +46,7 @@ const TILE_MAX_BLOCKS: usize = 528;
 #[cfg(feature = "cuda")]
 fn tile_max_blocks_set() -> Option<usize> {
     static MAX: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
-    *MAX.get_or_init(|| {
-        std::env::var("MLFF_TILE_MAX_BLOCKS")
-            .ok()
-            .map(|_| crate::device::env_usize("MLFF_TILE_MAX_BLOCKS", TILE_MAX_BLOCKS).max(1))
-    })
+    *MAX.get_or_init(|| crate::device::env_usize_set("MLFF_TILE_MAX_BLOCKS").map(|b| b.max(1)))
 }
 /// [`TILE_MAX_BLOCKS`] unless `MLFF_TILE_MAX_BLOCKS` says otherwise.
 #[cfg(feature = "cuda")]
@@ -106,11 +102,7 @@ pub(super) fn symmetric(z: &Sizes, x: &InteractionInputs) -> bool {
 /// else [`TILE_FROM_EDGES`] (either: `MLFF_INTERACTION_TILE_FROM` when set).
 fn many_edges(z: &Sizes, dtype: DType) -> bool {
     static FROM: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
-    let from = FROM.get_or_init(|| {
-        std::env::var("MLFF_INTERACTION_TILE_FROM")
-            .ok()
-            .and_then(|v| v.parse().ok())
-    });
+    let from = FROM.get_or_init(|| crate::device::env_usize_set("MLFF_INTERACTION_TILE_FROM"));
     let default = match tiles_on_tensor_cores(dtype) {
         true => TILE_TC_FROM_EDGES,
         false => TILE_FROM_EDGES,
