@@ -258,14 +258,14 @@ fn tensor_core_rows(dev: &Device, s: &Tensor, v: &Tensor, ctx: &Tensor) -> Resul
     let r = |shape: &[usize]| Tensor::randn(0f32, 0.1, shape, dev);
     let mut out = Vec::new();
     let mix = r(&[2 * f, f])?;
-    let mix_split = ops::tf32_split(&mix)?;
-    let mix_t_split = ops::tf32_split(&mix.t()?.contiguous()?)?;
+    let mix_tc = ops::tf32_weights(&mix)?;
+    let mix_t_tc = ops::tf32_weights(&mix.t()?.contiguous()?)?;
     let g_mixed = r(&[v.dim(0)?, 2 * f])?;
     let mix_flop = 2.0 * (v.dim(0)? * f * 2 * f) as f64;
     let mix_bytes = 4.0 * (v.dim(0)? * 3 * f) as f64;
     out.push(Row {
         name: "mix [3N,F]x[F,2F], tensor cores".into(),
-        micros: time(dev, || ops::dense_tc(v, &mix_split))?,
+        micros: time(dev, || ops::dense_tc(v, &mix_tc))?,
         flop: mix_flop,
         bytes: mix_bytes,
     });
@@ -277,16 +277,16 @@ fn tensor_core_rows(dev: &Device, s: &Tensor, v: &Tensor, ctx: &Tensor) -> Resul
     });
     out.push(Row {
         name: "mix adjoint [3N,2F]x[2F,F], tensor cores".into(),
-        micros: time(dev, || ops::dense_tc(&g_mixed, &mix_t_split))?,
+        micros: time(dev, || ops::dense_tc(&g_mixed, &mix_t_tc))?,
         flop: mix_flop,
         bytes: mix_bytes,
     });
     for (label, x) in [("phi MLP F>F>3F", s), ("context MLP 2F>F>3F", ctx)] {
         let (n, k) = x.dims2()?;
         let (w1, b1, w2) = (r(&[f, k])?, r(&[f])?, r(&[3 * f, f])?);
-        let split_t = |w: &Tensor| ops::tf32_split(&w.t()?.contiguous()?);
-        let (w1s, w2s) = (ops::tf32_split(&w1)?, ops::tf32_split(&w2)?);
-        let (w1t, w2t) = (split_t(&w1)?, split_t(&w2)?);
+        let padded_t = |w: &Tensor| ops::tf32_weights(&w.t()?.contiguous()?);
+        let (w1s, w2s) = (ops::tf32_weights(&w1)?, ops::tf32_weights(&w2)?);
+        let (w1t, w2t) = (padded_t(&w1)?, padded_t(&w2)?);
         let g = r(&[n, 3 * f])?;
         let pre = x.matmul(&w1.t()?)?;
         let flop = 2.0 * (n * (k * f + f * 3 * f)) as f64;

@@ -6,12 +6,13 @@
 //   mlp_tc_fwd:  pre = x W1ᵀ, y = silu(pre + b1) W2ᵀ      out = [pre (N H) | y (N J)]
 //   mlp_tc_adj:  gx = (g W2 ⊙ silu'(pre + b1)) W1                            [N, K]
 // Weights come output-major ([outputs, reduction]: a linear layer's own layout for the
-// forward, its transpose for the adjoint), split once on the host into hi and lo planes
-// [2, Jp, K] with the outputs padded by zero rows to Jp, a multiple of 128.
+// forward, its transpose for the adjoint), [Jp, K] with the outputs padded by zero rows to Jp,
+// a multiple of 128.
 // A block owns BM rows (16 or 32): it stages them in shared memory split into hi and lo planes,
 // laid out so that each mma's A fragment is one float4 per plane (`Staged`); its 8 warps, BM / 16
 // by rows and 8 / (BM / 16) by columns, each make 16 rows x NT tiles of 8 columns of a chunk of
-// 128 output columns per pass, the weights read from global memory a few steps ahead. The hidden
+// 128 output columns per pass, the weights read from global memory a few steps ahead
+// (`WeightStream`). The hidden
 // layer of an MLP stays in shared memory in the same split layout. Reductions are multiples of
 // 16 and outputs of 8 (the host checks).
 // Mirrors src/ops/dense_tc.rs.
@@ -78,98 +79,105 @@ __device__ void stage_rows(const float* __restrict__ x, int n, int width, int r0
 }
 
 // out[r, j] = Σ_k a[r, k] w[j, k] for the block's BM rows (a staged, K wide) and j < J; w the
-// hi and lo planes [2, Jp, K] (Jp = J rounded up to CHUNK, zero rows past J). KC is K where
-// known at compile time (the model's 128, 256, 384: every weight offset then folds into the
-// loads), else 0. emit(r, j, c0, c1, c2, c3) takes outputs j, j + 1 of local rows r and r + 8
-// (an mma tile's fragment). A warp walks its (chunk, 16-value step) pairs in one sequence and
-// keeps the weights of the next P steps in flight in registers, across chunk ends too. mma m of
-// step s pairs logical k (t, t + 4) with physical 16 s + 4t + 2m + (0, 1), the same for a and
-// w, so that every fragment is one float4 (a) or one half of one (w).
-template <int BM, int KC, class Emit>
-__device__ __forceinline__ void layer(const Staged& a, int K, const float* __restrict__ w, int J,
-                                      Emit emit) {
-    constexpr int WR = BM / 16, WC = 8 / WR, NT = CHUNK / 8 / WC, P = 8 / NT;
+// weights [Jp, K] in f32 (Jp = J rounded up to CHUNK, zero rows past J), split into TF32 hi and
+// lo as they are used (reading the split planes took twice the bytes, and at these sizes the
+// weights' stream from L2 is what a block waits on). KC is K where known at compile time (the
+// model's 128, 256, 384: every weight offset then folds into the loads), else 0.
+// emit(r, j, c0, c1, c2, c3) takes outputs j, j + 1 of local rows r and r + 8 (an mma tile's
+// fragment). A warp walks its (chunk, 16-value step) pairs in one sequence and keeps the
+// weights of the next P steps in flight in registers, across chunk ends too; the first P are
+// requested when the stream is made, so that a kernel can make it before staging its rows.
+// mma m of step s pairs logical k (t, t + 4) with physical 16 s + 4t + 2m + (0, 1), the same
+// for a and w, so that every fragment is one float4 (a) or one half of one (w).
+template <int BM, int KC>
+struct WeightStream {
+    static constexpr int WR = BM / 16, WC = 8 / WR, NT = CHUNK / 8 / WC, P = 16 / NT;
     // Sums per tile: one per mma of a step where registers allow (two chains of dependent mma
     // per tile instead of one).
-    constexpr int SUMS = NT <= 2 ? 2 : 1;
-    const int k = KC ? KC : K;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-    const int wr = warp / WC, wc = warp % WC;
-    const float* a_hi = a.hi + a.at(wr, g, 2 * t);
-    const float* a_lo = a_hi + a.plane();
-    const int steps = k / 16, chunks = (J + CHUNK - 1) / CHUNK, total = steps * chunks;
-    const size_t lo = (size_t)chunks * CHUNK * k;
-    // The next weights to fetch: this lane's row of tile 0, advanced 16 values a step and to
-    // the next chunk's rows after the last step.
-    const float* next = w + (size_t)(8 * wc * NT + g) * k + 4 * t;
-    int next_step = 0;
-    auto load = [&](float4(&hi)[NT], float4(&lo4)[NT]) {
+    static constexpr int SUMS = NT <= 2 ? 2 : 1;
+    const float* next;  // this lane's row of tile 0 at the next step to fetch
+    int k, J, steps, total, next_step = 0;
+    float4 ring[P][NT];
+
+    __device__ __forceinline__ WeightStream(const float* __restrict__ w, int K, int J_) : J(J_) {
+        const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+        k = KC ? KC : K;
+        steps = k / 16;
+        total = steps * ((J + CHUNK - 1) / CHUNK);
+        next = w + (size_t)(8 * (warp % WC) * NT + g) * k + 4 * t;
 #pragma unroll
-        for (int n = 0; n < NT; ++n) {
-            hi[n] = ld4_global(next + n * 8 * k);
-            lo4[n] = ld4_global(next + lo + n * 8 * k);
-        }
+        for (int p = 0; p < P; ++p)
+            if (p < total) load(ring[p]);
+    }
+
+    // The next step's weights, then advanced 16 values, or to the next chunk's rows after the
+    // last step.
+    __device__ __forceinline__ void load(float4 (&slot)[NT]) {
+#pragma unroll
+        for (int n = 0; n < NT; ++n) slot[n] = ld4_global(next + n * 8 * k);
         if (++next_step == steps) {
             next_step = 0;
             next += (size_t)CHUNK * k - 16 * (steps - 1);
         } else {
             next += 16;
         }
-    };
-    float4 ring_hi[P][NT], ring_lo[P][NT];
+    }
+
+    template <class Emit>
+    __device__ __forceinline__ void run(const Staged& a, Emit emit) {
+        const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+        const int wr = warp / WC, wc = warp % WC;
+        const float* a_hi = a.hi + a.at(wr, g, 2 * t);
+        const float* a_lo = a_hi + a.plane();
+        float acc[SUMS][NT][4];
+        int c = 0, s = 0;  // the step being computed
+        for (int q0 = 0; q0 < total; q0 += P) {
 #pragma unroll
-    for (int p = 0; p < P; ++p)
-        if (p < total) load(ring_hi[p], ring_lo[p]);
-    float acc[SUMS][NT][4];
-    int c = 0, s = 0;  // the step being computed
-    for (int q0 = 0; q0 < total; q0 += P) {
+            for (int p = 0; p < P; ++p) {
+                if (q0 + p >= total) break;
+                if (s == 0) {
 #pragma unroll
-        for (int p = 0; p < P; ++p) {
-            if (q0 + p >= total) break;
-            if (s == 0) {
+                    for (int u = 0; u < SUMS; ++u)
 #pragma unroll
-                for (int u = 0; u < SUMS; ++u)
+                        for (int n = 0; n < NT; ++n)
 #pragma unroll
-                    for (int n = 0; n < NT; ++n)
-#pragma unroll
-                        for (int i = 0; i < 4; ++i) acc[u][n][i] = 0.f;
-            }
-#pragma unroll
-            for (int m = 0; m < 2; ++m) {
-                const uint4 ah4 = *reinterpret_cast<const uint4*>(a_hi + 32 * s + 4 * m);
-                const uint4 al4 = *reinterpret_cast<const uint4*>(a_lo + 32 * s + 4 * m);
-                const unsigned ah[4] = {ah4.x, ah4.y, ah4.z, ah4.w};
-                const unsigned al[4] = {al4.x, al4.y, al4.z, al4.w};
-#pragma unroll
-                for (int n = 0; n < NT; ++n) {
-                    const float4& bh4 = ring_hi[p][n];
-                    const float4& bl4 = ring_lo[p][n];
-                    const unsigned bh[2] = {__float_as_uint(m ? bh4.z : bh4.x),
-                                            __float_as_uint(m ? bh4.w : bh4.y)};
-                    const unsigned bl[2] = {__float_as_uint(m ? bl4.z : bl4.x),
-                                            __float_as_uint(m ? bl4.w : bl4.y)};
-                    float(&sum)[4] = acc[m % SUMS][n];
-                    mma_tf32(sum, al, bh);
-                    mma_tf32(sum, ah, bl);
-                    mma_tf32(sum, ah, bh);
+                            for (int i = 0; i < 4; ++i) acc[u][n][i] = 0.f;
                 }
-            }
-            if (q0 + p + P < total) load(ring_hi[p], ring_lo[p]);
-            if (s == steps - 1) {
 #pragma unroll
-                for (int n = 0; n < NT; ++n) {
-                    const int col = c * CHUNK + 8 * (wc * NT + n);
-                    float v[4];
+                for (int m = 0; m < 2; ++m) {
+                    const uint4 ah4 = *reinterpret_cast<const uint4*>(a_hi + 32 * s + 4 * m);
+                    const uint4 al4 = *reinterpret_cast<const uint4*>(a_lo + 32 * s + 4 * m);
+                    const unsigned ah[4] = {ah4.x, ah4.y, ah4.z, ah4.w};
+                    const unsigned al[4] = {al4.x, al4.y, al4.z, al4.w};
 #pragma unroll
-                    for (int i = 0; i < 4; ++i)
-                        v[i] = SUMS == 2 ? acc[0][n][i] + acc[SUMS - 1][n][i] : acc[0][n][i];
-                    if (col < J) emit(16 * wr + g, col + 2 * t, v);
+                    for (int n = 0; n < NT; ++n) {
+                        const float4& w4 = ring[p][n];
+                        unsigned bh[2], bl[2];
+                        split_tf32(m ? w4.z : w4.x, bh[0], bl[0]);
+                        split_tf32(m ? w4.w : w4.y, bh[1], bl[1]);
+                        float(&sum)[4] = acc[m % SUMS][n];
+                        mma_tf32(sum, al, bh);
+                        mma_tf32(sum, ah, bl);
+                        mma_tf32(sum, ah, bh);
+                    }
                 }
+                if (q0 + p + P < total) load(ring[p]);
+                if (s == steps - 1) {
+#pragma unroll
+                    for (int n = 0; n < NT; ++n) {
+                        const int col = c * CHUNK + 8 * (wc * NT + n);
+                        float v[4];
+#pragma unroll
+                        for (int i = 0; i < 4; ++i)
+                            v[i] = SUMS == 2 ? acc[0][n][i] + acc[SUMS - 1][n][i] : acc[0][n][i];
+                        if (col < J) emit(16 * wr + g, col + 2 * t, v);
+                    }
+                }
+                if (++s == steps) s = 0, ++c;
             }
-            if (++s == steps) s = 0, ++c;
         }
     }
-}
+};
 
 // Stores a fragment ((c0, c1): row r, columns j, j + 1; (c2, c3): row r + 8) into y [n, width]
 // from row r0.
@@ -258,10 +266,11 @@ __device__ void dense(const float* x, const float* w, const float* add, float* y
     extern __shared__ __align__(16) float dense_tc_smem[];
     const int r0 = blockIdx.x * BM;
     const Staged xs = staged<BM>(dense_tc_smem, k);
+    WeightStream<BM, KC> weights(w, k, j);
     stage_rows<BM>(x, n, k, r0, xs);
     const Store store{y, n, j, r0};
-    if (add) layer<BM, KC>(xs, k, w, j, StoreAdding{store, add});
-    else layer<BM, KC>(xs, k, w, j, store);
+    if (add) weights.run(xs, StoreAdding{store, add});
+    else weights.run(xs, store);
 }
 
 // The readout and the start of the forces' adjoint in one launch (the readout's gradient
@@ -278,13 +287,15 @@ __device__ void readout(const float* x, const float* w1, const float* b1, const 
     const Staged hs = staged<BM>(dense_tc_smem + 2 * xs.plane(), h);
     float* energy = dense_tc_smem + 2 * xs.plane() + 2 * hs.plane();
     if (threadIdx.x < BM) energy[threadIdx.x] = 0.f;
+    WeightStream<BM, KC> hidden(w1, k, h);
     stage_rows<BM>(x, n, k, r0, xs);  // its barrier orders the zeros too
-    layer<BM, KC>(xs, k, w1, h, ReadoutHidden{b1, w, hs, energy});
+    hidden.run(xs, ReadoutHidden{b1, w, hs, energy});
+    WeightStream<BM, 0> back(w1t, h, k);
     __syncthreads();
     const int r = r0 + threadIdx.x;
     if (threadIdx.x < BM && r < n)
         out[(size_t)n * k + r] = energy[threadIdx.x] + constant[species[r]];
-    layer<BM, 0>(hs, h, w1t, k, Store{out, n, k, r0});
+    back.run(hs, Store{out, n, k, r0});
 }
 
 // Two layers, x [n, k] → hidden [h] → [j]; `ADJ` selects the hidden layer's epilogue. The
@@ -297,15 +308,17 @@ __device__ void mlp(const float* x, const float* w1, const float* b1, const floa
     const int r0 = blockIdx.x * BM;
     const Staged xs = staged<BM>(dense_tc_smem, k);
     const Staged hs = staged<BM>(dense_tc_smem + 2 * xs.plane(), h);
+    WeightStream<BM, KC> first(w1, k, h);
     stage_rows<BM>(x, n, k, r0, xs);
     if constexpr (ADJ) {
-        layer<BM, KC>(xs, k, w1, h, HiddenAdj{pre, b1, hs, n, h, r0});
+        first.run(xs, HiddenAdj{pre, b1, hs, n, h, r0});
     } else {
-        layer<BM, KC>(xs, k, w1, h, HiddenFwd{Store{out, n, h, r0}, b1, hs});
+        first.run(xs, HiddenFwd{Store{out, n, h, r0}, b1, hs});
         out += (size_t)n * h;
     }
+    WeightStream<BM, HC> second(w2, h, j);  // its first loads overlap the barrier
     __syncthreads();
-    layer<BM, HC>(hs, h, w2, j, Store{out, n, j, r0});
+    second.run(hs, Store{out, n, j, r0});
 }
 
 }  // namespace dense_tc

@@ -5,7 +5,7 @@
 //! interaction.
 //!
 //! Every weight is given output-major, [outputs, reduction] (a linear layer's own weight for
-//! its forward, the transpose for its adjoint), split once by [`tf32_split`]. The CPU twins are
+//! its forward, the transpose for its adjoint), padded once by [`tf32_weights`]. The CPU twins are
 //! plain loops in either precision (the tests' oracle); on CUDA only f32 runs.
 
 use super::dense::silu_and_slope;
@@ -16,7 +16,7 @@ use candle_core::{bail, DType, Result, Tensor};
 #[cfg(feature = "cuda")]
 const THREADS: u32 = 256;
 
-/// Output columns per pass of a block (CHUNK in kernels/dense_tc.cu): split weights are padded
+/// Output columns per pass of a block (CHUNK in kernels/dense_tc.cu): the weights are padded
 /// with zero rows to a multiple of it.
 const CHUNK: usize = 128;
 
@@ -80,13 +80,12 @@ fn function(variants: Variants, rows: usize, width: usize) -> &'static str {
         .map_or(variants[0].2, |v| v.2)
 }
 
-/// A weight matrix [J, K] (output-major) as the kernels read it: [2, Jp, K], its TF32 high
-/// part (each value cut to its top 10 mantissa bits) and then the rest (w − hi, exact in f32),
-/// the outputs padded with zero rows to Jp, a multiple of 128. Made once per model by
-/// [`tf32_split`].
+/// A weight matrix [J, K] (output-major) as the kernels read it: [Jp, K], the outputs padded
+/// with zero rows to Jp, a multiple of 128 (the kernels split each value into TF32 hi and lo
+/// as they use it). Made once per model by [`tf32_weights`].
 #[derive(Clone, Debug)]
 pub struct Tf32Weights {
-    parts: Tensor,
+    padded: Tensor,
     outputs: usize,
 }
 
@@ -98,29 +97,19 @@ impl Tf32Weights {
 
     /// The reduction width K.
     pub fn inputs(&self) -> Result<usize> {
-        self.parts.dim(2)
+        self.padded.dim(1)
     }
 }
 
-/// Splits weights [J, K] for the kernels ([`Tf32Weights`]); precisions other than f32 as
-/// (w, 0), for the CPU twins, which add the two. Reads the weights back to the host.
-pub fn tf32_split(w: &Tensor) -> Result<Tf32Weights> {
+/// Weights [J, K] as the kernels read them ([`Tf32Weights`]), on their device.
+pub fn tf32_weights(w: &Tensor) -> Result<Tf32Weights> {
     let (j, k) = w.dims2()?;
     let padded = j.div_ceil(CHUNK) * CHUNK;
     let pad = Tensor::zeros((padded - j, k), w.dtype(), w.device())?;
-    let w_padded = Tensor::cat(&[w, &pad], 0)?;
-    let parts = match w.dtype() {
-        DType::F32 => {
-            let v = w_padded.flatten_all()?.to_vec1::<f32>()?;
-            let cut = |x: &f32| f32::from_bits(x.to_bits() & 0xffff_e000);
-            let hi: Vec<f32> = v.iter().map(cut).collect();
-            let lo: Vec<f32> = v.iter().zip(&hi).map(|(x, h)| x - h).collect();
-            let cpu = candle_core::Device::Cpu;
-            Tensor::from_vec([hi, lo].concat(), (2, padded, k), &cpu)?.to_device(w.device())?
-        }
-        _ => Tensor::stack(&[&w_padded, &w_padded.zeros_like()?], 0)?,
-    };
-    Ok(Tf32Weights { parts, outputs: j })
+    Ok(Tf32Weights {
+        padded: Tensor::cat(&[w, &pad], 0)?.contiguous()?,
+        outputs: j,
+    })
 }
 
 /// Shapes of one launch: rows, first reduction, hidden width (MLPs), outputs.
@@ -155,12 +144,6 @@ impl Dims {
 /// Σ_k a[k] b[k].
 fn dot<T: Real>(a: &[T], b: &[T]) -> T {
     a.iter().zip(b).fold(T::zero(), |s, (&x, &y)| s + x * y)
-}
-
-/// The weights of a [`Tf32Weights`] [2, Jp, K] as one [Jp, K]: hi + lo.
-fn joined<T: Real>(split: &[T]) -> Vec<T> {
-    let (hi, lo) = split.split_at(split.len() / 2);
-    hi.iter().zip(lo).map(|(&a, &b)| a + b).collect()
 }
 
 /// y[r] = W x[r] for rows of width `k` and the first `j` rows of W (output-major).
@@ -199,7 +182,7 @@ impl Kernel for Layer {
     }
     /// x = [x, w] or [x, w, add].
     fn cpu<T: Real>(&self, x: &[&[T]], _: &[&[u32]], out: &mut [T]) {
-        rows_times(x[0], &joined(x[1]), self.dims.k, self.dims.j, out);
+        rows_times(x[0], x[1], self.dims.k, self.dims.j, out);
         if self.adding {
             out.iter_mut().zip(x[2]).for_each(|(y, &a)| *y += a);
         }
@@ -229,14 +212,14 @@ impl Kernel for MlpForward {
     fn cpu<T: Real>(&self, x: &[&[T]], _: &[&[u32]], out: &mut [T]) {
         let Dims { n, k, h, j } = self.0;
         let (pre, y) = out.split_at_mut(n * h);
-        let (w1, w2) = (joined(x[1]), joined(x[3]));
-        rows_times(x[0], &w1, k, h, pre);
+        let (w1, w2) = (x[1], x[3]);
+        rows_times(x[0], w1, k, h, pre);
         let mut act = vec![T::zero(); h];
         for (p, yr) in pre.chunks_exact(h).zip(y.chunks_exact_mut(j)) {
             for ((a, &v), &b) in act.iter_mut().zip(p).zip(x[2]) {
                 *a = silu_and_slope(v + b).0;
             }
-            rows_times(&act, &w2, h, j, yr);
+            rows_times(&act, w2, h, j, yr);
         }
     }
 }
@@ -272,14 +255,14 @@ impl Kernel for MlpAdjoint {
     fn cpu<T: Real>(&self, x: &[&[T]], _: &[&[u32]], out: &mut [T]) {
         let Dims { k, h, j, .. } = self.0;
         let mut g_pre = vec![T::zero(); h];
-        let (w2t, w1t) = (joined(x[3]), joined(x[4]));
+        let (w2t, w1t) = (x[3], x[4]);
         let rows = x[0].chunks_exact(j).zip(x[1].chunks_exact(h));
         for ((g, pre), gx) in rows.zip(out.chunks_exact_mut(k)) {
-            rows_times(g, &w2t, j, h, &mut g_pre);
+            rows_times(g, w2t, j, h, &mut g_pre);
             for ((v, &p), &b) in g_pre.iter_mut().zip(pre).zip(x[2]) {
                 *v *= silu_and_slope(p + b).1;
             }
-            rows_times(&g_pre, &w1t, h, k, gx);
+            rows_times(&g_pre, w1t, h, k, gx);
         }
     }
 }
@@ -311,12 +294,12 @@ impl Kernel for Readout {
     /// CPU) → [gx (N K) | energy (N)].
     fn cpu<T: Real>(&self, x: &[&[T]], idx: &[&[u32]], out: &mut [T]) {
         let Dims { n, k, h, .. } = self.dims;
-        let (w1, w1t) = (joined(x[1]), joined(x[4]));
+        let (w1, w1t) = (x[1], x[4]);
         let (gx, energy) = out.split_at_mut(n * k);
         let (mut pre, mut seed) = (vec![T::zero(); h], vec![T::zero(); h]);
         let rows = x[0].chunks_exact(k).zip(gx.chunks_exact_mut(k));
         for (r, (xr, gr)) in rows.enumerate() {
-            rows_times(xr, &w1, k, h, &mut pre);
+            rows_times(xr, w1, k, h, &mut pre);
             let mut e = x[5][idx[0][r] as usize];
             for ((p, g), (&b, &w)) in pre.iter().zip(&mut seed).zip(x[2].iter().zip(x[3])) {
                 let (silu, slope) = silu_and_slope(*p + b);
@@ -324,7 +307,7 @@ impl Kernel for Readout {
                 *g = -(w * slope);
             }
             energy[r] = e;
-            rows_times(&seed, &w1t, h, k, gr);
+            rows_times(&seed, w1t, h, k, gr);
         }
     }
 }
@@ -332,7 +315,7 @@ impl Kernel for Readout {
 /// The readout of rows x [N, K] (the last state's s) and the start of the forces' adjoint, in
 /// one launch: per-atom energies silu(x W1ᵀ + b1) · w + constant[species] [N] and the gradient
 /// of minus their sum, −∂E/∂x = (−w ⊙ silu'(x W1ᵀ + b1)) W1 [N, K]; w1 [H, K] and its
-/// transpose w1t [K, H] split, b1 and the output weights `w` [H], per-element constants and
+/// transpose w1t [K, H] (as [`tf32_weights`] makes them), b1 and the output weights `w` [H], per-element constants and
 /// u32 element indices [N]. Returns (energies, −∂E/∂x). On the CPU every index is checked.
 pub fn readout_tc(
     x: &Tensor,
@@ -356,7 +339,7 @@ pub fn readout_tc(
     fit(OP, "output weights", w, &[h])?;
     fit(OP, "element indices", species, &[n])?;
     check_elements(species, constant.dims1()?, OP)?;
-    let inputs = [x, &w1.parts, b1, w, &w1t.parts, constant];
+    let inputs = [x, &w1.padded, b1, w, &w1t.padded, constant];
     check_inputs(OP, &inputs)?;
     let dims = Dims { n, k, h, j: 1 };
     let out = launch(
@@ -414,7 +397,7 @@ fn check_weights(op: &str, what: &str, w: &Tf32Weights, k: usize) -> Result<usiz
     Ok(j)
 }
 
-/// x Wᵀ [N, J] for x [N, K] and a linear layer's weight [J, K] (no bias), split.
+/// x Wᵀ [N, J] for x [N, K] and a linear layer's weight [J, K] (no bias), padded.
 pub fn dense_tc(x: &Tensor, w: &Tf32Weights) -> Result<Tensor> {
     layer("dense_tc", x, w, None)
 }
@@ -428,7 +411,7 @@ pub fn dense_tc_adding(x: &Tensor, w: &Tf32Weights, add: &Tensor) -> Result<Tens
 fn layer(op: &str, x: &Tensor, w: &Tf32Weights, add: Option<&Tensor>) -> Result<Tensor> {
     let (n, k) = x.dims2()?;
     let j = check_weights(op, "the weight", w, k)?;
-    let mut inputs = vec![x, &w.parts];
+    let mut inputs = vec![x, &w.padded];
     if let Some(add) = add {
         fit(op, "the addend", add, &[n, j])?;
         inputs.push(add);
@@ -443,7 +426,7 @@ fn layer(op: &str, x: &Tensor, w: &Tf32Weights, add: Option<&Tensor>) -> Result<
 }
 
 /// Two linear layers with SiLU between, x [N, K] → (pre = x W1ᵀ [N, H], silu(pre + b1) W2ᵀ
-/// [N, J]), for w1 [H, K], b1 \[H\], w2 [J, H] (the weights split); the output layer's bias is
+/// [N, J]), for w1 [H, K], b1 \[H\], w2 [J, H] (the weights padded); the output layer's bias is
 /// left to its consumer.
 pub fn mlp_tc(
     x: &Tensor,
@@ -456,9 +439,9 @@ pub fn mlp_tc(
     let h = check_weights(OP, "the hidden weight", w1, k)?;
     let j = check_weights(OP, "the output weight", w2, h)?;
     fit(OP, "hidden bias", b1, &[h])?;
-    check_inputs(OP, &[x, &w1.parts, b1, &w2.parts])?;
+    check_inputs(OP, &[x, &w1.padded, b1, &w2.padded])?;
     let dims = Dims { n, k, h, j };
-    let inputs = [x, &w1.parts, b1, &w2.parts];
+    let inputs = [x, &w1.padded, b1, &w2.padded];
     let out = launch(MlpForward(dims), &inputs, &[], n * (h + j), Init::Uninit)?;
     Ok((
         out.narrow(0, 0, n * h)?.reshape((n, h))?,
@@ -467,7 +450,7 @@ pub fn mlp_tc(
 }
 
 /// dL/dx [N, K] of [`mlp_tc`]'s output for dL/d(output) `g` [N, J], its saved `pre` [N, H], b1,
-/// and the transposed weights w2t [H, J] and w1t [K, H] (split).
+/// and the transposed weights w2t [H, J] and w1t [K, H] (padded).
 pub fn mlp_tc_adjoint(
     g: &Tensor,
     pre: &Tensor,
@@ -481,8 +464,8 @@ pub fn mlp_tc_adjoint(
     let k = check_weights(OP, "the transposed hidden weight", w1t, h)?;
     fit(OP, "pre-activation", pre, &[n, h])?;
     fit(OP, "hidden bias", b1, &[h])?;
-    check_inputs(OP, &[g, pre, b1, &w2t.parts, &w1t.parts])?;
+    check_inputs(OP, &[g, pre, b1, &w2t.padded, &w1t.padded])?;
     let dims = Dims { n, k, h, j };
-    let inputs = [g, pre, b1, &w2t.parts, &w1t.parts];
+    let inputs = [g, pre, b1, &w2t.padded, &w1t.padded];
     launch(MlpAdjoint(dims), &inputs, &[], (n, k), Init::Uninit)
 }
