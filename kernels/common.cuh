@@ -14,6 +14,18 @@ __device__ __forceinline__ T norm3_eps(const T* p, size_t stride) {
     return sqrt(sq);
 }
 
+// Programmatic dependent launch (src/ops/overlap.rs): a kernel launched to overlap the previous
+// kernel on its stream waits here until that kernel has finished and its writes are visible,
+// before it reads anything another kernel wrote and before it writes anything (what it does
+// before, such as loading a model's weights, overlaps the previous kernel); then it lets the
+// next kernel begin launching. A plain launch passes straight through.
+__device__ __forceinline__ void wait_for_previous_kernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 // Grid-stride loop over `total` work items; the host launches blocks of 256 threads.
 #define FOR_EACH(k, total)                                                             \
     for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < (total);        \

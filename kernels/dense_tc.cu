@@ -267,6 +267,7 @@ __device__ void dense(const float* x, const float* w, const float* add, float* y
     const int r0 = blockIdx.x * BM;
     const Staged xs = staged<BM>(dense_tc_smem, k);
     WeightStream<BM, KC> weights(w, k, j);
+    wait_for_previous_kernel();  // the weights above are the model's
     stage_rows<BM>(x, n, k, r0, xs);
     const Store store{y, n, j, r0};
     if (add) weights.run(xs, StoreAdding{store, add});
@@ -288,6 +289,7 @@ __device__ void readout(const float* x, const float* w1, const float* b1, const 
     float* energy = dense_tc_smem + 2 * xs.plane() + 2 * hs.plane();
     if (threadIdx.x < BM) energy[threadIdx.x] = 0.f;
     WeightStream<BM, KC> hidden(w1, k, h);
+    wait_for_previous_kernel();  // the weights above are the model's
     stage_rows<BM>(x, n, k, r0, xs);  // its barrier orders the zeros too
     hidden.run(xs, ReadoutHidden{b1, w, hs, energy});
     WeightStream<BM, 0> back(w1t, h, k);
@@ -309,6 +311,7 @@ __device__ void mlp(const float* x, const float* w1, const float* b1, const floa
     const Staged xs = staged<BM>(dense_tc_smem, k);
     const Staged hs = staged<BM>(dense_tc_smem + 2 * xs.plane(), h);
     WeightStream<BM, KC> first(w1, k, h);
+    wait_for_previous_kernel();  // the weights above are the model's
     stage_rows<BM>(x, n, k, r0, xs);
     if constexpr (ADJ) {
         first.run(xs, HiddenAdj{pre, b1, hs, n, h, r0});

@@ -49,12 +49,14 @@ __device__ void basis_adj(const T* pos, const T* off, const T* g, const unsigned
                                                   const unsigned int* ci,                  \
                                                   const unsigned int* nj, T* out,          \
                                                   size_t n_edges, size_t n_rbf, double rc) { \
+        wait_for_previous_kernel();                                                         \
         basis_fwd(pos, off, ci, nj, out, n_edges, n_rbf, rc);                               \
     }                                                                                       \
     extern "C" __global__ void edge_basis_adj_##S(const T* pos, const T* off, const T* g,  \
                                                   const unsigned int* ci,                  \
                                                   const unsigned int* nj, T* gpos,         \
                                                   size_t n_edges, size_t n_rbf, double rc) { \
+        wait_for_previous_kernel();                                                         \
         basis_adj(pos, off, g, ci, nj, gpos, n_edges, n_rbf, rc);                           \
     }
 EDGE_BASIS(float, f32)

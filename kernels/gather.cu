@@ -2,7 +2,7 @@
 // Mirrors src/ops/gather.rs. Out-of-range indices write zeros (the host checks them first).
 // initial_state is the same gather into the first n rows of the PaiNN state [4n, f], whose
 // vector rows (zeroed by the host) stay zero.
-#include <cstddef>
+#include "common.cuh"
 
 template <typename T>
 __device__ void gather_rows(const T* src, const unsigned int* idx, T* out, size_t n_idx,
@@ -30,6 +30,7 @@ extern "C" __global__ void gather_f64(const double* src, const unsigned int* idx
 #define INITIAL_STATE(T, S)                                                                   \
     extern "C" __global__ void initial_state_##S(const T* table, const unsigned int* species,  \
                                                  T* state, size_t n, size_t f, size_t n_src) { \
+        wait_for_previous_kernel();                                                           \
         gather_rows(table, species, state, n, f, n_src);                                      \
     }
 INITIAL_STATE(float, f32)

@@ -294,7 +294,8 @@ __device__ void tc_fwd(const float* __restrict__ phi, const float* __restrict__ 
                        const float* __restrict__ sv, const unsigned* __restrict__ ci,
                        const unsigned* __restrict__ nj, float* __restrict__ out, size_t n_edges,
                        size_t f, size_t n, size_t n_rbf) {
-    TcTile<FC> t(wt, pb, n_rbf + 1, n_rbf + 4, f);
+    TcTile<FC> t(wt, pb, n_rbf + 1, n_rbf + 4, f);  // the model's weights, staged
+    wait_for_previous_kernel();
     const unsigned nf = n * t.features(), first = 16 * t.half;
     const float *phi_c = phi + t.c, *vec_c = sv + nf + t.c;
     Run<float> run;
@@ -334,7 +335,8 @@ __device__ void tc_sym_adj(const float* __restrict__ phi, const float* __restric
                            const unsigned* __restrict__ ci, const unsigned* __restrict__ nj,
                            float* __restrict__ out, size_t n_edges, size_t f, size_t n,
                            size_t n_rbf) {
-    TcTile<FC> t(wt, pb, n_rbf + 1, n_rbf + 4, f);
+    TcTile<FC> t(wt, pb, n_rbf + 1, n_rbf + 4, f);  // the model's weights, staged
+    wait_for_previous_kernel();
     const unsigned fk = t.features(), nf = n * fk, first = 16 * t.half;
     float *gphi = out + 3 * (size_t)nf, *gb = out + 6 * (size_t)nf;
     const float *gs_c = gm + t.c, *gv_c = gve + t.c;

@@ -429,6 +429,7 @@ __device__ void tile_sym_adj(const T* __restrict__ phi, const T* __restrict__ pb
         const T* phi, const T* pb, const T* w, const T* basis, const T* sv,                  \
         const unsigned int* ci, const unsigned int* nj, T* out, size_t n_edges, size_t f,    \
         size_t n, size_t n_rbf) {                                                            \
+        wait_for_previous_kernel();                                                          \
         tile_fwd(phi, pb, w, basis, sv, ci, nj, out, n_edges, f, n, n_rbf);                  \
     }
 TILE_FWD(interaction_tile_cc_fwd_f64, double)
@@ -441,6 +442,7 @@ TILE_FWD(interaction_tile_cc_fwd_f32, float)
         const T* phi, const T* pb, const T* w, const T* basis, const T* sv, const T* gm,     \
         const T* gve, const T* gb_prev, const unsigned int* ci, const unsigned int* nj,      \
         T* out, size_t n_edges, size_t f, size_t n, size_t n_rbf, size_t accumulate) {       \
+        wait_for_previous_kernel();                                                           \
         tile_sym_adj(phi, pb, w, basis, sv, gm, gve, accumulate ? gb_prev : nullptr, ci, nj,  \
                      out, n_edges, f, n, n_rbf);                                             \
     }
@@ -452,6 +454,7 @@ TILE_SYM_ADJ(interaction_tile_cc_sym_adj_f32, float)
         const T* phi, const T* pb, const T* w, const T* basis, const T* sv, const T* gm,     \
         const T* gve, const unsigned int* ci, const unsigned int* nj, T* out,                \
         size_t n_edges, size_t f, size_t n, size_t n_rbf, size_t cpw) {                      \
+        wait_for_previous_kernel();                                                          \
         tile_adj(phi, pb, w, basis, sv, gm, gve, ci, nj, out, n_edges, f, n, n_rbf, cpw);    \
     }
 INTERACTION_TILE(float, f32)

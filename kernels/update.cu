@@ -101,21 +101,25 @@ __device__ void context_adj(const T* mixed, const T* g_ctx, const T* prev, T* ou
 #define UPDATE(T, S)                                                                         \
     extern "C" __global__ void update_context_fwd_##S(const T* sv, const T* mixed, T* ctx,   \
                                                       size_t n, size_t f) {                  \
+        wait_for_previous_kernel();                                                          \
         context_fwd(sv, mixed, ctx, n, f);                                                   \
     }                                                                                        \
     extern "C" __global__ void update_combine_fwd_##S(const T* sv, const T* mixed,           \
                                                       const T* act, const T* ab, T* out,     \
                                                       size_t n, size_t f) {                  \
+        wait_for_previous_kernel();                                                          \
         combine_fwd(sv, mixed, act, ab, out, n, f);                                          \
     }                                                                                        \
     extern "C" __global__ void update_combine_adj_##S(                                       \
         const T* mixed, const T* act, const T* ab, const T* gx, const T* gm, const T* gve,   \
         const T* gvj, T* out, size_t n, size_t f, size_t has_next) {                         \
+        wait_for_previous_kernel();                                                          \
         combine_adj(mixed, act, ab, gx, gm, gve, gvj, out, n, f, has_next);                  \
     }                                                                                        \
     extern "C" __global__ void update_context_adj_##S(const T* mixed, const T* g_ctx,        \
                                                       const T* prev, T* out, size_t n,       \
                                                       size_t f) {                            \
+        wait_for_previous_kernel();                                                          \
         context_adj(mixed, g_ctx, prev, out, n, f);                                          \
     }
 UPDATE(float, f32)

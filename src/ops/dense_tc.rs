@@ -9,7 +9,7 @@
 //! plain loops in either precision (the tests' oracle); on CUDA only f32 runs.
 
 use super::dense::silu_and_slope;
-use super::kernel::{check_elements, kernel_source, launch, Init, Kernel, Real};
+use super::kernel::{check_elements, kernel_source, launch, overlaps_previous, Init, Kernel, Real};
 use candle_core::{bail, DType, Result, Tensor};
 
 /// Threads per CUDA block (dense_tc::THREADS).
@@ -162,6 +162,7 @@ struct Layer {
 }
 
 impl Kernel for Layer {
+    overlaps_previous!();
     kernel_source!("dense_tc", "dense_tc");
     fn function(&self) -> &'static str {
         let variants = match self.adding {
@@ -192,6 +193,7 @@ impl Kernel for Layer {
 struct MlpForward(Dims);
 
 impl Kernel for MlpForward {
+    overlaps_previous!();
     kernel_source!("mlp_tc_fwd", "dense_tc");
     fn function(&self) -> &'static str {
         // The compile-time variants are the model's, whose hidden width is 128.
@@ -236,6 +238,7 @@ impl MlpAdjoint {
 }
 
 impl Kernel for MlpAdjoint {
+    overlaps_previous!();
     kernel_source!("mlp_tc_adj", "dense_tc");
     fn function(&self) -> &'static str {
         let known = self.0.j * (self.0.h == 128) as usize;
@@ -273,6 +276,7 @@ struct Readout {
 }
 
 impl Kernel for Readout {
+    overlaps_previous!();
     kernel_source!("readout_tc", "dense_tc");
     fn function(&self) -> &'static str {
         function(READOUT_VARIANTS, self.dims.rows(), self.dims.k)

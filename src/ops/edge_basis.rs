@@ -3,7 +3,7 @@
 //! adjoint back to positions in another (kernels/edge_basis.cu). The same Gaussians and cosine
 //! cutoff as `model::radial`; the filter network's bias multiplies the `f_c` column.
 
-use super::kernel::{check_edges, kernel_source, launch, Init, Kernel, Real};
+use super::kernel::{check_edges, kernel_source, launch, overlaps_previous, Init, Kernel, Real};
 use candle_core::bail;
 use candle_core::{Result, Tensor};
 
@@ -91,6 +91,7 @@ impl Geometry {
 struct Forward(Geometry);
 
 impl Kernel for Forward {
+    overlaps_previous!();
     kernel_source!("edge_basis_fwd", "edge_basis");
     fn work(&self) -> usize {
         self.0.n_edges
@@ -124,6 +125,7 @@ impl Kernel for Forward {
 struct Adjoint(Geometry);
 
 impl Kernel for Adjoint {
+    overlaps_previous!();
     kernel_source!("edge_basis_adj", "edge_basis");
     fn work(&self) -> usize {
         self.0.n_edges

@@ -1,7 +1,7 @@
 //! Row gather, `out[e, ...] = x[idx[e], ...]`; its backward is [`scatter_add`]. Also the
 //! PaiNN initial state, gathered into the first rows of a zeroed [4N, F] ([`initial_state`]).
 
-use super::kernel::{check_elements, kernel_source, launch, Init, Kernel, Real};
+use super::kernel::{check_elements, kernel_source, launch, overlaps_previous, Init, Kernel, Real};
 use super::rows::{contiguous, cpu_index, out_shape, rows_of};
 use super::scatter_add::scatter_add;
 use candle_core::backend::BackendStorage;
@@ -104,6 +104,7 @@ struct InitialState {
 }
 
 impl Kernel for InitialState {
+    overlaps_previous!();
     kernel_source!("initial_state", "gather");
     fn work(&self) -> usize {
         self.n * self.f

@@ -8,7 +8,7 @@
 #[cfg(feature = "cuda")]
 use super::edge_basis::basis_width;
 use super::interaction::{adjoint_cpu, forward_cpu, AdjointMode, InteractionInputs, Sizes};
-use super::kernel::{kernel_source, Kernel, Real};
+use super::kernel::{kernel_source, overlaps_previous, Kernel, Real};
 use candle_core::{DType, Tensor};
 
 /// Edge count from which the filter formed in the kernels runs as the tiled kernels on CUDA
@@ -261,6 +261,7 @@ impl<const SYMMETRIC: bool> TileAdjoint<SYMMETRIC> {
 }
 
 impl Kernel for TileForward {
+    overlaps_previous!();
     kernel_source!("interaction_tile_fwd", "interaction_tile");
     fn function(&self) -> &'static str {
         match self.filters {
@@ -368,6 +369,7 @@ fn receiver_sums_config(z: &Sizes) -> candle_core::cuda_backend::cudarc::driver:
 }
 
 impl<const SYMMETRIC: bool> Kernel for TileAdjoint<SYMMETRIC> {
+    overlaps_previous!();
     const NAME: &'static str = if SYMMETRIC {
         "interaction_tile_sym_adj"
     } else {

@@ -74,6 +74,13 @@ pub trait Kernel: Send + Sync {
     fn cooperative(&self) -> bool {
         false
     }
+    /// Whether the kernel may start before the previous kernel on its stream has finished
+    /// ([`super::overlap`]): it then calls `wait_for_previous_kernel` (kernels/common.cuh)
+    /// before it reads anything another kernel wrote and before it writes anything.
+    #[cfg(feature = "cuda")]
+    fn overlaps_previous(&self) -> bool {
+        false
+    }
 }
 
 /// The compiled image of kernels/`$module`.cu (build.rs): machine code for the GPU the build
@@ -101,6 +108,18 @@ macro_rules! kernel_source {
     };
 }
 pub(crate) use kernel_source;
+
+/// [`Kernel::overlaps_previous`] answering yes, for kernels that call
+/// `wait_for_previous_kernel` before touching what other kernels write.
+macro_rules! overlaps_previous {
+    () => {
+        #[cfg(feature = "cuda")]
+        fn overlaps_previous(&self) -> bool {
+            true
+        }
+    };
+}
+pub(crate) use overlaps_previous;
 
 /// What the output holds before the kernel runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -312,6 +331,13 @@ impl<K: Kernel> Launch<K> {
         let (func, cfg) = kernel_function(&self.kernel, dev, T::DTYPE)?;
         let stream = dev.cuda_stream();
         let (sizes, reals) = (self.kernel.sizes(), self.kernel.reals());
+        if self.kernel.overlaps_previous()
+            && !self.kernel.cooperative()
+            && super::overlap::enabled()
+        {
+            super::overlap::launch(&func, cfg, &stream, &x, &idx, &mut out, &sizes, &reals)?;
+            return Ok(out);
+        }
         let mut b = stream.launch_builder(&func);
         for v in &x {
             b.arg(v);

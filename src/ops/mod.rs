@@ -24,6 +24,8 @@ mod interaction;
 mod interaction_tile;
 pub mod kernel;
 mod message;
+#[cfg(feature = "cuda")]
+mod overlap;
 mod rows;
 mod scatter_add;
 mod small_system;

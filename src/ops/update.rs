@@ -3,7 +3,7 @@
 //! [4N, F]; `mixed` = v W_mixᵀ is [3N, 2F] = [Uv | Vv]; `act` is the context MLP's output
 //! before its bias, [N, 3F] = (a_ss | a_vv | a_sv).
 
-use super::kernel::{kernel_source, launch, Init, Kernel, Real};
+use super::kernel::{kernel_source, launch, overlaps_previous, Init, Kernel, Real};
 use candle_core::{bail, Result, Tensor};
 
 /// Keeps ‖Vv‖ differentiable at v = 0 (the same epsilon as `model::update`).
@@ -58,6 +58,7 @@ impl Rows {
 struct ContextFwd(Rows);
 
 impl Kernel for ContextFwd {
+    overlaps_previous!();
     kernel_source!("update_context_fwd", "update");
     fn work(&self) -> usize {
         self.0.n * self.0.f
@@ -80,6 +81,7 @@ impl Kernel for ContextFwd {
 struct CombineFwd(Rows);
 
 impl Kernel for CombineFwd {
+    overlaps_previous!();
     kernel_source!("update_combine_fwd", "update");
     fn work(&self) -> usize {
         self.0.n * self.0.f
@@ -112,6 +114,7 @@ struct CombineAdj {
 }
 
 impl Kernel for CombineAdj {
+    overlaps_previous!();
     kernel_source!("update_combine_adj", "update");
     fn work(&self) -> usize {
         self.rows.n * self.rows.f
@@ -158,6 +161,7 @@ impl Kernel for CombineAdj {
 struct ContextAdj(Rows);
 
 impl Kernel for ContextAdj {
+    overlaps_previous!();
     kernel_source!("update_context_adj", "update");
     fn work(&self) -> usize {
         self.0.n * self.0.f
