@@ -126,6 +126,33 @@ fn cuda_model_matches_cpu() {
     }
 }
 
+/// Kernels launched to overlap the previous one on their stream (`ops::overlap`) give what
+/// plain launches give: the fused model in f32 on 64 aspirins and a 999-atom water box, whose
+/// calls launch the tensor-core dense layers, the tiled interaction, the update, edge-basis and
+/// initial-state kernels that way, twenty overlapped calls against a plain one. The sums' order
+/// (atomics) moves the last bits; a kernel reading its predecessor's output early would be far
+/// off.
+#[test]
+fn cuda_overlapping_launches_match_plain_ones() {
+    use mlff_distiller::ops::set_overlapping_launches;
+    let gpu = cuda();
+    let calc = shipped_calculator(&gpu, DType::F32, EdgeOps::Fused);
+    let cases = [
+        ("64 aspirins", vec![aspirin(); 64]),
+        ("water box 999 atoms", vec![water_box(333, 5)]),
+    ];
+    for (label, structures) in cases {
+        let batch = Batch::new(structures).unwrap();
+        set_overlapping_launches(false);
+        let plain = calc.compute(&batch).unwrap();
+        set_overlapping_launches(true);
+        for call in 0..20 {
+            let got = calc.compute(&batch).unwrap();
+            assert_agree(&format!("{label}, call {call}"), &plain, &got, 1e-6, 1e-5);
+        }
+    }
+}
+
 /// The device-resident MD loop on CUDA follows the CPU trajectory: NVE and Langevin (same host
 /// noise stream), f64, a molecule and a periodic water box (wrapping, neighbour rebuilds). On
 /// CUDA the list checks are deferred (read back per run of steps), on the CPU checked per step.

@@ -26,6 +26,8 @@ pub mod kernel;
 mod message;
 #[cfg(feature = "cuda")]
 mod overlap;
+#[cfg(feature = "cuda")]
+pub use overlap::set_enabled as set_overlapping_launches;
 mod rows;
 mod scatter_add;
 mod small_system;

@@ -17,13 +17,38 @@ use candle_core::cuda_backend::cudarc::driver::{
 };
 use candle_core::Result;
 use std::ffi::c_void;
+use std::sync::atomic::{AtomicU8, Ordering};
 
-/// Whether kernels that opt in overlap the previous kernel (`MLFF_OVERLAP_LAUNCHES`, on
-/// unless 0).
+/// Whether kernels that opt in overlap the previous kernel: as [`set_enabled`] last said, else
+/// as `MLFF_OVERLAP_LAUNCHES` says (on unless 0).
 pub(crate) fn enabled() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| crate::device::env_usize("MLFF_OVERLAP_LAUNCHES", 1) != 0)
+    match STATE.load(Ordering::Relaxed) {
+        ON => true,
+        OFF => false,
+        _ => {
+            let on = crate::device::env_usize("MLFF_OVERLAP_LAUNCHES", 1) != 0;
+            // A set_enabled racing this read wins.
+            let _ = STATE.compare_exchange(
+                UNSET,
+                if on { ON } else { OFF },
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
+            STATE.load(Ordering::Relaxed) == ON
+        }
+    }
 }
+
+/// Turns the overlapping launches on or off for this process from the next launch on (for
+/// comparisons and tests; both give the same results).
+pub fn set_enabled(on: bool) {
+    STATE.store(if on { ON } else { OFF }, Ordering::Relaxed);
+}
+
+const UNSET: u8 = 0;
+const ON: u8 = 1;
+const OFF: u8 = 2;
+static STATE: AtomicU8 = AtomicU8::new(UNSET);
 
 /// Launches `func` with `cfg` on `stream` allowed to overlap the previous kernel, with the
 /// arguments of the convention of `ops::kernel` (input pointers, index pointers, the output
