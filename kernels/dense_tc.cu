@@ -12,9 +12,8 @@
 // laid out so that each mma's A fragment is one float4 per plane (`Staged`); its 8 warps, BM / 16
 // by rows and 8 / (BM / 16) by columns, each make 16 rows x NT tiles of 8 columns of a chunk of
 // 128 output columns per pass, the weights read from global memory a few steps ahead
-// (`WeightStream`). The hidden
-// layer of an MLP stays in shared memory in the same split layout. Reductions are multiples of
-// 16 and outputs of 8 (the host checks).
+// (`WeightStream`). The hidden layer of an MLP stays in shared memory in the same split layout.
+// Reductions are multiples of 16 and outputs of 8 (the host checks).
 // Mirrors src/ops/dense_tc.rs.
 #include "common.cuh"
 #include "tf32.cuh"
@@ -80,14 +79,14 @@ __device__ void stage_rows(const float* __restrict__ x, int n, int width, int r0
 
 // out[r, j] = Σ_k a[r, k] w[j, k] for the block's BM rows (a staged, K wide) and j < J; w the
 // weights [Jp, K] in f32 (Jp = J rounded up to CHUNK, zero rows past J), split into TF32 hi and
-// lo as they are used (reading the split planes took twice the bytes, and at these sizes the
-// weights' stream from L2 is what a block waits on). KC is K where known at compile time (the
-// model's 128, 256, 384: every weight offset then folds into the loads), else 0.
+// lo as they are used (reading split planes took twice the bytes: the dense layers 10% slower
+// at 64 aspirins). KC is K where known at compile time (the model's 128, 256, 384: every weight
+// offset then folds into the loads), else 0.
 // emit(r, j, c0, c1, c2, c3) takes outputs j, j + 1 of local rows r and r + 8 (an mma tile's
 // fragment). A warp walks its (chunk, 16-value step) pairs in one sequence and keeps the
 // weights of the next P steps in flight in registers, across chunk ends too (eight steps ahead
-// measured the same as four with 1.7x the code); the first P are
-// requested when the stream is made, so that a kernel can make it before staging its rows.
+// measured the same as four with 1.7x the code); the first P are requested when the stream is
+// made, so that a kernel can make it before staging its rows.
 // mma m of step s pairs logical k (t, t + 4) with physical 16 s + 4t + 2m + (0, 1), the same
 // for a and w, so that every fragment is one float4 (a) or one half of one (w).
 template <int BM, int KC>
