@@ -190,11 +190,13 @@ pub const DENSE_KERNEL_MAX_ROWS: usize = 512;
 
 /// Rows from which, and up to which, the dense layers run on tensor cores (`ops::dense_tc`: f32
 /// on CUDA, an MLP in one launch) instead of cuBLAS, where their shapes fit. On an H100 they
-/// beat cuBLAS with the bias+SiLU kernels at 1,000-4,000 rows and lost at 10,000-30,000
-/// (BENCHMARKS.md). MLFF_DENSE_TC_FROM_ROWS and MLFF_DENSE_TC_UNTIL_ROWS change them;
-/// MLFF_DENSE_TENSOR_CORES=0 turns them off.
+/// beat cuBLAS with the bias+SiLU kernels at 1,000-4,000 rows; with weights split in the
+/// kernels (2026-11-24) also at 10,000 atoms, whose mixing layer has 29,997 rows (replayed 6.02
+/// against 6.12-6.15 ms); more rows were not measured (BENCHMARKS.md).
+/// MLFF_DENSE_TC_FROM_ROWS and MLFF_DENSE_TC_UNTIL_ROWS change them; MLFF_DENSE_TENSOR_CORES=0
+/// turns them off.
 pub const DENSE_TENSOR_CORES_FROM_ROWS: usize = DENSE_KERNEL_MAX_ROWS + 1;
-pub const DENSE_TENSOR_CORES_UNTIL_ROWS: usize = 8192;
+pub const DENSE_TENSOR_CORES_UNTIL_ROWS: usize = 30_000;
 
 /// Atoms up to which a system on CUDA runs as one kernel (`ops::small_system`) when its layer
 /// inputs fit in shared memory. On an H100 the one kernel (aspirin 0.196 ms per eager call at
