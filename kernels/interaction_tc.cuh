@@ -23,6 +23,10 @@
 #define TC_SF (3 * TILE_F + 8)
 #define TC_STAGE_LOADS 5  // TC_E x the largest stride (40) / TC_THREADS
 #define TC_NO_SLOT 0xffffffffu
+// The basis functions of the shipped models: with the feature count (TILE_F) the kernels'
+// basis layout is known at compile time for them (strides and k steps fold into the
+// instructions).
+#define TC_RBF 20
 
 // Row stride of the staged basis (one row per edge) and of the staged weights (one row per
 // filter column): the basis width and the mma's k rows at least, rounded to an odd multiple of
@@ -409,7 +413,9 @@ extern "C" __global__ void __launch_bounds__(TC_THREADS, 2) interaction_tile_fwd
     const float* phi, const float* pb, const float* w, const float* basis, const float* sv,
     const unsigned int* ci, const unsigned int* nj, float* out, size_t n_edges, size_t f,
     size_t n, size_t n_rbf) {
-    if (f == TILE_F) tc_fwd<TILE_F>(phi, pb, w, basis, sv, ci, nj, out, n_edges, f, n, n_rbf);
+    if (f == TILE_F && n_rbf == TC_RBF)
+        tc_fwd<TILE_F>(phi, pb, w, basis, sv, ci, nj, out, n_edges, f, n, TC_RBF);
+    else if (f == TILE_F) tc_fwd<TILE_F>(phi, pb, w, basis, sv, ci, nj, out, n_edges, f, n, n_rbf);
     else tc_fwd<0>(phi, pb, w, basis, sv, ci, nj, out, n_edges, f, n, n_rbf);
 }
 
@@ -420,7 +426,10 @@ extern "C" __global__ void __launch_bounds__(TC_THREADS, 2) interaction_tile_sym
     const unsigned int* nj, float* out, size_t n_edges, size_t f, size_t n, size_t n_rbf,
     size_t accumulate) {
     const float* prev = accumulate ? gb_prev : nullptr;
-    if (f == TILE_F)
+    if (f == TILE_F && n_rbf == TC_RBF)
+        tc_sym_adj<TILE_F>(phi, pb, w, basis, sv, gm, gve, prev, ci, nj, out, n_edges, f, n,
+                           TC_RBF);
+    else if (f == TILE_F)
         tc_sym_adj<TILE_F>(phi, pb, w, basis, sv, gm, gve, prev, ci, nj, out, n_edges, f, n,
                            n_rbf);
     else tc_sym_adj<0>(phi, pb, w, basis, sv, gm, gve, prev, ci, nj, out, n_edges, f, n, n_rbf);
