@@ -249,43 +249,44 @@ struct TcTile {
 };
 
 // The sending atoms' context (φ_j + bias) and vector features of staged edges [g, g + TILE_G),
-// this thread's feature: phi_c = φ + c, vec_c = the state's first vector row + c, nf = N F.
+// this thread's feature: phi [N, 3F], v[q] the state's vector rows q ([N, F] each). Offsets are
+// 32-bit element counts from the arrays' starts (an address is then two instructions from a
+// uniform base, not four from a 64-bit offset; 4NF < 2^32), the context's three parts one
+// offset with constant steps.
 template <int FC>
 struct TcSenders {
     float ctx[3][TILE_G], vec[3][TILE_G];
-    __device__ __forceinline__ void load(const TcTile<FC>& t, const float* __restrict__ phi_c,
-                                         const float* __restrict__ vec_c, unsigned nf,
-                                         unsigned g) {
+    __device__ __forceinline__ void load(const TcTile<FC>& t, const float* __restrict__ phi,
+                                         const float* const (&v)[3], unsigned g) {
         const unsigned fk = t.features();
 #pragma unroll
         for (int k = 0; k < TILE_G; ++k) {
-            const unsigned j = t.sj[g + k];
-            const float* p = phi_c + j * 3 * fk;
-            const float* v = vec_c + j * fk;
+            const unsigned j = t.sj[g + k], o = j * fk + t.c;
+            const float* p = phi + (3 * j * fk + t.c);
 #pragma unroll
             for (int q = 0; q < 3; ++q) {
                 ctx[q][k] = __ldg(p + q * fk) + t.bias[q];
-                vec[q][k] = __ldg(v + q * nf);
+                vec[q][k] = __ldg(v[q] + o);
             }
         }
     }
 };
 
 // The far atoms' output gradients of staged edges [g, g + TILE_G), this thread's feature:
-// gs_c = dL/ds + c ([N, F]), gv_c = dL/dv + c ([3N, F], mixing term added), nf = N F.
+// gs = dL/ds [N, F], gv[a] = dL/dv's rows a ([N, F] each, mixing term added); offsets as in
+// TcSenders.
 template <int FC>
 struct TcOthers {
     float gs[TILE_G], g[3][TILE_G];
-    __device__ __forceinline__ void load(const TcTile<FC>& t, const float* __restrict__ gs_c,
-                                         const float* __restrict__ gv_c, unsigned nf,
-                                         unsigned g0) {
+    __device__ __forceinline__ void load(const TcTile<FC>& t, const float* __restrict__ gs_in,
+                                         const float* const (&gv)[3], unsigned g0) {
         const unsigned fk = t.features();
 #pragma unroll
         for (int k = 0; k < TILE_G; ++k) {
-            const unsigned i = t.sj[g0 + k];
-            gs[k] = __ldg(gs_c + i * fk);
+            const unsigned o = t.sj[g0 + k] * fk + t.c;
+            gs[k] = __ldg(gs_in + o);
 #pragma unroll
-            for (int a = 0; a < 3; ++a) g[a][k] = __ldg(gv_c + i * fk + a * nf);
+            for (int a = 0; a < 3; ++a) g[a][k] = __ldg(gv[a] + o);
         }
     }
 };
@@ -301,7 +302,7 @@ __device__ void tc_fwd(const float* __restrict__ phi, const float* __restrict__ 
     TcTile<FC> t(wt, pb, n_rbf + 1, n_rbf + 4, f);  // the model's weights, staged
     wait_for_previous_kernel();
     const unsigned nf = n * t.features(), first = 16 * t.half;
-    const float *phi_c = phi + t.c, *vec_c = sv + nf + t.c;
+    const float* const vec[3] = {sv + nf, sv + 2 * (size_t)nf, sv + 3 * (size_t)nf};
     Run<float> run;
     auto unit = [&](size_t m, int a) { return t.unit(m, a); };
     const size_t step = gridDim.x * (size_t)TC_E;
@@ -319,7 +320,7 @@ __device__ void tc_fwd(const float* __restrict__ phi, const float* __restrict__ 
         if (!t.active) continue;
         for (unsigned g = first; g < first + 16 && g < cnt; g += TILE_G) {
             TcSenders<FC> from;
-            from.load(t, phi_c, vec_c, nf, g);
+            from.load(t, phi, vec, g);
             auto filter = [&](int k, int p) { return *t.slot(g + k, p); };
             add_messages(from, t.si, g, cnt, filter, unit, out, n, f, t.c, run);
         }
@@ -343,7 +344,7 @@ __device__ void tc_sym_adj(const float* __restrict__ phi, const float* __restric
     wait_for_previous_kernel();
     const unsigned fk = t.features(), nf = n * fk, first = 16 * t.half;
     float *gphi = out + 3 * (size_t)nf, *gb = out + 6 * (size_t)nf;
-    const float *gs_c = gm + t.c, *gv_c = gve + t.c;
+    const float* const gv[3] = {gve, gve + nf, gve + 2 * (size_t)nf};
     // The run's atom j: its context and vectors, and its gradients' sums.
     unsigned cur = NO_ATOM;
     float ctx[3] = {0, 0, 0}, vec[3] = {0, 0, 0}, sum_phi[3] = {0, 0, 0}, sum_v[3] = {0, 0, 0};
@@ -361,7 +362,7 @@ __device__ void tc_sym_adj(const float* __restrict__ phi, const float* __restric
         __syncwarp();
         for (unsigned g = first; g < first + 16 && g < cnt; g += TILE_G) {
             TcOthers<FC> far;
-            if (t.active) far.load(t, gs_c, gv_c, nf, g);
+            if (t.active) far.load(t, gm, gv, g);
             float gu[3][TILE_G] = {};  // the unit-vector gradients' terms of this feature
 #pragma unroll
             for (int k = 0; k < TILE_G; ++k) {
