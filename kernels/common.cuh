@@ -56,14 +56,15 @@ __device__ __forceinline__ T silu_grad(T z) {
     return sg * (T(1) + z * (T(1) - sg));
 }
 
-// One step of a warp reduce-scatter of 2 * BIT values: lanes with BIT set keep the upper half.
-template <int BIT, typename T>
+// One step of a warp reduce-scatter of 2 * BIT values with the lanes MASK apart: lanes with
+// MASK set keep the upper half.
+template <int BIT, int MASK = BIT, typename T>
 __device__ __forceinline__ void reduce_scatter_step(T* v, size_t lane) {
-    const bool upper = lane & BIT;
+    const bool upper = lane & MASK;
 #pragma unroll
     for (int r = 0; r < BIT; ++r) {
         const T lo = v[r], hi = v[r + BIT];
-        v[r] = (upper ? hi : lo) + __shfl_xor_sync(0xffffffffu, upper ? lo : hi, BIT);
+        v[r] = (upper ? hi : lo) + __shfl_xor_sync(0xffffffffu, upper ? lo : hi, MASK);
     }
 }
 

@@ -28,6 +28,15 @@
 // instructions).
 #define TC_RBF 20
 
+// *p from shared memory as its own 32-bit load.
+__device__ __forceinline__ float load_shared_volatile(const float* p) {
+    float v;
+    asm volatile("ld.volatile.shared.f32 %0, [%1];"
+                 : "=f"(v)
+                 : "r"(static_cast<unsigned>(__cvta_generic_to_shared(p))));
+    return v;
+}
+
 // Row stride of the staged basis (one row per edge) and of the staged weights (one row per
 // filter column): the basis width and the mma's k rows at least, rounded to an odd multiple of
 // 8 so that a half warp's 64-bit fragment loads hit every bank once. As in
@@ -44,7 +53,16 @@ struct TcStage {
     unsigned i, j;
 };
 
-template <int FC>
+// The feature of staged weight column x of a chunk for the fragment kernels
+// (kernels/interaction_frag.cuh): within each 32, n-tile q's column x is feature
+// 8 (x / 2) + 2 q + x % 2, so that lane (g, t)'s C fragments of a part's four n-tiles are
+// features 8 t + [0, 8).
+__device__ __forceinline__ unsigned frag_feature(unsigned x) {
+    return x / 32 * 32 + 8 * (x % 8 / 2) + 2 * (x % 32 / 8) + x % 2;
+}
+
+// FRAG: weight columns staged in frag_feature's order (else in feature order).
+template <int FC, bool FRAG = false>
 struct TcTile {
     float* sw;     // [3 TILE_F][stride]: weight column (s, d, v part, feature) by basis row
     float* sb;     // [TC_E][stride]: edge by basis column, zero past the basis width
@@ -82,7 +100,8 @@ struct TcTile {
         for (int p = 0; p < 3; ++p) bias[p] = active ? pb[p * fk + c] : 0.f;
         const unsigned cols = 3 * TILE_F;
         for (unsigned k = threadIdx.x; k < stride * cols; k += TC_THREADS) {
-            const unsigned r = k / cols, col = k % cols, cc = c0 + col % TILE_F;
+            const unsigned r = k / cols, col = k % cols;
+            const unsigned cc = c0 + (FRAG ? frag_feature(col % TILE_F) : col % TILE_F);
             sw[col * stride + r] = r < nb && cc < fk ? wt[r * 3 * fk + col / TILE_F * fk + cc] : 0.f;
         }
 #pragma unroll
@@ -117,40 +136,75 @@ struct TcTile {
             sj[threadIdx.x] = st.j;
         }
     }
-    // This warp's filters (its 16 edges, its 32 features, three parts) into sf. The mma's k
-    // slots t and t + 4 of lane (g, t) take basis rows 8 s + 2 t and 8 s + 2 t + 1, so that
-    // each fragment pair is one 64-bit load.
-    __device__ void form_filters() const {
+    // Walks the block's tiles of edges (grid-stride over blockIdx.x): stages each between two
+    // block barriers (the first: the previous tile is done with the staged edges, and its sums
+    // are stored), loads the next one's basis and indices into registers, then calls
+    // tile(e0, cnt) for edges [e0, e0 + cnt).
+    template <typename Tile>
+    __device__ __forceinline__ void walk(const float* basis, const unsigned* ci,
+                                         const unsigned* nj, size_t n_edges, Tile tile) const {
+        const size_t step = gridDim.x * (size_t)TC_E;
+        size_t e0 = blockIdx.x * (size_t)TC_E;
+        TcStage st;
+        if (e0 < n_edges) load_edges(st, basis, ci, nj, e0, n_edges);
+        for (; e0 < n_edges; e0 += step) {
+            const unsigned cnt = min((size_t)TC_E, n_edges - e0);
+            __syncthreads();
+            store_edges(st);
+            __syncthreads();
+            if (e0 + step < n_edges) load_edges(st, basis, ci, nj, e0 + step, n_edges);
+            tile(e0, cnt);
+        }
+    }
+    // This warp's basis rows (its 16 edges) as split A fragments of the filters' product. The
+    // mma's k slots t and t + 4 of lane (g, t) take basis rows 8 s + 2 t and 8 s + 2 t + 1.
+    // Loaded one value at a time in the operand's register order (volatile, so that ptxas
+    // does not pair them into 64-bit loads): it takes the values themselves as the high parts
+    // (the tensor cores read their TF32 bits only), and values loaded in pairs would need four
+    // register moves into the operand quad of every mma.
+    __device__ __forceinline__ void basis_fragments(unsigned ah[TC_MAX_KSTEPS][4],
+                                                    unsigned al[TC_MAX_KSTEPS][4]) const {
         const unsigned g = lane / 4, t = lane % 4;
         const float* a0 = sb + (16 * half + g) * stride + 2 * t;
         const float* a1 = a0 + 8 * stride;
-        unsigned ah[TC_MAX_KSTEPS][4], al[TC_MAX_KSTEPS][4];
 #pragma unroll
         for (int s = 0; s < TC_MAX_KSTEPS; ++s) {
             if (s >= ksteps) break;
-            const float2 x = *reinterpret_cast<const float2*>(a0 + 8 * s);
-            const float2 y = *reinterpret_cast<const float2*>(a1 + 8 * s);
-            split_tf32(x.x, ah[s][0], al[s][0]);
-            split_tf32(y.x, ah[s][1], al[s][1]);
-            split_tf32(x.y, ah[s][2], al[s][2]);
-            split_tf32(y.y, ah[s][3], al[s][3]);
+            split_tf32(load_shared_volatile(a0 + 8 * s), ah[s][0], al[s][0]);
+            split_tf32(load_shared_volatile(a1 + 8 * s), ah[s][1], al[s][1]);
+            split_tf32(load_shared_volatile(a0 + 8 * s + 1), ah[s][2], al[s][2]);
+            split_tf32(load_shared_volatile(a1 + 8 * s + 1), ah[s][3], al[s][3]);
         }
+    }
+    // The warp's filters of staged weight columns [col, col + 8) into the C fragment d (lane
+    // (g, t): edges g and g + 8, columns 2 t and 2 t + 1).
+    __device__ __forceinline__ void filter_columns(const unsigned ah[TC_MAX_KSTEPS][4],
+                                                   const unsigned al[TC_MAX_KSTEPS][4],
+                                                   unsigned col, float d[4]) const {
+        const float* b = sw + (col + lane / 4) * stride + 2 * (lane % 4);
+        d[0] = d[1] = d[2] = d[3] = 0.f;
+#pragma unroll
+        for (int s = 0; s < TC_MAX_KSTEPS; ++s) {
+            if (s >= ksteps) break;
+            const float2 w = *reinterpret_cast<const float2*>(b + 8 * s);
+            unsigned bh[2], bl[2];
+            split_tf32(w.x, bh[0], bl[0]);
+            split_tf32(w.y, bh[1], bl[1]);
+            mma_tf32(d, al[s], bh);
+            mma_tf32(d, ah[s], bl);
+            mma_tf32(d, ah[s], bh);
+        }
+    }
+    // This warp's filters (its 16 edges, its 32 features, three parts) into sf.
+    __device__ void form_filters() const {
+        const unsigned g = lane / 4, t = lane % 4;
+        unsigned ah[TC_MAX_KSTEPS][4], al[TC_MAX_KSTEPS][4];
+        basis_fragments(ah, al);
 #pragma unroll 4
         for (int n = 0; n < 12; ++n) {  // 8 columns each: part n / 4, features 8 (n % 4) + ..
             const unsigned col = (n / 4) * TILE_F + 32 * quarter + 8 * (n % 4);
-            const float* b = sw + (col + g) * stride + 2 * t;
-            float d[4] = {0, 0, 0, 0};
-#pragma unroll
-            for (int s = 0; s < TC_MAX_KSTEPS; ++s) {
-                if (s >= ksteps) break;
-                const float2 w = *reinterpret_cast<const float2*>(b + 8 * s);
-                unsigned bh[2], bl[2];
-                split_tf32(w.x, bh[0], bl[0]);
-                split_tf32(w.y, bh[1], bl[1]);
-                mma_tf32(d, al[s], bh);
-                mma_tf32(d, ah[s], bl);
-                mma_tf32(d, ah[s], bh);
-            }
+            float d[4];
+            filter_columns(ah, al, col, d);
             float* o = sf + (16 * half + g) * TC_SF + col + 2 * t;
             *reinterpret_cast<float2*>(o) = make_float2(d[0], d[1]);
             *reinterpret_cast<float2*>(o + 8 * TC_SF) = make_float2(d[2], d[3]);
@@ -184,35 +238,34 @@ struct TcTile {
             if (lane < TILE_G) unit_sums()[(quarter * TC_E + g + lane) * 3 + a] = x;
         }
     }
-    // This warp's share of the tile's dL/d(basis): its 16 edges' dL/dw over its 96 columns
-    // (in sf) times the weights transposed, into partials()[quarter]. The mma's k slots t and
-    // t + 4 of lane (g, t) take columns 2 t and 2 t + 1 of each group of 8.
-    __device__ void basis_grads() const {
-        const unsigned g = lane / 4, t = lane % 4, kr = 8 * ksteps;
-        float d[TC_MAX_KSTEPS][4] = {};
-#pragma unroll 2
-        for (int kk = 0; kk < 12; ++kk) {
-            const unsigned col = (kk / 4) * TILE_F + 32 * quarter + 8 * (kk % 4) + 2 * t;
-            const float* a0 = sf + (16 * half + g) * TC_SF + col;
-            const float2 x = *reinterpret_cast<const float2*>(a0);
-            const float2 y = *reinterpret_cast<const float2*>(a0 + 8 * TC_SF);
-            unsigned ah[4], al[4];
-            split_tf32(x.x, ah[0], al[0]);
-            split_tf32(y.x, ah[1], al[1]);
-            split_tf32(x.y, ah[2], al[2]);
-            split_tf32(y.y, ah[3], al[3]);
+    // Adds one group of 8 staged weight columns [col, col + 8) to a warp's dL/d(basis) d (its
+    // 16 edges, the basis rows by n-tile): dw is the edges' dL/dw of those columns as a C
+    // fragment (lane (g, t): edges g and g + 8, columns 2 t and 2 t + 1), which serves as the
+    // A fragment of the product with the weights transposed when the mma's k slots t and
+    // t + 4 take columns 2 t and 2 t + 1.
+    __device__ __forceinline__ void add_basis_grads(const float dw[4], unsigned col,
+                                                    float d[TC_MAX_KSTEPS][4]) const {
+        const unsigned g = lane / 4, c2 = col + 2 * (lane % 4);
+        unsigned ah[4], al[4];
+        split_tf32(dw[0], ah[0], al[0]);
+        split_tf32(dw[2], ah[1], al[1]);
+        split_tf32(dw[1], ah[2], al[2]);
+        split_tf32(dw[3], ah[3], al[3]);
 #pragma unroll
-            for (int s = 0; s < TC_MAX_KSTEPS; ++s) {
-                if (s >= ksteps) break;
-                unsigned bh[2], bl[2];
-                split_tf32(sw[col * stride + 8 * s + g], bh[0], bl[0]);
-                split_tf32(sw[(col + 1) * stride + 8 * s + g], bh[1], bl[1]);
-                mma_tf32(d[s], al, bh);
-                mma_tf32(d[s], ah, bl);
-                mma_tf32(d[s], ah, bh);
-            }
+        for (int s = 0; s < TC_MAX_KSTEPS; ++s) {
+            if (s >= ksteps) break;
+            unsigned bh[2], bl[2];
+            split_tf32(sw[c2 * stride + 8 * s + g], bh[0], bl[0]);
+            split_tf32(sw[(c2 + 1) * stride + 8 * s + g], bh[1], bl[1]);
+            mma_tf32(d[s], al, bh);
+            mma_tf32(d[s], ah, bl);
+            mma_tf32(d[s], ah, bh);
         }
-        float* p = partials() + (quarter * TC_E + 16 * half + g) * kr + 2 * t;
+    }
+    // A warp's dL/d(basis) (add_basis_grads) into partials()[quarter].
+    __device__ __forceinline__ void store_partials(const float d[TC_MAX_KSTEPS][4]) const {
+        const unsigned kr = 8 * ksteps;
+        float* p = partials() + (quarter * TC_E + 16 * half + lane / 4) * kr + 2 * (lane % 4);
 #pragma unroll
         for (int s = 0; s < TC_MAX_KSTEPS; ++s) {
             if (s >= ksteps) break;
@@ -221,6 +274,22 @@ struct TcTile {
             p[8 * kr + 8 * s] = d[s][2];
             p[8 * kr + 8 * s + 1] = d[s][3];
         }
+    }
+    // This warp's share of the tile's dL/d(basis): its 16 edges' dL/dw over its 96 columns
+    // (in sf) times the weights transposed, into partials()[quarter].
+    __device__ void basis_grads() const {
+        const unsigned g = lane / 4, t = lane % 4;
+        float d[TC_MAX_KSTEPS][4] = {};
+#pragma unroll 2
+        for (int kk = 0; kk < 12; ++kk) {
+            const unsigned col = (kk / 4) * TILE_F + 32 * quarter + 8 * (kk % 4);
+            const float* a0 = sf + (16 * half + g) * TC_SF + col + 2 * t;
+            const float* a1 = a0 + 8 * TC_SF;
+            const float dw[4] = {load_shared_volatile(a0), load_shared_volatile(a0 + 1),
+                                 load_shared_volatile(a1), load_shared_volatile(a1 + 1)};
+            add_basis_grads(dw, col, d);
+        }
+        store_partials(d);
     }
     // The tile's dL/d(basis) rows into gb (stored where this block holds every feature, added
     // where the features are split over blocks): the quarters' sums, then the unit-vector sums,
@@ -305,26 +374,17 @@ __device__ void tc_fwd(const float* __restrict__ phi, const float* __restrict__ 
     const float* const vec[3] = {sv + nf, sv + 2 * (size_t)nf, sv + 3 * (size_t)nf};
     Run<float> run;
     auto unit = [&](size_t m, int a) { return t.unit(m, a); };
-    const size_t step = gridDim.x * (size_t)TC_E;
-    size_t e0 = blockIdx.x * (size_t)TC_E;
-    TcStage st;
-    if (e0 < n_edges) t.load_edges(st, basis, ci, nj, e0, n_edges);
-    for (; e0 < n_edges; e0 += step) {
-        const unsigned cnt = min((size_t)TC_E, n_edges - e0);
-        __syncthreads();  // the previous tile is done with the staged edges
-        t.store_edges(st);
-        __syncthreads();
-        if (e0 + step < n_edges) t.load_edges(st, basis, ci, nj, e0 + step, n_edges);
+    t.walk(basis, ci, nj, n_edges, [&](size_t, unsigned cnt) {
         t.form_filters();
         __syncwarp();
-        if (!t.active) continue;
+        if (!t.active) return;
         for (unsigned g = first; g < first + 16 && g < cnt; g += TILE_G) {
             TcSenders<FC> from;
             from.load(t, phi, vec, g);
             auto filter = [&](int k, int p) { return *t.slot(g + k, p); };
             add_messages(from, t.si, g, cnt, filter, unit, out, n, f, t.c, run);
         }
-    }
+    });
     if (t.active) run.flush(out, n, f, t.c);
 }
 
@@ -348,16 +408,7 @@ __device__ void tc_sym_adj(const float* __restrict__ phi, const float* __restric
     // The run's atom j: its context and vectors, and its gradients' sums.
     unsigned cur = NO_ATOM;
     float ctx[3] = {0, 0, 0}, vec[3] = {0, 0, 0}, sum_phi[3] = {0, 0, 0}, sum_v[3] = {0, 0, 0};
-    const size_t step = gridDim.x * (size_t)TC_E;
-    size_t e0 = blockIdx.x * (size_t)TC_E;
-    TcStage st;
-    if (e0 < n_edges) t.load_edges(st, basis, ci, nj, e0, n_edges);
-    for (; e0 < n_edges; e0 += step) {
-        const unsigned cnt = min((size_t)TC_E, n_edges - e0);
-        __syncthreads();  // the previous tile's sums are stored
-        t.store_edges(st);
-        __syncthreads();
-        if (e0 + step < n_edges) t.load_edges(st, basis, ci, nj, e0 + step, n_edges);
+    t.walk(basis, ci, nj, n_edges, [&](size_t e0, unsigned cnt) {
         t.form_filters();
         __syncwarp();
         for (unsigned g = first; g < first + 16 && g < cnt; g += TILE_G) {
@@ -406,7 +457,7 @@ __device__ void tc_sym_adj(const float* __restrict__ phi, const float* __restric
         t.basis_grads();
         __syncthreads();
         t.store_basis_grads(gb, gb_prev, e0, cnt);
-    }
+    });
     if (t.active) flush_own(gphi, out, n, f, cur, t.c, sum_phi, sum_v);
 }
 

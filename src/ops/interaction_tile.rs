@@ -30,7 +30,6 @@ pub const TILE_TC_FROM_EDGES: usize = 4096;
 /// Threads per block and features per block of the tiled kernels (TILE_F), edges per staged
 /// tile (TILE_E) and the transposed basis' row stride (TILE_SB), as in
 /// kernels/interaction_tile.cu.
-#[cfg(feature = "cuda")]
 const TILE_F: usize = 128;
 #[cfg(feature = "cuda")]
 const TILE_E: usize = 64;
@@ -154,6 +153,11 @@ enum FilterArithmetic {
     /// receiver (lists sorted by receiver, as neighbour lists are), in steps of 8 edges.
     /// Slower than the tiles on an H100, so opt-in (`receiver_sums_on`).
     ReceiverSums,
+    /// Forward only, f32, F = [`TILE_F`]: the tensor-core tiles with each warp's filters kept
+    /// in the mma's output fragments, not in shared memory, its gathers 16 bytes wide and its
+    /// messages summed per receiving atom by warp shuffles (`frag_fwd`,
+    /// kernels/interaction_frag.cuh). `MLFF_INTERACTION_FRAGMENTS=0` turns it off.
+    Fragments,
 }
 
 /// Largest basis (R + 1 rows with the cutoff) the receiver-sums forward takes (three k tiles
@@ -169,6 +173,13 @@ pub(super) fn receiver_sums_on() -> bool {
     *ON.get_or_init(|| crate::device::env_usize("MLFF_INTERACTION_SUMS", 0) != 0)
 }
 
+/// Whether the tensor-core forward keeps its filters in fragments where it can
+/// ([`FilterArithmetic::Fragments`]; `MLFF_INTERACTION_FRAGMENTS=0` turns it off).
+fn fragments_on() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| crate::device::env_usize("MLFF_INTERACTION_FRAGMENTS", 1) != 0)
+}
+
 /// Whether the tiled kernels form their filters on tensor cores for `dtype` (f32, unless
 /// `MLFF_INTERACTION_TILE_TC=0`; systems whose 4NF or E(R + 4) reach 2^32 excepted).
 pub fn tiles_on_tensor_cores(dtype: DType) -> bool {
@@ -178,6 +189,13 @@ pub fn tiles_on_tensor_cores(dtype: DType) -> bool {
 }
 
 impl FilterArithmetic {
+    /// [`Self::Fragments`] where the tensor-core tiles run at F = [`TILE_F`], unless off.
+    fn in_fragments(self, z: &Sizes) -> Self {
+        match self {
+            Self::TensorCores if z.hidden == TILE_F && fragments_on() => Self::Fragments,
+            other => other,
+        }
+    }
     fn of(z: &Sizes, dtype: DType) -> Self {
         let fits = |count: usize| count < 1 << 32;
         let offsets_fit = fits(4 * z.n_atoms * z.hidden) && fits(z.n_edges * (z.n_rbf + 4));
@@ -204,7 +222,7 @@ impl TileForward {
             FilterArithmetic::TensorCores if sums && z.n_rbf < SUMS_MAX_BASIS_ROWS => {
                 FilterArithmetic::ReceiverSums
             }
-            other => other,
+            other => other.in_fragments(&z),
         };
         let tc_blocks = tensor_core_max_blocks(state.device());
         Self {
@@ -268,6 +286,7 @@ impl Kernel for TileForward {
             FilterArithmetic::CudaCores => "interaction_tile_cc_fwd",
             FilterArithmetic::TensorCores => Self::NAME,
             FilterArithmetic::ReceiverSums => "interaction_sums_fwd",
+            FilterArithmetic::Fragments => "interaction_frag_fwd",
         }
     }
     fn work(&self) -> usize {
@@ -286,7 +305,9 @@ impl Kernel for TileForward {
     ) -> candle_core::cuda_backend::cudarc::driver::LaunchConfig {
         match self.filters {
             FilterArithmetic::CudaCores => tile_config(&self.z, elem_bytes, false),
-            FilterArithmetic::TensorCores => tensor_core_config(&self.z, self.tc_blocks),
+            FilterArithmetic::TensorCores | FilterArithmetic::Fragments => {
+                tensor_core_config(&self.z, self.tc_blocks)
+            }
             FilterArithmetic::ReceiverSums => receiver_sums_config(&self.z),
         }
     }
