@@ -177,11 +177,15 @@ struct TcTile {
         }
     }
     // The warp's filters of staged weight columns [col, col + 8) into the C fragment d (lane
-    // (g, t): edges g and g + 8, columns 2 t and 2 t + 1).
+    // (g, t): edges g and g + 8, columns 2 t and 2 t + 1). CROSS_APART: the cross products
+    // accumulate apart from hi x hi, two chains of dependent mma instead of one (the
+    // symmetric adjoint 1.5% faster on an H100, the fragment forward 2% slower).
+    template <bool CROSS_APART = false>
     __device__ __forceinline__ void filter_columns(const unsigned ah[TC_MAX_KSTEPS][4],
                                                    const unsigned al[TC_MAX_KSTEPS][4],
                                                    unsigned col, float d[4]) const {
         const float* b = sw + (col + lane / 4) * stride + 2 * (lane % 4);
+        float e[4] = {0.f, 0.f, 0.f, 0.f};
         d[0] = d[1] = d[2] = d[3] = 0.f;
 #pragma unroll
         for (int s = 0; s < TC_MAX_KSTEPS; ++s) {
@@ -190,9 +194,19 @@ struct TcTile {
             unsigned bh[2], bl[2];
             split_tf32(w.x, bh[0], bl[0]);
             split_tf32(w.y, bh[1], bl[1]);
-            mma_tf32(d, al[s], bh);
-            mma_tf32(d, ah[s], bl);
-            mma_tf32(d, ah[s], bh);
+            if (CROSS_APART) {
+                mma_tf32(e, al[s], bh);
+                mma_tf32(d, ah[s], bh);
+                mma_tf32(e, ah[s], bl);
+            } else {
+                mma_tf32(d, al[s], bh);
+                mma_tf32(d, ah[s], bl);
+                mma_tf32(d, ah[s], bh);
+            }
+        }
+        if (CROSS_APART) {
+#pragma unroll
+            for (int k = 0; k < 4; ++k) d[k] += e[k];
         }
     }
     // This warp's filters (its 16 edges, its 32 features, three parts) into sf.
@@ -204,7 +218,7 @@ struct TcTile {
         for (int n = 0; n < 12; ++n) {  // 8 columns each: part n / 4, features 8 (n % 4) + ..
             const unsigned col = (n / 4) * TILE_F + 32 * quarter + 8 * (n % 4);
             float d[4];
-            filter_columns(ah, al, col, d);
+            filter_columns<true>(ah, al, col, d);
             float* o = sf + (16 * half + g) * TC_SF + col + 2 * t;
             *reinterpret_cast<float2*>(o) = make_float2(d[0], d[1]);
             *reinterpret_cast<float2*>(o + 8 * TC_SF) = make_float2(d[2], d[3]);
