@@ -189,13 +189,6 @@ pub fn tiles_on_tensor_cores(dtype: DType) -> bool {
 }
 
 impl FilterArithmetic {
-    /// [`Self::Fragments`] where the tensor-core tiles run at F = [`TILE_F`], unless off.
-    fn in_fragments(self, z: &Sizes) -> Self {
-        match self {
-            Self::TensorCores if z.hidden == TILE_F && fragments_on() => Self::Fragments,
-            other => other,
-        }
-    }
     fn of(z: &Sizes, dtype: DType) -> Self {
         let fits = |count: usize| count < 1 << 32;
         let offsets_fit = fits(4 * z.n_atoms * z.hidden) && fits(z.n_edges * (z.n_rbf + 4));
@@ -222,7 +215,10 @@ impl TileForward {
             FilterArithmetic::TensorCores if sums && z.n_rbf < SUMS_MAX_BASIS_ROWS => {
                 FilterArithmetic::ReceiverSums
             }
-            other => other.in_fragments(&z),
+            FilterArithmetic::TensorCores if z.hidden == TILE_F && fragments_on() => {
+                FilterArithmetic::Fragments
+            }
+            other => other,
         };
         let tc_blocks = tensor_core_max_blocks(state.device());
         Self {
