@@ -59,20 +59,34 @@ __device__ Staged staged(float* base, int width) {
     return Staged{base, width, BM / 2};
 }
 
-// Rows [r0, r0 + BM) of x [n, width] into `s` (zero past n). Synchronises after.
+// Rows [r0, r0 + BM) of x [n, width] into `s` (zero past n). Synchronises after. A thread
+// issues the loads of up to AHEAD items before it splits and stores any of them: a kernel's
+// rows are its previous kernel's output, so each round trip is a wait of its own (six in a row
+// at width 384 when the compiler took the items two at a time).
 template <int BM>
 __device__ void stage_rows(const float* __restrict__ x, int n, int width, int r0, const Staged& s) {
-    const int pairs = width / 2;
-    for (int item = threadIdx.x; item < BM / 2 * pairs; item += THREADS) {
-        const int row = item / pairs, c = item - row * pairs;  // row: G * 8 + g
-        const int G = row / 8, g = row % 8, top = r0 + 16 * G + g, bottom = top + 8;
-        const float2 zero = make_float2(0.f, 0.f);
-        const float2 a =
-            top < n ? *reinterpret_cast<const float2*>(x + (size_t)top * width + 2 * c) : zero;
-        const float2 b = bottom < n
-                             ? *reinterpret_cast<const float2*>(x + (size_t)bottom * width + 2 * c)
-                             : zero;
-        s.put(G, g, c, make_float4(a.x, b.x, a.y, b.y));
+    constexpr int AHEAD = 8;
+    const int pairs = width / 2, items = BM / 2 * pairs;
+    for (int first = threadIdx.x; first < items; first += AHEAD * THREADS) {
+        float2 top[AHEAD], bottom[AHEAD];
+#pragma unroll
+        for (int u = 0; u < AHEAD; ++u) {
+            const int item = first + u * THREADS;
+            const int row = item / pairs, c = item - row * pairs;  // row: G * 8 + g
+            const int r = r0 + 16 * (row / 8) + row % 8;
+            const float* at = x + (size_t)r * width + 2 * c;
+            const bool in = item < items;
+            top[u] = in && r < n ? *reinterpret_cast<const float2*>(at) : make_float2(0.f, 0.f);
+            bottom[u] = in && r + 8 < n ? *reinterpret_cast<const float2*>(at + 8 * (size_t)width)
+                                        : make_float2(0.f, 0.f);
+        }
+#pragma unroll
+        for (int u = 0; u < AHEAD; ++u) {
+            const int item = first + u * THREADS;
+            if (item >= items) break;
+            const int row = item / pairs, c = item - row * pairs;
+            s.put(row / 8, row % 8, c, make_float4(top[u].x, bottom[u].x, top[u].y, bottom[u].y));
+        }
     }
     __syncthreads();
 }
@@ -82,21 +96,38 @@ __device__ void stage_rows(const float* __restrict__ x, int n, int width, int r0
 // lo as they are used (reading split planes took twice the bytes: the dense layers 10% slower
 // at 64 aspirins). KC is K where known at compile time (the model's 128, 256, 384: every weight
 // offset then folds into the loads), else 0.
-// emit(r, j, c0, c1, c2, c3) takes outputs j, j + 1 of local rows r and r + 8 (an mma tile's
-// fragment). A warp walks its (chunk, 16-value step) pairs in one sequence and keeps the
-// weights of the next P steps in flight in registers, across chunk ends too (eight steps ahead
-// measured the same as four with 1.7x the code); the first P are requested when the stream is
-// made, so that a kernel can make it before staging its rows.
+// emit(r, j, v, operands) takes outputs j, j + 1 of local rows r and r + 8 (an mma tile's
+// fragment, v = (c0, c1, c2, c3)) with the operands emit.fetch(r, j) loaded at the chunk's first
+// step (what the epilogue reads from global memory: the wait for it then overlaps the chunk's
+// products instead of following them, one round trip per tile). A warp walks its (chunk,
+// 16-value step) pairs in one sequence and keeps the weights of the next P steps in flight in
+// registers, across chunk ends too (six or eight steps ahead measured the same as four,
+// benches/micro/dense_layers.cu); the first P are requested when the stream is made, so that a
+// kernel can make it before staging its rows.
 // mma m of step s pairs logical k (t, t + 4) with physical 16 s + 4t + 2m + (0, 1), the same
 // for a and w, so that every fragment is one float4 (a) or one half of one (w).
+#ifndef DENSE_TC_RING
+#define DENSE_TC_RING 8  // a lane's float4s of weights in flight (benches/micro/dense_layers.cu)
+#endif
+// The most steps ahead a ring of `most` can hold that divide a chunk's `steps` (0: any).
+__host__ __device__ constexpr int ring_steps(int most, int steps) {
+    int p = most;
+    while (steps > 0 && p > 1 && steps % p != 0) --p;
+    return p;
+}
+
 template <int BM, int KC>
 struct WeightStream {
-    static constexpr int WR = BM / 16, WC = 8 / WR, NT = CHUNK / 8 / WC, P = 8 / NT;
+    static constexpr int WR = BM / 16, WC = 8 / WR, NT = CHUNK / 8 / WC;
+    // Steps fetched ahead; where the reduction is known, a divisor of a chunk's steps (so that
+    // the ring's slots follow the unrolled steps).
+    static constexpr int P = ring_steps(DENSE_TC_RING / NT, KC / 16);
     // Sums per tile: one per mma of a step where registers allow (two chains of dependent mma
     // per tile instead of one).
     static constexpr int SUMS = NT <= 2 ? 2 : 1;
-    const float* next;  // this lane's row of tile 0 at the next step to fetch
-    int k, J, steps, total, next_step = 0;
+    const float* first;  // this lane's row of tile 0 at the first step
+    const float* next;   // the same at the next step to fetch
+    int k, J, steps, total, next_step = 0;  // steps: of a chunk
     float4 ring[P][NT];
 
     __device__ __forceinline__ WeightStream(const float* __restrict__ w, int K, int J_) : J(J_) {
@@ -104,17 +135,23 @@ struct WeightStream {
         k = KC ? KC : K;
         steps = k / 16;
         total = steps * ((J + CHUNK - 1) / CHUNK);
-        next = w + (size_t)(8 * (warp % WC) * NT + g) * k + 4 * t;
+        first = w + (size_t)(8 * (warp % WC) * NT + g) * k + 4 * t;
+        next = first;
 #pragma unroll
         for (int p = 0; p < P; ++p)
             if (p < total) load(ring[p]);
     }
 
+    // The weights of the step whose tile-0 row starts at `at`.
+    __device__ __forceinline__ void fetch(float4 (&slot)[NT], const float* at) const {
+#pragma unroll
+        for (int n = 0; n < NT; ++n) slot[n] = ld4_global(at + n * 8 * k);
+    }
+
     // The next step's weights, then advanced 16 values, or to the next chunk's rows after the
     // last step.
     __device__ __forceinline__ void load(float4 (&slot)[NT]) {
-#pragma unroll
-        for (int n = 0; n < NT; ++n) slot[n] = ld4_global(next + n * 8 * k);
+        fetch(slot, next);
         if (++next_step == steps) {
             next_step = 0;
             next += (size_t)CHUNK * k - 16 * (steps - 1);
@@ -123,68 +160,126 @@ struct WeightStream {
         }
     }
 
+    // Where this lane's warp works: its row group and tiles.
+    struct Place {
+        int g, t, wr, wc;
+        __device__ Place() {
+            const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+            g = lane >> 2, t = lane & 3, wr = warp / WC, wc = warp % WC;
+        }
+    };
+
+    // Step s of a chunk: the products of the staged rows' 16 values with the weights in `slot`.
+    __device__ __forceinline__ void step(float (&acc)[SUMS][NT][4], const float* a_hi,
+                                         const float* a_lo, int s, const float4 (&slot)[NT]) const {
+#pragma unroll
+        for (int m = 0; m < 2; ++m) {
+            const uint4 ah4 = *reinterpret_cast<const uint4*>(a_hi + 32 * s + 4 * m);
+            const uint4 al4 = *reinterpret_cast<const uint4*>(a_lo + 32 * s + 4 * m);
+            const unsigned ah[4] = {ah4.x, ah4.y, ah4.z, ah4.w};
+            const unsigned al[4] = {al4.x, al4.y, al4.z, al4.w};
+#pragma unroll
+            for (int n = 0; n < NT; ++n) {
+                const float4& w4 = slot[n];
+                unsigned bh[2], bl[2];
+                split_tf32(m ? w4.z : w4.x, bh[0], bl[0]);
+                split_tf32(m ? w4.w : w4.y, bh[1], bl[1]);
+                float(&sum)[4] = acc[m % SUMS][n];
+                mma_tf32(sum, al, bh);
+                mma_tf32(sum, ah, bl);
+                mma_tf32(sum, ah, bh);
+            }
+        }
+    }
+
+    // A chunk's start: its sums zeroed, its epilogue's operands requested.
+    template <class Emit>
+    __device__ __forceinline__ void open_chunk(float (&acc)[SUMS][NT][4],
+                                               typename Emit::Operands (&operands)[NT],
+                                               const Emit& emit, const Place& at, int c) const {
+#pragma unroll
+        for (int n = 0; n < NT; ++n) {
+            const int col = c * CHUNK + 8 * (at.wc * NT + n);
+            if (col < J) operands[n] = emit.fetch(16 * at.wr + at.g, col + 2 * at.t);
+        }
+#pragma unroll
+        for (int u = 0; u < SUMS; ++u)
+#pragma unroll
+            for (int n = 0; n < NT; ++n)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) acc[u][n][i] = 0.f;
+    }
+
+    // A chunk's end: its sums emitted.
+    template <class Emit>
+    __device__ __forceinline__ void close_chunk(const float (&acc)[SUMS][NT][4],
+                                                const typename Emit::Operands (&operands)[NT],
+                                                const Emit& emit, const Place& at, int c) const {
+#pragma unroll
+        for (int n = 0; n < NT; ++n) {
+            float v[4];
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+                v[i] = SUMS == 2 ? acc[0][n][i] + acc[SUMS - 1][n][i] : acc[0][n][i];
+            const int col = c * CHUNK + 8 * (at.wc * NT + n);
+            if (col < J) emit(16 * at.wr + at.g, col + 2 * at.t, v, operands[n]);
+        }
+    }
+
     template <class Emit>
     __device__ __forceinline__ void run(const Staged& a, Emit emit) {
-        const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-        const int wr = warp / WC, wc = warp % WC;
-        const float* a_hi = a.hi + a.at(wr, g, 2 * t);
+        const Place at;
+        const float* a_hi = a.hi + a.at(at.wr, at.g, 2 * at.t);
         const float* a_lo = a_hi + a.plane();
         float acc[SUMS][NT][4];
+        typename Emit::Operands operands[NT];
+        if constexpr (KC > 0) {
+            // The reduction known: every step of a chunk unrolled, its weights at fixed offsets
+            // from the chunk's (the generic loop below spent ~60% of its instructions on
+            // counters, branches and pointer steps).
+            constexpr int STEPS = KC / 16;
+            static_assert(STEPS % P == 0, "a chunk's steps fill the ring a whole number of times");
+            const int chunks = (J + CHUNK - 1) / CHUNK;
+            const float* chunk_w = first;  // the constructor fetched its steps 0..P-1
+            for (int c = 0; c < chunks; ++c, chunk_w += (size_t)CHUNK * KC) {
+                open_chunk(acc, operands, emit, at, c);
+#pragma unroll
+                for (int s = 0; s < STEPS; ++s) {
+                    step(acc, a_hi, a_lo, s, ring[s % P]);
+                    if (s + P < STEPS) fetch(ring[s % P], chunk_w + 16 * (s + P));
+                    else if (c + 1 < chunks)
+                        fetch(ring[s % P], chunk_w + (size_t)CHUNK * KC + 16 * (s + P - STEPS));
+                }
+                close_chunk(acc, operands, emit, at, c);
+            }
+            return;
+        }
         int c = 0, s = 0;  // the step being computed
         for (int q0 = 0; q0 < total; q0 += P) {
 #pragma unroll
             for (int p = 0; p < P; ++p) {
                 if (q0 + p >= total) break;
-                if (s == 0) {
-#pragma unroll
-                    for (int u = 0; u < SUMS; ++u)
-#pragma unroll
-                        for (int n = 0; n < NT; ++n)
-#pragma unroll
-                            for (int i = 0; i < 4; ++i) acc[u][n][i] = 0.f;
-                }
-#pragma unroll
-                for (int m = 0; m < 2; ++m) {
-                    const uint4 ah4 = *reinterpret_cast<const uint4*>(a_hi + 32 * s + 4 * m);
-                    const uint4 al4 = *reinterpret_cast<const uint4*>(a_lo + 32 * s + 4 * m);
-                    const unsigned ah[4] = {ah4.x, ah4.y, ah4.z, ah4.w};
-                    const unsigned al[4] = {al4.x, al4.y, al4.z, al4.w};
-#pragma unroll
-                    for (int n = 0; n < NT; ++n) {
-                        const float4& w4 = ring[p][n];
-                        unsigned bh[2], bl[2];
-                        split_tf32(m ? w4.z : w4.x, bh[0], bl[0]);
-                        split_tf32(m ? w4.w : w4.y, bh[1], bl[1]);
-                        float(&sum)[4] = acc[m % SUMS][n];
-                        mma_tf32(sum, al, bh);
-                        mma_tf32(sum, ah, bl);
-                        mma_tf32(sum, ah, bh);
-                    }
-                }
+                if (s == 0) open_chunk(acc, operands, emit, at, c);
+                step(acc, a_hi, a_lo, s, ring[p]);
                 if (q0 + p + P < total) load(ring[p]);
-                if (s == steps - 1) {
-#pragma unroll
-                    for (int n = 0; n < NT; ++n) {
-                        const int col = c * CHUNK + 8 * (wc * NT + n);
-                        float v[4];
-#pragma unroll
-                        for (int i = 0; i < 4; ++i)
-                            v[i] = SUMS == 2 ? acc[0][n][i] + acc[SUMS - 1][n][i] : acc[0][n][i];
-                        if (col < J) emit(16 * wr + g, col + 2 * t, v);
-                    }
-                }
+                if (s == steps - 1) close_chunk(acc, operands, emit, at, c);
                 if (++s == steps) s = 0, ++c;
             }
         }
     }
 };
 
+// Nothing to fetch for an epilogue.
+struct NoOperands {};
+
 // Stores a fragment ((c0, c1): row r, columns j, j + 1; (c2, c3): row r + 8) into y [n, width]
 // from row r0.
 struct Store {
     float* y;
     int n, width, r0;
-    __device__ void operator()(int r, int j, const float (&v)[4]) const {
+    using Operands = NoOperands;
+    __device__ Operands fetch(int, int) const { return {}; }
+    __device__ void operator()(int r, int j, const float (&v)[4], Operands = {}) const {
         if (r0 + r < n)
             *reinterpret_cast<float2*>(y + (size_t)(r0 + r) * width + j) = make_float2(v[0], v[1]);
         if (r0 + r + 8 < n)
@@ -193,17 +288,28 @@ struct Store {
     }
 };
 
+// A pair of values of rows r and r + 8 and one pair shared by both (a bias).
+struct RowPairs {
+    float2 top, bottom, shared;
+};
+
+// (x[r, j], x[r, j + 1]) of [n, width] from row r0, zero past n.
+__device__ __forceinline__ float2 pair_at(const float* x, int n, int width, int r0, int r, int j) {
+    if (r0 + r >= n) return make_float2(0.f, 0.f);
+    return *reinterpret_cast<const float2*>(x + (size_t)(r0 + r) * width + j);
+}
+
 // Store with `add` [n, width] added: y = x Wᵀ + add.
 struct StoreAdding {
     Store y;
     const float* add;
-    __device__ float2 add_at(int r, int j) const {
-        if (y.r0 + r >= y.n) return make_float2(0.f, 0.f);
-        return *reinterpret_cast<const float2*>(add + (size_t)(y.r0 + r) * y.width + j);
+    using Operands = RowPairs;
+    __device__ Operands fetch(int r, int j) const {
+        return {pair_at(add, y.n, y.width, y.r0, r, j), pair_at(add, y.n, y.width, y.r0, r + 8, j),
+                {}};
     }
-    __device__ void operator()(int r, int j, const float (&v)[4]) const {
-        const float2 a = add_at(r, j), b = add_at(r + 8, j);
-        y(r, j, {v[0] + a.x, v[1] + a.y, v[2] + b.x, v[3] + b.y});
+    __device__ void operator()(int r, int j, const float (&v)[4], const Operands& a) const {
+        y(r, j, {v[0] + a.top.x, v[1] + a.top.y, v[2] + a.bottom.x, v[3] + a.bottom.y});
     }
 };
 
@@ -213,9 +319,11 @@ struct HiddenFwd {
     Store pre;
     const float* b;
     Staged hidden;
-    __device__ void operator()(int r, int j, const float (&v)[4]) const {
+    using Operands = float2;
+    __device__ Operands fetch(int, int j) const { return *reinterpret_cast<const float2*>(b + j); }
+    __device__ void operator()(int r, int j, const float (&v)[4], Operands bias) const {
         if (pre.y) pre(r, j, v);
-        const float b0 = b[j], b1 = b[j + 1];
+        const float b0 = bias.x, b1 = bias.y;
         hidden.put(r / 16, r % 16, j / 2,
                    make_float4(silu_of(v[0] + b0), silu_of(v[2] + b0), silu_of(v[1] + b1),
                                silu_of(v[3] + b1)));
@@ -228,13 +336,14 @@ struct HiddenAdj {
     const float* b;
     Staged hidden;
     int n, width, r0;
-    __device__ float2 pre_at(int r, int j) const {
-        if (r0 + r >= n) return make_float2(0.f, 0.f);
-        return *reinterpret_cast<const float2*>(pre + (size_t)(r0 + r) * width + j);
+    using Operands = RowPairs;
+    __device__ Operands fetch(int r, int j) const {
+        return {pair_at(pre, n, width, r0, r, j), pair_at(pre, n, width, r0, r + 8, j),
+                *reinterpret_cast<const float2*>(b + j)};
     }
-    __device__ void operator()(int r, int j, const float (&v)[4]) const {
-        const float2 p = pre_at(r, j), q = pre_at(r + 8, j);
-        const float b0 = b[j], b1 = b[j + 1];
+    __device__ void operator()(int r, int j, const float (&v)[4], const Operands& o) const {
+        const float2 p = o.top, q = o.bottom;
+        const float b0 = o.shared.x, b1 = o.shared.y;
         hidden.put(r / 16, r % 16, j / 2,
                    make_float4(v[0] * silu_grad(p.x + b0), v[2] * silu_grad(q.x + b0),
                                v[1] * silu_grad(p.y + b1), v[3] * silu_grad(q.y + b1)));
@@ -249,8 +358,14 @@ struct ReadoutHidden {
     const float* w;
     Staged hidden;
     float* energy;
-    __device__ void operator()(int r, int j, const float (&v)[4]) const {
-        const float b0 = b1[j], bb = b1[j + 1], w0 = w[j], w1 = w[j + 1];
+    using Operands = float4;  // b1[j], b1[j + 1], w[j], w[j + 1]
+    __device__ Operands fetch(int, int j) const {
+        const float2 b = *reinterpret_cast<const float2*>(b1 + j);
+        const float2 o = *reinterpret_cast<const float2*>(w + j);
+        return make_float4(b.x, b.y, o.x, o.y);
+    }
+    __device__ void operator()(int r, int j, const float (&v)[4], const Operands& o) const {
+        const float b0 = o.x, bb = o.y, w0 = o.z, w1 = o.w;
         const float p0 = v[0] + b0, p1 = v[1] + bb, p2 = v[2] + b0, p3 = v[3] + bb;
         atomicAdd(energy + r, silu_of(p0) * w0 + silu_of(p1) * w1);
         atomicAdd(energy + r + 8, silu_of(p2) * w0 + silu_of(p3) * w1);
