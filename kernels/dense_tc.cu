@@ -313,8 +313,7 @@ struct StoreAdding {
     }
 };
 
-// The forward's hidden layer: pre stored (where pre.y is given), silu(pre + b) staged for the
-// second layer.
+// The forward's hidden layer: pre stored, silu(pre + b) staged for the second layer.
 struct HiddenFwd {
     Store pre;
     const float* b;
@@ -322,7 +321,7 @@ struct HiddenFwd {
     using Operands = float2;
     __device__ Operands fetch(int, int j) const { return *reinterpret_cast<const float2*>(b + j); }
     __device__ void operator()(int r, int j, const float (&v)[4], Operands bias) const {
-        if (pre.y) pre(r, j, v);
+        pre(r, j, v);
         const float b0 = bias.x, b1 = bias.y;
         hidden.put(r / 16, r % 16, j / 2,
                    make_float4(silu_of(v[0] + b0), silu_of(v[2] + b0), silu_of(v[1] + b1),
@@ -418,10 +417,9 @@ __device__ void readout(const float* x, const float* w1, const float* b1, const 
 
 // Two layers, x [n, k] → hidden [h] → [j]; `ADJ` selects the hidden layer's epilogue. The
 // forward's output holds pre [n, h] and then y [n, j]. KC and HC: k and h where known at
-// compile time, else 0. A grid of several blocks in y splits the second layer's outputs by
-// chunks (where the row blocks alone leave multiprocessors idle: the hidden layer is made once
-// per chunk instead of once per row block, and each block's chain of dependent steps is that
-// much shorter).
+// compile time, else 0. (Splitting the second layer over a block per output chunk where the
+// row blocks leave multiprocessors idle, each with its own copy of the hidden layer, was
+// faster while a step cost ~75 instructions; with the widths unrolled it was not: BENCHMARKS.md.)
 template <int BM, int KC, int HC, bool ADJ>
 __device__ void mlp(const float* x, const float* w1, const float* b1, const float* pre,
                     const float* w2, float* out, int n, int k, int h, int j) {
@@ -432,18 +430,15 @@ __device__ void mlp(const float* x, const float* w1, const float* b1, const floa
     WeightStream<BM, KC> first(w1, k, h);
     wait_for_previous_kernel();  // the weights above are the model's
     stage_rows<BM>(x, n, k, r0, xs);
-    // Block y of a grid split by columns makes the second layer's chunk y only (its own copy of
-    // the hidden layer; y = 0 stores the pre-activation).
-    const int c0 = blockIdx.y * CHUNK, jb = gridDim.y > 1 ? min(CHUNK, j - c0) : j;
     if constexpr (ADJ) {
         first.run(xs, HiddenAdj{pre, b1, hs, n, h, r0});
     } else {
-        first.run(xs, HiddenFwd{Store{blockIdx.y ? nullptr : out, n, h, r0}, b1, hs});
+        first.run(xs, HiddenFwd{Store{out, n, h, r0}, b1, hs});
         out += (size_t)n * h;
     }
-    WeightStream<BM, HC> second(w2 + (size_t)c0 * h, h, jb);  // its first loads overlap the barrier
+    WeightStream<BM, HC> second(w2, h, j);  // its first loads overlap the barrier
     __syncthreads();
-    second.run(hs, Store{out + c0, n, j, r0});
+    second.run(hs, Store{out, n, j, r0});
 }
 
 }  // namespace dense_tc

@@ -402,8 +402,6 @@ fn cuda_fused_kernels_match_cpu() {
 /// 256 inputs, its adjoint's 384-wide reduction: the compile-time variants) and others (the
 /// kernels for any width; outputs padded within a chunk, a second chunk); the layer with an
 /// addend (`dense_tc_adding`); the readout with the forces' seed (`readout_tc`) at 1-5,000 rows.
-/// On an H100 (132 multiprocessors) the MLP forwards of up to 2,111 rows split their second
-/// layer over a block per output chunk (37 and 1,344 rows here), larger ones do not.
 #[test]
 fn cuda_dense_tensor_cores_match_cpu() {
     use common::dense::{layer_inputs, layer_outputs, layers, readout_inputs, readout_outputs};

@@ -190,12 +190,8 @@ impl Kernel for Layer {
     }
 }
 
-/// The forward's launch: dims, and the blocks each row block's second layer is split over by
-/// output chunks (1: none).
-struct MlpForward(
-    Dims,
-    #[cfg_attr(not(feature = "cuda"), allow(dead_code))] usize,
-);
+/// The forward's launch.
+struct MlpForward(Dims);
 
 impl Kernel for MlpForward {
     overlaps_previous!();
@@ -210,9 +206,7 @@ impl Kernel for MlpForward {
     }
     #[cfg(feature = "cuda")]
     fn launch_config(&self, _: usize) -> candle_core::cuda_backend::cudarc::driver::LaunchConfig {
-        let mut cfg = self.0.config(true);
-        cfg.grid_dim.1 = self.1 as u32;
-        cfg
+        self.0.config(true)
     }
     fn sizes(&self) -> Vec<usize> {
         vec![self.0.n, self.0.k, self.0.h, self.0.j]
@@ -453,31 +447,11 @@ pub fn mlp_tc(
     check_inputs(OP, &[x, &w1.padded, b1, &w2.padded])?;
     let dims = Dims { n, k, h, j };
     let inputs = [x, &w1.padded, b1, &w2.padded];
-    let split = column_blocks(&dims, x.device());
-    let out = launch(
-        MlpForward(dims, split),
-        &inputs,
-        &[],
-        n * (h + j),
-        Init::Uninit,
-    )?;
+    let out = launch(MlpForward(dims), &inputs, &[], n * (h + j), Init::Uninit)?;
     Ok((
         out.narrow(0, 0, n * h)?.reshape((n, h))?,
         out.narrow(0, n * h, n * j)?.reshape((n, j))?,
     ))
-}
-
-/// Blocks per row block of an MLP forward: its output chunks where the row blocks alone are
-/// fewer than the device's multiprocessors (64 aspirins: 84 row blocks on an H100's 132), else
-/// one; `MLFF_DENSE_TC_SPLIT=0` never splits.
-fn column_blocks(dims: &Dims, device: &candle_core::Device) -> usize {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    let on = *ON.get_or_init(|| crate::device::env_usize("MLFF_DENSE_TC_SPLIT", 1) != 0);
-    let row_blocks = dims.n.div_ceil(dims.rows());
-    match super::small_system::device_limits(device) {
-        Ok((sms, _)) if on && row_blocks < sms => dims.j.div_ceil(CHUNK),
-        _ => 1,
-    }
 }
 
 /// dL/dx [N, K] of [`mlp_tc`]'s output for dL/d(output) `g` [N, J], its saved `pre` [N, H], b1,
