@@ -354,6 +354,8 @@ fn cuda_fused_kernels_match_cpu() {
     let large = shape(2_000, 60_000, 128, 20);
     let odd = shape(500, 10_000, 40, 9);
     let wide = shape(400, 9_000, 160, 6);
+    // F not a multiple of 4: the tensor-core tiles stage their weights value by value.
+    let unaligned = shape(400, 9_000, 38, 7);
     let sparse = shape(6_000, 8_000, 128, 20);
     let deep = shape(1_000, 12_000, 128, 24);
     // Every edge with its reverse: the adjoint that sums each atom's sending gradients over its
@@ -362,7 +364,7 @@ fn cuda_fused_kernels_match_cpu() {
     for (dtype, tol) in [(DType::F32, 2e-5), (DType::F64, 1e-12)] {
         let mut cases: Vec<_> = SHAPES
             .iter()
-            .chain([&odd, &wide])
+            .chain([&odd, &wide, &unaligned])
             .enumerate()
             .map(|(k, shape)| inputs(*shape, dtype, 300 + k as u64))
             .collect();
@@ -379,6 +381,7 @@ fn cuda_fused_kernels_match_cpu() {
         // dL/d(basis) (160).
         cases.push(inputs(odd, dtype, 312).symmetric());
         cases.push(inputs(wide, dtype, 313).symmetric());
+        cases.push(inputs(unaligned, dtype, 316).symmetric());
         for x in &cases {
             let cpu = fused_outputs(x, &Device::Cpu).unwrap();
             let cuda = fused_outputs(x, &gpu).unwrap();
