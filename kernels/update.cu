@@ -77,23 +77,19 @@ __device__ void combine_adj(const T* mixed, const T* act, const T* ab, const T* 
     }
 }
 
-// Adjoint of context, added to combine's adjoint `prev` = [g_sv (4NF) | g_mixed (6NF) | ...].
-// out = [g_sv (4NF) | g_mixed (6NF)].
+// Adjoint of context, added in place to combine's adjoint `out` = [g_sv (4NF) | g_mixed (6NF) |
+// ...]: only its s rows and the Vv half of g_mixed change.
 template <typename T>
-__device__ void context_adj(const T* mixed, const T* g_ctx, const T* prev, T* out, size_t n,
-                            size_t f) {
+__device__ void context_adj(const T* mixed, const T* g_ctx, T* out, size_t n, size_t f) {
     const size_t nf = n * f;
     FOR_EACH(k, nf) {
         const size_t m = k / f, c = k - m * f;
         const T g_norm = g_ctx[m * 2 * f + f + c] / vv_norm(mixed, n, f, m, c);
-        out[k] = prev[k] + g_ctx[m * 2 * f + c];
+        out[k] += g_ctx[m * 2 * f + c];
 #pragma unroll
         for (int a = 0; a < 3; ++a) {
-            const size_t o = (a * n + m) * f + c;
-            out[o + nf] = prev[o + nf];
-            const size_t u = 4 * nf + (a * n + m) * 2 * f + c;
-            out[u] = prev[u];
-            out[u + f] = prev[u + f] + g_norm * mixed[(a * n + m) * 2 * f + f + c];
+            const size_t v = (a * n + m) * 2 * f + f + c;
+            out[4 * nf + v] += g_norm * mixed[v];
         }
     }
 }
@@ -116,11 +112,10 @@ __device__ void context_adj(const T* mixed, const T* g_ctx, const T* prev, T* ou
         wait_for_previous_kernel();                                                          \
         combine_adj(mixed, act, ab, gx, gm, gve, gvj, out, n, f, has_next);                  \
     }                                                                                        \
-    extern "C" __global__ void update_context_adj_##S(const T* mixed, const T* g_ctx,        \
-                                                      const T* prev, T* out, size_t n,       \
-                                                      size_t f) {                            \
+    extern "C" __global__ void update_context_adj_##S(const T* mixed, const T* g_ctx, T* out, \
+                                                      size_t n, size_t f) {                  \
         wait_for_previous_kernel();                                                          \
-        context_adj(mixed, g_ctx, prev, out, n, f);                                          \
+        context_adj(mixed, g_ctx, out, n, f);                                                \
     }
 UPDATE(float, f32)
 UPDATE(double, f64)

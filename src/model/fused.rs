@@ -880,7 +880,7 @@ impl FusedForward<'_> {
             let g_ctx = b
                 .ctx
                 .adjoint(&t.ctx_pre, &act_grad(&combined, n, f)?, path)?;
-            let (g_messaged, g_mixed) = update_context_adjoint(&t.mixed, &g_ctx, &combined)?;
+            let (g_messaged, g_mixed) = update_context_adjoint(&t.mixed, &g_ctx, combined)?;
             // dL/dv of the messaged state: its own rows' and the mixing's, summed.
             let g_v = m.mix_adjoint_adding(b, &g_mixed, &g_messaged.narrow(0, n, 3 * n)?)?;
             let mut rows = t.rows.clone();

@@ -10,7 +10,9 @@
 //! The outputs carry no autograd history: these kernels serve the explicit adjoint of
 //! `model::fused`, which does its own backward pass.
 
-use candle_core::{bail, CpuStorage, CustomOp1, DType, Layout, Result, Shape, Storage, Tensor};
+use candle_core::{
+    bail, CpuStorage, CustomOp1, DType, InplaceOp1, Layout, Result, Shape, Storage, Tensor,
+};
 
 /// Threads per block of every fused kernel (a multiple of the warp size, which the per-edge
 /// warp reductions rely on).
@@ -185,7 +187,46 @@ pub fn launch<K: Kernel>(
     shape: impl Into<Shape>,
     init: Init,
 ) -> Result<Tensor> {
-    let shape = shape.into();
+    let op = checked_launch(kernel, inputs, index, shape.into(), init)?;
+    op.inputs[0].apply_op1_no_bwd(&op)
+}
+
+/// Runs `kernel` on `inputs` and `index` (as [`launch`]) with `target`'s own elements as its
+/// output, which it reads and updates in place (its CPU twin gets them as `out`): for an
+/// adjoint that changes a few parts of a large packed gradient, instead of copying the rest
+/// into a new tensor. `target` must be contiguous, of the inputs' dtype and device, and hold
+/// nothing that another tensor still needs unchanged.
+pub fn launch_in_place<K: Kernel>(
+    kernel: K,
+    target: &Tensor,
+    inputs: &[&Tensor],
+    index: &[&Tensor],
+) -> Result<()> {
+    let op = checked_launch(kernel, inputs, index, target.shape().clone(), Init::Uninit)?;
+    if target.dtype() != op.dtype || !target.device().same_device(op.inputs[0].device()) {
+        bail!(
+            "{}: the target is {:?} on {:?}, expected {:?} on {:?}",
+            K::NAME,
+            target.dtype(),
+            target.device().location(),
+            op.dtype,
+            op.inputs[0].device().location()
+        )
+    }
+    if !target.is_contiguous() {
+        bail!("{}: the target must be contiguous", K::NAME)
+    }
+    target.inplace_op1(&InPlace(op))
+}
+
+/// The checks of a launch's inputs, then the launch itself as a candle op.
+fn checked_launch<K: Kernel>(
+    kernel: K,
+    inputs: &[&Tensor],
+    index: &[&Tensor],
+    shape: Shape,
+    init: Init,
+) -> Result<Launch<K>> {
     let Some(first) = inputs.first() else {
         bail!("{}: a kernel needs at least one float input", K::NAME)
     };
@@ -223,7 +264,7 @@ pub fn launch<K: Kernel>(
         }
         _ => {}
     }
-    let op = Launch {
+    Ok(Launch {
         kernel,
         inputs: inputs
             .iter()
@@ -236,8 +277,7 @@ pub fn launch<K: Kernel>(
         shape,
         init,
         dtype,
-    };
-    op.inputs[0].apply_op1_no_bwd(&op)
+    })
 }
 
 struct Launch<K> {
@@ -259,6 +299,20 @@ fn range(t: &Tensor, what: &str) -> Result<(usize, usize)> {
 
 impl<K: Kernel> Launch<K> {
     fn run_cpu<T: Real>(&self) -> Result<Vec<T>> {
+        self.with_cpu_inputs(|x, idx| {
+            let mut out = match self.init {
+                Init::Copy(k) => x[k].to_vec(),
+                Init::Zero | Init::Uninit | Init::ZeroPrefix(_) => {
+                    vec![T::zero(); self.shape.elem_count()]
+                }
+            };
+            self.kernel.cpu(x, idx, &mut out);
+            out
+        })
+    }
+
+    /// `f` of the inputs' and indices' elements on the CPU.
+    fn with_cpu_inputs<T: Real, R>(&self, f: impl FnOnce(&[&[T]], &[&[u32]]) -> R) -> Result<R> {
         let guards: Vec<_> = self.inputs.iter().map(|t| t.storage_and_layout()).collect();
         let mut x = Vec::with_capacity(guards.len());
         for (t, (g, _)) in self.inputs.iter().zip(&guards) {
@@ -277,14 +331,7 @@ impl<K: Kernel> Launch<K> {
                 _ => bail!("{}: indices must be on the CPU", K::NAME),
             }
         }
-        let mut out = match self.init {
-            Init::Copy(k) => x[k].to_vec(),
-            Init::Zero | Init::Uninit | Init::ZeroPrefix(_) => {
-                vec![T::zero(); self.shape.elem_count()]
-            }
-        };
-        self.kernel.cpu(&x, &idx, &mut out);
-        Ok(out)
+        Ok(f(&x, &idx))
     }
 
     #[cfg(feature = "cuda")]
@@ -298,15 +345,6 @@ impl<K: Kernel> Launch<K> {
             + candle_core::cuda_backend::cudarc::driver::DeviceRepr
             + candle_core::cuda_backend::cudarc::driver::ValidAsZeroBits,
     {
-        use candle_core::cuda_backend::cudarc::driver::PushKernelArg;
-        let guards: Vec<_> = self.inputs.iter().map(|t| t.storage_and_layout()).collect();
-        let x = (self.inputs.iter().zip(&guards))
-            .map(|(t, (g, _))| cuda_view::<T>(g, t, K::NAME, "inputs"))
-            .collect::<Result<Vec<_>>>()?;
-        let iguards: Vec<_> = self.index.iter().map(|t| t.storage_and_layout()).collect();
-        let idx = (self.index.iter().zip(&iguards))
-            .map(|(t, (g, _))| cuda_view::<u32>(g, t, K::NAME, "indices"))
-            .collect::<Result<Vec<_>>>()?;
         let len = self.shape.elem_count();
         let mut out = match self.init {
             Init::Zero => dev.alloc_zeros::<T>(len)?,
@@ -315,7 +353,13 @@ impl<K: Kernel> Launch<K> {
             Init::Uninit | Init::Copy(_) | Init::ZeroPrefix(_) => unsafe { dev.alloc::<T>(len)? },
         };
         match self.init {
-            Init::Copy(k) => dev.memcpy_dtod(&x[k], &mut out)?,
+            Init::Copy(k) => {
+                let (g, _) = self.inputs[k].storage_and_layout();
+                dev.memcpy_dtod(
+                    &cuda_view::<T>(&g, &self.inputs[k], K::NAME, "inputs")?,
+                    &mut out,
+                )?
+            }
             Init::ZeroPrefix(n) if n > 0 => {
                 let mut head = out.slice_mut(0..n.min(len));
                 dev.cuda_stream()
@@ -324,10 +368,34 @@ impl<K: Kernel> Launch<K> {
             }
             _ => {}
         }
-        let work = self.kernel.work();
-        if work == 0 || len == 0 {
-            return Ok(out);
+        self.launch_cuda(dev, &mut out.slice_mut(0..len))?;
+        Ok(out)
+    }
+
+    /// The CUDA kernel with `out` as its output (as it is: any start was made before).
+    #[cfg(feature = "cuda")]
+    fn launch_cuda<T>(
+        &self,
+        dev: &candle_core::CudaDevice,
+        out: &mut candle_core::cuda_backend::cudarc::driver::CudaViewMut<'_, T>,
+    ) -> Result<()>
+    where
+        T: candle_core::cuda_backend::CudaDType
+            + candle_core::WithDType
+            + candle_core::cuda_backend::cudarc::driver::DeviceRepr,
+    {
+        use candle_core::cuda_backend::cudarc::driver::PushKernelArg;
+        if self.kernel.work() == 0 || out.is_empty() {
+            return Ok(());
         }
+        let guards: Vec<_> = self.inputs.iter().map(|t| t.storage_and_layout()).collect();
+        let x = (self.inputs.iter().zip(&guards))
+            .map(|(t, (g, _))| cuda_view::<T>(g, t, K::NAME, "inputs"))
+            .collect::<Result<Vec<_>>>()?;
+        let iguards: Vec<_> = self.index.iter().map(|t| t.storage_and_layout()).collect();
+        let idx = (self.index.iter().zip(&iguards))
+            .map(|(t, (g, _))| cuda_view::<u32>(g, t, K::NAME, "indices"))
+            .collect::<Result<Vec<_>>>()?;
         let (func, cfg) = kernel_function(&self.kernel, dev, T::DTYPE)?;
         let stream = dev.cuda_stream();
         let (sizes, reals) = (self.kernel.sizes(), self.kernel.reals());
@@ -335,8 +403,7 @@ impl<K: Kernel> Launch<K> {
             && !self.kernel.cooperative()
             && super::overlap::enabled()
         {
-            super::overlap::launch(&func, cfg, &stream, &x, &idx, &mut out, &sizes, &reals)?;
-            return Ok(out);
+            return super::overlap::launch(&func, cfg, &stream, &x, &idx, out, &sizes, &reals);
         }
         let mut b = stream.launch_builder(&func);
         for v in &x {
@@ -345,9 +412,54 @@ impl<K: Kernel> Launch<K> {
         for v in &idx {
             b.arg(v);
         }
-        b.arg(&mut out);
-        launch_with_sizes(&self.kernel, b, &sizes, &reals, cfg)?;
-        Ok(out)
+        b.arg(out);
+        launch_with_sizes(&self.kernel, b, &sizes, &reals, cfg)
+    }
+}
+
+/// A launch whose output is its target's own elements ([`launch_in_place`]).
+struct InPlace<K>(Launch<K>);
+
+impl<K: Kernel> InplaceOp1 for InPlace<K> {
+    fn name(&self) -> &'static str {
+        K::NAME
+    }
+
+    fn cpu_fwd(&self, s: &mut CpuStorage, l: &Layout) -> Result<()> {
+        let Some((a, b)) = l.contiguous_offsets() else {
+            bail!("{}: the target must be contiguous", K::NAME)
+        };
+        match s {
+            CpuStorage::F32(out) => {
+                let out = &mut out[a..b];
+                self.0
+                    .with_cpu_inputs(|x, idx| self.0.kernel.cpu(x, idx, out))
+            }
+            CpuStorage::F64(out) => {
+                let out = &mut out[a..b];
+                self.0
+                    .with_cpu_inputs(|x, idx| self.0.kernel.cpu(x, idx, out))
+            }
+            _ => bail!("{}: the target must be f32 or f64", K::NAME),
+        }
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(&self, s: &mut candle_core::CudaStorage, l: &Layout) -> Result<()> {
+        let Some((a, b)) = l.contiguous_offsets() else {
+            bail!("{}: the target must be contiguous", K::NAME)
+        };
+        let dev = s.device.clone();
+        match self.0.dtype {
+            DType::F32 => {
+                let mut out = s.as_cuda_slice_mut::<f32>()?.slice_mut(a..b);
+                self.0.launch_cuda(&dev, &mut out)
+            }
+            _ => {
+                let mut out = s.as_cuda_slice_mut::<f64>()?.slice_mut(a..b);
+                self.0.launch_cuda(&dev, &mut out)
+            }
+        }
     }
 }
 

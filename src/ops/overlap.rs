@@ -13,7 +13,7 @@
 //! 0.934); replayed graphs, whose launches were already back to back, the same within noise.
 
 use candle_core::cuda_backend::cudarc::driver::{
-    sys, CudaFunction, CudaSlice, CudaStream, CudaView, DevicePtr, DevicePtrMut, LaunchConfig,
+    sys, CudaFunction, CudaStream, CudaView, CudaViewMut, DevicePtr, DevicePtrMut, LaunchConfig,
 };
 use candle_core::Result;
 use std::ffi::c_void;
@@ -60,7 +60,7 @@ pub(crate) fn launch<T>(
     stream: &CudaStream,
     inputs: &[CudaView<'_, T>],
     index: &[CudaView<'_, u32>],
-    out: &mut CudaSlice<T>,
+    out: &mut CudaViewMut<'_, T>,
     sizes: &[usize],
     reals: &[f64],
 ) -> Result<()> {

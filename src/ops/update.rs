@@ -3,7 +3,9 @@
 //! [4N, F]; `mixed` = v W_mixᵀ is [3N, 2F] = [Uv | Vv]; `act` is the context MLP's output
 //! before its bias, [N, 3F] = (a_ss | a_vv | a_sv).
 
-use super::kernel::{kernel_source, launch, overlaps_previous, Init, Kernel, Real};
+use super::kernel::{
+    kernel_source, launch, launch_in_place, overlaps_previous, Init, Kernel, Real,
+};
 use candle_core::{bail, Result, Tensor};
 
 /// Keeps ‖Vv‖ differentiable at v = 0 (the same epsilon as `model::update`).
@@ -169,12 +171,11 @@ impl Kernel for ContextAdj {
     fn sizes(&self) -> Vec<usize> {
         self.0.sizes()
     }
-    /// x = [mixed, g_ctx, prev = [g_state | g_mixed | ..]] → [g_state | g_mixed].
+    /// x = [mixed, g_ctx], out = [g_state | g_mixed | ..] (in place).
     fn cpu<T: Real>(&self, x: &[&[T]], _: &[&[u32]], out: &mut [T]) {
         let Rows { n, f } = self.0;
-        let (mixed, g_ctx, prev) = (x[0], x[1], x[2]);
+        let (mixed, g_ctx) = (x[0], x[1]);
         let nf = n * f;
-        out.copy_from_slice(&prev[..10 * nf]);
         for m in 0..n {
             for c in 0..f {
                 let g_norm = g_ctx[m * 2 * f + f + c] / self.0.norm(mixed, m, c);
@@ -266,11 +267,13 @@ pub fn update_combine_adjoint(
 }
 
 /// Adds the context's adjoint for `g_ctx` [N, 2F] to `combined` (from
-/// [`update_combine_adjoint`]); returns (g_state [4N, F], g_mixed [3N, 2F]).
+/// [`update_combine_adjoint`]), in place: only its s rows and the Vv half of g_mixed change,
+/// where a copy of the whole took half the kernel's traffic; returns (g_state [4N, F], g_mixed
+/// [3N, 2F]), views of it.
 pub fn update_context_adjoint(
     mixed: &Tensor,
     g_ctx: &Tensor,
-    combined: &Tensor,
+    combined: Tensor,
 ) -> Result<(Tensor, Tensor)> {
     let (n3, f2) = mixed.dims2()?;
     let (n, f) = (n3 / 3, f2 / 2);
@@ -280,16 +283,11 @@ pub fn update_context_adjoint(
             g_ctx.dims()
         )
     }
-    let out = launch(
-        ContextAdj(Rows { n, f }),
-        &[mixed, g_ctx, combined],
-        &[],
-        10 * n * f,
-        Init::Uninit,
-    )?;
+    launch_in_place(ContextAdj(Rows { n, f }), &combined, &[mixed, g_ctx], &[])?;
     Ok((
-        out.narrow(0, 0, 4 * n * f)?.reshape((4 * n, f))?,
-        out.narrow(0, 4 * n * f, 6 * n * f)?
+        combined.narrow(0, 0, 4 * n * f)?.reshape((4 * n, f))?,
+        combined
+            .narrow(0, 4 * n * f, 6 * n * f)?
             .reshape((3 * n, 2 * f))?,
     ))
 }

@@ -224,7 +224,9 @@ pub fn fused_outputs(x: &Inputs, dev: &Device) -> Result<Vec<(&'static str, Tens
             next: None,
         },
     )?;
-    let (g_ctx_state, g_ctx_mixed) = ops::update_context_adjoint(&mixed, &d(&x.g_ctx)?, &packed)?;
+    // In place: on a copy, `packed` is an output of its own.
+    let (g_ctx_state, g_ctx_mixed) =
+        ops::update_context_adjoint(&mixed, &d(&x.g_ctx)?, packed.copy()?)?;
     let pre = d(&x.phi)?.narrow(1, 0, f)?;
     let bias = d(&x.phi_bias)?.narrow(0, 0, f)?;
     let silu = ops::bias_silu(&pre, &bias)?;
