@@ -268,6 +268,40 @@ fn bad_inputs_are_named() {
     assert!(interaction(&args(&x.centers)).is_ok());
 }
 
+/// The context adjoint adds into the packed gradient in place: it refuses a context gradient
+/// that is itself a view of that gradient (its launch would read what it writes), naming the
+/// input, and leaves the gradient as it was.
+#[test]
+fn in_place_context_adjoint_refuses_a_view_of_its_target() {
+    use mlff_distiller::ops::update_context_adjoint;
+    let (n, f) = (5, 4);
+    let mixed = Tensor::randn(0f32, 1.0, (3 * n, 2 * f), &Device::Cpu).unwrap();
+    let packed = Tensor::randn(0f32, 1.0, 13 * n * f, &Device::Cpu).unwrap();
+    let before = packed.to_vec1::<f32>().unwrap();
+    let g_ctx = packed
+        .narrow(0, 0, 2 * n * f)
+        .unwrap()
+        .reshape((n, 2 * f))
+        .unwrap();
+    let err = update_context_adjoint(&mixed, &g_ctx, packed.clone()).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("float input 1 shares the target's storage"),
+        "{err}"
+    );
+    assert_eq!(packed.to_vec1::<f32>().unwrap(), before);
+    // A context gradient of its own is added in place: the s rows change, the v rows do not.
+    let g_ctx = g_ctx.copy().unwrap();
+    let (g_state, _) = update_context_adjoint(&mixed, &g_ctx, packed.clone()).unwrap();
+    let after = packed.to_vec1::<f32>().unwrap();
+    assert_eq!(
+        g_state.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
+        after[..4 * n * f]
+    );
+    assert_ne!(after[..n * f], before[..n * f]);
+    assert_eq!(after[n * f..4 * n * f], before[n * f..4 * n * f]);
+}
+
 /// For a list holding every edge's reverse, the adjoint that sums each atom's sending gradients
 /// over its own run of edges (`symmetric_edges`, from `TILE_FROM_EDGES` edges on any device;
 /// here its CPU twin) gives the standard adjoint's dL/dv and dL/dφ and, through the edge basis,

@@ -216,10 +216,21 @@ pub fn launch_in_place<K: Kernel>(
     if !target.is_contiguous() {
         bail!("{}: the target must be contiguous", K::NAME)
     }
+    // The launch reads the inputs while it holds the target's storage for writing.
+    if let Some(k) = inputs.iter().position(|t| shares_storage(t, target)) {
+        bail!("{}: float input {k} shares the target's storage", K::NAME)
+    }
     target.inplace_op1(&InPlace(op))
 }
 
-/// The checks of a launch's inputs, then the launch itself as a candle op.
+/// Whether two tensors are views of one storage.
+fn shares_storage(a: &Tensor, b: &Tensor) -> bool {
+    let (sa, _) = a.storage_and_layout();
+    let (sb, _) = b.storage_and_layout();
+    std::ptr::eq(&*sa, &*sb)
+}
+
+/// The launch of `kernel` as a candle op, its inputs checked.
 fn checked_launch<K: Kernel>(
     kernel: K,
     inputs: &[&Tensor],
