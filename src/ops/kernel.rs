@@ -223,11 +223,11 @@ pub fn launch_in_place<K: Kernel>(
     target.inplace_op1(&InPlace(op))
 }
 
-/// Whether two tensors are views of one storage.
+/// Whether two tensors are views of one storage (its lock taken for one at a time: a second
+/// read of a lock this thread holds can wait forever behind another thread's write).
 fn shares_storage(a: &Tensor, b: &Tensor) -> bool {
-    let (sa, _) = a.storage_and_layout();
-    let (sb, _) = b.storage_and_layout();
-    std::ptr::eq(&*sa, &*sb)
+    let of_a: *const Storage = &*a.storage_and_layout().0;
+    std::ptr::eq(of_a, &*b.storage_and_layout().0)
 }
 
 /// The launch of `kernel` as a candle op, its inputs checked.
