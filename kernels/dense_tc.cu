@@ -60,9 +60,9 @@ __device__ Staged staged(float* base, int width) {
 }
 
 // Rows [r0, r0 + BM) of x [n, width] into `s` (zero past n). Synchronises after. A thread
-// issues the loads of up to AHEAD items before it splits and stores any of them: a kernel's
-// rows are its previous kernel's output, so each round trip is a wait of its own (six in a row
-// at width 384 when the compiler took the items two at a time).
+// issues the loads of up to AHEAD items before it splits and stores any of them (the compiler
+// had taken them two at a time: three round trips in a row at width 384; alone this measured
+// neither faster nor slower).
 template <int BM>
 __device__ void stage_rows(const float* __restrict__ x, int n, int width, int r0, const Staged& s) {
     constexpr int AHEAD = 8;
@@ -98,8 +98,8 @@ __device__ void stage_rows(const float* __restrict__ x, int n, int width, int r0
 // offset then folds into the loads), else 0.
 // emit(r, j, v, operands) takes outputs j, j + 1 of local rows r and r + 8 (an mma tile's
 // fragment, v = (c0, c1, c2, c3)) with the operands emit.fetch(r, j) loaded at the chunk's first
-// step (what the epilogue reads from global memory: the wait for it then overlaps the chunk's
-// products instead of following them, one round trip per tile). A warp walks its (chunk,
+// step (what the epilogue reads from global memory, requested early so that its wait can overlap
+// the chunk's products; alone this measured neither faster nor slower). A warp walks its (chunk,
 // 16-value step) pairs in one sequence and keeps the weights of the next P steps in flight in
 // registers, across chunk ends too (six or eight steps ahead measured the same as four,
 // benches/micro/dense_layers.cu); the first P are requested when the stream is made, so that a
