@@ -290,6 +290,16 @@ fn in_place_context_adjoint_refuses_a_view_of_its_target() {
         "{err}"
     );
     assert_eq!(packed.to_vec1::<f32>().unwrap(), before);
+    // A target that is not contiguous (every second value of a longer one) is refused too.
+    let strided = Tensor::randn(0f32, 1.0, (13 * n * f, 2), &Device::Cpu)
+        .unwrap()
+        .narrow(1, 0, 1)
+        .unwrap()
+        .squeeze(1)
+        .unwrap();
+    let g_own = g_ctx.copy().unwrap();
+    let err = update_context_adjoint(&mixed, &g_own, strided).unwrap_err();
+    assert!(err.to_string().contains("must be contiguous"), "{err}");
     // A context gradient of its own is added in place: the s rows change, the v rows do not.
     let g_ctx = g_ctx.copy().unwrap();
     let (g_state, _) = update_context_adjoint(&mixed, &g_ctx, packed.clone()).unwrap();
