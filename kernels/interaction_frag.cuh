@@ -3,19 +3,21 @@
 // kernels/interaction_tc.cuh, whose tiles, staging and products it shares; F = TILE_F only.
 //
 // Lane (g, t) of warp (half, quarter) owns the tile's edges 16 half + g and + 8 (its rows r =
-// 0, 1) and features 32 quarter + 8 t + [0, 8) (index k): the weights are staged in
-// frag_feature's column order, so that a part's four n-tiles leave lane (g, t) exactly these.
-// Its gathers are then two 16-byte loads per edge and quantity (the CUDA-core layout: one
+// 0, 1) and 8 features of the warp's 32 (32 quarter + 4 t + [0, 4) and + 16: index k, see
+// frag_feature): the weights are staged in frag_feature's column order, so that a part's four
+// n-tiles leave lane (g, t) exactly these. Its gathers are then two 16-byte loads per edge and
+// quantity (the CUDA-core layout: one
 // 4-byte load per edge, quantity and thread), nothing is staged per edge but the basis, and
 // each edge's messages are summed over the warp's rows of the same receiving atom by
 // shuffles (a reduce-scatter over the 8 lanes of a feature group) before one atomic add per
 // lane and receiver.
 #pragma once
 
-// v[0..8) = p[0..8) from global memory, p 16-byte aligned.
+// A lane's 8 features from global memory (frag_feature): v[0..4) = p[0..4), v[4..8) =
+// p[16..20), p 16-byte aligned.
 __device__ __forceinline__ void load8_global(const float* p, float v[8]) {
     const float4 a = __ldg(reinterpret_cast<const float4*>(p));
-    const float4 b = __ldg(reinterpret_cast<const float4*>(p) + 1);
+    const float4 b = __ldg(reinterpret_cast<const float4*>(p + 16));
     v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z,
     v[7] = b.w;
 }
@@ -60,12 +62,13 @@ struct FragRows {
         }
     }
     // Sums x[k] over the 8 lanes g of each lane group t by a reduce-scatter (lane (g, t) is
-    // left with k = g's sum) and adds it to out[g].
+    // left with k = g's sum) and adds it to its feature of out (load8_global's layout).
     __device__ __forceinline__ static void add_group_sums(float x[8], float* out, unsigned lane) {
         reduce_scatter_step<4, 16>(x, lane);
         reduce_scatter_step<2, 8>(x, lane);
         reduce_scatter_step<1, 4>(x, lane);
-        atomicAdd(out + lane / 4, x[0]);
+        const unsigned k = lane / 4;  // the lane's value index: feature k or 12 + k (load8_global)
+        atomicAdd(out + (k < 4 ? k : 12 + k), x[0]);
     }
 };
 
@@ -114,7 +117,7 @@ __device__ void frag_fwd(const float* __restrict__ phi, const float* __restrict_
                            TILE_F);
     wait_for_previous_kernel();
     const unsigned nf = n * TILE_F, first = 16 * t.half, g = t.lane / 4;
-    const unsigned cf = 32 * t.quarter + 8 * (t.lane % 4);
+    const unsigned cf = 32 * t.quarter + 4 * (t.lane % 4);  // the lane's first feature
     t.walk(basis, ci, nj, n_edges, [&](size_t, unsigned cnt) {
         if (first >= cnt) return;  // the whole warp's rows are past the tile's end
         // Each part's gathers are issued before its filters are formed, so that the products
@@ -150,10 +153,14 @@ __device__ void frag_fwd(const float* __restrict__ phi, const float* __restrict_
     });
 }
 
-extern "C" __global__ void __launch_bounds__(TC_THREADS, 2) interaction_frag_fwd_f32(
-    const float* phi, const float* pb, const float* w, const float* basis, const float* sv,
-    const unsigned int* ci, const unsigned int* nj, float* out, size_t n_edges, size_t f,
-    size_t n, size_t n_rbf) {
-    if (n_rbf == TC_RBF) frag_fwd<TC_RBF>(phi, pb, w, basis, sv, ci, nj, out, n_edges, n, n_rbf);
-    else frag_fwd<0>(phi, pb, w, basis, sv, ci, nj, out, n_edges, n, n_rbf);
-}
+// The shipped basis (TC_RBF functions) has its own entry, so that ptxas allocates its
+// registers alone: in one entry with the generic instantiation both spilled.
+#define FRAG_FWD(NAME, NRBF)                                                                 \
+    extern "C" __global__ void __launch_bounds__(TC_THREADS, 2) NAME(                        \
+        const float* phi, const float* pb, const float* w, const float* basis, const float* sv, \
+        const unsigned int* ci, const unsigned int* nj, float* out, size_t n_edges, size_t f, \
+        size_t n, size_t n_rbf) {                                                            \
+        frag_fwd<NRBF>(phi, pb, w, basis, sv, ci, nj, out, n_edges, n, n_rbf);               \
+    }
+FRAG_FWD(interaction_frag_fwd_f32, 0)
+FRAG_FWD(interaction_frag_fwd_20_f32, TC_RBF)

@@ -54,14 +54,20 @@ struct TcStage {
 };
 
 // The feature of staged weight column x of a chunk for the fragment kernels
-// (kernels/interaction_frag.cuh): within each 32, n-tile q's column x is feature
-// 8 (x / 2) + 2 q + x % 2, so that lane (g, t)'s C fragments of a part's four n-tiles are
-// features 8 t + [0, 8).
+// (kernels/interaction_frag.cuh): within each 32, n-tile q's column 2 t + b is value
+// k = 2 q + b of lane (g, t), feature 4 t + k for k < 4 and 12 + 4 t + k above, so that a
+// lane's 8 features are two runs of 4 and a quarter warp's 16-byte gathers of a row fill
+// whole 32-byte sectors (runs of 8 per lane had filled half of twice as many, through L1).
 __device__ __forceinline__ unsigned frag_feature(unsigned x) {
-    return x / 32 * 32 + 8 * (x % 8 / 2) + 2 * (x % 32 / 8) + x % 2;
+    const unsigned k = 2 * (x % 32 / 8) + x % 2;
+    return x / 32 * 32 + 4 * (x % 8 / 2) + k + (k >= 4 ? 12 : 0);
 }
 
-// FRAG: weight columns staged in frag_feature's order (else in feature order).
+// FRAG: the fragment kernels' tile (kernels/interaction_frag.cuh): weight columns staged in
+// frag_feature's order, and no filters staged (sf null). Else weight columns in feature order.
+// (Weights staged split into TF32 hi and lo, one float4 per fragment instead of a float2 and
+// four instructions, took the fragment forward 2-3% longer at 10,000 atoms on an H100: twice
+// the shared-memory wavefronts, where L1 was its busiest unit at 86%.)
 template <int FC, bool FRAG = false>
 struct TcTile {
     float* sw;     // [3 TILE_F][stride]: weight column (s, d, v part, feature) by basis row
@@ -85,8 +91,8 @@ struct TcTile {
         extern __shared__ __align__(16) unsigned char tile_smem[];
         sw = reinterpret_cast<float*>(tile_smem);
         sb = sw + 3 * TILE_F * stride;
-        sf = sb + TC_E * stride;
-        si = reinterpret_cast<unsigned*>(sf + TC_E * TC_SF);
+        sf = FRAG ? nullptr : sb + TC_E * stride;
+        si = reinterpret_cast<unsigned*>(sb + TC_E * stride + (FRAG ? 0 : TC_E * TC_SF));
         sj = si + TC_E;
         const int warp = threadIdx.x / 32;
         lane = threadIdx.x % 32;

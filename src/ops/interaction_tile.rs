@@ -282,6 +282,7 @@ impl Kernel for TileForward {
             FilterArithmetic::CudaCores => "interaction_tile_cc_fwd",
             FilterArithmetic::TensorCores => Self::NAME,
             FilterArithmetic::ReceiverSums => "interaction_sums_fwd",
+            FilterArithmetic::Fragments if self.z.n_rbf == SHIPPED_RBF => "interaction_frag_fwd_20",
             FilterArithmetic::Fragments => "interaction_frag_fwd",
         }
     }
@@ -301,13 +302,17 @@ impl Kernel for TileForward {
     ) -> candle_core::cuda_backend::cudarc::driver::LaunchConfig {
         match self.filters {
             FilterArithmetic::CudaCores => tile_config(&self.z, elem_bytes, false),
-            FilterArithmetic::TensorCores | FilterArithmetic::Fragments => {
-                tensor_core_config(&self.z, self.tc_blocks)
-            }
+            FilterArithmetic::TensorCores => tensor_core_config(&self.z, self.tc_blocks, false),
+            FilterArithmetic::Fragments => tensor_core_config(&self.z, self.tc_blocks, true),
             FilterArithmetic::ReceiverSums => receiver_sums_config(&self.z),
         }
     }
 }
+
+/// The shipped models' basis functions, whose tensor-core kernels have entries of their own
+/// (TC_RBF in kernels/interaction_tc.cuh: `interaction_frag_fwd_20`,
+/// `interaction_tile_sym_adj_128_20` at F = [`TILE_F`]).
+const SHIPPED_RBF: usize = 20;
 
 /// Edges per tile, threads per block and the staged filters' row stride of the tensor-core
 /// kernels (TC_E, TC_THREADS, TC_SF in kernels/interaction_tc.cuh).
@@ -338,14 +343,19 @@ fn tc_stride(n_rbf: usize) -> usize {
 }
 
 /// The tensor-core forward's launch: (edge tiles, feature chunks) blocks of [`TC_THREADS`]
-/// threads with the weights, the tile's basis and its filters in shared memory (f32).
+/// threads with the weights, the tile's basis and its filters in shared memory (f32); with
+/// `fragments` no filters (`TcTile<FC, true>`).
 #[cfg(feature = "cuda")]
 fn tensor_core_config(
     z: &Sizes,
     max_blocks: usize,
+    fragments: bool,
 ) -> candle_core::cuda_backend::cudarc::driver::LaunchConfig {
     let stride = tc_stride(z.n_rbf);
-    let reals = 3 * TILE_F * stride + TC_E * stride + TC_E * TC_SF;
+    let reals = match fragments {
+        true => 3 * TILE_F * stride + TC_E * stride,
+        false => 3 * TILE_F * stride + TC_E * stride + TC_E * TC_SF,
+    };
     candle_core::cuda_backend::cudarc::driver::LaunchConfig {
         grid_dim: (
             z.n_edges.div_ceil(TC_E).clamp(1, max_blocks) as u32,
