@@ -230,6 +230,13 @@ struct TcTile {
             *reinterpret_cast<float2*>(o + 8 * TC_SF) = make_float2(d[2], d[3]);
         }
     }
+    // The one receiving atom of the warp's 16 staged edges from `first`, or NO_ATOM where
+    // they have several or the tile ends before them (every lane calls it).
+    __device__ __forceinline__ unsigned warp_atom(unsigned first, unsigned cnt) const {
+        if (first + 16 > cnt) return NO_ATOM;
+        const unsigned atom = si[first];
+        return __all_sync(0xffffffffu, si[first + lane % 16] == atom) ? atom : NO_ATOM;
+    }
     // This thread's slot of part p (s, d, v) of staged edge m's filter (or dL/dw).
     __device__ __forceinline__ float* slot(unsigned m, int p) const {
         return sf + m * TC_SF + p * TILE_F + cl;
@@ -428,47 +435,62 @@ __device__ void tc_sym_adj(const float* __restrict__ phi, const float* __restric
     // The run's atom j: its context and vectors, and its gradients' sums.
     unsigned cur = NO_ATOM;
     float ctx[3] = {0, 0, 0}, vec[3] = {0, 0, 0}, sum_phi[3] = {0, 0, 0}, sum_v[3] = {0, 0, 0};
+    // j becomes the run's atom: the previous run's sums added, j's values loaded.
+    auto own = [&](unsigned j) {
+        if (j == cur) return;
+        flush_own(gphi, out, n, f, cur, t.c, sum_phi, sum_v);
+        cur = j;
+#pragma unroll
+        for (int p = 0; p < 3; ++p) {
+            ctx[p] = phi[j * 3 * fk + p * fk + t.c] + t.bias[p];
+            vec[p] = sv[(1 + p) * nf + j * fk + t.c];
+        }
+    };
+    // Staged edge m's terms (k of its group) for the run's atom.
+    auto terms = [&](const TcOthers<FC>& far, int k, unsigned m, float gu[3][TILE_G]) {
+        float *ws = t.slot(m, 0), *wd = t.slot(m, 1), *wv = t.slot(m, 2);
+        float gxd = 0, gxv = 0;  // with the reverse edge's unit vector, -u
+#pragma unroll
+        for (int a = 0; a < 3; ++a) {
+            gxd -= far.g[a][k] * t.unit(m, a);
+            gxv += far.g[a][k] * vec[a];
+        }
+        sum_phi[0] += far.gs[k] * *ws;
+        sum_phi[1] += gxd * *wd;
+        sum_phi[2] += gxv * *wv;
+        const float xv = ctx[2] * *wv, xd = ctx[1] * *wd;
+#pragma unroll
+        for (int a = 0; a < 3; ++a) {
+            sum_v[a] += far.g[a][k] * xv;
+            gu[a][k] = -far.g[a][k] * xd;
+        }
+        *ws = far.gs[k] * ctx[0];  // the filter's slot now holds dL/dw
+        *wd = gxd * ctx[1];
+        *wv = gxv * ctx[2];
+    };
     t.walk(basis, ci, nj, n_edges, [&](size_t e0, unsigned cnt) {
         t.form_filters();
         __syncwarp();
+        // Where the warp's 16 edges have one atom (sorted lists: most warps), its groups take a
+        // path without a branch per edge, so that the compiler can interleave their edges.
+        const unsigned run = t.warp_atom(first, cnt);
         for (unsigned g = first; g < first + 16 && g < cnt; g += TILE_G) {
             TcOthers<FC> far;
             if (t.active) far.load(t, gm, gv, g);
             float gu[3][TILE_G] = {};  // the unit-vector gradients' terms of this feature
+            if (run != NO_ATOM && t.active) {
+                own(run);
 #pragma unroll
-            for (int k = 0; k < TILE_G; ++k) {
-                const unsigned m = g + k;
-                if (m >= cnt) break;
-                if (t.active) {
-                    const unsigned j = t.si[m];
-                    if (j != cur) {
-                        flush_own(gphi, out, n, f, cur, t.c, sum_phi, sum_v);
-                        cur = j;
+                for (int k = 0; k < TILE_G; ++k) terms(far, k, g + k, gu);
+            } else {
 #pragma unroll
-                        for (int p = 0; p < 3; ++p) {
-                            ctx[p] = phi[j * 3 * fk + p * fk + t.c] + t.bias[p];
-                            vec[p] = sv[(1 + p) * nf + j * fk + t.c];
-                        }
+                for (int k = 0; k < TILE_G; ++k) {
+                    const unsigned m = g + k;
+                    if (m >= cnt) break;
+                    if (t.active) {
+                        own(t.si[m]);
+                        terms(far, k, m, gu);
                     }
-                    float *ws = t.slot(m, 0), *wd = t.slot(m, 1), *wv = t.slot(m, 2);
-                    float gxd = 0, gxv = 0;  // with the reverse edge's unit vector, -u
-#pragma unroll
-                    for (int a = 0; a < 3; ++a) {
-                        gxd -= far.g[a][k] * t.unit(m, a);
-                        gxv += far.g[a][k] * vec[a];
-                    }
-                    sum_phi[0] += far.gs[k] * *ws;
-                    sum_phi[1] += gxd * *wd;
-                    sum_phi[2] += gxv * *wv;
-                    const float xv = ctx[2] * *wv, xd = ctx[1] * *wd;
-#pragma unroll
-                    for (int a = 0; a < 3; ++a) {
-                        sum_v[a] += far.g[a][k] * xv;
-                        gu[a][k] = -far.g[a][k] * xd;
-                    }
-                    *ws = far.gs[k] * ctx[0];  // the filter's slot now holds dL/dw
-                    *wd = gxd * ctx[1];
-                    *wv = gxv * ctx[2];
                 }
             }
             t.add_unit_grads(gu, g);
@@ -491,18 +513,24 @@ extern "C" __global__ void __launch_bounds__(TC_THREADS, 2) interaction_tile_fwd
     else tc_fwd<0>(phi, pb, w, basis, sv, ci, nj, out, n_edges, f, n, n_rbf);
 }
 
-// accumulate: gb_prev is added to g_basis (else it is not read).
-extern "C" __global__ void __launch_bounds__(TC_THREADS, 2) interaction_tile_sym_adj_f32(
-    const float* phi, const float* pb, const float* w, const float* basis, const float* sv,
-    const float* gm, const float* gve, const float* gb_prev, const unsigned int* ci,
-    const unsigned int* nj, float* out, size_t n_edges, size_t f, size_t n, size_t n_rbf,
-    size_t accumulate) {
+// accumulate: gb_prev is added to g_basis (else it is not read). The shipped shape (F =
+// TILE_F, TC_RBF basis functions) has its own entry, so that ptxas allocates its registers
+// alone: in one entry with the others it spilled ~560 bytes a thread, in the loop.
+#define TC_SYM_ADJ_PARAMS                                                                    \
+    const float *phi, const float *pb, const float *w, const float *basis, const float *sv,  \
+        const float *gm, const float *gve, const float *gb_prev, const unsigned int *ci,     \
+        const unsigned int *nj, float *out, size_t n_edges, size_t f, size_t n, size_t n_rbf, \
+        size_t accumulate
+extern "C" __global__ void __launch_bounds__(TC_THREADS, 2)
+    interaction_tile_sym_adj_f32(TC_SYM_ADJ_PARAMS) {
     const float* prev = accumulate ? gb_prev : nullptr;
-    if (f == TILE_F && n_rbf == TC_RBF)
-        tc_sym_adj<TILE_F>(phi, pb, w, basis, sv, gm, gve, prev, ci, nj, out, n_edges, f, n,
-                           TC_RBF);
-    else if (f == TILE_F)
+    if (f == TILE_F)
         tc_sym_adj<TILE_F>(phi, pb, w, basis, sv, gm, gve, prev, ci, nj, out, n_edges, f, n,
                            n_rbf);
     else tc_sym_adj<0>(phi, pb, w, basis, sv, gm, gve, prev, ci, nj, out, n_edges, f, n, n_rbf);
+}
+extern "C" __global__ void __launch_bounds__(TC_THREADS, 2)
+    interaction_tile_sym_adj_128_20_f32(TC_SYM_ADJ_PARAMS) {
+    const float* prev = accumulate ? gb_prev : nullptr;
+    tc_sym_adj<TILE_F>(phi, pb, w, basis, sv, gm, gve, prev, ci, nj, out, n_edges, f, n, TC_RBF);
 }

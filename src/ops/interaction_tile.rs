@@ -408,6 +408,11 @@ impl<const SYMMETRIC: bool> Kernel for TileAdjoint<SYMMETRIC> {
     fn function(&self) -> &'static str {
         match (SYMMETRIC, self.filters) {
             (true, FilterArithmetic::CudaCores) => "interaction_tile_cc_sym_adj",
+            (true, FilterArithmetic::TensorCores)
+                if self.z.hidden == TILE_F && self.z.n_rbf == SHIPPED_RBF =>
+            {
+                "interaction_tile_sym_adj_128_20"
+            }
             _ => Self::NAME,
         }
     }
@@ -441,7 +446,7 @@ impl<const SYMMETRIC: bool> Kernel for TileAdjoint<SYMMETRIC> {
             false => {
                 // The quarters' unit-vector sums [4, TC_E, 3] and partial dL/d(basis)
                 // [4, TC_E, k rows] after the forward's layout.
-                let mut cfg = tensor_core_config(&self.z, self.tc_blocks);
+                let mut cfg = tensor_core_config(&self.z, self.tc_blocks, false);
                 cfg.shared_mem_bytes += (4 * 4 * TC_E * (3 + tc_k_rows(self.z.n_rbf))) as u32;
                 cfg
             }
