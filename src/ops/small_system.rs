@@ -307,6 +307,16 @@ const STAMP_ELEMENTS: usize = 2 * 64;
 
 impl Kernel for SmallSystem {
     kernel_source!("small_system", "small_system");
+    /// The shipped model's shapes (F = 128 in blocks of 8 or 2 features, 20 basis functions)
+    /// have entries of their own (kernels/small_system.cu); any other takes the generic one.
+    fn function(&self) -> &'static str {
+        let m = &self.plan.model;
+        match (m.hidden, m.hidden / self.plan.groups, m.n_rbf) {
+            (128, 8, 20) => "small_system_128x8",
+            (128, 2, 20) => "small_system_128x2",
+            _ => Self::NAME,
+        }
+    }
     fn work(&self) -> usize {
         self.plan.n
     }
