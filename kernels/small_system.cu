@@ -694,8 +694,8 @@ __device__ __forceinline__ void small_system(const T* pos_in, const T* __restric
 
 // Plain calls pass float inputs for the MD slots, which they leave unread. The shipped
 // model's shapes (F = 128 with 8 or 2 features a block, 20 basis functions) have entries of
-// their own, so that ptxas allocates each one's registers alone (in one entry with the generic
-// instantiation, the 8-feature one spilled 1,176 bytes a thread; alone 324).
+// their own, so that ptxas allocates each one's registers alone (the one entry that held all
+// three spilled 1,176 bytes a thread in f32; the 8-feature instantiation alone spills 324).
 #define SMALL_SYSTEM(T, NAME, F_, S_, R_)                                                      \
     extern "C" __global__ void __launch_bounds__(512) NAME(                                    \
         const T* pos, const T* off, const T* wts, const double* md_x, const double* md_v,     \
