@@ -155,12 +155,12 @@ __device__ void frag_fwd(const float* __restrict__ phi, const float* __restrict_
 
 // The shipped basis (TC_RBF functions) has its own entry, so that ptxas allocates its
 // registers alone: in one entry with the generic instantiation both spilled.
-#define FRAG_FWD(NAME, NRBF)                                                                 \
-    extern "C" __global__ void __launch_bounds__(TC_THREADS, 2) NAME(                        \
-        const float* phi, const float* pb, const float* w, const float* basis, const float* sv, \
-        const unsigned int* ci, const unsigned int* nj, float* out, size_t n_edges, size_t f, \
-        size_t n, size_t n_rbf) {                                                            \
-        frag_fwd<NRBF>(phi, pb, w, basis, sv, ci, nj, out, n_edges, n, n_rbf);               \
+#define FRAG_FWD(NAME, NRBF)                                                                  \
+    extern "C" __global__ void __launch_bounds__(TC_THREADS, 2) NAME(                         \
+        const float* phi, const float* pb, const float* w, const float* basis,                \
+        const float* sv, const unsigned int* ci, const unsigned int* nj, float* out,          \
+        size_t n_edges, size_t f, size_t n, size_t n_rbf) {                                   \
+        frag_fwd<NRBF>(phi, pb, w, basis, sv, ci, nj, out, n_edges, n, n_rbf);                \
     }
 FRAG_FWD(interaction_frag_fwd_f32, 0)
 FRAG_FWD(interaction_frag_fwd_20_f32, TC_RBF)

@@ -517,9 +517,9 @@ extern "C" __global__ void __launch_bounds__(TC_THREADS, 2) interaction_tile_fwd
 // TILE_F, TC_RBF basis functions) has its own entry, so that ptxas allocates its registers
 // alone: in one entry with the others it spilled ~560 bytes a thread, in the loop.
 #define TC_SYM_ADJ_PARAMS                                                                    \
-    const float *phi, const float *pb, const float *w, const float *basis, const float *sv,  \
-        const float *gm, const float *gve, const float *gb_prev, const unsigned int *ci,     \
-        const unsigned int *nj, float *out, size_t n_edges, size_t f, size_t n, size_t n_rbf, \
+    const float* phi, const float* pb, const float* w, const float* basis, const float* sv,  \
+        const float* gm, const float* gve, const float* gb_prev, const unsigned int* ci,     \
+        const unsigned int* nj, float* out, size_t n_edges, size_t f, size_t n, size_t n_rbf, \
         size_t accumulate
 extern "C" __global__ void __launch_bounds__(TC_THREADS, 2)
     interaction_tile_sym_adj_f32(TC_SYM_ADJ_PARAMS) {
