@@ -314,9 +314,10 @@ fn in_place_context_adjoint_refuses_a_view_of_its_target() {
 
 /// For a list holding every edge's reverse, the adjoint that sums each atom's sending gradients
 /// over its own run of edges (`symmetric_edges`, from `TILE_FROM_EDGES` edges on any device;
-/// here its CPU twin) gives the standard adjoint's dL/dv and dL/dφ and, through the edge basis,
-/// the same position gradients, although it spreads dL/d(basis) differently over each edge and
-/// its reverse.
+/// here its CPU twins: in f64 the CUDA-core kernel's, leaving dL/dw as rows, in f32 the
+/// tensor-core kernel's, summing dL/d(basis) itself) gives the standard adjoint's dL/dv and
+/// dL/dφ and, through the edge basis, the same position gradients, although it spreads
+/// dL/d(basis) differently over each edge and its reverse.
 #[test]
 fn symmetric_adjoint_gives_the_standard_position_gradients() {
     use common::fused::{shape, CUTOFF};
@@ -324,86 +325,94 @@ fn symmetric_adjoint_gives_the_standard_position_gradients() {
         edge_basis, edge_basis_adjoint, interaction_adjoint, EdgeFilter, InteractionGrads,
         InteractionInputs, TILE_FROM_EDGES,
     };
-    let x = inputs(shape(300, 4_500, 16, 6), DType::F64, 77).symmetric();
-    assert!(x.shape.e >= TILE_FROM_EDGES);
-    let (pos, off, ci, nj, r) = (
-        &x.positions,
-        &x.offsets,
-        &x.centers,
-        &x.neighbors,
-        x.shape.r,
-    );
-    let basis = edge_basis(pos, off, ci, nj, r, CUTOFF).unwrap();
-    let grads_adding = |symmetric_edges, after: Option<&Tensor>| {
-        let inputs = InteractionInputs {
-            phi: &x.phi,
-            phi_bias: &x.phi_bias,
-            filter: EdgeFilter::Weights(&x.filter),
-            basis: &basis,
-            state: &x.state,
-            centers: ci,
-            neighbors: nj,
-            symmetric_edges,
-        };
-        let n = x.shape.n;
-        let g_v = (x.g_state.narrow(0, n, 3 * n).unwrap() + &x.g_rows).unwrap();
-        interaction_adjoint(&inputs, &x.g_state.narrow(0, 0, n).unwrap(), &g_v, after)
-    };
-    let grads = |symmetric_edges| grads_adding(symmetric_edges, None).unwrap();
-    let (plain, sym) = (grads(false), grads(true));
-    assert!(plain.filter_rows.is_none() && sym.filter_rows.is_some());
-    // basis · filter_basis = the filter rows (zero weights for the unit-vector columns).
-    let zeros = x.filter.zeros_like().unwrap().narrow(0, 0, 3).unwrap();
-    let filter_basis = Tensor::cat(&[&x.filter, &zeros], 0).unwrap();
-    let complete = |g: &InteractionGrads| g.complete_basis(&filter_basis).unwrap();
-    let to_positions =
-        |g: &InteractionGrads| edge_basis_adjoint(pos, off, &complete(g), ci, nj, r, CUTOFF);
-    let (p_plain, p_sym) = (to_positions(&plain).unwrap(), to_positions(&sym).unwrap());
-    for (what, a, b) in [
-        ("dL/dv", &plain.v, &sym.v),
-        ("dL/dphi", &plain.phi, &sym.phi),
-        ("dL/dx", &p_plain, &p_sym),
-    ] {
-        let d = max_abs_diff(a, b);
-        assert!(d <= 1e-12 * scale(a), "{what}: {d}");
-    }
-    // The two spread dL/d(basis) differently: equal position gradients are not trivial.
-    assert!(max_abs_diff(&complete(&plain), &complete(&sym)) > 1e-3);
-    // The later blocks' dL/d(basis) is added: by the symmetric adjoint's twin, after the other.
-    for (symmetric_edges, alone) in [(true, &sym), (false, &plain)] {
-        let added = grads_adding(symmetric_edges, Some(&x.g_basis)).unwrap();
-        let want = (complete(alone) + &x.g_basis).unwrap();
-        let d = max_abs_diff(&complete(&added), &want);
-        assert!(
-            d <= 1e-12 * scale(&want),
-            "symmetric {symmetric_edges}: {d}"
+    for (dtype, tol) in [(DType::F64, 1e-12), (DType::F32, 2e-5)] {
+        let x = inputs(shape(300, 4_500, 16, 6), dtype, 77).symmetric();
+        assert!(x.shape.e >= TILE_FROM_EDGES);
+        let (pos, off, ci, nj, r) = (
+            &x.positions,
+            &x.offsets,
+            &x.centers,
+            &x.neighbors,
+            x.shape.r,
         );
+        let basis = edge_basis(pos, off, ci, nj, r, CUTOFF).unwrap();
+        let grads_adding = |symmetric_edges, after: Option<&Tensor>| {
+            let inputs = InteractionInputs {
+                phi: &x.phi,
+                phi_bias: &x.phi_bias,
+                filter: EdgeFilter::Weights(&x.filter),
+                basis: &basis,
+                state: &x.state,
+                centers: ci,
+                neighbors: nj,
+                symmetric_edges,
+            };
+            let n = x.shape.n;
+            let g_v = (x.g_state.narrow(0, n, 3 * n).unwrap() + &x.g_rows).unwrap();
+            interaction_adjoint(&inputs, &x.g_state.narrow(0, 0, n).unwrap(), &g_v, after)
+        };
+        let grads = |symmetric_edges| grads_adding(symmetric_edges, None).unwrap();
+        let (plain, sym) = (grads(false), grads(true));
+        // dL/dw rows from the CUDA-core twin (f64) only.
+        assert!(plain.filter_rows.is_none());
+        assert_eq!(sym.filter_rows.is_some(), dtype == DType::F64);
+        // basis · filter_basis = the filter rows (zero weights for the unit-vector columns).
+        let zeros = x.filter.zeros_like().unwrap().narrow(0, 0, 3).unwrap();
+        let filter_basis = Tensor::cat(&[&x.filter, &zeros], 0).unwrap();
+        let complete = |g: &InteractionGrads| g.complete_basis(&filter_basis).unwrap();
+        let to_positions =
+            |g: &InteractionGrads| edge_basis_adjoint(pos, off, &complete(g), ci, nj, r, CUTOFF);
+        let (p_plain, p_sym) = (to_positions(&plain).unwrap(), to_positions(&sym).unwrap());
+        for (what, a, b) in [
+            ("dL/dv", &plain.v, &sym.v),
+            ("dL/dphi", &plain.phi, &sym.phi),
+            ("dL/dx", &p_plain, &p_sym),
+        ] {
+            let d = max_abs_diff(a, b);
+            assert!(d <= tol * scale(a), "{dtype:?} {what}: {d}");
+        }
+        // The two spread dL/d(basis) differently: equal position gradients are not trivial.
+        assert!(max_abs_diff(&complete(&plain), &complete(&sym)) > 1e-3);
+        // The later blocks' dL/d(basis) is added: by the symmetric adjoint's twin, after the
+        // other.
+        for (symmetric_edges, alone) in [(true, &sym), (false, &plain)] {
+            let added = grads_adding(symmetric_edges, Some(&x.g_basis)).unwrap();
+            let want = (complete(alone) + &x.g_basis).unwrap();
+            let d = max_abs_diff(&complete(&added), &want);
+            assert!(
+                d <= tol * scale(&want),
+                "{dtype:?} symmetric {symmetric_edges}: {d}"
+            );
+        }
+        let short = x.g_basis.narrow(1, 0, 3).unwrap();
+        let err = grads_adding(true, Some(&short)).err().unwrap().to_string();
+        assert!(err.contains("does not fit [E, R + 4]"), "{err}");
     }
-    let short = x.g_basis.narrow(1, 0, 3).unwrap();
-    let err = grads_adding(true, Some(&short)).err().unwrap().to_string();
-    assert!(err.contains("does not fit [E, R + 4]"), "{err}");
 }
 
 /// The fused model on a periodic box of more than `TILE_FROM_EDGES` edges with the filter
-/// formed in the kernels takes the symmetric-list adjoint (on the CPU its twin): its forces equal
-/// the autograd model's.
+/// formed in the kernels takes the symmetric-list adjoint (on the CPU its twin: in f32 the
+/// tensor-core kernel's): its forces equal the autograd model's.
 #[test]
 fn fused_forces_with_the_symmetric_adjoint_match_autograd() {
     use mlff_distiller::calculator::forces_from;
     use mlff_distiller::ops::TILE_FROM_EDGES;
     let batch = Batch::new(vec![mlff_distiller::systems::water_box(128, 5)]).unwrap();
-    let calc = common::calculator(DType::F64, &Device::Cpu).with_ops(EdgeOps::Fused);
-    let (inputs, positions) = calc.prepare(&batch).unwrap();
-    assert!(inputs.centers.dim(0).unwrap() >= TILE_FROM_EDGES);
-    let fused = calc.model().fused().unwrap().clone();
-    let pass = fused.with_filter_rows_from(usize::MAX);
-    let pass = pass.forward(&inputs).unwrap();
-    let graph = common::calculator(DType::F64, &Device::Cpu);
-    let e_graph = graph.model().atom_energies(&inputs).unwrap();
-    let f_graph = forces_from(&e_graph.sum_all().unwrap(), &positions).unwrap();
-    assert!(max_abs_diff(&pass.atom_energies, &e_graph) < 1e-10);
-    let d = max_abs_diff(&pass.forces().unwrap(), &f_graph);
-    assert!(d < 1e-10, "forces: {d}");
+    for (dtype, e_tol, f_tol) in [(DType::F64, 1e-10, 1e-10), (DType::F32, 1e-3, 2e-4)] {
+        let calc = common::calculator(dtype, &Device::Cpu).with_ops(EdgeOps::Fused);
+        let (inputs, positions) = calc.prepare(&batch).unwrap();
+        assert!(inputs.centers.dim(0).unwrap() >= TILE_FROM_EDGES);
+        let fused = calc.model().fused().unwrap().clone();
+        let pass = fused.with_filter_rows_from(usize::MAX);
+        let pass = pass.forward(&inputs).unwrap();
+        let graph = common::calculator(dtype, &Device::Cpu);
+        let e_graph = graph.model().atom_energies(&inputs).unwrap();
+        let f_graph = forces_from(&e_graph.sum_all().unwrap(), &positions).unwrap();
+        let d = max_abs_diff(&pass.atom_energies, &e_graph);
+        assert!(d < e_tol, "{dtype:?} energies: {d}");
+        let d = max_abs_diff(&pass.forces().unwrap(), &f_graph);
+        assert!(d < f_tol * scale(&f_graph), "{dtype:?} forces: {d}");
+    }
 }
 
 /// The tensor-core dense layers' CPU twins (the GPU test's oracle) against candle's matmul and

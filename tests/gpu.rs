@@ -376,6 +376,8 @@ fn cuda_fused_kernels_match_cpu() {
         cases.push(inputs(sparse, dtype, 314).sorted_by_receiver());
         cases.push(inputs(deep, dtype, 315).sorted_by_receiver());
         cases.push(inputs(half, dtype, 311).symmetric());
+        // F = 128 with another basis: the symmetric adjoint's generic entry at F = 128.
+        cases.push(inputs(deep, dtype, 317).symmetric());
         // Symmetric lists of the other widths: in f32 the tensor-core adjoint with F not a
         // compile-time 128, with threads past F (40) and with two feature chunks adding into
         // dL/d(basis) (160).
