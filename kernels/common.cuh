@@ -84,3 +84,18 @@ __device__ __forceinline__ void ld4_shared(const T* p, T v[4]) {
         v[0] = a.x, v[1] = a.y, v[2] = b.x, v[3] = b.y;
     }
 }
+
+// *dst = *src without waiting for it (cp.async): the copy lands by the next wait_copies().
+template <typename T>
+__device__ __forceinline__ void copy_async(T* dst, const T* src) {
+    const unsigned to = (unsigned)__cvta_generic_to_shared(dst);
+    if constexpr (sizeof(T) == 8)
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(to), "l"(src) : "memory");
+    else
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(to), "l"(src) : "memory");
+}
+
+// Waits for this thread's copy_async()s; a __syncthreads() after it publishes them all.
+__device__ __forceinline__ void wait_copies() {
+    asm volatile("cp.async.wait_all;" ::: "memory");
+}

@@ -99,21 +99,6 @@ __device__ __forceinline__ void group_sync(unsigned int* counter, unsigned int& 
 // Threads per block (src/ops/small_system.rs launches exactly this many).
 constexpr int THREADS = 512;
 
-// *dst = *src without waiting for it (cp.async): the copy lands by the next wait_copies().
-template <typename T>
-__device__ __forceinline__ void copy_async(T* dst, const T* src) {
-    const unsigned to = (unsigned)__cvta_generic_to_shared(dst);
-    if constexpr (sizeof(T) == 8)
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(to), "l"(src) : "memory");
-    else
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(to), "l"(src) : "memory");
-}
-
-// Waits for this thread's copy_async()s; a __syncthreads() after it publishes them all.
-__device__ __forceinline__ void wait_copies() {
-    asm volatile("cp.async.wait_all;" ::: "memory");
-}
-
 // Four consecutive values at p (16-byte aligned) from L2: written by other blocks.
 template <typename T>
 __device__ __forceinline__ void ld4(const T* p, T v[4]) {

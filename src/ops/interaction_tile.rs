@@ -444,10 +444,13 @@ impl<const SYMMETRIC: bool> Kernel for TileAdjoint<SYMMETRIC> {
         match self.grad_rows() {
             true => tile_config(&self.z, elem_bytes, true),
             false => {
-                // The quarters' unit-vector sums [4, TC_E, 3] and partial dL/d(basis)
-                // [4, TC_E, k rows] after the forward's layout.
+                // The quarters' unit-vector sums [4, TC_E, 3], partial dL/d(basis)
+                // [4, TC_E, k rows] and the later blocks' rows [TC_E, R + 4] after the
+                // forward's layout.
                 let mut cfg = tensor_core_config(&self.z, self.tc_blocks, false);
-                cfg.shared_mem_bytes += (4 * 4 * TC_E * (3 + tc_k_rows(self.z.n_rbf))) as u32;
+                let sums = 4 * TC_E * (3 + tc_k_rows(self.z.n_rbf));
+                let prev = TC_E * basis_width(self.z.n_rbf);
+                cfg.shared_mem_bytes += (4 * (sums + prev)) as u32;
                 cfg
             }
         }
