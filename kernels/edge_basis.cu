@@ -40,7 +40,7 @@ __device__ void basis_adj(const T* pos, const T* off, const T* g, const unsigned
         const size_t e = e0 + threadIdx.x;
         const bool in = e < n_edges;
         T gr[3] = {T(0), T(0), T(0)};
-        unsigned i = 0xffffffffu;
+        unsigned i = 0xffffffffu;  // no centre: the lane is past the last edge
         if (in) {
             edge_grad(pos, off, g + e * (n_rbf + 4), ci, nj, e, n_rbf, T(cutoff), gr);
             const size_t j = nj[e];
