@@ -251,12 +251,15 @@ struct TcTile {
     __device__ float* unit_sums() const { return reinterpret_cast<float*>(sj + TC_E); }
     __device__ float* partials() const { return unit_sums() + 4 * TC_E * 3; }
     __device__ float* prev_rows() const { return partials() + 4 * TC_E * 8 * ksteps; }
-    // Starts copying tile e0's rows of `prev` (the later blocks' dL/d(basis), where given and
-    // this block adds them) into prev_rows() (cp.async: they land by the next wait_copies(),
-    // so that their latency hides behind the tile's products; read after them, they had
-    // taken the accumulating launches ~5% longer than the first at 10,000 atoms on an H100).
+    // Whether this block adds `prev` (the later blocks' dL/d(basis), where given): the first
+    // feature chunk's blocks.
+    __device__ bool adds_prev(const float* prev) const { return prev && blockIdx.y == 0; }
+    // Starts copying tile e0's rows of `prev` where this block adds them into prev_rows()
+    // (cp.async: they land by the next wait_copies(), so that their latency hides behind the
+    // tile's products; read after them, they had taken the accumulating launches ~5% longer
+    // than the first at 10,000 atoms on an H100).
     __device__ void fetch_prev(const float* __restrict__ prev, size_t e0, unsigned cnt) const {
-        if (!prev || blockIdx.y != 0) return;
+        if (!adds_prev(prev)) return;
         for (unsigned k = threadIdx.x; k < cnt * bw; k += TC_THREADS)
             copy_async(prev_rows() + k, prev + e0 * bw + k);
     }
@@ -337,7 +340,7 @@ struct TcTile {
         const bool alone = gridDim.y == 1;
         const unsigned kr = 8 * ksteps;
         float* rows = gb + e0 * bw;
-        const float* before = prev && blockIdx.y == 0 ? prev_rows() : nullptr;
+        const float* before = adds_prev(prev) ? prev_rows() : nullptr;
         for (unsigned k = threadIdx.x; k < cnt * bw; k += TC_THREADS) {
             const unsigned m = k / bw, r = k % bw;
             float v;

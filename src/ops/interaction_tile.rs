@@ -352,10 +352,11 @@ fn tensor_core_config(
     fragments: bool,
 ) -> candle_core::cuda_backend::cudarc::driver::LaunchConfig {
     let stride = tc_stride(z.n_rbf);
-    let reals = match fragments {
-        true => 3 * TILE_F * stride + TC_E * stride,
-        false => 3 * TILE_F * stride + TC_E * stride + TC_E * TC_SF,
+    let filters = match fragments {
+        true => 0,
+        false => TC_E * TC_SF,
     };
+    let reals = 3 * TILE_F * stride + TC_E * stride + filters;
     candle_core::cuda_backend::cudarc::driver::LaunchConfig {
         grid_dim: (
             z.n_edges.div_ceil(TC_E).clamp(1, max_blocks) as u32,
