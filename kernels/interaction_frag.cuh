@@ -6,11 +6,10 @@
 // 0, 1) and 8 features of the warp's 32 (32 quarter + 4 t + [0, 4) and + 16: index k, see
 // frag_feature): the weights are staged in frag_feature's column order, so that a part's four
 // n-tiles leave lane (g, t) exactly these. Its gathers are then two 16-byte loads per edge and
-// quantity (the CUDA-core layout: one
-// 4-byte load per edge, quantity and thread), nothing is staged per edge but the basis, and
-// each edge's messages are summed over the warp's rows of the same receiving atom by
-// shuffles (a reduce-scatter over the 8 lanes of a feature group) before one atomic add per
-// lane and receiver.
+// quantity (the CUDA-core layout: one 4-byte load per edge, quantity and thread), nothing is
+// staged per edge but the basis, and each edge's messages are summed over the warp's rows of
+// the same receiving atom by shuffles (a reduce-scatter over the 8 lanes of a feature group)
+// before one atomic add per lane and receiver.
 #pragma once
 
 // A lane's 8 features from global memory (frag_feature): v[0..4) = p[0..4), v[4..8) =
