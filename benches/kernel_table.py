@@ -36,21 +36,25 @@ COUNTERS = {
     "l2": "lts__t_bytes.sum",
     "inst": "smsp__inst_executed.sum",
 }
-# Units Nsight Compute may report a counter in, to seconds / bytes / plain counts.
+# Units Nsight Compute reports the counters in (it picks one per run: Kbyte in one, Mbyte in
+# another), to seconds / bytes / plain counts.
 SCALE = {
     "ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0,
     "nsecond": 1e-9, "usecond": 1e-6, "msecond": 1e-3, "second": 1.0,
     "byte": 1.0, "kbyte": 1e3, "mbyte": 1e6, "gbyte": 1e9,
     "kibyte": 1024.0, "mibyte": 1024.0**2, "gibyte": 1024.0**3,
-    "": 1.0, "inst": 1.0, "warp": 1.0,
+    "": 1.0, "inst": 1.0,
 }
 
 
-def number(text, unit):
+def number(text, unit, column):
     text = text.replace(",", "").strip()
     if text in ("", "n/a"):
         return 0.0
-    return float(text) * SCALE.get(unit.strip().lower(), 1.0)
+    scale = SCALE.get(unit.strip().lower())
+    if scale is None:  # a guess would put the table off by powers of ten
+        sys.exit(f"column {column}: unknown unit {unit!r}")
+    return float(text) * scale
 
 
 def read_rows(path):
@@ -67,7 +71,7 @@ def read_rows(path):
     rows = []
     for cells in table[2:]:
         values = {
-            h: number(c, u)
+            h: number(c, u, h)
             for h, u, c in zip(header, units, cells)
             if h == TIME or h in COUNTERS.values()
         }
