@@ -9,6 +9,7 @@
 use super::edge_basis::basis_width;
 use super::interaction::{adjoint_cpu, forward_cpu, AdjointMode, InteractionInputs, Sizes};
 use super::kernel::{kernel_source, overlaps_previous, Kernel, Real};
+use super::SHIPPED_RBF;
 use candle_core::{DType, Tensor};
 
 /// Edge count from which the filter formed in the kernels runs as the tiled kernels on CUDA
@@ -308,11 +309,6 @@ impl Kernel for TileForward {
         }
     }
 }
-
-/// The shipped models' basis functions, whose tensor-core kernels have entries of their own
-/// (TC_RBF in kernels/interaction_tc.cuh: `interaction_frag_fwd_20`,
-/// `interaction_tile_sym_adj_128_20` at F = [`TILE_F`]).
-const SHIPPED_RBF: usize = 20;
 
 /// Edges per tile, threads per block and the staged filters' row stride of the tensor-core
 /// kernels (TC_E, TC_THREADS, TC_SF in kernels/interaction_tc.cuh).

@@ -320,6 +320,11 @@ impl<K: Kernel> Launch<K> {
         })
     }
 
+    /// The kernel on the CPU, adding into (or overwriting) `out` in place.
+    fn run_cpu_into<T: Real>(&self, out: &mut [T]) -> Result<()> {
+        self.with_cpu_inputs(|x, idx| self.kernel.cpu(x, idx, out))
+    }
+
     /// `f` of the inputs' and indices' elements on the CPU.
     fn with_cpu_inputs<T: Real, R>(&self, f: impl FnOnce(&[&[T]], &[&[u32]]) -> R) -> Result<R> {
         let guards: Vec<_> = self.inputs.iter().map(|t| t.storage_and_layout()).collect();
@@ -439,16 +444,8 @@ impl<K: Kernel> InplaceOp1 for InPlace<K> {
             bail!("{}: the target must be contiguous", K::NAME)
         };
         match s {
-            CpuStorage::F32(out) => {
-                let out = &mut out[a..b];
-                self.0
-                    .with_cpu_inputs(|x, idx| self.0.kernel.cpu(x, idx, out))
-            }
-            CpuStorage::F64(out) => {
-                let out = &mut out[a..b];
-                self.0
-                    .with_cpu_inputs(|x, idx| self.0.kernel.cpu(x, idx, out))
-            }
+            CpuStorage::F32(out) => self.0.run_cpu_into(&mut out[a..b]),
+            CpuStorage::F64(out) => self.0.run_cpu_into(&mut out[a..b]),
             _ => bail!("{}: the target must be f32 or f64", K::NAME),
         }
     }

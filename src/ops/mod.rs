@@ -34,6 +34,13 @@ mod small_system;
 mod small_system_step;
 mod update;
 
+/// The shipped models' shapes (128 features, 20 basis functions), for which the kernels have
+/// entries of their own (compile-time strides and unrolled loops: TC_RBF in
+/// kernels/interaction_tc.cuh, the `small_system_128x*` entries); any other shape takes the
+/// generic entries.
+pub(crate) const SHIPPED_HIDDEN: usize = 128;
+pub(crate) const SHIPPED_RBF: usize = 20;
+
 pub use activation::{bias_silu, bias_silu_adjoint};
 pub use atom_split::{
     atom_split, atom_split_phase_times, AtomSplitPlan, MAX_ATOMS as ATOM_SPLIT_MAX_ATOMS_PER_BLOCK,

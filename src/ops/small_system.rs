@@ -10,6 +10,7 @@
 use super::edge_basis::{basis_width, Geometry};
 use super::kernel::{kernel_source, launch, Init, Kernel, Real};
 use super::update::NORM_EPS;
+use super::{SHIPPED_HIDDEN, SHIPPED_RBF};
 use candle_core::{bail, DType, Device, Result, Tensor};
 
 /// The model sizes packed weights describe (layout: [`SmallSystemModel::packed_len`]).
@@ -311,9 +312,10 @@ impl Kernel for SmallSystem {
     /// have entries of their own (kernels/small_system.cu); any other takes the generic one.
     fn function(&self) -> &'static str {
         let m = &self.plan.model;
-        match (m.hidden, m.hidden / self.plan.groups, m.n_rbf) {
-            (128, 8, 20) => "small_system_128x8",
-            (128, 2, 20) => "small_system_128x2",
+        let shipped = m.hidden == SHIPPED_HIDDEN && m.n_rbf == SHIPPED_RBF;
+        match m.hidden / self.plan.groups {
+            8 if shipped => "small_system_128x8",
+            2 if shipped => "small_system_128x2",
             _ => Self::NAME,
         }
     }
