@@ -131,3 +131,82 @@ fn bench_cli_writes_reports_and_fails_on_regression() {
     ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
 }
+
+/// `--export` writes, beside the model inputs, each structure's cell, periodicity and masses
+/// (for the PyTorch MD reference): the water box's cell is the one its edges' image shifts are
+/// multiples of, a molecule has none, and the masses are its elements'.
+#[test]
+fn bench_export_holds_cells_periodicity_and_masses() {
+    use candle_core::{DType, Device};
+    let dir = tempfile::tempdir().unwrap();
+    let model = concat!(env!("CARGO_MANIFEST_DIR"), "/models/painn-gfn2.safetensors");
+    let export = dir.path().join("export");
+    let o = mlff(&[
+        "bench",
+        "--model",
+        model,
+        "--systems",
+        "ethanol,water-60",
+        "--ops",
+        "fused",
+        "--warmup",
+        "0",
+        "--repeats",
+        "1",
+        "--device",
+        "cpu",
+        "--out",
+        dir.path().join("bench").to_str().unwrap(),
+        "--export",
+        export.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let load = |name: &str| {
+        candle_core::safetensors::load(export.join(format!("{name}.safetensors")), &Device::Cpu)
+            .unwrap()
+    };
+    let f64s = |t: &candle_core::Tensor| {
+        t.to_dtype(DType::F64)
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1::<f64>()
+            .unwrap()
+    };
+
+    let ethanol = load("ethanol");
+    assert!(f64s(&ethanol["cells"]).iter().all(|&x| x == 0.0));
+    assert_eq!(ethanol["pbc"].dims(), &[1, 3]);
+    assert!(f64s(&ethanol["pbc"]).iter().all(|&x| x == 0.0));
+    let masses: f64 = f64s(&ethanol["masses"]).iter().sum();
+    let c2h6o = 2.0 * 12.011 + 6.0 * 1.008 + 15.999;
+    assert!(
+        (masses - c2h6o).abs() < 1e-9,
+        "ethanol's masses sum to {masses}"
+    );
+
+    let water = load("water-60");
+    let box20 = mlff_distiller::systems::water_box(20, 0);
+    let cell = box20.cell.unwrap();
+    assert_eq!(water["cells"].dims(), &[1, 3, 3]);
+    assert_eq!(f64s(&water["cells"]), cell.concat());
+    assert!(f64s(&water["pbc"]).iter().all(|&x| x == 1.0));
+    let masses = f64s(&water["masses"]);
+    assert_eq!(masses.len(), 60);
+    assert!(masses.chunks(3).all(|m| m == [15.999, 1.008, 1.008]));
+    // Every image shift is a whole multiple of the cell's rows (the cell is diagonal here).
+    let offsets = f64s(&water["offsets"]);
+    assert!(
+        offsets.iter().any(|&x| x != 0.0),
+        "the box has edges across its faces"
+    );
+    for shift in offsets.chunks(3) {
+        for (a, s) in shift.iter().enumerate() {
+            let n = s / cell[a][a];
+            assert!(
+                (n - n.round()).abs() < 1e-5,
+                "shift {shift:?} is not of the cell {cell:?}"
+            );
+        }
+    }
+}

@@ -5,7 +5,7 @@ mod teacher;
 
 use super::{parse_dtype, DeviceArgs};
 use anyhow::{Context, Result};
-use candle_core::{DType, Device};
+use candle_core::{DType, Device, Tensor};
 use clap::Args;
 use mlff_distiller::bench::{BenchCase, BenchReport};
 use mlff_distiller::calculator::{edge_offsets, DeviceOutput};
@@ -76,7 +76,9 @@ pub struct BenchArgs {
     #[arg(long, num_args = 1..)]
     teacher_data: Vec<PathBuf>,
     /// Write each system's model inputs and our energies/forces (first path listed) as
-    /// DIR/SYSTEM.safetensors, for the PyTorch reference (benches/reference/painn_torch.py).
+    /// DIR/SYSTEM.safetensors, for the PyTorch reference (benches/reference/painn_torch.py),
+    /// with each structure's cell, periodicity and the atoms' masses (for
+    /// benches/reference/md_torch.py).
     #[arg(long)]
     export: Option<PathBuf>,
     #[command(flatten)]
@@ -204,7 +206,8 @@ fn time_case(
     let (max_de, max_df) = match reference.as_ref() {
         None => {
             if let Some(dir) = &a.export {
-                export(&dir.join(format!("{name}.safetensors")), &inputs, &out)?;
+                let path = dir.join(format!("{name}.safetensors"));
+                export(&path, batch, &inputs, &out)?;
             }
             (0.0, 0.0)
         }
@@ -331,9 +334,33 @@ pub fn run(a: BenchArgs) -> Result<ExitCode> {
     })
 }
 
-/// Inputs and outputs of one system, on the CPU, for an external reference to reproduce.
-fn export(path: &std::path::Path, x: &PainnInputs, out: &DeviceOutput) -> Result<()> {
+/// Inputs and outputs of one system, on the CPU, for an external reference to reproduce; with
+/// each structure's cell (rows, zero without one), periodicity and the atoms' masses (amu), so
+/// that the reference can also run MD on it.
+fn export(
+    path: &std::path::Path,
+    batch: &Batch,
+    x: &PainnInputs,
+    out: &DeviceOutput,
+) -> Result<()> {
     let cpu = |t: &candle_core::Tensor| t.to_device(&Device::Cpu);
+    let n_structures = batch.structures.len();
+    let cells: Vec<f64> = batch
+        .structures
+        .iter()
+        .flat_map(|s| s.cell.unwrap_or_default().into_iter().flatten())
+        .collect();
+    let pbc: Vec<u8> = batch
+        .structures
+        .iter()
+        .flat_map(|s| s.pbc.map(|p| u8::from(p && s.cell.is_some())))
+        .collect();
+    let masses = batch
+        .structures
+        .iter()
+        .flat_map(|s| &s.numbers)
+        .map(|&z| mlff_distiller::elements::atomic_mass(z).context(format!("no mass for Z = {z}")))
+        .collect::<Result<Vec<f64>>>()?;
     let tensors = [
         ("species", cpu(&x.species)?),
         ("positions", cpu(&x.positions)?),
@@ -343,6 +370,18 @@ fn export(path: &std::path::Path, x: &PainnInputs, out: &DeviceOutput) -> Result
         ("atom_structure", cpu(&x.atom_structure)?),
         ("energies", cpu(&out.energies)?),
         ("forces", cpu(&out.forces)?),
+        (
+            "cells",
+            Tensor::from_vec(cells, (n_structures, 3, 3), &Device::Cpu)?,
+        ),
+        (
+            "pbc",
+            Tensor::from_vec(pbc, (n_structures, 3), &Device::Cpu)?,
+        ),
+        (
+            "masses",
+            Tensor::from_vec(masses, x.species.dims1()?, &Device::Cpu)?,
+        ),
     ];
     let meta =
         std::collections::HashMap::from([("n_structures".to_string(), x.n_structures.to_string())]);
