@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # One GPU session's checks and timings, on the GPU machine, from the repository root, after
-# `GPU_TESTS="gpu gpu_graphs gpu_second_order" GPU_BINS="mlff fused_kernel_times md_water_box"
+# `GPU_TESTS="gpu gpu_graphs gpu_second_order" GPU_BINS="mlff md_water_box"
 # ../shared/gpu/bundle.sh` here (see ../shared/gpu/README.md): CUDA-vs-CPU and CUDA-graph
 # tests, mlff check, mlff bench (every system size and batch; our ops, the fused kernels with and
 # without CUDA graphs, candle's stock ops) and the PyTorch reference of the same model, weights
-# and inputs, per-kernel times of the fused path, mlff profile of an aspirin MD run, MD
-# throughput with and without graphs (molecules and a 5,001-atom water box) and mlff validate-md
+# and inputs (the call, and MD: benches/reference/md_torch.py), per-kernel times of the fused
+# path with their FLOP and byte floors from the hardware counters (benches/kernel-profile.sh,
+# Nsight Compute), mlff profile of an aspirin MD run, MD throughput with and without graphs
+# (molecules and the 4,998-atom water box that the PyTorch MD runs too) and mlff validate-md
 # with graphs. PARTS picks a subset (default "tests bench torch kernels profile md validate"), to
 # split the work over device calls that each stay under the 10-minute limit.
 # Results: $OUT/suite.tar.gz (everything) plus the markdown summaries beside it.
@@ -36,11 +38,17 @@ fi
 if has torch; then
   timeout 180 python3 benches/reference/painn_torch.py "$model" "$work/systems" \
     --json "$work/torch.json" > "$out/torch.md" 2> "$work/torch.err"
+  # PyTorch's MD (NVE, each step one CUDA graph): the MD part's systems, as exported.
+  for s in benzene aspirin water-5000; do
+    steps=5000; [ "$s" = water-5000 ] && steps=300
+    timeout 150 python3 benches/reference/md_torch.py "$model" "$work/systems/$s.safetensors" \
+      --steps "$steps" --json "$work/torch-md-$s.json"
+  done > "$out/torch-md.md" 2>> "$work/torch.err"
 fi
 rm -rf "$work/systems"
 if has kernels; then
-  timeout 120 "$bin/fused_kernel_times" cuda aspirin,water-1000,water-10000 \
-    > "$out/kernels.md" 2> "$work/kernels.err"
+  OUT="$out" SYSTEMS="aspirin water-1000 water-10000 aspirin-x64" \
+    timeout 400 bash benches/kernel-profile.sh > "$out/kernels.md" 2> "$work/kernels.err"
 fi
 if has profile; then
   for ops in custom fused; do
@@ -51,15 +59,15 @@ if has profile; then
 fi
 if has md; then  # MD steps/s, CUDA graphs on and off alternated
   for g in on off on off; do
-    for m in ethanol aspirin trialanine; do
+    for m in ethanol benzene aspirin trialanine; do
       echo -n "$m --graphs $g: "
       timeout 60 "$bin/mlff" md --model "$model" --structure "data/gfn2/start/$m.extxyz" \
         --device cuda --steps 5000 --graphs "$g" 2>&1 | grep -E "speed|rror"
     done
   done > "$out/md.md"
-  for g in on off; do
-    echo -n "water box 5,001 atoms NVT --graphs $g: "
-    timeout 150 "$bin/md_water_box" "$work/water-$g" 1667 300 nvt "$g" 2>&1 | tail -1
+  for g in on off; do  # the box of the torch part's water-5000 (1,666 waters), NVE as there
+    echo -n "water box 4,998 atoms NVE --graphs $g: "
+    timeout 150 "$bin/md_water_box" "$work/water-$g" 1666 300 nve "$g" 2>&1 | tail -1
   done >> "$out/md.md"
 fi
 if has validate; then

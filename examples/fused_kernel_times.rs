@@ -7,7 +7,9 @@
 //! of N copies) and `water-N` (default `aspirin,water-10000`). Each op runs 20 times to warm
 //! up, then REPEATS times back to back between two device synchronisations: the mean is the
 //! op's device time where the kernel is longer than a launch, and the launch cost where it is
-//! not. Floors assume f32 and the peak FP32 rate and memory bandwidth given by
+//! not. Floors assume f32 on CUDA cores (a model: the interaction and dense kernels run on tensor
+//! cores, so their FLOP floors here are too high; benches/kernel-profile.sh measures each
+//! kernel's FLOP and bytes with Nsight Compute instead) and the peak FP32 rate and memory bandwidth given by
 //! MLFF_PEAK_TFLOPS / MLFF_PEAK_TBS (defaults: H100 SXM, 67 TFLOP/s and 3.35 TB/s); bytes count
 //! each tensor read or written once (the edge basis and weights read per edge are counted once
 //! per edge, assumed cached).

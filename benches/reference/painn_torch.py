@@ -117,6 +117,16 @@ def graph_replay(model, x, pos, f_eager, warmup, repeats):
     return time_ms(graph.replay, warmup, repeats, True), (static_f - f_eager).abs().max().item()
 
 
+def model_on(path, device, script, cpu_hint):
+    """The checkpoint's model in f32 on `device` (cuda or cpu), the torch device, and whether it
+    is CUDA; exits naming `script` where CUDA is asked for and absent."""
+    cuda = device == "cuda"
+    if cuda and not torch.cuda.is_available():
+        sys.exit(f"{script}: no CUDA device (use --device cpu {cpu_hint})")
+    dev = torch.device(device)
+    return PaiNN(path, dev, torch.float32), dev, cuda
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("model")
@@ -126,11 +136,7 @@ def main():
     ap.add_argument("--json")
     ap.add_argument("--device", default="cuda", help="cuda (timings + graphs) or cpu (agreement check)")
     a = ap.parse_args()
-    cuda = a.device == "cuda"
-    if cuda and not torch.cuda.is_available():
-        sys.exit("painn_torch.py: no CUDA device (use --device cpu for the agreement check only)")
-    dev = torch.device(a.device)
-    model = PaiNN(a.model, dev, torch.float32)
+    model, dev, cuda = model_on(a.model, a.device, "painn_torch.py", "for the agreement check only")
     rows = []
     for path in sorted(pathlib.Path(a.systems).glob("*.safetensors")):
         with safe_open(str(path), "pt") as f:
