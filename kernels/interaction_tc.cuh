@@ -280,13 +280,16 @@ struct TcTile {
         }
     }
     // Adds one group of 8 staged weight columns [col, col + 8) to a warp's dL/d(basis) d (its
-    // 16 edges, the basis rows by n-tile): dw is the edges' dL/dw of those columns as a C
-    // fragment (lane (g, t): edges g and g + 8, columns 2 t and 2 t + 1), which serves as the
-    // A fragment of the product with the weights transposed when the mma's k slots t and
-    // t + 4 take columns 2 t and 2 t + 1.
+    // 16 edges, the basis rows by n-tile): dw is the edges' dL/dw of those columns as the A
+    // fragment of the product with the weights transposed (lane (g, t): edges g and g + 8,
+    // columns t and t + 4 in the mma's k slots t and t + 4). Lane (g, t) then reads weight
+    // row 8 s + g of columns t and t + 4, (col + t) stride + 8 s + g: banks 24 t + g apart at
+    // the shipped stride, all 32 distinct (columns 2 t and 2 t + 1, as the C fragment holds
+    // them, had put lanes t and t + 2 on one bank: 20% of the kernel's shared-memory
+    // wavefronts were these conflicts' replays, at 10,000 atoms on an H200).
     __device__ __forceinline__ void add_basis_grads(const float dw[4], unsigned col,
                                                     float d[TC_MAX_KSTEPS][4]) const {
-        const unsigned g = lane / 4, c2 = col + 2 * (lane % 4);
+        const unsigned g = lane / 4, c2 = col + lane % 4;
         unsigned ah[4], al[4];
         split_tf32(dw[0], ah[0], al[0]);
         split_tf32(dw[2], ah[1], al[1]);
@@ -297,7 +300,7 @@ struct TcTile {
             if (s >= ksteps) break;
             unsigned bh[2], bl[2];
             split_tf32(sw[c2 * stride + 8 * s + g], bh[0], bl[0]);
-            split_tf32(sw[(c2 + 1) * stride + 8 * s + g], bh[1], bl[1]);
+            split_tf32(sw[(c2 + 4) * stride + 8 * s + g], bh[1], bl[1]);
             mma_tf32(d[s], al, bh);
             mma_tf32(d[s], ah, bl);
             mma_tf32(d[s], ah, bh);
@@ -324,10 +327,10 @@ struct TcTile {
 #pragma unroll 2
         for (int kk = 0; kk < 12; ++kk) {
             const unsigned col = (kk / 4) * TILE_F + 32 * quarter + 8 * (kk % 4);
-            const float* a0 = sf + (16 * half + g) * TC_SF + col + 2 * t;
+            const float* a0 = sf + (16 * half + g) * TC_SF + col + t;
             const float* a1 = a0 + 8 * TC_SF;
-            const float dw[4] = {load_shared_volatile(a0), load_shared_volatile(a0 + 1),
-                                 load_shared_volatile(a1), load_shared_volatile(a1 + 1)};
+            const float dw[4] = {load_shared_volatile(a0), load_shared_volatile(a0 + 4),
+                                 load_shared_volatile(a1), load_shared_volatile(a1 + 4)};
             add_basis_grads(dw, col, d);
         }
         store_partials(d);
