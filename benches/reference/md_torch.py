@@ -133,6 +133,7 @@ class Md:
         self.x = dict(species=s.species, atom_structure=torch.zeros(s.n, dtype=torch.long, device=dev))
         self.capacity = 0
         self.rebuilds = self.captures = 0
+        self.built_at = torch.empty_like(self.pos)  # positions at the last build
         self.build()
         e, f = energy_forces(self.model, self.inputs(), self.pos)
         self.energy, self.forces = e.clone(), f.clone()
@@ -162,8 +163,6 @@ class Md:
         self.centers[e:], self.neighbors[e:] = pad, pad
         self.offsets[e:] = 0.0
         self.offsets[e:, 0] = 2.0 * (self.cutoff + self.skin)
-        if not hasattr(self, "built_at"):
-            self.built_at = torch.empty_like(self.pos)
         self.built_at.copy_(self.pos)  # in place: a captured step reads this buffer
         self.rebuilds += 1
 
@@ -201,8 +200,9 @@ class Md:
             self.step()
 
     def total_energy(self):
+        """Potential plus kinetic energy in eV."""
         ke = 0.5 * (self.vel.double() ** 2 / self.inv_m.double()).sum().item()
-        return self.energy.double().sum().item() + ke, ke
+        return self.energy.double().sum().item() + ke
 
 
 def main():
@@ -236,7 +236,7 @@ def main():
 
     if md.graphs:
         md.capture()
-    e0, _ = md.total_energy()
+    e0 = md.total_energy()
     totals = [e0]
     if cuda:
         torch.cuda.synchronize()
@@ -246,7 +246,7 @@ def main():
         if k % a.check == 0 or k == a.steps:
             if md.disp.item() > 0.5 * a.skin:
                 md.build()
-            totals.append(md.total_energy()[0])
+            totals.append(md.total_energy())
     if cuda:
         torch.cuda.synchronize()
     wall = time.perf_counter() - t0
