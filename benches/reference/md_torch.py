@@ -199,10 +199,16 @@ class Md:
         else:
             self.step()
 
+    def kinetic_energy(self):
+        return 0.5 * (self.vel.double() ** 2 / self.inv_m.double()).sum().item()
+
     def total_energy(self):
         """Potential plus kinetic energy in eV."""
-        ke = 0.5 * (self.vel.double() ** 2 / self.inv_m.double()).sum().item()
-        return self.energy.double().sum().item() + ke
+        return self.energy.double().sum().item() + self.kinetic_energy()
+
+    def temperature(self):
+        """Kinetic temperature in K (3N - 3 degrees of freedom: no centre-of-mass motion)."""
+        return 2.0 * self.kinetic_energy() / (max(3 * self.s.n - 3, 1) * KB_EV)
 
 
 def main():
@@ -237,7 +243,7 @@ def main():
     if md.graphs:
         md.capture()
     e0 = md.total_energy()
-    totals = [e0]
+    totals, temperatures = [e0], [md.temperature()]
     if cuda:
         torch.cuda.synchronize()
     t0 = time.perf_counter()
@@ -247,6 +253,7 @@ def main():
             if md.disp.item() > 0.5 * a.skin:
                 md.build()
             totals.append(md.total_energy())
+            temperatures.append(md.temperature())
     if cuda:
         torch.cuda.synchronize()
     wall = time.perf_counter() - t0
@@ -257,6 +264,7 @@ def main():
                list_builds=md.rebuilds, captures=md.captures, capacity=md.capacity,
                e_tot_drift_mev_per_atom=per_atom[-1],
                e_tot_std_mev_per_atom=math.sqrt(sum((x - mean) ** 2 for x in per_atom) / len(per_atom)),
+               temperature_mean_k=sum(temperatures) / len(temperatures),
                max_df_start_vs_mlff=df, torch=torch.__version__,
                device=torch.cuda.get_device_name() if cuda else "cpu")
     print(json.dumps(row), file=sys.stderr)
