@@ -289,7 +289,7 @@ struct TcTile {
     // wavefronts were these conflicts' replays, at 10,000 atoms on an H200).
     __device__ __forceinline__ void add_basis_grads(const float dw[4], unsigned col,
                                                     float d[TC_MAX_KSTEPS][4]) const {
-        const unsigned g = lane / 4, c2 = col + lane % 4;
+        const unsigned g = lane / 4, ct = col + lane % 4;  // column t of the group
         unsigned ah[4], al[4];
         split_tf32(dw[0], ah[0], al[0]);
         split_tf32(dw[2], ah[1], al[1]);
@@ -299,8 +299,8 @@ struct TcTile {
         for (int s = 0; s < TC_MAX_KSTEPS; ++s) {
             if (s >= ksteps) break;
             unsigned bh[2], bl[2];
-            split_tf32(sw[c2 * stride + 8 * s + g], bh[0], bl[0]);
-            split_tf32(sw[(c2 + 4) * stride + 8 * s + g], bh[1], bl[1]);
+            split_tf32(sw[ct * stride + 8 * s + g], bh[0], bl[0]);
+            split_tf32(sw[(ct + 4) * stride + 8 * s + g], bh[1], bl[1]);
             mma_tf32(d[s], al, bh);
             mma_tf32(d[s], ah, bl);
             mma_tf32(d[s], ah, bh);
