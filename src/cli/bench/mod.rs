@@ -343,7 +343,7 @@ fn export(
     x: &PainnInputs,
     out: &DeviceOutput,
 ) -> Result<()> {
-    let cpu = |t: &candle_core::Tensor| t.to_device(&Device::Cpu);
+    let cpu = |t: &Tensor| t.to_device(&Device::Cpu);
     let n_structures = batch.structures.len();
     let cells: Vec<f64> = batch
         .structures
