@@ -522,19 +522,25 @@ __device__ void tc_sym_adj(const float* __restrict__ phi, const float* __restric
     if (t.active) flush_own(gphi, out, n, f, cur, t.c, sum_phi, sum_v);
 }
 
-extern "C" __global__ void __launch_bounds__(TC_THREADS, 2) interaction_tile_fwd_f32(
-    const float* phi, const float* pb, const float* w, const float* basis, const float* sv,
-    const unsigned int* ci, const unsigned int* nj, float* out, size_t n_edges, size_t f,
-    size_t n, size_t n_rbf) {
-    if (f == TILE_F && n_rbf == TC_RBF)
-        tc_fwd<TILE_F>(phi, pb, w, basis, sv, ci, nj, out, n_edges, f, n, TC_RBF);
-    else if (f == TILE_F) tc_fwd<TILE_F>(phi, pb, w, basis, sv, ci, nj, out, n_edges, f, n, n_rbf);
-    else tc_fwd<0>(phi, pb, w, basis, sv, ci, nj, out, n_edges, f, n, n_rbf);
+// Each instantiation has its own entry, so that ptxas allocates its registers alone (as the
+// symmetric adjoint's below). F = TILE_F runs here only with the fragment forward turned off.
+#define TC_FWD_PARAMS                                                                         \
+    const float* phi, const float* pb, const float* w, const float* basis, const float* sv,  \
+        const unsigned int* ci, const unsigned int* nj, float* out, size_t n_edges, size_t f, \
+        size_t n, size_t n_rbf
+extern "C" __global__ void __launch_bounds__(TC_THREADS, 2)
+    interaction_tile_fwd_f32(TC_FWD_PARAMS) {
+    tc_fwd<0>(phi, pb, w, basis, sv, ci, nj, out, n_edges, f, n, n_rbf);
+}
+extern "C" __global__ void __launch_bounds__(TC_THREADS, 2)
+    interaction_tile_fwd_128_f32(TC_FWD_PARAMS) {
+    tc_fwd<TILE_F>(phi, pb, w, basis, sv, ci, nj, out, n_edges, f, n, n_rbf);
 }
 
-// accumulate: gb_prev is added to g_basis (else it is not read). The shipped shape (F =
-// TILE_F, TC_RBF basis functions) has its own entry, so that ptxas allocates its registers
-// alone: in one entry with the others it spilled ~560 bytes a thread, in the loop.
+// accumulate: gb_prev is added to g_basis (else it is not read). Each instantiation has its
+// own entry, so that ptxas allocates its registers alone: the shipped shape (F = TILE_F,
+// TC_RBF basis functions) in one entry with the others spilled ~560 bytes a thread in the
+// loop, and F = TILE_F at any basis with any F 540 bytes (48 and 40 apart).
 #define TC_SYM_ADJ_PARAMS                                                                    \
     const float* phi, const float* pb, const float* w, const float* basis, const float* sv,  \
         const float* gm, const float* gve, const float* gb_prev, const unsigned int* ci,     \
@@ -543,10 +549,12 @@ extern "C" __global__ void __launch_bounds__(TC_THREADS, 2) interaction_tile_fwd
 extern "C" __global__ void __launch_bounds__(TC_THREADS, 2)
     interaction_tile_sym_adj_f32(TC_SYM_ADJ_PARAMS) {
     const float* prev = accumulate ? gb_prev : nullptr;
-    if (f == TILE_F)
-        tc_sym_adj<TILE_F>(phi, pb, w, basis, sv, gm, gve, prev, ci, nj, out, n_edges, f, n,
-                           n_rbf);
-    else tc_sym_adj<0>(phi, pb, w, basis, sv, gm, gve, prev, ci, nj, out, n_edges, f, n, n_rbf);
+    tc_sym_adj<0>(phi, pb, w, basis, sv, gm, gve, prev, ci, nj, out, n_edges, f, n, n_rbf);
+}
+extern "C" __global__ void __launch_bounds__(TC_THREADS, 2)
+    interaction_tile_sym_adj_128_f32(TC_SYM_ADJ_PARAMS) {
+    const float* prev = accumulate ? gb_prev : nullptr;
+    tc_sym_adj<TILE_F>(phi, pb, w, basis, sv, gm, gve, prev, ci, nj, out, n_edges, f, n, n_rbf);
 }
 extern "C" __global__ void __launch_bounds__(TC_THREADS, 2)
     interaction_tile_sym_adj_128_20_f32(TC_SYM_ADJ_PARAMS) {

@@ -281,6 +281,7 @@ impl Kernel for TileForward {
     fn function(&self) -> &'static str {
         match self.filters {
             FilterArithmetic::CudaCores => "interaction_tile_cc_fwd",
+            FilterArithmetic::TensorCores if self.z.hidden == TILE_F => "interaction_tile_fwd_128",
             FilterArithmetic::TensorCores => Self::NAME,
             FilterArithmetic::ReceiverSums => "interaction_sums_fwd",
             FilterArithmetic::Fragments if self.z.n_rbf == SHIPPED_RBF => "interaction_frag_fwd_20",
@@ -409,6 +410,9 @@ impl<const SYMMETRIC: bool> Kernel for TileAdjoint<SYMMETRIC> {
                 if self.z.hidden == TILE_F && self.z.n_rbf == SHIPPED_RBF =>
             {
                 "interaction_tile_sym_adj_128_20"
+            }
+            (true, FilterArithmetic::TensorCores) if self.z.hidden == TILE_F => {
+                "interaction_tile_sym_adj_128"
             }
             _ => Self::NAME,
         }
