@@ -2,7 +2,7 @@
 // (registers) instead of shared memory. Included by kernels/interaction_tile.cu after
 // kernels/interaction_tc.cuh, whose tiles, staging and products it shares; F = TILE_F only.
 //
-// Lane (g, t) of warp (half, quarter) owns the tile's edges 16 half + g and + 8 (its rows r =
+// Lane (g, t) of warp (group, quarter) owns the tile's edges 16 group + g and + 8 (its rows r =
 // 0, 1) and 8 features of the warp's 32 (32 quarter + 4 t + [0, 4) and + 16: index k, see
 // frag_feature): the weights are staged in frag_feature's column order, so that a part's four
 // n-tiles leave lane (g, t) exactly these. Its gathers are then two 16-byte loads per edge and
@@ -115,7 +115,7 @@ __device__ void frag_fwd(const float* __restrict__ phi, const float* __restrict_
     TcTile<TILE_F, true> t(wt, pb, NRBF ? NRBF + 1 : n_rbf + 1, NRBF ? NRBF + 4 : n_rbf + 4,
                            TILE_F);
     wait_for_previous_kernel();
-    const unsigned nf = n * TILE_F, first = 16 * t.half, g = t.lane / 4;
+    const unsigned nf = n * TILE_F, first = 16 * t.group, g = t.lane / 4;
     const unsigned cf = 32 * t.quarter + 4 * (t.lane % 4);  // the lane's first feature
     t.walk(basis, ci, nj, n_edges, [&](size_t, unsigned cnt) {
         if (first >= cnt) return;  // the whole warp's rows are past the tile's end

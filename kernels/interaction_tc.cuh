@@ -2,26 +2,23 @@
 // kernels/interaction_tile.cu after the pieces it shares (Run, add_messages, flush_own); not
 // compiled on its own.
 //
-// A tile's filters are a product, [TC_E edges, R + 1] basis x [R + 1, 3 TILE_F] weights: tc_fwd
+// A tile's filters are a product, [E edges, R + 1] basis x [R + 1, 3 CW] weights: tc_fwd
 // and tc_sym_adj form it with mma.m16n8k8 in split TF32 (three products per value pair, each
 // value held to ~2^-20, as f32 arithmetic) into shared memory, where the CUDA-core kernels spend
 // ~63 FMAs per edge and feature. tc_sym_adj then overwrites the filters with dL/dw and sums
 // dL/d(basis) by a second such product, instead of writing E x 3F rows for a product outside
-// the kernel. Warp w owns edges [16 (w / 4), + 16) of a tile and features [32 (w % 4), + 32) of
-// the block's chunk: it forms exactly the filters its own threads use, so a warp barrier orders
-// them. The next tile's basis and indices are loaded into registers before a tile's work, so
-// that staging them waits for nothing. FC is the feature count where it is TILE_F (offsets then
-// fold into the loads), else 0 (f at run time). Offsets are 32-bit: the host keeps N x 4F and
-// E x (R + 4) below 2^32.
+// the kernel. A block owns a chunk of CW features (TILE_F, or 64 where F <= 64, so that a
+// small model does not form 128 features' filters): its 8 warps are CW / 32 "quarters" across
+// the features times 8 / (CW / 32) groups across the edges (TcShape). Warp w owns edges
+// [16 group, + 16) of a tile and features [32 quarter, + 32) of the chunk: it forms exactly the
+// filters its own threads use, so a warp barrier orders them. The next tile's basis and indices
+// are loaded into registers before a tile's work, so that staging them waits for nothing. FC
+// is the feature count where it is CW (offsets then fold into the loads), else 0 (f at run
+// time). Offsets are 32-bit: the host keeps N x 4F and E x (R + 4) below 2^32.
 #pragma once
 
-#define TC_E 32
 #define TC_THREADS 256
 #define TC_MAX_KSTEPS 4  // basis rows R + 1 <= 32 (MAX_BASIS)
-// Row stride of the staged filters: a warp's 64-bit stores of mma outputs hit every bank once
-// per half warp.
-#define TC_SF (3 * TILE_F + 8)
-#define TC_STAGE_LOADS 5  // TC_E x the largest stride (40) / TC_THREADS
 #define TC_NO_SLOT 0xffffffffu
 // The basis functions of the shipped models: with the feature count (TILE_F) the kernels'
 // basis layout is known at compile time for them (strides and k steps fold into the
@@ -47,9 +44,22 @@ __device__ __forceinline__ unsigned tc_stride(unsigned nb, unsigned bw) {
     return (s / 8) % 2 ? s : s + 8;
 }
 
+// A block's shape for chunks of CW features (TILE_F or 64). As in src/ops/interaction_tile.rs.
+template <int CW>
+struct TcShape {
+    static_assert(CW == 128 || CW == 64, "chunks of 128 or 64 features");
+    static constexpr unsigned QUARTERS = CW / 32;                  // warps across the features
+    static constexpr unsigned E = TC_THREADS / 32 / QUARTERS * 16;  // edges of a tile
+    // Row stride of the staged filters: a warp's 64-bit stores of mma outputs hit every bank
+    // once per half warp.
+    static constexpr unsigned SF = 3 * CW + 8;
+    static constexpr unsigned STAGE_LOADS = E * 40 / TC_THREADS;  // E x the largest stride
+};
+
 // The next tile's basis values and indices of one thread, loaded ahead.
+template <unsigned LOADS>
 struct TcStage {
-    float b[TC_STAGE_LOADS];
+    float b[LOADS];
     unsigned i, j;
 };
 
@@ -68,76 +78,79 @@ __device__ __forceinline__ unsigned frag_feature(unsigned x) {
 // (Weights staged split into TF32 hi and lo, one float4 per fragment instead of a float2 and
 // four instructions, took the fragment forward 2-3% longer at 10,000 atoms on an H100: twice
 // the shared-memory wavefronts, where L1 was its busiest unit at 86%.)
-template <int FC, bool FRAG = false>
+template <int FC, bool FRAG = false, int CW = TILE_F>
 struct TcTile {
-    float* sw;     // [3 TILE_F][stride]: weight column (s, d, v part, feature) by basis row
-    float* sb;     // [TC_E][stride]: edge by basis column, zero past the basis width
-    float* sf;     // [TC_E][TC_SF]: the tile's filters (then dL/dw), edge by (part, feature)
-    unsigned* si;  // [TC_E]
-    unsigned* sj;  // [TC_E]
+    using Shape = TcShape<CW>;
+    static constexpr unsigned QUARTERS = Shape::QUARTERS, E = Shape::E, SF = Shape::SF;
+    using Stage = TcStage<Shape::STAGE_LOADS>;
+    float* sw;     // [3 CW][stride]: weight column (s, d, v part, feature) by basis row
+    float* sb;     // [E][stride]: edge by basis column, zero past the basis width
+    float* sf;     // [E][SF]: the tile's filters (then dL/dw), edge by (part, feature)
+    unsigned* si;  // [E]
+    unsigned* sj;  // [E]
     unsigned f, stride, ksteps, nb, bw;
-    int half, quarter, lane;
+    int group, quarter, lane;
     unsigned cl, c;  // this thread's feature in the chunk and overall
     bool active;
     float bias[3];
-    unsigned plan[TC_STAGE_LOADS];  // this thread's staging slots: m << 6 | r, or TC_NO_SLOT
+    unsigned plan[Shape::STAGE_LOADS];  // this thread's staging slots: m << 6 | r, or TC_NO_SLOT
 
     __device__ unsigned features() const { return FC ? FC : f; }
 
-    // Lays out the shared memory, stages the block's weights (features from blockIdx.y TILE_F,
+    // Lays out the shared memory, stages the block's weights (features from blockIdx.y CW,
     // zero past f and nb) and plans the thread's staging slots.
     __device__ TcTile(const float* wt, const float* pb, unsigned nb_, unsigned bw_, unsigned f_)
         : f(f_), stride(tc_stride(nb_, bw_)), ksteps((nb_ + 7) / 8), nb(nb_), bw(bw_) {
         extern __shared__ __align__(16) unsigned char tile_smem[];
         sw = reinterpret_cast<float*>(tile_smem);
-        sb = sw + 3 * TILE_F * stride;
-        sf = FRAG ? nullptr : sb + TC_E * stride;
-        si = reinterpret_cast<unsigned*>(sb + TC_E * stride + (FRAG ? 0 : TC_E * TC_SF));
-        sj = si + TC_E;
+        sb = sw + 3 * CW * stride;
+        sf = FRAG ? nullptr : sb + E * stride;
+        si = reinterpret_cast<unsigned*>(sb + E * stride + (FRAG ? 0 : E * SF));
+        sj = si + E;
         const int warp = threadIdx.x / 32;
         lane = threadIdx.x % 32;
-        half = warp / 4;
-        quarter = warp % 4;
-        const unsigned fk = features(), c0 = blockIdx.y * TILE_F;
+        group = warp / QUARTERS;
+        quarter = warp % QUARTERS;
+        const unsigned fk = features(), c0 = blockIdx.y * CW;
         cl = 32 * quarter + lane;
         c = c0 + cl;
         active = c < fk;
 #pragma unroll
         for (int p = 0; p < 3; ++p) bias[p] = active ? pb[p * fk + c] : 0.f;
-        const unsigned cols = 3 * TILE_F;
+        const unsigned cols = 3 * CW;
         for (unsigned k = threadIdx.x; k < stride * cols; k += TC_THREADS) {
             const unsigned r = k / cols, col = k % cols;
-            const unsigned cc = c0 + (FRAG ? frag_feature(col % TILE_F) : col % TILE_F);
-            sw[col * stride + r] = r < nb && cc < fk ? wt[r * 3 * fk + col / TILE_F * fk + cc] : 0.f;
+            const unsigned cc = c0 + (FRAG ? frag_feature(col % CW) : col % CW);
+            sw[col * stride + r] = r < nb && cc < fk ? wt[r * 3 * fk + col / CW * fk + cc] : 0.f;
         }
 #pragma unroll
-        for (int q = 0; q < TC_STAGE_LOADS; ++q) {
+        for (int q = 0; q < Shape::STAGE_LOADS; ++q) {
             const unsigned k = threadIdx.x + q * TC_THREADS;
-            plan[q] = k < TC_E * stride ? (k / stride) << 6 | (k % stride) : TC_NO_SLOT;
+            plan[q] = k < E * stride ? (k / stride) << 6 | (k % stride) : TC_NO_SLOT;
         }
     }
     // Loads tile e0's basis rows (zero past the edges and the basis width) and indices.
-    __device__ void load_edges(TcStage& st, const float* basis, const unsigned* ci,
+    __device__ void load_edges(Stage& st, const float* basis, const unsigned* ci,
                                const unsigned* nj, size_t e0, size_t n_edges) const {
-        const unsigned cnt = min((size_t)TC_E, n_edges - e0);
+        const unsigned cnt = min((size_t)E, n_edges - e0);
         const float* rows = basis + e0 * bw;
 #pragma unroll
-        for (int q = 0; q < TC_STAGE_LOADS; ++q) {
+        for (int q = 0; q < Shape::STAGE_LOADS; ++q) {
             const unsigned m = plan[q] >> 6, r = plan[q] & 63;
             const bool used = plan[q] != TC_NO_SLOT && m < cnt && r < bw;
             st.b[q] = used ? __ldg(rows + m * bw + r) : 0.f;
         }
-        if (threadIdx.x < TC_E) {
+        if (threadIdx.x < E) {
             const bool used = threadIdx.x < cnt;
             st.i = used ? ci[e0 + threadIdx.x] : NO_ATOM;
             st.j = used ? nj[e0 + threadIdx.x] : 0;
         }
     }
-    __device__ void store_edges(const TcStage& st) const {
+    __device__ void store_edges(const Stage& st) const {
 #pragma unroll
-        for (int q = 0; q < TC_STAGE_LOADS; ++q)
+        for (int q = 0; q < Shape::STAGE_LOADS; ++q)
             if (plan[q] != TC_NO_SLOT) sb[threadIdx.x + q * TC_THREADS] = st.b[q];
-        if (threadIdx.x < TC_E) {
+        if (threadIdx.x < E) {
             si[threadIdx.x] = st.i;
             sj[threadIdx.x] = st.j;
         }
@@ -149,12 +162,12 @@ struct TcTile {
     template <typename Tile>
     __device__ __forceinline__ void walk(const float* basis, const unsigned* ci,
                                          const unsigned* nj, size_t n_edges, Tile tile) const {
-        const size_t step = gridDim.x * (size_t)TC_E;
-        size_t e0 = blockIdx.x * (size_t)TC_E;
-        TcStage st;
+        const size_t step = gridDim.x * (size_t)E;
+        size_t e0 = blockIdx.x * (size_t)E;
+        Stage st;
         if (e0 < n_edges) load_edges(st, basis, ci, nj, e0, n_edges);
         for (; e0 < n_edges; e0 += step) {
-            const unsigned cnt = min((size_t)TC_E, n_edges - e0);
+            const unsigned cnt = min((size_t)E, n_edges - e0);
             __syncthreads();
             store_edges(st);
             __syncthreads();
@@ -171,7 +184,7 @@ struct TcTile {
     __device__ __forceinline__ void basis_fragments(unsigned ah[TC_MAX_KSTEPS][4],
                                                     unsigned al[TC_MAX_KSTEPS][4]) const {
         const unsigned g = lane / 4, t = lane % 4;
-        const float* a0 = sb + (16 * half + g) * stride + 2 * t;
+        const float* a0 = sb + (16 * group + g) * stride + 2 * t;
         const float* a1 = a0 + 8 * stride;
 #pragma unroll
         for (int s = 0; s < TC_MAX_KSTEPS; ++s) {
@@ -222,12 +235,12 @@ struct TcTile {
         basis_fragments(ah, al);
 #pragma unroll 4
         for (int n = 0; n < 12; ++n) {  // 8 columns each: part n / 4, features 8 (n % 4) + ..
-            const unsigned col = (n / 4) * TILE_F + 32 * quarter + 8 * (n % 4);
+            const unsigned col = (n / 4) * CW + 32 * quarter + 8 * (n % 4);
             float d[4];
             filter_columns<true>(ah, al, col, d);
-            float* o = sf + (16 * half + g) * TC_SF + col + 2 * t;
+            float* o = sf + (16 * group + g) * SF + col + 2 * t;
             *reinterpret_cast<float2*>(o) = make_float2(d[0], d[1]);
-            *reinterpret_cast<float2*>(o + 8 * TC_SF) = make_float2(d[2], d[3]);
+            *reinterpret_cast<float2*>(o + 8 * SF) = make_float2(d[2], d[3]);
         }
     }
     // The one receiving atom of the warp's 16 staged edges from `first`, or NO_ATOM where
@@ -239,18 +252,18 @@ struct TcTile {
     }
     // This thread's slot of part p (s, d, v) of staged edge m's filter (or dL/dw).
     __device__ __forceinline__ float* slot(unsigned m, int p) const {
-        return sf + m * TC_SF + p * TILE_F + cl;
+        return sf + m * SF + p * CW + cl;
     }
     __device__ __forceinline__ float unit(unsigned m, int a) const {
         return sb[m * stride + nb + a];
     }
 
     // The adjoint's shared memory after the indices: the quarters' sums of the unit-vector
-    // gradients [4][TC_E][3] and of dL/d(basis) [4][TC_E][8 ksteps], and the later blocks'
-    // dL/d(basis) rows of the tile [TC_E][bw].
-    __device__ float* unit_sums() const { return reinterpret_cast<float*>(sj + TC_E); }
-    __device__ float* partials() const { return unit_sums() + 4 * TC_E * 3; }
-    __device__ float* prev_rows() const { return partials() + 4 * TC_E * 8 * ksteps; }
+    // gradients [QUARTERS][E][3] and of dL/d(basis) [QUARTERS][E][8 ksteps], and the later
+    // blocks' dL/d(basis) rows of the tile [E][bw].
+    __device__ float* unit_sums() const { return reinterpret_cast<float*>(sj + E); }
+    __device__ float* partials() const { return unit_sums() + QUARTERS * E * 3; }
+    __device__ float* prev_rows() const { return partials() + QUARTERS * E * 8 * ksteps; }
     // Whether this block adds `prev` (the later blocks' dL/d(basis), where given): the first
     // feature chunk's blocks.
     __device__ bool adds_prev(const float* prev) const { return prev && blockIdx.y == 0; }
@@ -276,7 +289,7 @@ struct TcTile {
             float x = gu[a][0];
             x += __shfl_xor_sync(0xffffffffu, x, 8);
             x += __shfl_xor_sync(0xffffffffu, x, 16);
-            if (lane < TILE_G) unit_sums()[(quarter * TC_E + g + lane) * 3 + a] = x;
+            if (lane < TILE_G) unit_sums()[(quarter * E + g + lane) * 3 + a] = x;
         }
     }
     // Adds one group of 8 staged weight columns [col, col + 8) to a warp's dL/d(basis) d (its
@@ -309,7 +322,7 @@ struct TcTile {
     // A warp's dL/d(basis) (add_basis_grads) into partials()[quarter].
     __device__ __forceinline__ void store_partials(const float d[TC_MAX_KSTEPS][4]) const {
         const unsigned kr = 8 * ksteps;
-        float* p = partials() + (quarter * TC_E + 16 * half + lane / 4) * kr + 2 * (lane % 4);
+        float* p = partials() + (quarter * E + 16 * group + lane / 4) * kr + 2 * (lane % 4);
 #pragma unroll
         for (int s = 0; s < TC_MAX_KSTEPS; ++s) {
             if (s >= ksteps) break;
@@ -326,9 +339,9 @@ struct TcTile {
         float d[TC_MAX_KSTEPS][4] = {};
 #pragma unroll 2
         for (int kk = 0; kk < 12; ++kk) {
-            const unsigned col = (kk / 4) * TILE_F + 32 * quarter + 8 * (kk % 4);
-            const float* a0 = sf + (16 * half + g) * TC_SF + col + t;
-            const float* a1 = a0 + 8 * TC_SF;
+            const unsigned col = (kk / 4) * CW + 32 * quarter + 8 * (kk % 4);
+            const float* a0 = sf + (16 * group + g) * SF + col + t;
+            const float* a1 = a0 + 8 * SF;
             const float dw[4] = {load_shared_volatile(a0), load_shared_volatile(a0 + 4),
                                  load_shared_volatile(a1), load_shared_volatile(a1 + 4)};
             add_basis_grads(dw, col, d);
@@ -349,10 +362,12 @@ struct TcTile {
             float v;
             if (r < nb) {
                 const float* p = partials() + m * kr + r;
-                v = p[0] + p[TC_E * kr] + p[2 * TC_E * kr] + p[3 * TC_E * kr];
+                v = p[0] + p[E * kr];
+                if (QUARTERS == 4) v = v + p[2 * E * kr] + p[3 * E * kr];
             } else {
                 const float* u = unit_sums() + m * 3 + r - nb;
-                v = u[0] + u[TC_E * 3] + u[2 * TC_E * 3] + u[3 * TC_E * 3];
+                v = u[0] + u[E * 3];
+                if (QUARTERS == 4) v = v + u[2 * E * 3] + u[3 * E * 3];
             }
             if (before) v += before[k];
             if (alone) rows[k] = v;
@@ -366,10 +381,10 @@ struct TcTile {
 // 32-bit element counts from the arrays' starts (an address is then two instructions from a
 // uniform base, not four from a 64-bit offset; 4NF < 2^32), the context's three parts one
 // offset with constant steps.
-template <int FC>
+template <typename Tile>
 struct TcSenders {
     float ctx[3][TILE_G], vec[3][TILE_G];
-    __device__ __forceinline__ void load(const TcTile<FC>& t, const float* __restrict__ phi,
+    __device__ __forceinline__ void load(const Tile& t, const float* __restrict__ phi,
                                          const float* const (&v)[3], unsigned g) {
         const unsigned fk = t.features();
 #pragma unroll
@@ -388,10 +403,10 @@ struct TcSenders {
 // The far atoms' output gradients of staged edges [g, g + TILE_G), this thread's feature:
 // gs = dL/ds [N, F], gv[a] = dL/dv's rows a ([N, F] each, mixing term added); offsets as in
 // TcSenders.
-template <int FC>
+template <typename Tile>
 struct TcOthers {
     float gs[TILE_G], g[3][TILE_G];
-    __device__ __forceinline__ void load(const TcTile<FC>& t, const float* __restrict__ gs_in,
+    __device__ __forceinline__ void load(const Tile& t, const float* __restrict__ gs_in,
                                          const float* const (&gv)[3], unsigned g0) {
         const unsigned fk = t.features();
 #pragma unroll
@@ -405,16 +420,17 @@ struct TcOthers {
 };
 
 // tile_fwd (same arguments and output) with the filters from tensor cores; blocks of
-// TC_THREADS threads, tiles of TC_E edges.
-template <int FC>
+// TC_THREADS threads, chunks of CW features.
+template <int FC, int CW = TILE_F>
 __device__ void tc_fwd(const float* __restrict__ phi, const float* __restrict__ pb,
                        const float* __restrict__ wt, const float* __restrict__ basis,
                        const float* __restrict__ sv, const unsigned* __restrict__ ci,
                        const unsigned* __restrict__ nj, float* __restrict__ out, size_t n_edges,
                        size_t f, size_t n, size_t n_rbf) {
-    TcTile<FC> t(wt, pb, n_rbf + 1, n_rbf + 4, f);  // the model's weights, staged
+    using Tile = TcTile<FC, false, CW>;
+    Tile t(wt, pb, n_rbf + 1, n_rbf + 4, f);  // the model's weights, staged
     wait_for_previous_kernel();
-    const unsigned nf = n * t.features(), first = 16 * t.half;
+    const unsigned nf = n * t.features(), first = 16 * t.group;
     const float* const vec[3] = {sv + nf, sv + 2 * (size_t)nf, sv + 3 * (size_t)nf};
     Run<float> run;
     auto unit = [&](size_t m, int a) { return t.unit(m, a); };
@@ -423,7 +439,7 @@ __device__ void tc_fwd(const float* __restrict__ phi, const float* __restrict__ 
         __syncwarp();
         if (!t.active) return;
         for (unsigned g = first; g < first + 16 && g < cnt; g += TILE_G) {
-            TcSenders<FC> from;
+            TcSenders<Tile> from;
             from.load(t, phi, vec, g);
             auto filter = [&](int k, int p) { return *t.slot(g + k, p); };
             add_messages(from, t.si, g, cnt, filter, unit, out, n, f, t.c, run);
@@ -436,7 +452,7 @@ __device__ void tc_fwd(const float* __restrict__ phi, const float* __restrict__ 
 // each thread overwrites its filters of a tile in shared memory with its dL/dw, and the second
 // product gives the tile's dL/d(basis) rows (plus gb_prev's where given). out = [g_v (3NF) |
 // g_phi (3NF) | g_basis (E (R + 4))], zeroed.
-template <int FC>
+template <int FC, int CW = TILE_F>
 __device__ void tc_sym_adj(const float* __restrict__ phi, const float* __restrict__ pb,
                            const float* __restrict__ wt, const float* __restrict__ basis,
                            const float* __restrict__ sv, const float* __restrict__ gm,
@@ -444,9 +460,10 @@ __device__ void tc_sym_adj(const float* __restrict__ phi, const float* __restric
                            const unsigned* __restrict__ ci, const unsigned* __restrict__ nj,
                            float* __restrict__ out, size_t n_edges, size_t f, size_t n,
                            size_t n_rbf) {
-    TcTile<FC> t(wt, pb, n_rbf + 1, n_rbf + 4, f);  // the model's weights, staged
+    using Tile = TcTile<FC, false, CW>;
+    Tile t(wt, pb, n_rbf + 1, n_rbf + 4, f);  // the model's weights, staged
     wait_for_previous_kernel();
-    const unsigned fk = t.features(), nf = n * fk, first = 16 * t.half;
+    const unsigned fk = t.features(), nf = n * fk, first = 16 * t.group;
     float *gphi = out + 3 * (size_t)nf, *gb = out + 6 * (size_t)nf;
     const float* const gv[3] = {gve, gve + nf, gve + 2 * (size_t)nf};
     // The run's atom j: its context and vectors, and its gradients' sums.
@@ -464,7 +481,7 @@ __device__ void tc_sym_adj(const float* __restrict__ phi, const float* __restric
         }
     };
     // Staged edge m's terms (k of its group) for the run's atom.
-    auto terms = [&](const TcOthers<FC>& far, int k, unsigned m, float gu[3][TILE_G]) {
+    auto terms = [&](const TcOthers<Tile>& far, int k, unsigned m, float gu[3][TILE_G]) {
         float *ws = t.slot(m, 0), *wd = t.slot(m, 1), *wv = t.slot(m, 2);
         float gxd = 0, gxv = 0;  // with the reverse edge's unit vector, -u
 #pragma unroll
@@ -493,7 +510,7 @@ __device__ void tc_sym_adj(const float* __restrict__ phi, const float* __restric
         // path without a branch per edge, so that the compiler can interleave their edges.
         const unsigned run = t.warp_atom(first, cnt);
         for (unsigned g = first; g < first + 16 && g < cnt; g += TILE_G) {
-            TcOthers<FC> far;
+            TcOthers<Tile> far;
             if (t.active) far.load(t, gm, gv, g);
             float gu[3][TILE_G] = {};  // the unit-vector gradients' terms of this feature
             if (run != NO_ATOM && t.active) {
@@ -523,7 +540,8 @@ __device__ void tc_sym_adj(const float* __restrict__ phi, const float* __restric
 }
 
 // Each instantiation has its own entry, so that ptxas allocates its registers alone (as the
-// symmetric adjoint's below). F = TILE_F runs here only with the fragment forward turned off.
+// symmetric adjoint's below): any F in chunks of TILE_F; F = TILE_F (run only with the fragment
+// forward turned off); F = 64 and F < 64 in one chunk of 64.
 #define TC_FWD_PARAMS                                                                         \
     const float* phi, const float* pb, const float* w, const float* basis, const float* sv,  \
         const unsigned int* ci, const unsigned int* nj, float* out, size_t n_edges, size_t f, \
@@ -536,11 +554,20 @@ extern "C" __global__ void __launch_bounds__(TC_THREADS, 2)
     interaction_tile_fwd_128_f32(TC_FWD_PARAMS) {
     tc_fwd<TILE_F>(phi, pb, w, basis, sv, ci, nj, out, n_edges, f, n, n_rbf);
 }
+extern "C" __global__ void __launch_bounds__(TC_THREADS, 2)
+    interaction_tile_fwd_64_f32(TC_FWD_PARAMS) {
+    tc_fwd<64, 64>(phi, pb, w, basis, sv, ci, nj, out, n_edges, f, n, n_rbf);
+}
+extern "C" __global__ void __launch_bounds__(TC_THREADS, 2)
+    interaction_tile_fwd_under64_f32(TC_FWD_PARAMS) {
+    tc_fwd<0, 64>(phi, pb, w, basis, sv, ci, nj, out, n_edges, f, n, n_rbf);
+}
 
 // accumulate: gb_prev is added to g_basis (else it is not read). Each instantiation has its
 // own entry, so that ptxas allocates its registers alone: the shipped shape (F = TILE_F,
 // TC_RBF basis functions) in one entry with the others spilled ~560 bytes a thread in the
-// loop, and F = TILE_F at any basis with any F 540 bytes (48 and 40 apart).
+// loop, and F = TILE_F at any basis with any F 540 bytes (48 and 40 apart). F = 64 and F < 64
+// take one chunk of 64 features (as the forward).
 #define TC_SYM_ADJ_PARAMS                                                                    \
     const float* phi, const float* pb, const float* w, const float* basis, const float* sv,  \
         const float* gm, const float* gve, const float* gb_prev, const unsigned int* ci,     \
@@ -555,6 +582,16 @@ extern "C" __global__ void __launch_bounds__(TC_THREADS, 2)
     interaction_tile_sym_adj_128_f32(TC_SYM_ADJ_PARAMS) {
     const float* prev = accumulate ? gb_prev : nullptr;
     tc_sym_adj<TILE_F>(phi, pb, w, basis, sv, gm, gve, prev, ci, nj, out, n_edges, f, n, n_rbf);
+}
+extern "C" __global__ void __launch_bounds__(TC_THREADS, 2)
+    interaction_tile_sym_adj_64_f32(TC_SYM_ADJ_PARAMS) {
+    const float* prev = accumulate ? gb_prev : nullptr;
+    tc_sym_adj<64, 64>(phi, pb, w, basis, sv, gm, gve, prev, ci, nj, out, n_edges, f, n, n_rbf);
+}
+extern "C" __global__ void __launch_bounds__(TC_THREADS, 2)
+    interaction_tile_sym_adj_under64_f32(TC_SYM_ADJ_PARAMS) {
+    const float* prev = accumulate ? gb_prev : nullptr;
+    tc_sym_adj<0, 64>(phi, pb, w, basis, sv, gm, gve, prev, ci, nj, out, n_edges, f, n, n_rbf);
 }
 extern "C" __global__ void __launch_bounds__(TC_THREADS, 2)
     interaction_tile_sym_adj_128_20_f32(TC_SYM_ADJ_PARAMS) {

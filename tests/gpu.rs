@@ -358,6 +358,9 @@ fn cuda_fused_kernels_match_cpu() {
     let unaligned = shape(400, 9_000, 38, 7);
     let sparse = shape(6_000, 8_000, 128, 20);
     let deep = shape(1_000, 12_000, 128, 24);
+    // F = 64: the tensor-core kernels' chunks of 64 features with F known at compile time (F =
+    // 40 and 38 above take them with F at run time).
+    let narrow = shape(800, 16_000, 64, 20);
     // Every edge with its reverse: the adjoint that sums each atom's sending gradients over its
     // own run of edges (`symmetric_edges`), 60,000 edges.
     let half = shape(2_000, 30_000, 128, 20);
@@ -375,15 +378,17 @@ fn cuda_fused_kernels_match_cpu() {
         // f32 the tensor-core tiles' forward).
         cases.push(inputs(sparse, dtype, 314).sorted_by_receiver());
         cases.push(inputs(deep, dtype, 315).sorted_by_receiver());
+        cases.push(inputs(narrow, dtype, 318).sorted_by_receiver());
         cases.push(inputs(half, dtype, 311).symmetric());
         // F = 128 with another basis: the symmetric adjoint's generic entry at F = 128.
         cases.push(inputs(deep, dtype, 317).symmetric());
         // Symmetric lists of the other widths: in f32 the tensor-core adjoint with F not a
-        // compile-time 128, with threads past F (40) and with two feature chunks adding into
-        // dL/d(basis) (160).
+        // compile-time 128: in one chunk of 64 features with threads past F (40, 38), with two
+        // chunks of 128 adding into dL/d(basis) (160), and at F = 64.
         cases.push(inputs(odd, dtype, 312).symmetric());
         cases.push(inputs(wide, dtype, 313).symmetric());
         cases.push(inputs(unaligned, dtype, 316).symmetric());
+        cases.push(inputs(narrow, dtype, 319).symmetric());
         for x in &cases {
             let cpu = fused_outputs(x, &Device::Cpu).unwrap();
             let cuda = fused_outputs(x, &gpu).unwrap();
