@@ -87,6 +87,15 @@ impl PainnCalculator {
         self
     }
 
+    /// Builds what its code path needs before the first call (the fused form of the model,
+    /// with `--ops fused`), so that a model the path cannot run fails here, not at a frame.
+    pub fn check_ops(&self) -> Result<()> {
+        if self.model.ops() == EdgeOps::Fused {
+            self.model.fused()?;
+        }
+        Ok(())
+    }
+
     pub fn model(&self) -> &Painn {
         &self.model
     }

@@ -587,3 +587,35 @@ fn tensor_core_readout_runs_in_the_model() {
         assert!(max_abs_diff(&f, &f_graph) < 1e-10, "{what}: forces");
     }
 }
+
+/// A model with more radial functions than the fused kernels take is refused by the fused path
+/// before any call, naming the count and the way out; the custom path runs it.
+#[test]
+fn too_many_radial_functions_are_refused_up_front() {
+    use mlff_distiller::ops::FUSED_MAX_RBF;
+    let cfg = mlff_distiller::model::PainnConfig {
+        n_rbf: FUSED_MAX_RBF + 1,
+        ..common::small_config()
+    };
+    assert!(cfg.fused_note().is_some());
+    assert!(common::small_config().fused_note().is_none());
+    let model = common::model(&cfg, 3, DType::F64, &Device::Cpu);
+    let calc = mlff_distiller::PainnCalculator::new(model, Device::Cpu, DType::F64);
+    let err = calc
+        .with_ops(EdgeOps::Fused)
+        .check_ops()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains(&format!("{} radial functions", FUSED_MAX_RBF + 1))
+            && err.contains("--ops custom"),
+        "{err}"
+    );
+    let model = common::model(&cfg, 3, DType::F64, &Device::Cpu);
+    let calc = mlff_distiller::PainnCalculator::new(model, Device::Cpu, DType::F64);
+    let calc = calc.with_ops(EdgeOps::Custom);
+    calc.check_ops().unwrap();
+    let p = calc.compute(&batch()).unwrap();
+    let forces = p.forces.iter().flatten().flatten();
+    assert!(p.energies.iter().chain(forces).all(|v| v.is_finite()));
+}

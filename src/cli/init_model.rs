@@ -26,6 +26,9 @@ pub fn run(a: InitModelArgs) -> Result<()> {
         Some(p) => PainnConfig::from_file(p)?,
         None => PainnConfig::default(),
     };
+    if let Some(note) = cfg.fused_note() {
+        eprintln!("note: {note}");
+    }
     let vm = init_varmap(&cfg, a.seed, DType::F32, &Device::Cpu)?;
     let provenance = serde_json::json!({
         "created_by": format!("mlff {} init-model", env!("CARGO_PKG_VERSION")),

@@ -116,10 +116,11 @@ impl ModelArgs {
     /// Opens the device and loads `model` onto it.
     pub fn calculator(&self, model: &std::path::Path) -> Result<mlff_distiller::PainnCalculator> {
         let dev = self.device.open()?;
-        Ok(
-            mlff_distiller::PainnCalculator::from_checkpoint(model, &dev, self.dtype)?
-                .with_ops(self.ops),
-        )
+        let calc = mlff_distiller::PainnCalculator::from_checkpoint(model, &dev, self.dtype)?
+            .with_ops(self.ops);
+        calc.check_ops()
+            .map_err(|e| anyhow::anyhow!("{}: {e}", model.display()))?;
+        Ok(calc)
     }
 }
 

@@ -138,6 +138,9 @@ pub fn run(a: TrainArgs) -> Result<()> {
         (None, Some(ck)) => ck.config.clone(),
         (None, None) => PainnConfig::default(),
     };
+    if let Some(note) = model_cfg.fused_note() {
+        eprintln!("note: {note}");
+    }
     let train_ds = Dataset::load_all(&a.train)?;
     let (train_ds, val_ds, split) = if a.val.is_empty() {
         let (t, v) = split_by_trajectory(&train_ds, a.val_fraction, cfg.seed)?;

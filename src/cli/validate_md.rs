@@ -110,6 +110,8 @@ pub fn run(a: ValidateMdArgs) -> Result<()> {
                 .map_or("model".into(), |s| s.to_string_lossy());
             for &op in &a.ops {
                 let calc = PainnCalculator::from_checkpoint(m, dev, a.dtype)?.with_ops(op);
+                calc.check_ops()
+                    .map_err(|e| mlff_distiller::Error::Config(format!("{}: {e}", m.display())))?;
                 out.push((format!("{stem}/{}", op.name()), calc));
             }
         }

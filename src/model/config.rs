@@ -73,6 +73,19 @@ impl PainnConfig {
         serde_json::to_string(self).expect("config serialises")
     }
 
+    /// What a valid config cannot do on the default code path, if anything: more radial
+    /// functions than the fused kernels take (such a model runs with `--ops custom`).
+    pub fn fused_note(&self) -> Option<String> {
+        let max = crate::ops::FUSED_MAX_RBF;
+        (self.n_rbf > max).then(|| {
+            format!(
+                "n_rbf = {} is more than the fused kernels take ({max}): md, predict, eval and \
+                 validate-md will need --ops custom (slower)",
+                self.n_rbf
+            )
+        })
+    }
+
     pub fn validate(&self) -> Result<()> {
         let bad = |m: String| Err(Error::Config(m));
         if self.hidden < 2 || !self.hidden.is_multiple_of(2) {

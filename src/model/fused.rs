@@ -355,6 +355,14 @@ impl FusedPainn {
     pub fn new(model: &Painn) -> Result<Self> {
         let cfg = model.config();
         let (f, r) = (cfg.hidden, cfg.n_rbf);
+        if r > crate::ops::FUSED_MAX_RBF {
+            candle_core::bail!(
+                "the model has {r} radial functions; the fused kernels (--ops fused, the default) \
+                 take at most {}: run it with --ops custom, or train with n_rbf <= {}",
+                crate::ops::FUSED_MAX_RBF,
+                crate::ops::FUSED_MAX_RBF
+            )
+        }
         let filter = Dense::of(&model.filter)?;
         let mut blocks = Vec::with_capacity(cfg.n_blocks);
         for (k, (m, u)) in model.messages.iter().zip(&model.updates).enumerate() {

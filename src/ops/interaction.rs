@@ -18,6 +18,10 @@ use candle_core::{bail, Result, Tensor};
 /// kernels/interaction.cu).
 const MAX_BASIS: usize = 32;
 
+/// Most radial functions the fused kernels take ([`MAX_BASIS`] less the cutoff's and unit
+/// vector's columns); the custom and stock paths take any.
+pub const FUSED_MAX_RBF: usize = MAX_BASIS - 4;
+
 /// Edges per thread of the filter-rows forward kernel (ROWS_EDGES_PER_THREAD in
 /// kernels/interaction.cu).
 const ROWS_EDGES_PER_THREAD: usize = 8;
@@ -342,8 +346,8 @@ impl InteractionInputs<'_> {
         check_edges(self.centers, self.neighbors, n, "interaction")?;
         if bw > MAX_BASIS {
             bail!(
-                "interaction: {n_rbf} radial functions; the fused kernels take at most {}",
-                MAX_BASIS - 4
+                "interaction: {n_rbf} radial functions; the fused kernels take at most \
+                 {FUSED_MAX_RBF}"
             )
         }
         Ok(Sizes {

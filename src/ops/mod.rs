@@ -56,7 +56,7 @@ pub use gather::{gather, initial_state, Gather};
 pub use integrator::{md_advance, md_displacement2, md_kick, LangevinNoise};
 pub use interaction::{
     interaction, interaction_adjoint, interaction_receiver_sums, EdgeFilter, InteractionGrads,
-    InteractionInputs,
+    InteractionInputs, FUSED_MAX_RBF,
 };
 pub use interaction_tile::{
     tiles_on_tensor_cores, TILE_FROM_EDGES, TILE_GRAD_ROWS_MAX_BYTES, TILE_TC_FROM_EDGES,
