@@ -36,12 +36,13 @@ __device__ __forceinline__ float load_shared_volatile(const float* p) {
 
 // Row stride of the staged basis (one row per edge) and of the staged weights (one row per
 // filter column): the basis width and the mma's k rows at least, rounded to an odd multiple of
-// 8 so that a half warp's 64-bit fragment loads hit every bank once. As in
+// 8 so that a half warp's 64-bit fragment loads hit every bank once; beyond 24, 32 with the
+// rows' 8-value blocks swizzled instead (TcTile<.., SWZ = true>::at). As in
 // src/ops/interaction_tile.rs.
 __device__ __forceinline__ unsigned tc_stride(unsigned nb, unsigned bw) {
     const unsigned rows = max(bw, (nb + 7) / 8 * 8);
     const unsigned s = (rows + 7) / 8 * 8;
-    return (s / 8) % 2 ? s : s + 8;
+    return (s / 8) % 2 || s == 32 ? s : s + 8;
 }
 
 // A block's shape for chunks of CW features (TILE_F or 64). As in src/ops/interaction_tile.rs.
@@ -78,7 +79,13 @@ __device__ __forceinline__ unsigned frag_feature(unsigned x) {
 // (Weights staged split into TF32 hi and lo, one float4 per fragment instead of a float2 and
 // four instructions, took the fragment forward 2-3% longer at 10,000 atoms on an H100: twice
 // the shared-memory wavefronts, where L1 was its busiest unit at 86%.)
-template <int FC, bool FRAG = false, int CW = TILE_F>
+// SWZ: stride 32 (more than 24 basis rows or columns), each staged row's blocks of 8 values
+// XOR-ed with the row's low two bits instead of the rows padded to 40 (at): the fragment loads
+// stay free of bank conflicts in a fifth less shared memory, and the adjoint keeps its partial
+// sums in the filters' space (partial_row), so that it runs two blocks a multiprocessor (at
+// stride 40 one: 1.9x the time at F = 128 with 24 basis functions). Compile-time, so that the
+// other shapes' code is what it was.
+template <int FC, bool FRAG = false, int CW = TILE_F, bool SWZ = false>
 struct TcTile {
     using Shape = TcShape<CW>;
     static constexpr unsigned QUARTERS = Shape::QUARTERS, E = Shape::E, SF = Shape::SF;
@@ -96,6 +103,10 @@ struct TcTile {
     unsigned plan[Shape::STAGE_LOADS];  // this thread's staging slots: m << 6 | r, or TC_NO_SLOT
 
     __device__ unsigned features() const { return FC ? FC : f; }
+    // Offset of value k of staged row `row` (of the weights a column, of the basis an edge).
+    __device__ __forceinline__ unsigned at(unsigned row, unsigned k) const {
+        return row * stride + (SWZ ? k ^ row % 4 * 8 : k);
+    }
 
     // Lays out the shared memory, stages the block's weights (features from blockIdx.y CW,
     // zero past f and nb) and plans the thread's staging slots.
@@ -121,7 +132,7 @@ struct TcTile {
         for (unsigned k = threadIdx.x; k < stride * cols; k += TC_THREADS) {
             const unsigned r = k / cols, col = k % cols;
             const unsigned cc = c0 + (FRAG ? frag_feature(col % CW) : col % CW);
-            sw[col * stride + r] = r < nb && cc < fk ? wt[r * 3 * fk + col / CW * fk + cc] : 0.f;
+            sw[at(col, r)] = r < nb && cc < fk ? wt[r * 3 * fk + col / CW * fk + cc] : 0.f;
         }
 #pragma unroll
         for (int q = 0; q < Shape::STAGE_LOADS; ++q) {
@@ -149,7 +160,10 @@ struct TcTile {
     __device__ void store_edges(const Stage& st) const {
 #pragma unroll
         for (int q = 0; q < Shape::STAGE_LOADS; ++q)
-            if (plan[q] != TC_NO_SLOT) sb[threadIdx.x + q * TC_THREADS] = st.b[q];
+            if (plan[q] != TC_NO_SLOT) {
+                const unsigned k = threadIdx.x + q * TC_THREADS;  // plan[q]'s row and value
+                sb[SWZ ? at(plan[q] >> 6, plan[q] & 63) : k] = st.b[q];
+            }
         if (threadIdx.x < E) {
             si[threadIdx.x] = st.i;
             sj[threadIdx.x] = st.j;
@@ -189,10 +203,12 @@ struct TcTile {
 #pragma unroll
         for (int s = 0; s < TC_MAX_KSTEPS; ++s) {
             if (s >= ksteps) break;
-            split_tf32(load_shared_volatile(a0 + 8 * s), ah[s][0], al[s][0]);
-            split_tf32(load_shared_volatile(a1 + 8 * s), ah[s][1], al[s][1]);
-            split_tf32(load_shared_volatile(a0 + 8 * s + 1), ah[s][2], al[s][2]);
-            split_tf32(load_shared_volatile(a1 + 8 * s + 1), ah[s][3], al[s][3]);
+            // Rows 16 group + g and + 8 share a swizzle.
+            const unsigned k = SWZ ? (8 * s) ^ (g % 4 * 8) : 8 * s;
+            split_tf32(load_shared_volatile(a0 + k), ah[s][0], al[s][0]);
+            split_tf32(load_shared_volatile(a1 + k), ah[s][1], al[s][1]);
+            split_tf32(load_shared_volatile(a0 + k + 1), ah[s][2], al[s][2]);
+            split_tf32(load_shared_volatile(a1 + k + 1), ah[s][3], al[s][3]);
         }
     }
     // The warp's filters of staged weight columns [col, col + 8) into the C fragment d (lane
@@ -209,7 +225,9 @@ struct TcTile {
 #pragma unroll
         for (int s = 0; s < TC_MAX_KSTEPS; ++s) {
             if (s >= ksteps) break;
-            const float2 w = *reinterpret_cast<const float2*>(b + 8 * s);
+            // (col is a multiple of 8: row col + g swizzles by g.)
+            const unsigned k = SWZ ? (8 * s) ^ (lane / 4 % 4 * 8) : 8 * s;
+            const float2 w = *reinterpret_cast<const float2*>(b + k);
             unsigned bh[2], bl[2];
             split_tf32(w.x, bh[0], bl[0]);
             split_tf32(w.y, bh[1], bl[1]);
@@ -255,15 +273,24 @@ struct TcTile {
         return sf + m * SF + p * CW + cl;
     }
     __device__ __forceinline__ float unit(unsigned m, int a) const {
-        return sb[m * stride + nb + a];
+        return sb[at(m, nb + a)];
     }
 
     // The adjoint's shared memory after the indices: the quarters' sums of the unit-vector
-    // gradients [QUARTERS][E][3] and of dL/d(basis) [QUARTERS][E][8 ksteps], and the later
-    // blocks' dL/d(basis) rows of the tile [E][bw].
+    // gradients [QUARTERS][E][3] and of dL/d(basis) [QUARTERS][E][8 ksteps] (none with SWZ:
+    // partial_row), and the later blocks' dL/d(basis) rows of the tile [E][bw].
     __device__ float* unit_sums() const { return reinterpret_cast<float*>(sj + E); }
     __device__ float* partials() const { return unit_sums() + QUARTERS * E * 3; }
-    __device__ float* prev_rows() const { return partials() + QUARTERS * E * 8 * ksteps; }
+    __device__ float* prev_rows() const {
+        return partials() + (SWZ ? 0 : QUARTERS * E * 8 * ksteps);
+    }
+    // Quarter q's partial dL/d(basis) row of staged edge m, and (partial_step) the step to
+    // edge m + 1: with SWZ the quarter's first 32 filter columns of the edge, the warp's own,
+    // read by its product before it stores (16 KB less at 32 basis rows).
+    __device__ float* partial_row(unsigned q, unsigned m) const {
+        return SWZ ? sf + m * SF + 32 * q : partials() + (q * E + m) * 8 * ksteps;
+    }
+    __device__ unsigned partial_step() const { return SWZ ? SF : 8 * ksteps; }
     // Whether this block adds `prev` (the later blocks' dL/d(basis), where given): the first
     // feature chunk's blocks.
     __device__ bool adds_prev(const float* prev) const { return prev && blockIdx.y == 0; }
@@ -312,17 +339,19 @@ struct TcTile {
         for (int s = 0; s < TC_MAX_KSTEPS; ++s) {
             if (s >= ksteps) break;
             unsigned bh[2], bl[2];
-            split_tf32(sw[ct * stride + 8 * s + g], bh[0], bl[0]);
-            split_tf32(sw[(ct + 4) * stride + 8 * s + g], bh[1], bl[1]);
+            split_tf32(sw[at(ct, 8 * s + g)], bh[0], bl[0]);
+            split_tf32(sw[at(ct + 4, 8 * s + g)], bh[1], bl[1]);
             mma_tf32(d[s], al, bh);
             mma_tf32(d[s], ah, bl);
             mma_tf32(d[s], ah, bh);
         }
     }
-    // A warp's dL/d(basis) (add_basis_grads) into partials()[quarter].
+    // A warp's dL/d(basis) (add_basis_grads) into partial_row(quarter, its edges).
     __device__ __forceinline__ void store_partials(const float d[TC_MAX_KSTEPS][4]) const {
-        const unsigned kr = 8 * ksteps;
-        float* p = partials() + (quarter * E + 16 * group + lane / 4) * kr + 2 * (lane % 4);
+        const unsigned kr = SWZ ? partial_step() : 8 * ksteps;
+        float* p = SWZ ? partial_row(quarter, 16 * group + lane / 4) + 2 * (lane % 4)
+                       : partials() + (quarter * E + 16 * group + lane / 4) * kr + 2 * (lane % 4);
+        if (SWZ) __syncwarp();  // every lane has read its dL/dw there
 #pragma unroll
         for (int s = 0; s < TC_MAX_KSTEPS; ++s) {
             if (s >= ksteps) break;
@@ -333,7 +362,7 @@ struct TcTile {
         }
     }
     // This warp's share of the tile's dL/d(basis): its 16 edges' dL/dw over its 96 columns
-    // (in sf) times the weights transposed, into partials()[quarter].
+    // (in sf) times the weights transposed, into partial_row(quarter, its edges).
     __device__ void basis_grads() const {
         const unsigned g = lane / 4, t = lane % 4;
         float d[TC_MAX_KSTEPS][4] = {};
@@ -361,9 +390,10 @@ struct TcTile {
             const unsigned m = k / bw, r = k % bw;
             float v;
             if (r < nb) {
-                const float* p = partials() + m * kr + r;
-                v = p[0] + p[E * kr];
-                if (QUARTERS == 4) v = v + p[2 * E * kr] + p[3 * E * kr];
+                const float* p = SWZ ? partial_row(0, m) + r : partials() + m * kr + r;
+                const unsigned apart = SWZ ? 32 : E * kr;  // quarter to quarter
+                v = p[0] + p[apart];
+                if (QUARTERS == 4) v = v + p[2 * apart] + p[3 * apart];
             } else {
                 const float* u = unit_sums() + m * 3 + r - nb;
                 v = u[0] + u[E * 3];
@@ -421,13 +451,13 @@ struct TcOthers {
 
 // tile_fwd (same arguments and output) with the filters from tensor cores; blocks of
 // TC_THREADS threads, chunks of CW features.
-template <int FC, int CW = TILE_F>
+template <int FC, int CW = TILE_F, bool SWZ = false>
 __device__ void tc_fwd(const float* __restrict__ phi, const float* __restrict__ pb,
                        const float* __restrict__ wt, const float* __restrict__ basis,
                        const float* __restrict__ sv, const unsigned* __restrict__ ci,
                        const unsigned* __restrict__ nj, float* __restrict__ out, size_t n_edges,
                        size_t f, size_t n, size_t n_rbf) {
-    using Tile = TcTile<FC, false, CW>;
+    using Tile = TcTile<FC, false, CW, SWZ>;
     Tile t(wt, pb, n_rbf + 1, n_rbf + 4, f);  // the model's weights, staged
     wait_for_previous_kernel();
     const unsigned nf = n * t.features(), first = 16 * t.group;
@@ -452,7 +482,7 @@ __device__ void tc_fwd(const float* __restrict__ phi, const float* __restrict__ 
 // each thread overwrites its filters of a tile in shared memory with its dL/dw, and the second
 // product gives the tile's dL/d(basis) rows (plus gb_prev's where given). out = [g_v (3NF) |
 // g_phi (3NF) | g_basis (E (R + 4))], zeroed.
-template <int FC, int CW = TILE_F>
+template <int FC, int CW = TILE_F, bool SWZ = false>
 __device__ void tc_sym_adj(const float* __restrict__ phi, const float* __restrict__ pb,
                            const float* __restrict__ wt, const float* __restrict__ basis,
                            const float* __restrict__ sv, const float* __restrict__ gm,
@@ -460,7 +490,7 @@ __device__ void tc_sym_adj(const float* __restrict__ phi, const float* __restric
                            const unsigned* __restrict__ ci, const unsigned* __restrict__ nj,
                            float* __restrict__ out, size_t n_edges, size_t f, size_t n,
                            size_t n_rbf) {
-    using Tile = TcTile<FC, false, CW>;
+    using Tile = TcTile<FC, false, CW, SWZ>;
     Tile t(wt, pb, n_rbf + 1, n_rbf + 4, f);  // the model's weights, staged
     wait_for_previous_kernel();
     const unsigned fk = t.features(), nf = n * fk, first = 16 * t.group;
@@ -539,62 +569,44 @@ __device__ void tc_sym_adj(const float* __restrict__ phi, const float* __restric
     if (t.active) flush_own(gphi, out, n, f, cur, t.c, sum_phi, sum_v);
 }
 
-// Each instantiation has its own entry, so that ptxas allocates its registers alone (as the
-// symmetric adjoint's below): any F in chunks of TILE_F; F = TILE_F (run only with the fragment
-// forward turned off); F = 64 and F < 64 in one chunk of 64.
-#define TC_FWD_PARAMS                                                                         \
-    const float* phi, const float* pb, const float* w, const float* basis, const float* sv,  \
-        const unsigned int* ci, const unsigned int* nj, float* out, size_t n_edges, size_t f, \
-        size_t n, size_t n_rbf
-extern "C" __global__ void __launch_bounds__(TC_THREADS, 2)
-    interaction_tile_fwd_f32(TC_FWD_PARAMS) {
-    tc_fwd<0>(phi, pb, w, basis, sv, ci, nj, out, n_edges, f, n, n_rbf);
-}
-extern "C" __global__ void __launch_bounds__(TC_THREADS, 2)
-    interaction_tile_fwd_128_f32(TC_FWD_PARAMS) {
-    tc_fwd<TILE_F>(phi, pb, w, basis, sv, ci, nj, out, n_edges, f, n, n_rbf);
-}
-extern "C" __global__ void __launch_bounds__(TC_THREADS, 2)
-    interaction_tile_fwd_64_f32(TC_FWD_PARAMS) {
-    tc_fwd<64, 64>(phi, pb, w, basis, sv, ci, nj, out, n_edges, f, n, n_rbf);
-}
-extern "C" __global__ void __launch_bounds__(TC_THREADS, 2)
-    interaction_tile_fwd_under64_f32(TC_FWD_PARAMS) {
-    tc_fwd<0, 64>(phi, pb, w, basis, sv, ci, nj, out, n_edges, f, n, n_rbf);
-}
+// Each instantiation has its own entry, so that ptxas allocates its registers alone (the
+// shipped shape, F = TILE_F with TC_RBF basis functions, in one entry with the others spilled
+// ~560 bytes a thread in the adjoint's loop; F = TILE_F at any basis with any F 540 bytes, 48
+// and 40 apart). Forward: any F in chunks of TILE_F; F = TILE_F (run only with the fragment
+// forward turned off); F = 64 and F < 64 in one chunk of 64; "_sw": the same at stride 32
+// (SWZ). The symmetric adjoint: the same shapes, F = TILE_F also with TC_RBF basis functions;
+// accumulate: gb_prev is added to g_basis (else it is not read).
+#define TC_FWD_ENTRY(NAME, FC, CW, SWZ)                                                        \
+    extern "C" __global__ void __launch_bounds__(TC_THREADS, 2) NAME(                          \
+        const float* phi, const float* pb, const float* w, const float* basis, const float* sv, \
+        const unsigned int* ci, const unsigned int* nj, float* out, size_t n_edges, size_t f,  \
+        size_t n, size_t n_rbf) {                                                               \
+        tc_fwd<FC, CW, SWZ>(phi, pb, w, basis, sv, ci, nj, out, n_edges, f, n, n_rbf);         \
+    }
+TC_FWD_ENTRY(interaction_tile_fwd_f32, 0, TILE_F, false)
+TC_FWD_ENTRY(interaction_tile_fwd_128_f32, TILE_F, TILE_F, false)
+TC_FWD_ENTRY(interaction_tile_fwd_64_f32, 64, 64, false)
+TC_FWD_ENTRY(interaction_tile_fwd_under64_f32, 0, 64, false)
+TC_FWD_ENTRY(interaction_tile_fwd_sw_f32, 0, TILE_F, true)
+TC_FWD_ENTRY(interaction_tile_fwd_64_sw_f32, 64, 64, true)
+TC_FWD_ENTRY(interaction_tile_fwd_under64_sw_f32, 0, 64, true)
 
-// accumulate: gb_prev is added to g_basis (else it is not read). Each instantiation has its
-// own entry, so that ptxas allocates its registers alone: the shipped shape (F = TILE_F,
-// TC_RBF basis functions) in one entry with the others spilled ~560 bytes a thread in the
-// loop, and F = TILE_F at any basis with any F 540 bytes (48 and 40 apart). F = 64 and F < 64
-// take one chunk of 64 features (as the forward).
-#define TC_SYM_ADJ_PARAMS                                                                    \
-    const float* phi, const float* pb, const float* w, const float* basis, const float* sv,  \
-        const float* gm, const float* gve, const float* gb_prev, const unsigned int* ci,     \
-        const unsigned int* nj, float* out, size_t n_edges, size_t f, size_t n, size_t n_rbf, \
-        size_t accumulate
-extern "C" __global__ void __launch_bounds__(TC_THREADS, 2)
-    interaction_tile_sym_adj_f32(TC_SYM_ADJ_PARAMS) {
-    const float* prev = accumulate ? gb_prev : nullptr;
-    tc_sym_adj<0>(phi, pb, w, basis, sv, gm, gve, prev, ci, nj, out, n_edges, f, n, n_rbf);
-}
-extern "C" __global__ void __launch_bounds__(TC_THREADS, 2)
-    interaction_tile_sym_adj_128_f32(TC_SYM_ADJ_PARAMS) {
-    const float* prev = accumulate ? gb_prev : nullptr;
-    tc_sym_adj<TILE_F>(phi, pb, w, basis, sv, gm, gve, prev, ci, nj, out, n_edges, f, n, n_rbf);
-}
-extern "C" __global__ void __launch_bounds__(TC_THREADS, 2)
-    interaction_tile_sym_adj_64_f32(TC_SYM_ADJ_PARAMS) {
-    const float* prev = accumulate ? gb_prev : nullptr;
-    tc_sym_adj<64, 64>(phi, pb, w, basis, sv, gm, gve, prev, ci, nj, out, n_edges, f, n, n_rbf);
-}
-extern "C" __global__ void __launch_bounds__(TC_THREADS, 2)
-    interaction_tile_sym_adj_under64_f32(TC_SYM_ADJ_PARAMS) {
-    const float* prev = accumulate ? gb_prev : nullptr;
-    tc_sym_adj<0, 64>(phi, pb, w, basis, sv, gm, gve, prev, ci, nj, out, n_edges, f, n, n_rbf);
-}
-extern "C" __global__ void __launch_bounds__(TC_THREADS, 2)
-    interaction_tile_sym_adj_128_20_f32(TC_SYM_ADJ_PARAMS) {
-    const float* prev = accumulate ? gb_prev : nullptr;
-    tc_sym_adj<TILE_F>(phi, pb, w, basis, sv, gm, gve, prev, ci, nj, out, n_edges, f, n, TC_RBF);
-}
+#define TC_SYM_ADJ_ENTRY(NAME, FC, CW, SWZ, NRBF)                                              \
+    extern "C" __global__ void __launch_bounds__(TC_THREADS, 2) NAME(                          \
+        const float* phi, const float* pb, const float* w, const float* basis, const float* sv, \
+        const float* gm, const float* gve, const float* gb_prev, const unsigned int* ci,       \
+        const unsigned int* nj, float* out, size_t n_edges, size_t f, size_t n, size_t n_rbf,  \
+        size_t accumulate) {                                                                    \
+        const float* prev = accumulate ? gb_prev : nullptr;                                     \
+        tc_sym_adj<FC, CW, SWZ>(phi, pb, w, basis, sv, gm, gve, prev, ci, nj, out, n_edges, f, \
+                                n, NRBF ? NRBF : n_rbf);                                        \
+    }
+TC_SYM_ADJ_ENTRY(interaction_tile_sym_adj_f32, 0, TILE_F, false, 0)
+TC_SYM_ADJ_ENTRY(interaction_tile_sym_adj_128_f32, TILE_F, TILE_F, false, 0)
+TC_SYM_ADJ_ENTRY(interaction_tile_sym_adj_128_20_f32, TILE_F, TILE_F, false, TC_RBF)
+TC_SYM_ADJ_ENTRY(interaction_tile_sym_adj_64_f32, 64, 64, false, 0)
+TC_SYM_ADJ_ENTRY(interaction_tile_sym_adj_under64_f32, 0, 64, false, 0)
+TC_SYM_ADJ_ENTRY(interaction_tile_sym_adj_sw_f32, 0, TILE_F, true, 0)
+TC_SYM_ADJ_ENTRY(interaction_tile_sym_adj_128_sw_f32, TILE_F, TILE_F, true, 0)
+TC_SYM_ADJ_ENTRY(interaction_tile_sym_adj_64_sw_f32, 64, 64, true, 0)
+TC_SYM_ADJ_ENTRY(interaction_tile_sym_adj_under64_sw_f32, 0, 64, true, 0)

@@ -361,6 +361,13 @@ fn cuda_fused_kernels_match_cpu() {
     // F = 64: the tensor-core kernels' chunks of 64 features with F known at compile time (F =
     // 40 and 38 above take them with F at run time).
     let narrow = shape(800, 16_000, 64, 20);
+    // 21-28 radial functions: the tensor-core kernels' rows at stride 32, swizzled ("_sw"
+    // entries; F = 128 with 24 above), at F = 64, below 64 and in two chunks.
+    let swizzled = [
+        shape(600, 10_000, 64, 24),
+        shape(500, 9_000, 40, 22),
+        shape(400, 9_000, 160, 21),
+    ];
     // Every edge with its reverse: the adjoint that sums each atom's sending gradients over its
     // own run of edges (`symmetric_edges`), 60,000 edges.
     let half = shape(2_000, 30_000, 128, 20);
@@ -389,6 +396,10 @@ fn cuda_fused_kernels_match_cpu() {
         cases.push(inputs(wide, dtype, 313).symmetric());
         cases.push(inputs(unaligned, dtype, 316).symmetric());
         cases.push(inputs(narrow, dtype, 319).symmetric());
+        for (k, shape) in swizzled.iter().enumerate() {
+            cases.push(inputs(*shape, dtype, 320 + k as u64).sorted_by_receiver());
+            cases.push(inputs(*shape, dtype, 330 + k as u64).symmetric());
+        }
         for x in &cases {
             let cpu = fused_outputs(x, &Device::Cpu).unwrap();
             let cuda = fused_outputs(x, &gpu).unwrap();

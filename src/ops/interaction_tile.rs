@@ -5,7 +5,6 @@
 //! edge's reverse (`InteractionInputs::symmetric_edges`) a second adjoint computes each edge's
 //! terms on its reverse, so that each atom's sending gradients are sums over its own edges.
 
-#[cfg(feature = "cuda")]
 use super::edge_basis::basis_width;
 use super::interaction::{adjoint_cpu, forward_cpu, AdjointMode, InteractionInputs, Sizes};
 use super::kernel::{kernel_source, overlaps_previous, Kernel, Real};
@@ -230,6 +229,11 @@ impl TileForward {
     }
 
     /// Whether this launch sums per receiving atom.
+    /// Whether the tensor-core entries staged at stride 32 run ([`tc_swizzled`]).
+    fn swizzled(&self) -> bool {
+        tc_swizzled(self.z.n_rbf)
+    }
+
     pub(super) fn receiver_sums(&self) -> bool {
         self.filters == FilterArithmetic::ReceiverSums
     }
@@ -270,6 +274,11 @@ impl<const SYMMETRIC: bool> TileAdjoint<SYMMETRIC> {
     }
     /// Whether the output ends with dL/dw rows [E, 3F] (g_basis then holding only its
     /// unit-vector columns) rather than a complete g_basis.
+    /// Whether the tensor-core entries staged at stride 32 run ([`tc_swizzled`]).
+    fn swizzled(&self) -> bool {
+        tc_swizzled(self.z.n_rbf)
+    }
+
     pub(super) fn grad_rows(&self) -> bool {
         self.filters == FilterArithmetic::CudaCores
     }
@@ -281,14 +290,18 @@ impl Kernel for TileForward {
     fn function(&self) -> &'static str {
         match self.filters {
             FilterArithmetic::CudaCores => "interaction_tile_cc_fwd",
-            FilterArithmetic::TensorCores => match self.z.hidden {
-                TILE_F => "interaction_tile_fwd_128",
-                64 => "interaction_tile_fwd_64",
-                h if h < 64 => "interaction_tile_fwd_under64",
-                _ => Self::NAME,
+            FilterArithmetic::TensorCores => match (self.z.hidden, self.swizzled()) {
+                (TILE_F, _) => "interaction_tile_fwd_128",
+                (64, false) => "interaction_tile_fwd_64",
+                (64, true) => "interaction_tile_fwd_64_sw",
+                (h, false) if h < 64 => "interaction_tile_fwd_under64",
+                (h, true) if h < 64 => "interaction_tile_fwd_under64_sw",
+                (_, false) => Self::NAME,
+                (_, true) => "interaction_tile_fwd_sw",
             },
             FilterArithmetic::ReceiverSums => "interaction_sums_fwd",
             FilterArithmetic::Fragments if self.z.n_rbf == SHIPPED_RBF => "interaction_frag_fwd_20",
+            FilterArithmetic::Fragments if self.swizzled() => "interaction_frag_fwd_sw",
             FilterArithmetic::Fragments => "interaction_frag_fwd",
         }
     }
@@ -339,22 +352,28 @@ fn tc_edges(chunk: usize) -> usize {
 }
 
 /// The basis rows the tensor-core products take: R + 1 rounded up to the mma's k steps of 8.
-#[cfg(feature = "cuda")]
 fn tc_k_rows(n_rbf: usize) -> usize {
     (n_rbf + 1).div_ceil(8) * 8
 }
 
 /// The tensor-core kernels' row stride of the staged basis and weights (`tc_stride`): the
 /// basis width and [`tc_k_rows`] at least, rounded to an odd multiple of 8.
-#[cfg(feature = "cuda")]
 fn tc_stride(n_rbf: usize) -> usize {
     let rows = basis_width(n_rbf).max(tc_k_rows(n_rbf));
     let s = rows.div_ceil(8) * 8;
-    if (s / 8) % 2 == 1 {
+    if (s / 8) % 2 == 1 || s == 32 {
         s
     } else {
         s + 8
     }
+}
+
+/// Whether the tensor-core kernels stage at stride 32 with swizzled rows (their "_sw" entries,
+/// SWZ in kernels/interaction_tc.cuh): more than 24 basis rows or columns (21-28 radial
+/// functions), where the odd multiple of 8 would be 40 and the adjoint would fit one block a
+/// multiprocessor instead of two.
+fn tc_swizzled(n_rbf: usize) -> bool {
+    tc_stride(n_rbf) == 32
 }
 
 /// The tensor-core forward's launch: (edge tiles, feature chunks) blocks of [`TC_THREADS`]
@@ -431,11 +450,15 @@ impl<const SYMMETRIC: bool> Kernel for TileAdjoint<SYMMETRIC> {
             {
                 "interaction_tile_sym_adj_128_20"
             }
-            (true, FilterArithmetic::TensorCores) => match self.z.hidden {
-                TILE_F => "interaction_tile_sym_adj_128",
-                64 => "interaction_tile_sym_adj_64",
-                h if h < 64 => "interaction_tile_sym_adj_under64",
-                _ => Self::NAME,
+            (true, FilterArithmetic::TensorCores) => match (self.z.hidden, self.swizzled()) {
+                (TILE_F, false) => "interaction_tile_sym_adj_128",
+                (TILE_F, true) => "interaction_tile_sym_adj_128_sw",
+                (64, false) => "interaction_tile_sym_adj_64",
+                (64, true) => "interaction_tile_sym_adj_64_sw",
+                (h, false) if h < 64 => "interaction_tile_sym_adj_under64",
+                (h, true) if h < 64 => "interaction_tile_sym_adj_under64_sw",
+                (_, false) => Self::NAME,
+                (_, true) => "interaction_tile_sym_adj_sw",
             },
             _ => Self::NAME,
         }
@@ -474,7 +497,13 @@ impl<const SYMMETRIC: bool> Kernel for TileAdjoint<SYMMETRIC> {
                 let mut cfg = tensor_core_config(&self.z, self.tc_blocks, false);
                 let chunk = tc_chunk(self.z.hidden);
                 let edges = tc_edges(chunk);
-                let sums = chunk / 32 * edges * (3 + tc_k_rows(self.z.n_rbf));
+                // (Swizzled, the partial sums take the filters' space.)
+                let partials = if tc_swizzled(self.z.n_rbf) {
+                    0
+                } else {
+                    tc_k_rows(self.z.n_rbf)
+                };
+                let sums = chunk / 32 * edges * (3 + partials);
                 let prev = edges * basis_width(self.z.n_rbf);
                 cfg.shared_mem_bytes += (4 * (sums + prev)) as u32;
                 cfg
