@@ -106,13 +106,13 @@ __device__ __forceinline__ void times_filters(const float* __restrict__ bias, co
 }
 
 // tc_fwd (same arguments and output) at F = TILE_F with the filters in fragments.
-template <int NRBF, bool SWZ = false>
+template <int NRBF, bool SWZ = false, int KS = 0>
 __device__ void frag_fwd(const float* __restrict__ phi, const float* __restrict__ pb,
                          const float* __restrict__ wt, const float* __restrict__ basis,
                          const float* __restrict__ sv, const unsigned* __restrict__ ci,
                          const unsigned* __restrict__ nj, float* __restrict__ out,
                          size_t n_edges, size_t n, size_t n_rbf) {
-    TcTile<TILE_F, true, TILE_F, SWZ> t(wt, pb, NRBF ? NRBF + 1 : n_rbf + 1, NRBF ? NRBF + 4 : n_rbf + 4,
+    TcTile<TILE_F, true, TILE_F, SWZ, KS> t(wt, pb, NRBF ? NRBF + 1 : n_rbf + 1, NRBF ? NRBF + 4 : n_rbf + 4,
                            TILE_F);
     wait_for_previous_kernel();
     const unsigned nf = n * TILE_F, first = 16 * t.group, g = t.lane / 4;
@@ -153,15 +153,14 @@ __device__ void frag_fwd(const float* __restrict__ phi, const float* __restrict_
 }
 
 // The shipped basis (TC_RBF functions) has its own entry, so that ptxas allocates its
-// registers alone: in one entry with the generic instantiation both spilled. "_sw": stride 32
-// (SWZ in kernels/interaction_tc.cuh).
-#define FRAG_FWD(NAME, NRBF, SWZ)                                                             \
+// registers alone: in one entry with the generic instantiation both spilled. The others: a
+// family of (SWZ, KS) entries (TC_KS_FAMILY in kernels/interaction_tc.cuh).
+#define FRAG_FWD(NAME, NRBF, SWZ, KS)                                                           \
     extern "C" __global__ void __launch_bounds__(TC_THREADS, 2) NAME(                         \
         const float* phi, const float* pb, const float* w, const float* basis,                \
         const float* sv, const unsigned int* ci, const unsigned int* nj, float* out,          \
         size_t n_edges, size_t f, size_t n, size_t n_rbf) {                                   \
-        frag_fwd<NRBF, SWZ>(phi, pb, w, basis, sv, ci, nj, out, n_edges, n, n_rbf);           \
+        frag_fwd<NRBF, SWZ, KS>(phi, pb, w, basis, sv, ci, nj, out, n_edges, n, n_rbf);       \
     }
-FRAG_FWD(interaction_frag_fwd_f32, 0, false)
-FRAG_FWD(interaction_frag_fwd_20_f32, TC_RBF, false)
-FRAG_FWD(interaction_frag_fwd_sw_f32, 0, true)
+FRAG_FWD(interaction_frag_fwd_20_f32, TC_RBF, false, 0)
+TC_KS_FAMILY(FRAG_FWD, interaction_frag_fwd, 0)

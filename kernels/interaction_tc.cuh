@@ -85,7 +85,7 @@ __device__ __forceinline__ unsigned frag_feature(unsigned x) {
 // sums in the filters' space (partial_row), so that it runs two blocks a multiprocessor (at
 // stride 40 one: 1.9x the time at F = 128 with 24 basis functions). Compile-time, so that the
 // other shapes' code is what it was.
-template <int FC, bool FRAG = false, int CW = TILE_F, bool SWZ = false>
+template <int FC, bool FRAG = false, int CW = TILE_F, bool SWZ = false, int KS = 0>
 struct TcTile {
     using Shape = TcShape<CW>;
     static constexpr unsigned QUARTERS = Shape::QUARTERS, E = Shape::E, SF = Shape::SF;
@@ -103,6 +103,9 @@ struct TcTile {
     unsigned plan[Shape::STAGE_LOADS];  // this thread's staging slots: m << 6 | r, or TC_NO_SLOT
 
     __device__ unsigned features() const { return FC ? FC : f; }
+    // The mma's k steps: KS where known at compile time (so that the fragment arrays and
+    // loops are only as long as they need be), else ksteps.
+    __device__ __forceinline__ unsigned ks() const { return KS ? KS : ksteps; }
     // Offset of value k of staged row `row` (of the weights a column, of the basis an edge).
     __device__ __forceinline__ unsigned at(unsigned row, unsigned k) const {
         return row * stride + (SWZ ? k ^ row % 4 * 8 : k);
@@ -202,7 +205,7 @@ struct TcTile {
         const float* a1 = a0 + 8 * stride;
 #pragma unroll
         for (int s = 0; s < TC_MAX_KSTEPS; ++s) {
-            if (s >= ksteps) break;
+            if (s >= ks()) break;
             // Rows 16 group + g and + 8 share a swizzle.
             const unsigned k = SWZ ? (8 * s) ^ (g % 4 * 8) : 8 * s;
             split_tf32(load_shared_volatile(a0 + k), ah[s][0], al[s][0]);
@@ -224,7 +227,7 @@ struct TcTile {
         d[0] = d[1] = d[2] = d[3] = 0.f;
 #pragma unroll
         for (int s = 0; s < TC_MAX_KSTEPS; ++s) {
-            if (s >= ksteps) break;
+            if (s >= ks()) break;
             // (col is a multiple of 8: row col + g swizzles by g.)
             const unsigned k = SWZ ? (8 * s) ^ (lane / 4 % 4 * 8) : 8 * s;
             const float2 w = *reinterpret_cast<const float2*>(b + k);
@@ -282,15 +285,15 @@ struct TcTile {
     __device__ float* unit_sums() const { return reinterpret_cast<float*>(sj + E); }
     __device__ float* partials() const { return unit_sums() + QUARTERS * E * 3; }
     __device__ float* prev_rows() const {
-        return partials() + (SWZ ? 0 : QUARTERS * E * 8 * ksteps);
+        return partials() + (SWZ ? 0 : QUARTERS * E * 8 * ks());
     }
     // Quarter q's partial dL/d(basis) row of staged edge m, and (partial_step) the step to
     // edge m + 1: with SWZ the quarter's first 32 filter columns of the edge, the warp's own,
     // read by its product before it stores (16 KB less at 32 basis rows).
     __device__ float* partial_row(unsigned q, unsigned m) const {
-        return SWZ ? sf + m * SF + 32 * q : partials() + (q * E + m) * 8 * ksteps;
+        return SWZ ? sf + m * SF + 32 * q : partials() + (q * E + m) * 8 * ks();
     }
-    __device__ unsigned partial_step() const { return SWZ ? SF : 8 * ksteps; }
+    __device__ unsigned partial_step() const { return SWZ ? SF : 8 * ks(); }
     // Whether this block adds `prev` (the later blocks' dL/d(basis), where given): the first
     // feature chunk's blocks.
     __device__ bool adds_prev(const float* prev) const { return prev && blockIdx.y == 0; }
@@ -337,7 +340,7 @@ struct TcTile {
         split_tf32(dw[3], ah[3], al[3]);
 #pragma unroll
         for (int s = 0; s < TC_MAX_KSTEPS; ++s) {
-            if (s >= ksteps) break;
+            if (s >= ks()) break;
             unsigned bh[2], bl[2];
             split_tf32(sw[at(ct, 8 * s + g)], bh[0], bl[0]);
             split_tf32(sw[at(ct + 4, 8 * s + g)], bh[1], bl[1]);
@@ -348,13 +351,13 @@ struct TcTile {
     }
     // A warp's dL/d(basis) (add_basis_grads) into partial_row(quarter, its edges).
     __device__ __forceinline__ void store_partials(const float d[TC_MAX_KSTEPS][4]) const {
-        const unsigned kr = SWZ ? partial_step() : 8 * ksteps;
+        const unsigned kr = SWZ ? partial_step() : 8 * ks();
         float* p = SWZ ? partial_row(quarter, 16 * group + lane / 4) + 2 * (lane % 4)
                        : partials() + (quarter * E + 16 * group + lane / 4) * kr + 2 * (lane % 4);
         if (SWZ) __syncwarp();  // every lane has read its dL/dw there
 #pragma unroll
         for (int s = 0; s < TC_MAX_KSTEPS; ++s) {
-            if (s >= ksteps) break;
+            if (s >= ks()) break;
             p[8 * s] = d[s][0];
             p[8 * s + 1] = d[s][1];
             p[8 * kr + 8 * s] = d[s][2];
@@ -383,7 +386,7 @@ struct TcTile {
     __device__ void store_basis_grads(float* gb, const float* prev, size_t e0,
                                       unsigned cnt) const {
         const bool alone = gridDim.y == 1;
-        const unsigned kr = 8 * ksteps;
+        const unsigned kr = 8 * ks();
         float* rows = gb + e0 * bw;
         const float* before = adds_prev(prev) ? prev_rows() : nullptr;
         for (unsigned k = threadIdx.x; k < cnt * bw; k += TC_THREADS) {
@@ -451,13 +454,13 @@ struct TcOthers {
 
 // tile_fwd (same arguments and output) with the filters from tensor cores; blocks of
 // TC_THREADS threads, chunks of CW features.
-template <int FC, int CW = TILE_F, bool SWZ = false>
+template <int FC, int CW = TILE_F, bool SWZ = false, int KS = 0>
 __device__ void tc_fwd(const float* __restrict__ phi, const float* __restrict__ pb,
                        const float* __restrict__ wt, const float* __restrict__ basis,
                        const float* __restrict__ sv, const unsigned* __restrict__ ci,
                        const unsigned* __restrict__ nj, float* __restrict__ out, size_t n_edges,
                        size_t f, size_t n, size_t n_rbf) {
-    using Tile = TcTile<FC, false, CW, SWZ>;
+    using Tile = TcTile<FC, false, CW, SWZ, KS>;
     Tile t(wt, pb, n_rbf + 1, n_rbf + 4, f);  // the model's weights, staged
     wait_for_previous_kernel();
     const unsigned nf = n * t.features(), first = 16 * t.group;
@@ -482,7 +485,7 @@ __device__ void tc_fwd(const float* __restrict__ phi, const float* __restrict__ 
 // each thread overwrites its filters of a tile in shared memory with its dL/dw, and the second
 // product gives the tile's dL/d(basis) rows (plus gb_prev's where given). out = [g_v (3NF) |
 // g_phi (3NF) | g_basis (E (R + 4))], zeroed.
-template <int FC, int CW = TILE_F, bool SWZ = false>
+template <int FC, int CW = TILE_F, bool SWZ = false, int KS = 0>
 __device__ void tc_sym_adj(const float* __restrict__ phi, const float* __restrict__ pb,
                            const float* __restrict__ wt, const float* __restrict__ basis,
                            const float* __restrict__ sv, const float* __restrict__ gm,
@@ -490,7 +493,7 @@ __device__ void tc_sym_adj(const float* __restrict__ phi, const float* __restric
                            const unsigned* __restrict__ ci, const unsigned* __restrict__ nj,
                            float* __restrict__ out, size_t n_edges, size_t f, size_t n,
                            size_t n_rbf) {
-    using Tile = TcTile<FC, false, CW, SWZ>;
+    using Tile = TcTile<FC, false, CW, SWZ, KS>;
     Tile t(wt, pb, n_rbf + 1, n_rbf + 4, f);  // the model's weights, staged
     wait_for_previous_kernel();
     const unsigned fk = t.features(), nf = n * fk, first = 16 * t.group;
@@ -572,41 +575,45 @@ __device__ void tc_sym_adj(const float* __restrict__ phi, const float* __restric
 // Each instantiation has its own entry, so that ptxas allocates its registers alone (the
 // shipped shape, F = TILE_F with TC_RBF basis functions, in one entry with the others spilled
 // ~560 bytes a thread in the adjoint's loop; F = TILE_F at any basis with any F 540 bytes, 48
-// and 40 apart). Forward: any F in chunks of TILE_F; F = TILE_F (run only with the fragment
-// forward turned off); F = 64 and F < 64 in one chunk of 64; "_sw": the same at stride 32
-// (SWZ). The symmetric adjoint: the same shapes, F = TILE_F also with TC_RBF basis functions;
-// accumulate: gb_prev is added to g_basis (else it is not read).
-#define TC_FWD_ENTRY(NAME, FC, CW, SWZ)                                                        \
+// and 40 apart), and the mma's k steps (KS) and the staging's swizzle (SWZ) are known at
+// compile time in each: with them as run-time values F = 128 at 22 basis functions spilled 56
+// (adjoint) and 136 bytes (forward) a thread, none with them known. A family of entries is the
+// five reachable pairs: "_k1", "_k2", "_k3" at stride 8 or 24, "_sw_k3", "_sw_k4" at stride 32
+// (tc_stride). Forward: any F in chunks of TILE_F; F = 64 and F < 64 in one chunk of 64; F =
+// TILE_F (run only with the fragment forward turned off) with both at run time. The symmetric
+// adjoint: the same shapes, F = TILE_F and the shipped shape; accumulate: gb_prev is added to
+// g_basis (else it is not read).
+#define TC_FWD_ENTRY(NAME, FC, CW, SWZ, KS)                                                    \
     extern "C" __global__ void __launch_bounds__(TC_THREADS, 2) NAME(                          \
         const float* phi, const float* pb, const float* w, const float* basis, const float* sv, \
         const unsigned int* ci, const unsigned int* nj, float* out, size_t n_edges, size_t f,  \
         size_t n, size_t n_rbf) {                                                               \
-        tc_fwd<FC, CW, SWZ>(phi, pb, w, basis, sv, ci, nj, out, n_edges, f, n, n_rbf);         \
+        tc_fwd<FC, CW, SWZ, KS>(phi, pb, w, basis, sv, ci, nj, out, n_edges, f, n, n_rbf);     \
     }
-TC_FWD_ENTRY(interaction_tile_fwd_f32, 0, TILE_F, false)
-TC_FWD_ENTRY(interaction_tile_fwd_128_f32, TILE_F, TILE_F, false)
-TC_FWD_ENTRY(interaction_tile_fwd_64_f32, 64, 64, false)
-TC_FWD_ENTRY(interaction_tile_fwd_under64_f32, 0, 64, false)
-TC_FWD_ENTRY(interaction_tile_fwd_sw_f32, 0, TILE_F, true)
-TC_FWD_ENTRY(interaction_tile_fwd_64_sw_f32, 64, 64, true)
-TC_FWD_ENTRY(interaction_tile_fwd_under64_sw_f32, 0, 64, true)
-
-#define TC_SYM_ADJ_ENTRY(NAME, FC, CW, SWZ, NRBF)                                              \
+#define TC_SYM_ADJ_NRBF_ENTRY(NAME, FC, CW, SWZ, KS, NRBF)                                     \
     extern "C" __global__ void __launch_bounds__(TC_THREADS, 2) NAME(                          \
         const float* phi, const float* pb, const float* w, const float* basis, const float* sv, \
         const float* gm, const float* gve, const float* gb_prev, const unsigned int* ci,       \
         const unsigned int* nj, float* out, size_t n_edges, size_t f, size_t n, size_t n_rbf,  \
         size_t accumulate) {                                                                    \
         const float* prev = accumulate ? gb_prev : nullptr;                                     \
-        tc_sym_adj<FC, CW, SWZ>(phi, pb, w, basis, sv, gm, gve, prev, ci, nj, out, n_edges, f, \
-                                n, NRBF ? NRBF : n_rbf);                                        \
+        tc_sym_adj<FC, CW, SWZ, KS>(phi, pb, w, basis, sv, gm, gve, prev, ci, nj, out, n_edges, \
+                                    f, n, NRBF ? NRBF : n_rbf);                                 \
     }
-TC_SYM_ADJ_ENTRY(interaction_tile_sym_adj_f32, 0, TILE_F, false, 0)
-TC_SYM_ADJ_ENTRY(interaction_tile_sym_adj_128_f32, TILE_F, TILE_F, false, 0)
-TC_SYM_ADJ_ENTRY(interaction_tile_sym_adj_128_20_f32, TILE_F, TILE_F, false, TC_RBF)
-TC_SYM_ADJ_ENTRY(interaction_tile_sym_adj_64_f32, 64, 64, false, 0)
-TC_SYM_ADJ_ENTRY(interaction_tile_sym_adj_under64_f32, 0, 64, false, 0)
-TC_SYM_ADJ_ENTRY(interaction_tile_sym_adj_sw_f32, 0, TILE_F, true, 0)
-TC_SYM_ADJ_ENTRY(interaction_tile_sym_adj_128_sw_f32, TILE_F, TILE_F, true, 0)
-TC_SYM_ADJ_ENTRY(interaction_tile_sym_adj_64_sw_f32, 64, 64, true, 0)
-TC_SYM_ADJ_ENTRY(interaction_tile_sym_adj_under64_sw_f32, 0, 64, true, 0)
+#define TC_SYM_ADJ_ENTRY(NAME, FC, CW, SWZ, KS) TC_SYM_ADJ_NRBF_ENTRY(NAME, FC, CW, SWZ, KS, 0)
+// The five (SWZ, KS) entries of one shape: ENTRY(NAME_..._f32, SHAPE..., SWZ, KS).
+#define TC_KS_FAMILY(ENTRY, NAME, ...)           \
+    ENTRY(NAME##_k1_f32, __VA_ARGS__, false, 1)   \
+    ENTRY(NAME##_k2_f32, __VA_ARGS__, false, 2)   \
+    ENTRY(NAME##_k3_f32, __VA_ARGS__, false, 3)   \
+    ENTRY(NAME##_sw_k3_f32, __VA_ARGS__, true, 3) \
+    ENTRY(NAME##_sw_k4_f32, __VA_ARGS__, true, 4)
+TC_KS_FAMILY(TC_FWD_ENTRY, interaction_tile_fwd, 0, TILE_F)
+TC_KS_FAMILY(TC_FWD_ENTRY, interaction_tile_fwd_64, 64, 64)
+TC_KS_FAMILY(TC_FWD_ENTRY, interaction_tile_fwd_under64, 0, 64)
+TC_FWD_ENTRY(interaction_tile_fwd_128_f32, TILE_F, TILE_F, false, 0)
+TC_KS_FAMILY(TC_SYM_ADJ_ENTRY, interaction_tile_sym_adj, 0, TILE_F)
+TC_KS_FAMILY(TC_SYM_ADJ_ENTRY, interaction_tile_sym_adj_128, TILE_F, TILE_F)
+TC_KS_FAMILY(TC_SYM_ADJ_ENTRY, interaction_tile_sym_adj_64, 64, 64)
+TC_KS_FAMILY(TC_SYM_ADJ_ENTRY, interaction_tile_sym_adj_under64, 0, 64)
+TC_SYM_ADJ_NRBF_ENTRY(interaction_tile_sym_adj_128_20_f32, TILE_F, TILE_F, false, 0, TC_RBF)

@@ -361,13 +361,13 @@ fn cuda_fused_kernels_match_cpu() {
     // F = 64: the tensor-core kernels' chunks of 64 features with F known at compile time (F =
     // 40 and 38 above take them with F at run time).
     let narrow = shape(800, 16_000, 64, 20);
-    // 21-28 radial functions: the tensor-core kernels' rows at stride 32, swizzled ("_sw"
-    // entries; F = 128 with 24 above), at F = 64, below 64 and in two chunks.
-    let swizzled = [
-        shape(600, 10_000, 64, 24),
-        shape(500, 9_000, 40, 22),
-        shape(400, 9_000, 160, 21),
-    ];
+    // Every tensor-core entry family (F = 128, 64, below 64, chunks of 128) at each of its
+    // (swizzle, k steps) entries: 6, 12 and 17 radial functions take 1-3 k steps unswizzled,
+    // 22 and 26 take 3 and 4 at stride 32, swizzled.
+    let ks_shapes: Vec<_> = [128, 64, 40, 160]
+        .iter()
+        .flat_map(|&f| [6, 12, 17, 22, 26].map(|r| shape(300, 6_000, f, r)))
+        .collect();
     // Every edge with its reverse: the adjoint that sums each atom's sending gradients over its
     // own run of edges (`symmetric_edges`), 60,000 edges.
     let half = shape(2_000, 30_000, 128, 20);
@@ -396,9 +396,9 @@ fn cuda_fused_kernels_match_cpu() {
         cases.push(inputs(wide, dtype, 313).symmetric());
         cases.push(inputs(unaligned, dtype, 316).symmetric());
         cases.push(inputs(narrow, dtype, 319).symmetric());
-        for (k, shape) in swizzled.iter().enumerate() {
-            cases.push(inputs(*shape, dtype, 320 + k as u64).sorted_by_receiver());
-            cases.push(inputs(*shape, dtype, 330 + k as u64).symmetric());
+        for (k, shape) in ks_shapes.iter().enumerate() {
+            cases.push(inputs(*shape, dtype, 400 + k as u64).sorted_by_receiver());
+            cases.push(inputs(*shape, dtype, 500 + k as u64).symmetric());
         }
         for x in &cases {
             let cpu = fused_outputs(x, &Device::Cpu).unwrap();

@@ -229,11 +229,6 @@ impl TileForward {
     }
 
     /// Whether this launch sums per receiving atom.
-    /// Whether the tensor-core entries staged at stride 32 run ([`tc_swizzled`]).
-    fn swizzled(&self) -> bool {
-        tc_swizzled(self.z.n_rbf)
-    }
-
     pub(super) fn receiver_sums(&self) -> bool {
         self.filters == FilterArithmetic::ReceiverSums
     }
@@ -274,11 +269,6 @@ impl<const SYMMETRIC: bool> TileAdjoint<SYMMETRIC> {
     }
     /// Whether the output ends with dL/dw rows [E, 3F] (g_basis then holding only its
     /// unit-vector columns) rather than a complete g_basis.
-    /// Whether the tensor-core entries staged at stride 32 run ([`tc_swizzled`]).
-    fn swizzled(&self) -> bool {
-        tc_swizzled(self.z.n_rbf)
-    }
-
     pub(super) fn grad_rows(&self) -> bool {
         self.filters == FilterArithmetic::CudaCores
     }
@@ -290,19 +280,15 @@ impl Kernel for TileForward {
     fn function(&self) -> &'static str {
         match self.filters {
             FilterArithmetic::CudaCores => "interaction_tile_cc_fwd",
-            FilterArithmetic::TensorCores => match (self.z.hidden, self.swizzled()) {
-                (TILE_F, _) => "interaction_tile_fwd_128",
-                (64, false) => "interaction_tile_fwd_64",
-                (64, true) => "interaction_tile_fwd_64_sw",
-                (h, false) if h < 64 => "interaction_tile_fwd_under64",
-                (h, true) if h < 64 => "interaction_tile_fwd_under64_sw",
-                (_, false) => Self::NAME,
-                (_, true) => "interaction_tile_fwd_sw",
+            FilterArithmetic::TensorCores => match self.z.hidden {
+                TILE_F => "interaction_tile_fwd_128",
+                64 => ks_entry(&TILE_FWD_64, self.z.n_rbf),
+                h if h < 64 => ks_entry(&TILE_FWD_UNDER64, self.z.n_rbf),
+                _ => ks_entry(&TILE_FWD, self.z.n_rbf),
             },
             FilterArithmetic::ReceiverSums => "interaction_sums_fwd",
             FilterArithmetic::Fragments if self.z.n_rbf == SHIPPED_RBF => "interaction_frag_fwd_20",
-            FilterArithmetic::Fragments if self.swizzled() => "interaction_frag_fwd_sw",
-            FilterArithmetic::Fragments => "interaction_frag_fwd",
+            FilterArithmetic::Fragments => ks_entry(&FRAG_FWD, self.z.n_rbf),
         }
     }
     fn work(&self) -> usize {
@@ -375,6 +361,42 @@ fn tc_stride(n_rbf: usize) -> usize {
 fn tc_swizzled(n_rbf: usize) -> bool {
     tc_stride(n_rbf) == 32
 }
+
+/// A family of tensor-core entries, one per reachable (swizzle, k steps) pair
+/// (TC_KS_FAMILY in kernels/interaction_tc.cuh): "_k1" to "_k3" unswizzled, "_sw_k3" and
+/// "_sw_k4" at stride 32.
+type KsFamily = [&'static str; 5];
+
+macro_rules! ks_family {
+    ($stem:literal) => {
+        [
+            concat!($stem, "_k1"),
+            concat!($stem, "_k2"),
+            concat!($stem, "_k3"),
+            concat!($stem, "_sw_k3"),
+            concat!($stem, "_sw_k4"),
+        ]
+    };
+}
+
+/// The entry of `family` for `n_rbf` radial functions: unswizzled strides (8, 24) hold at
+/// most 24 basis rows (k steps 1-3), stride 32 more than 24 basis columns (3 or 4).
+fn ks_entry(family: &KsFamily, n_rbf: usize) -> &'static str {
+    let ks = tc_k_rows(n_rbf) / 8;
+    match tc_swizzled(n_rbf) {
+        false => family[ks - 1],
+        true => family[ks],
+    }
+}
+
+const FRAG_FWD: KsFamily = ks_family!("interaction_frag_fwd");
+const TILE_FWD: KsFamily = ks_family!("interaction_tile_fwd");
+const TILE_FWD_64: KsFamily = ks_family!("interaction_tile_fwd_64");
+const TILE_FWD_UNDER64: KsFamily = ks_family!("interaction_tile_fwd_under64");
+const SYM_ADJ: KsFamily = ks_family!("interaction_tile_sym_adj");
+const SYM_ADJ_128: KsFamily = ks_family!("interaction_tile_sym_adj_128");
+const SYM_ADJ_64: KsFamily = ks_family!("interaction_tile_sym_adj_64");
+const SYM_ADJ_UNDER64: KsFamily = ks_family!("interaction_tile_sym_adj_under64");
 
 /// The tensor-core forward's launch: (edge tiles, feature chunks) blocks of [`TC_THREADS`]
 /// threads with the weights, the tile's basis and its filters in shared memory (f32); with
@@ -450,16 +472,15 @@ impl<const SYMMETRIC: bool> Kernel for TileAdjoint<SYMMETRIC> {
             {
                 "interaction_tile_sym_adj_128_20"
             }
-            (true, FilterArithmetic::TensorCores) => match (self.z.hidden, self.swizzled()) {
-                (TILE_F, false) => "interaction_tile_sym_adj_128",
-                (TILE_F, true) => "interaction_tile_sym_adj_128_sw",
-                (64, false) => "interaction_tile_sym_adj_64",
-                (64, true) => "interaction_tile_sym_adj_64_sw",
-                (h, false) if h < 64 => "interaction_tile_sym_adj_under64",
-                (h, true) if h < 64 => "interaction_tile_sym_adj_under64_sw",
-                (_, false) => Self::NAME,
-                (_, true) => "interaction_tile_sym_adj_sw",
-            },
+            (true, FilterArithmetic::TensorCores) => {
+                let family = match self.z.hidden {
+                    TILE_F => &SYM_ADJ_128,
+                    64 => &SYM_ADJ_64,
+                    h if h < 64 => &SYM_ADJ_UNDER64,
+                    _ => &SYM_ADJ,
+                };
+                ks_entry(family, self.z.n_rbf)
+            }
             _ => Self::NAME,
         }
     }
@@ -509,5 +530,25 @@ impl<const SYMMETRIC: bool> Kernel for TileAdjoint<SYMMETRIC> {
                 cfg
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every basis the fused kernels take maps to an entry whose k steps hold its R + 1 rows
+    /// exactly rounded up, swizzled exactly where the stride is 32, and the shipped basis to
+    /// the unswizzled three k steps.
+    #[test]
+    fn each_basis_takes_the_entry_of_its_k_steps_and_stride() {
+        for n_rbf in 2..=super::super::FUSED_MAX_RBF {
+            let name = ks_entry(&SYM_ADJ_128, n_rbf);
+            let ks = (n_rbf + 1).div_ceil(8);
+            assert!(name.ends_with(&format!("_k{ks}")), "{n_rbf}: {name}");
+            assert_eq!(name.contains("_sw_"), tc_stride(n_rbf) == 32, "{n_rbf}: {name}");
+            assert!([8, 24, 32].contains(&tc_stride(n_rbf)), "{n_rbf}");
+        }
+        assert_eq!(ks_entry(&FRAG_FWD, SHIPPED_RBF), "interaction_frag_fwd_k3");
     }
 }
