@@ -112,8 +112,8 @@ __device__ void frag_fwd(const float* __restrict__ phi, const float* __restrict_
                          const float* __restrict__ sv, const unsigned* __restrict__ ci,
                          const unsigned* __restrict__ nj, float* __restrict__ out,
                          size_t n_edges, size_t n, size_t n_rbf) {
-    TcTile<TILE_F, true, TILE_F, SWZ, KS> t(wt, pb, NRBF ? NRBF + 1 : n_rbf + 1, NRBF ? NRBF + 4 : n_rbf + 4,
-                           TILE_F);
+    TcTile<TILE_F, true, TILE_F, SWZ, KS> t(wt, pb, NRBF ? NRBF + 1 : n_rbf + 1,
+                                            NRBF ? NRBF + 4 : n_rbf + 4, TILE_F);
     wait_for_previous_kernel();
     const unsigned nf = n * TILE_F, first = 16 * t.group, g = t.lane / 4;
     const unsigned cf = 32 * t.quarter + 4 * (t.lane % 4);  // the lane's first feature

@@ -54,7 +54,9 @@ struct TcShape {
     // Row stride of the staged filters: a warp's 64-bit stores of mma outputs hit every bank
     // once per half warp.
     static constexpr unsigned SF = 3 * CW + 8;
-    static constexpr unsigned STAGE_LOADS = E * 40 / TC_THREADS;  // E x the largest stride
+    // E x 40 / TC_THREADS: more than the largest stride, 32, needs (40 was the largest before
+    // stride 32 replaced it; the unused slots are planned out).
+    static constexpr unsigned STAGE_LOADS = E * 40 / TC_THREADS;
 };
 
 // The next tile's basis values and indices of one thread, loaded ahead.
@@ -83,8 +85,8 @@ __device__ __forceinline__ unsigned frag_feature(unsigned x) {
 // XOR-ed with the row's low two bits instead of the rows padded to 40 (at): the fragment loads
 // stay free of bank conflicts in a fifth less shared memory, and the adjoint keeps its partial
 // sums in the filters' space (partial_row), so that it runs two blocks a multiprocessor (at
-// stride 40 one: 1.9x the time at F = 128 with 24 basis functions). Compile-time, so that the
-// other shapes' code is what it was.
+// stride 40 one; F = 128 with 22-28 basis functions took 10-12% less time at 10,000 atoms on an
+// H200). Compile-time, so that the other shapes' code is what it was.
 template <int FC, bool FRAG = false, int CW = TILE_F, bool SWZ = false, int KS = 0>
 struct TcTile {
     using Shape = TcShape<CW>;

@@ -546,7 +546,11 @@ mod tests {
             let name = ks_entry(&SYM_ADJ_128, n_rbf);
             let ks = (n_rbf + 1).div_ceil(8);
             assert!(name.ends_with(&format!("_k{ks}")), "{n_rbf}: {name}");
-            assert_eq!(name.contains("_sw_"), tc_stride(n_rbf) == 32, "{n_rbf}: {name}");
+            assert_eq!(
+                name.contains("_sw_"),
+                tc_stride(n_rbf) == 32,
+                "{n_rbf}: {name}"
+            );
             assert!([8, 24, 32].contains(&tc_stride(n_rbf)), "{n_rbf}");
         }
         assert_eq!(ks_entry(&FRAG_FWD, SHIPPED_RBF), "interaction_frag_fwd_k3");
