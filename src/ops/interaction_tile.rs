@@ -343,7 +343,8 @@ fn tc_k_rows(n_rbf: usize) -> usize {
 }
 
 /// The tensor-core kernels' row stride of the staged basis and weights (`tc_stride`): the
-/// basis width and [`tc_k_rows`] at least, rounded to an odd multiple of 8.
+/// basis width and [`tc_k_rows`] at least, rounded to an odd multiple of 8, or to 32 (swizzled:
+/// [`tc_swizzled`]) where that would be 40.
 fn tc_stride(n_rbf: usize) -> usize {
     let rows = basis_width(n_rbf).max(tc_k_rows(n_rbf));
     let s = rows.div_ceil(8) * 8;
