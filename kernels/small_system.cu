@@ -678,9 +678,10 @@ __device__ __forceinline__ void small_system(const T* pos_in, const T* __restric
 }
 
 // Plain calls pass float inputs for the MD slots, which they leave unread. The shipped
-// model's shapes (F = 128 with 8 or 2 features a block, 20 basis functions) have entries of
-// their own, so that ptxas allocates each one's registers alone (the one entry that held all
-// three spilled 1,176 bytes a thread in f32; the 8-feature instantiation alone spills 324).
+// model's shapes (F = 128 with 8 or 2 features a block, 20 basis functions) and F = 64 with
+// one feature a block have entries of their own, so that ptxas allocates each one's registers
+// alone (the one entry that held all three spilled 1,176 bytes a thread in f32; the 8-feature
+// instantiation alone spills 324, the F = 64 one 152 against the generic one's 260).
 #define SMALL_SYSTEM(T, NAME, F_, S_, R_)                                                      \
     extern "C" __global__ void __launch_bounds__(512) NAME(                                    \
         const T* pos, const T* off, const T* wts, const double* md_x, const double* md_v,     \
@@ -700,6 +701,8 @@ __device__ __forceinline__ void small_system(const T* pos_in, const T* __restric
 SMALL_SYSTEM(float, small_system_f32, 0, 0, 0)
 SMALL_SYSTEM(float, small_system_128x8_f32, 128, 8, 20)
 SMALL_SYSTEM(float, small_system_128x2_f32, 128, 2, 20)
+SMALL_SYSTEM(float, small_system_64x1_f32, 64, 1, 20)
 SMALL_SYSTEM(double, small_system_f64, 0, 0, 0)
 SMALL_SYSTEM(double, small_system_128x8_f64, 128, 8, 20)
 SMALL_SYSTEM(double, small_system_128x2_f64, 128, 2, 20)
+SMALL_SYSTEM(double, small_system_64x1_f64, 64, 1, 20)

@@ -472,7 +472,8 @@ fn cuda_dense_tensor_cores_match_cpu() {
 /// The one-kernel path (`ops::small_system`, a cooperative launch with barriers among its
 /// blocks) on CUDA against its CPU twin, f32 and f64: the small test model (one feature per
 /// block), the shipped model on aspirin and on 64 atoms (the largest the default takes; in f64
-/// its shared memory does not fit, so the fused kernels run instead), a lone atom and a far
+/// its shared memory does not fit, so the fused kernels run instead), an F = 64 model on
+/// aspirin (its own entry at 64 blocks), a lone atom and a far
 /// atom, each with its features split over every number of blocks that fits (1 to 128, at most
 /// 32 features each; 3 launches each, which agree: the barrier counter starts from zero each
 /// time). The fused model's choice of the one kernel (up to 64 atoms, wherever it fits)
@@ -483,6 +484,18 @@ fn cuda_one_kernel_matches_cpu_twin() {
     let gpu = cuda();
     let big = Batch::new(vec![random_molecule(64, 9)]).unwrap();
     let asp = Batch::new(vec![aspirin()]).unwrap();
+    // F = 64 with the shipped basis: its own entry at one feature a block (64 blocks).
+    let narrow = |dtype, dev: &Device| {
+        let cfg = mlff_distiller::model::PainnConfig {
+            hidden: 64,
+            n_blocks: 3,
+            n_rbf: 20,
+            cutoff: 5.0,
+            elements: vec![1, 6, 7, 8],
+        };
+        PainnCalculator::new(model(&cfg, 11, dtype, dev), dev.clone(), dtype)
+            .with_ops(EdgeOps::Fused)
+    };
     for dtype in [DType::F32, DType::F64] {
         let tol = if dtype == DType::F32 { 3e-5 } else { 1e-10 };
         let cases = [
@@ -503,6 +516,12 @@ fn cuda_one_kernel_matches_cpu_twin() {
                 shipped_calculator(&Device::Cpu, dtype, EdgeOps::Fused),
                 shipped_calculator(&gpu, dtype, EdgeOps::Fused),
                 big.clone(),
+            ),
+            (
+                "F = 64 aspirin",
+                narrow(dtype, &Device::Cpu),
+                narrow(dtype, &gpu),
+                asp.clone(),
             ),
         ];
         for (what, cpu_calc, gpu_calc, batch) in cases {

@@ -309,13 +309,16 @@ const STAMP_ELEMENTS: usize = 2 * 64;
 impl Kernel for SmallSystem {
     kernel_source!("small_system", "small_system");
     /// The shipped model's shapes (F = 128 in blocks of 8 or 2 features, 20 basis functions)
-    /// have entries of their own (kernels/small_system.cu); any other takes the generic one.
+    /// and F = 64 with 20 basis functions in blocks of one feature (64 blocks, what the model
+    /// takes for it) have entries of their own (kernels/small_system.cu); any other takes the
+    /// generic one.
     fn function(&self) -> &'static str {
         let m = &self.plan.model;
-        let shipped = m.hidden == SHIPPED_HIDDEN && m.n_rbf == SHIPPED_RBF;
-        match m.hidden / self.plan.groups {
-            8 if shipped => "small_system_128x8",
-            2 if shipped => "small_system_128x2",
+        let basis = m.n_rbf == SHIPPED_RBF;
+        match (m.hidden, m.hidden / self.plan.groups) {
+            (SHIPPED_HIDDEN, 8) if basis => "small_system_128x8",
+            (SHIPPED_HIDDEN, 2) if basis => "small_system_128x2",
+            (64, 1) if basis => "small_system_64x1",
             _ => Self::NAME,
         }
     }
