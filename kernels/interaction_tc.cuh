@@ -353,6 +353,8 @@ struct TcTile {
     }
     // A warp's dL/d(basis) (add_basis_grads) into partial_row(quarter, its edges).
     __device__ __forceinline__ void store_partials(const float d[TC_MAX_KSTEPS][4]) const {
+        // (Unswizzled, the offsets are written as before SWZ, which keeps the shipped entries'
+        // machine code as it was; partial_row's form changed it.)
         const unsigned kr = SWZ ? partial_step() : 8 * ks();
         float* p = SWZ ? partial_row(quarter, 16 * group + lane / 4) + 2 * (lane % 4)
                        : partials() + (quarter * E + 16 * group + lane / 4) * kr + 2 * (lane % 4);

@@ -409,7 +409,8 @@ fn tensor_core_config(
     fragments: bool,
 ) -> candle_core::cuda_backend::cudarc::driver::LaunchConfig {
     let stride = tc_stride(z.n_rbf);
-    let (chunk, edges) = (tc_chunk(z.hidden), tc_edges(tc_chunk(z.hidden)));
+    let chunk = tc_chunk(z.hidden);
+    let edges = tc_edges(chunk);
     // The filters' row stride is TcShape::SF, 3 chunk + 8.
     let filters = match fragments {
         true => 0,
