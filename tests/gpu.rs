@@ -473,11 +473,11 @@ fn cuda_dense_tensor_cores_match_cpu() {
 /// blocks) on CUDA against its CPU twin, f32 and f64: the small test model (one feature per
 /// block), the shipped model on aspirin and on 64 atoms (the largest the default takes; in f64
 /// its shared memory does not fit, so the fused kernels run instead), an F = 64 model on
-/// aspirin (its own entry at 64 blocks), a lone atom and a far
-/// atom, each with its features split over every number of blocks that fits (1 to 128, at most
-/// 32 features each; 3 launches each, which agree: the barrier counter starts from zero each
-/// time). The fused model's choice of the one kernel (up to 64 atoms, wherever it fits)
-/// gives the separate kernels' forces.
+/// aspirin (its own entry at 64 blocks), a lone atom and a far atom, each with its features
+/// split over every number of blocks that fits (1 to 128, at most 32 features each; 3 launches
+/// each, which agree: the barrier counter starts from zero each time). The fused model's
+/// choice of the one kernel (up to 64 atoms, wherever it fits) gives the separate kernels'
+/// forces.
 #[test]
 fn cuda_one_kernel_matches_cpu_twin() {
     use common::fused::{one_kernel_split, one_kernel_systems};
@@ -488,10 +488,7 @@ fn cuda_one_kernel_matches_cpu_twin() {
     let narrow = |dtype, dev: &Device| {
         let cfg = mlff_distiller::model::PainnConfig {
             hidden: 64,
-            n_blocks: 3,
-            n_rbf: 20,
-            cutoff: 5.0,
-            elements: vec![1, 6, 7, 8],
+            ..Default::default()
         };
         PainnCalculator::new(model(&cfg, 11, dtype, dev), dev.clone(), dtype)
             .with_ops(EdgeOps::Fused)
