@@ -261,8 +261,8 @@ fn tensor_core_rows(dev: &Device, s: &Tensor, v: &Tensor, ctx: &Tensor) -> Resul
     let r = |shape: &[usize]| Tensor::randn(0f32, 0.1, shape, dev);
     let mut out = Vec::new();
     let mix = r(&[2 * f, f])?;
-    let mix_tc = ops::tf32_weights(&mix)?;
-    let mix_t_tc = ops::tf32_weights(&mix.t()?.contiguous()?)?;
+    let mix_tc = ops::tc_weights(&mix)?;
+    let mix_t_tc = ops::tc_weights(&mix.t()?.contiguous()?)?;
     let g_mixed = r(&[v.dim(0)?, 2 * f])?;
     let mix_flop = 2.0 * (v.dim(0)? * f * 2 * f) as f64;
     let mix_bytes = 4.0 * (v.dim(0)? * 3 * f) as f64;
@@ -287,8 +287,8 @@ fn tensor_core_rows(dev: &Device, s: &Tensor, v: &Tensor, ctx: &Tensor) -> Resul
     for (label, x) in [("phi MLP F>F>3F", s), ("context MLP 2F>F>3F", ctx)] {
         let (n, k) = x.dims2()?;
         let (w1, b1, w2) = (r(&[f, k])?, r(&[f])?, r(&[3 * f, f])?);
-        let padded_t = |w: &Tensor| ops::tf32_weights(&w.t()?.contiguous()?);
-        let (w1s, w2s) = (ops::tf32_weights(&w1)?, ops::tf32_weights(&w2)?);
+        let padded_t = |w: &Tensor| ops::tc_weights(&w.t()?.contiguous()?);
+        let (w1s, w2s) = (ops::tc_weights(&w1)?, ops::tc_weights(&w2)?);
         let (w1t, w2t) = (padded_t(&w1)?, padded_t(&w2)?);
         let g = r(&[n, 3 * f])?;
         let pre = x.matmul(&w1.t()?)?;

@@ -1,113 +1,127 @@
 // Dense layers of the separate-kernel path on tensor cores, f32 only: one layer, or a whole
 // two-layer MLP (its SiLU between) in one launch, where cuBLAS took two products and a
-// bias+SiLU kernel. Products in split TF32 (kernels/tf32.cuh: three mma per value pair, each
-// value held to ~2^-20), accumulated in f32.
+// bias+SiLU kernel. Products in split half precision (kernels/f16_split.cuh: each row of
+// inputs and of weights scaled by a power of two, each value held to ~2^-22 as hi + lo halves,
+// three mma.m16n8k16 per 16 values of the reduction), accumulated in f32.
 //   dense_tc:    y = x Wᵀ                                                    [N, J]
 //   mlp_tc_fwd:  pre = x W1ᵀ, y = silu(pre + b1) W2ᵀ      out = [pre (N H) | y (N J)]
 //   mlp_tc_adj:  gx = (g W2 ⊙ silu'(pre + b1)) W1                            [N, K]
 // Weights come output-major ([outputs, reduction]: a linear layer's own layout for the
-// forward, its transpose for the adjoint), [Jp, K] with the outputs padded by zero rows to Jp,
-// a multiple of 128.
-// A block owns BM rows (16 or 32): it stages them in shared memory split into hi and lo planes,
-// laid out so that each mma's A fragment is one float4 per plane (`Staged`); its 8 warps, BM / 16
-// by rows and 8 / (BM / 16) by columns, each make 16 rows x NT tiles of 8 columns of a chunk of
-// 128 output columns per pass, the weights read from global memory a few steps ahead
-// (`WeightStream`). The hidden layer of an MLP stays in shared memory in the same split layout.
+// forward, its transpose for the adjoint), packed by the host (src/ops/dense_tc.rs `tc_weights`):
+// [Jp, K] u32 with the outputs padded by zero rows to Jp, a multiple of 128, each row scaled
+// and split, then Jp f32 inverse row scales.
+// A block owns BM rows (16 or 32): it stages them in shared memory scaled and split (`Staged`,
+// `stage`); its 8 warps, BM / 16 by rows and 8 / (BM / 16) by columns, each make 16 rows x NT
+// tiles of 8 columns of a chunk of 128 output columns per pass, the weights read from global
+// memory a few steps ahead (`WeightStream`). The hidden layer of an MLP is written in f32 to
+// shared memory, then staged (scaled and split) like the inputs.
 // Reductions are multiples of 16 and outputs of 8 (the host checks).
 // Mirrors src/ops/dense_tc.rs.
 #include "common.cuh"
-#include "tf32.cuh"
+#include "f16_split.cuh"
 
 namespace dense_tc {
 
 constexpr int THREADS = 256;
-constexpr int CHUNK = 128;  // output columns per pass of the block
+constexpr int CHUNK = 128;     // output columns per pass of the block
+constexpr int MAX_WIDTH = 384;  // src/ops/dense_tc.rs DENSE_TC_MAX_WIDTH
 
-__device__ __forceinline__ float4 ld4_global(const float* p) {
-    return __ldg(reinterpret_cast<const float4*>(p));
+__device__ __forceinline__ uint4 ld4_global(const unsigned* p) {
+    return __ldg(reinterpret_cast<const uint4*>(p));
 }
 
-// A matrix of BM rows and `width` columns in shared memory as mma A fragments: for row group G
-// (16 rows), row g < 8 of it and column pair c, the float4 (row g, 2c), (row g + 8, 2c),
-// (row g, 2c + 1), (row g + 8, 2c + 1), in a hi plane and a lo plane. Lane (g, t) of a warp
-// then reads its fragment for logical k (t, t + 4) = physical (2c, 2c + 1) as one float4 per
-// plane. Each (G, g) row of pairs is 2 width + 4 floats long, so that a quarter warp's float4s
-// (two g, four t at 8-float steps) hit all 32 banks once.
+// Words of a staged pair row of `width` values (as src/ops/dense_tc.rs staged_stride): padded
+// so that rows g and g + 1 start 64 bytes apart modulo 128, and a quarter warp's 16-byte
+// fragment loads (two g, four t) hit all 32 banks once.
+__host__ __device__ constexpr int staged_stride(int width) {
+    return width + (width % 32 == 0 ? 16 : 0);
+}
+
+// A matrix of BM rows and `width` columns in shared memory, scaled and split into halves laid
+// out as mma A fragments: row r = 16 G + g (g < 8) and r + 8 share a pair row G * 8 + g; its
+// quad q (values 4q .. 4q + 3, step q / 4 and lane t = q % 4 of the mma) is one uint4 per plane,
+// {row r (4q, 4q + 1), row r + 8 (4q, 4q + 1), row r (4q + 2, 4q + 3), row r + 8 (..)} as f16
+// pairs: lane (g, t)'s A fragment of step s, its logical k (2t, 2t + 1, 2t + 8, 2t + 9) taken
+// as physical 16 s + 4 t + (0, 1, 2, 3) (the weights' packing takes the same). A hi plane, then
+// a lo plane; rinv holds each row's inverse scale.
 struct Staged {
-    float* hi;  // the lo plane follows it
+    unsigned* hi;
+    float* rinv;  // [BM]
     int width;
     int pair_rows;  // BM / 2
-    __device__ int row_stride() const { return 2 * width + 4; }
-    __device__ int plane() const { return pair_rows * row_stride(); }
-    // Offset of the float4 of (row group G, row g, column pair c).
-    __device__ int at(int G, int g, int c) const { return (G * 8 + g) * row_stride() + 4 * c; }
-    // Stores (row g, 2c), (g + 8, 2c), (g, 2c + 1), (g + 8, 2c + 1) of group G, split.
-    __device__ void put(int G, int g, int c, float4 v) const {
-        unsigned h[4], l[4];
-        split_tf32(v.x, h[0], l[0]);
-        split_tf32(v.y, h[1], l[1]);
-        split_tf32(v.z, h[2], l[2]);
-        split_tf32(v.w, h[3], l[3]);
-        const int o = at(G, g, c);
-        *reinterpret_cast<uint4*>(hi + o) = make_uint4(h[0], h[1], h[2], h[3]);
-        *reinterpret_cast<uint4*>(hi + plane() + o) = make_uint4(l[0], l[1], l[2], l[3]);
-    }
+    __device__ int stride() const { return staged_stride(width); }
+    __device__ int plane() const { return pair_rows * stride(); }
+    // Offset of the uint4 of (row group G, row g, quad q).
+    __device__ int at(int G, int g, int q) const { return (G * 8 + g) * stride() + 4 * q; }
 };
 
-template <int BM>
-__device__ Staged staged(float* base, int width) {
-    return Staged{base, width, BM / 2};
+// Words of shared memory a Staged of BM rows and `width` values takes: two planes.
+__host__ __device__ constexpr int staged_words(int bm, int width) {
+    return bm * staged_stride(width);
 }
 
-// Rows [r0, r0 + BM) of x [n, width] into `s` (zero past n). Synchronises after. A thread
-// issues the loads of up to AHEAD items before it splits and stores any of them (the compiler
-// had taken them two at a time: three round trips in a row at width 384; alone this measured
-// neither faster nor slower).
-template <int BM>
-__device__ void stage_rows(const float* __restrict__ x, int n, int width, int r0, const Staged& s) {
-    constexpr int AHEAD = 8;
-    const int pairs = width / 2, items = BM / 2 * pairs;
-    for (int first = threadIdx.x; first < items; first += AHEAD * THREADS) {
-        float2 top[AHEAD], bottom[AHEAD];
+// Stages rows [0, BM) of `rows` (row r at rows + r ld, `valid` of them; zero past) into s: each
+// row scaled by the power of two of its largest magnitude, split, its inverse scale in
+// s.rinv. One warp per pair row, each lane its quads q = lane + 32 i held in registers, so that
+// a row's largest magnitude is one warp reduction and the values are read once. GLOBAL: rows
+// in global memory (read through the read-only path). WC: the width where known at compile
+// time (a lane then holds only its row's quads), else 0. Synchronises after.
+template <int BM, bool GLOBAL, int WC>
+__device__ void stage(const float* rows, int ld, int valid, const Staged& s) {
+    constexpr int MAXQ = (WC ? WC : MAX_WIDTH) / 4 / 32;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, quads = s.width / 4;
+    auto load = [&](int r, int q) {
+        if (r >= valid || q >= quads) return make_float4(0.f, 0.f, 0.f, 0.f);
+        const float4* p = reinterpret_cast<const float4*>(rows + (size_t)r * ld) + q;
+        return GLOBAL ? __ldg(p) : *p;
+    };
+    for (int pr = warp; pr < BM / 2; pr += THREADS / 32) {
+        const int G = pr / 8, g = pr % 8, rt = 16 * G + g, rb = rt + 8;
+        float4 top[MAXQ], bottom[MAXQ];
+        unsigned mt = 0, mb = 0;
 #pragma unroll
-        for (int u = 0; u < AHEAD; ++u) {
-            const int item = first + u * THREADS;
-            const int row = item / pairs, c = item - row * pairs;  // row: G * 8 + g
-            const int r = r0 + 16 * (row / 8) + row % 8;
-            const float* at = x + (size_t)r * width + 2 * c;
-            const bool in = item < items;
-            top[u] = in && r < n ? *reinterpret_cast<const float2*>(at) : make_float2(0.f, 0.f);
-            bottom[u] = in && r + 8 < n ? *reinterpret_cast<const float2*>(at + 8 * (size_t)width)
-                                        : make_float2(0.f, 0.f);
+        for (int i = 0; i < MAXQ; ++i) {
+            top[i] = load(rt, lane + 32 * i);
+            bottom[i] = load(rb, lane + 32 * i);
+            mt = max(mt, abs_max_bits(top[i]));
+            mb = max(mb, abs_max_bits(bottom[i]));
         }
+        const unsigned ft = split_scale_field(__reduce_max_sync(0xffffffffu, mt));
+        const unsigned fb = split_scale_field(__reduce_max_sync(0xffffffffu, mb));
+        if (lane == 0) s.rinv[rt] = split_unscale(ft), s.rinv[rb] = split_unscale(fb);
+        const float st = split_scale(ft), sb = split_scale(fb);
 #pragma unroll
-        for (int u = 0; u < AHEAD; ++u) {
-            const int item = first + u * THREADS;
-            if (item >= items) break;
-            const int row = item / pairs, c = item - row * pairs;
-            s.put(row / 8, row % 8, c, make_float4(top[u].x, bottom[u].x, top[u].y, bottom[u].y));
+        for (int i = 0; i < MAXQ; ++i) {
+            const int q = lane + 32 * i;
+            if (q >= quads) break;
+            const float4 a = top[i], b = bottom[i];
+            uint4 h, l;
+            split_f16x2(a.x * st, a.y * st, h.x, l.x);
+            split_f16x2(b.x * sb, b.y * sb, h.y, l.y);
+            split_f16x2(a.z * st, a.w * st, h.z, l.z);
+            split_f16x2(b.z * sb, b.w * sb, h.w, l.w);
+            const int o = s.at(G, g, q);
+            *reinterpret_cast<uint4*>(s.hi + o) = h;
+            *reinterpret_cast<uint4*>(s.hi + s.plane() + o) = l;
         }
     }
     __syncthreads();
 }
 
 // out[r, j] = Σ_k a[r, k] w[j, k] for the block's BM rows (a staged, K wide) and j < J; w the
-// weights [Jp, K] in f32 (Jp = J rounded up to CHUNK, zero rows past J), split into TF32 hi and
-// lo as they are used (reading split planes took twice the bytes: the dense layers 10% slower
-// at 64 aspirins). KC is K where known at compile time (the model's 128, 256, 384: every weight
-// offset then folds into the loads), else 0.
+// packed weights [Jp, K] (src/ops/dense_tc.rs: per row and quad q one uint4 {hi (4q, 4q + 1),
+// hi (4q + 2, 4q + 3), lo (..), lo (..)} as f16 pairs, the B fragment of lane t = q % 4 at
+// step q / 4), then Jp f32 inverse row scales. KC is K where known at compile time (the
+// model's 128, 256, 384: every weight offset then folds into the loads), else 0.
 // emit(r, j, v, operands) takes outputs j, j + 1 of local rows r and r + 8 (an mma tile's
-// fragment, v = (c0, c1, c2, c3)) with the operands emit.fetch(r, j) loaded at the chunk's first
-// step (what the epilogue reads from global memory, requested early so that its wait can overlap
-// the chunk's products; alone this measured neither faster nor slower). A warp walks its (chunk,
-// 16-value step) pairs in one sequence and keeps the weights of the next P steps in flight in
-// registers, across chunk ends too (six or eight steps ahead measured the same as four,
-// benches/micro/dense_layers.cu); the first P are requested when the stream is made, so that a
-// kernel can make it before staging its rows.
-// mma m of step s pairs logical k (t, t + 4) with physical 16 s + 4t + 2m + (0, 1), the same
-// for a and w, so that every fragment is one float4 (a) or one half of one (w).
+// fragment, v = (c0, c1, c2, c3), unscaled) with the operands emit.fetch(r, j) loaded at the
+// chunk's first step (what the epilogue reads from global memory, requested early so that its
+// wait can overlap the chunk's products). A warp walks its (chunk, 16-value step) pairs in one
+// sequence and keeps the weights of the next P steps in flight in registers, across chunk ends
+// too; the first P are requested when the stream is made, so that a kernel can make it before
+// staging its rows.
 #ifndef DENSE_TC_RING
-#define DENSE_TC_RING 8  // a lane's float4s of weights in flight (benches/micro/dense_layers.cu)
+#define DENSE_TC_RING 8  // a lane's uint4s of weights in flight (benches/micro/dense_layers.cu)
 #endif
 // The most steps ahead a ring of `most` can hold that divide a chunk's `steps` (0: any).
 __host__ __device__ constexpr int ring_steps(int most, int steps) {
@@ -122,19 +136,19 @@ struct WeightStream {
     // Steps fetched ahead; where the reduction is known, a divisor of a chunk's steps (so that
     // the ring's slots follow the unrolled steps).
     static constexpr int P = ring_steps(DENSE_TC_RING / NT, KC / 16);
-    // Sums per tile: one per mma of a step where registers allow (two chains of dependent mma
-    // per tile instead of one).
-    static constexpr int SUMS = NT <= 2 ? 2 : 1;
-    const float* first;  // this lane's row of tile 0 at the first step
-    const float* next;   // the same at the next step to fetch
+    const unsigned* first;  // this lane's row of tile 0 at the first step
+    const unsigned* next;   // the same at the next step to fetch
+    const float* unscale;   // the rows' inverse scales [Jp]
     int k, J, steps, total, next_step = 0;  // steps: of a chunk
-    float4 ring[P][NT];
+    uint4 ring[P][NT];
 
-    __device__ __forceinline__ WeightStream(const float* __restrict__ w, int K, int J_) : J(J_) {
+    __device__ __forceinline__ WeightStream(const unsigned* __restrict__ w, int K, int J_) : J(J_) {
         const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
         k = KC ? KC : K;
         steps = k / 16;
-        total = steps * ((J + CHUNK - 1) / CHUNK);
+        const int chunks = (J + CHUNK - 1) / CHUNK;
+        total = steps * chunks;
+        unscale = reinterpret_cast<const float*>(w + (size_t)chunks * CHUNK * k);
         first = w + (size_t)(8 * (warp % WC) * NT + g) * k + 4 * t;
         next = first;
 #pragma unroll
@@ -143,14 +157,14 @@ struct WeightStream {
     }
 
     // The weights of the step whose tile-0 row starts at `at`.
-    __device__ __forceinline__ void fetch(float4 (&slot)[NT], const float* at) const {
+    __device__ __forceinline__ void fetch(uint4 (&slot)[NT], const unsigned* at) const {
 #pragma unroll
         for (int n = 0; n < NT; ++n) slot[n] = ld4_global(at + n * 8 * k);
     }
 
     // The next step's weights, then advanced 16 values, or to the next chunk's rows after the
     // last step.
-    __device__ __forceinline__ void load(float4 (&slot)[NT]) {
+    __device__ __forceinline__ void load(uint4 (&slot)[NT]) {
         fetch(slot, next);
         if (++next_step == steps) {
             next_step = 0;
@@ -160,35 +174,35 @@ struct WeightStream {
         }
     }
 
-    // Where this lane's warp works: its row group and tiles.
+    // Where this lane's warp works: its row group and tiles, and its rows' inverse scales.
     struct Place {
         int g, t, wr, wc;
-        __device__ Place() {
+        float top, bottom;  // rows 16 wr + g and + 8
+        __device__ Place(const Staged& a) {
             const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
             g = lane >> 2, t = lane & 3, wr = warp / WC, wc = warp % WC;
+            top = a.rinv[16 * wr + g], bottom = a.rinv[16 * wr + g + 8];
         }
     };
 
-    // Step s of a chunk: the products of the staged rows' 16 values with the weights in `slot`.
-    __device__ __forceinline__ void step(float (&acc)[SUMS][NT][4], const float* a_hi,
-                                         const float* a_lo, int s, const float4 (&slot)[NT]) const {
+    // Sums per tile: one per product order where registers allow (two chains of dependent mma
+    // per tile instead of one).
+    static constexpr int SUMS = NT <= 2 ? 2 : 1;
+
+    // Step s of a chunk: the products of the staged rows' 16 values with the weights in `slot`
+    // (with two sums, hi·hi into the first and the cross terms into the second).
+    __device__ __forceinline__ void step(float (&acc)[SUMS][NT][4], const unsigned* a_hi,
+                                         const unsigned* a_lo, int s,
+                                         const uint4 (&slot)[NT]) const {
+        const uint4 ah = *reinterpret_cast<const uint4*>(a_hi + 16 * s);
+        const uint4 al = *reinterpret_cast<const uint4*>(a_lo + 16 * s);
 #pragma unroll
-        for (int m = 0; m < 2; ++m) {
-            const uint4 ah4 = *reinterpret_cast<const uint4*>(a_hi + 32 * s + 4 * m);
-            const uint4 al4 = *reinterpret_cast<const uint4*>(a_lo + 32 * s + 4 * m);
-            const unsigned ah[4] = {ah4.x, ah4.y, ah4.z, ah4.w};
-            const unsigned al[4] = {al4.x, al4.y, al4.z, al4.w};
-#pragma unroll
-            for (int n = 0; n < NT; ++n) {
-                const float4& w4 = slot[n];
-                unsigned bh[2], bl[2];
-                split_tf32(m ? w4.z : w4.x, bh[0], bl[0]);
-                split_tf32(m ? w4.w : w4.y, bh[1], bl[1]);
-                float(&sum)[4] = acc[m % SUMS][n];
-                mma_tf32(sum, al, bh);
-                mma_tf32(sum, ah, bl);
-                mma_tf32(sum, ah, bh);
-            }
+        for (int n = 0; n < NT; ++n) {
+            const uint4& w = slot[n];
+            float(&cross)[4] = acc[SUMS - 1][n];
+            mma_f16(cross, al, w.x, w.y);
+            mma_f16(cross, ah, w.z, w.w);
+            mma_f16(acc[0][n], ah, w.x, w.y);
         }
     }
 
@@ -210,27 +224,31 @@ struct WeightStream {
                 for (int i = 0; i < 4; ++i) acc[u][n][i] = 0.f;
     }
 
-    // A chunk's end: its sums emitted.
+    // A chunk's end: its sums unscaled (the rows' and the weight rows' inverse scales) and
+    // emitted.
     template <class Emit>
     __device__ __forceinline__ void close_chunk(const float (&acc)[SUMS][NT][4],
                                                 const typename Emit::Operands (&operands)[NT],
                                                 const Emit& emit, const Place& at, int c) const {
 #pragma unroll
         for (int n = 0; n < NT; ++n) {
+            const int col = c * CHUNK + 8 * (at.wc * NT + n) + 2 * at.t;
+            const float2 w = *reinterpret_cast<const float2*>(unscale + col);
             float v[4];
 #pragma unroll
-            for (int i = 0; i < 4; ++i)
-                v[i] = SUMS == 2 ? acc[0][n][i] + acc[SUMS - 1][n][i] : acc[0][n][i];
-            const int col = c * CHUNK + 8 * (at.wc * NT + n);
-            if (col < J) emit(16 * at.wr + at.g, col + 2 * at.t, v, operands[n]);
+            for (int i = 0; i < 4; ++i) {
+                const float sum = SUMS == 2 ? acc[0][n][i] + acc[SUMS - 1][n][i] : acc[0][n][i];
+                v[i] = sum * (i < 2 ? at.top : at.bottom) * (i % 2 ? w.y : w.x);
+            }
+            if (col - 2 * at.t < J) emit(16 * at.wr + at.g, col, v, operands[n]);
         }
     }
 
     template <class Emit>
     __device__ __forceinline__ void run(const Staged& a, Emit emit) {
-        const Place at;
-        const float* a_hi = a.hi + a.at(at.wr, at.g, 2 * at.t);
-        const float* a_lo = a_hi + a.plane();
+        const Place at(a);
+        const unsigned* a_hi = a.hi + a.at(at.wr, at.g, at.t);
+        const unsigned* a_lo = a_hi + a.plane();
         float acc[SUMS][NT][4];
         typename Emit::Operands operands[NT];
         if constexpr (KC > 0) {
@@ -240,7 +258,7 @@ struct WeightStream {
             constexpr int STEPS = KC / 16;
             static_assert(STEPS % P == 0, "a chunk's steps fill the ring a whole number of times");
             const int chunks = (J + CHUNK - 1) / CHUNK;
-            const float* chunk_w = first;  // the constructor fetched its steps 0..P-1
+            const unsigned* chunk_w = first;  // the constructor fetched its steps 0..P-1
             for (int c = 0; c < chunks; ++c, chunk_w += (size_t)CHUNK * KC) {
                 open_chunk(acc, operands, emit, at, c);
 #pragma unroll
@@ -313,27 +331,43 @@ struct StoreAdding {
     }
 };
 
-// The forward's hidden layer: pre stored, silu(pre + b) staged for the second layer.
+// A hidden layer in f32 in shared memory, [BM][width + 8] (row stride 8 banks apart modulo 32:
+// a half warp's float2 stores of a fragment, four rows by four column pairs, hit every bank
+// once), until it is staged for the next layer.
+struct Hidden {
+    float* x;
+    int width;
+    __device__ int ld() const { return width + 8; }
+    // Rows r and r + 8, columns j, j + 1.
+    __device__ void put(int r, int j, float2 top, float2 bottom) const {
+        *reinterpret_cast<float2*>(x + r * ld() + j) = top;
+        *reinterpret_cast<float2*>(x + (r + 8) * ld() + j) = bottom;
+    }
+};
+
+// Words of shared memory a Hidden of BM rows takes.
+__host__ __device__ constexpr int hidden_words(int bm, int width) { return bm * (width + 8); }
+
+// The forward's hidden layer: pre stored, silu(pre + b) kept for the second layer.
 struct HiddenFwd {
     Store pre;
     const float* b;
-    Staged hidden;
+    Hidden hidden;
     using Operands = float2;
     __device__ Operands fetch(int, int j) const { return *reinterpret_cast<const float2*>(b + j); }
     __device__ void operator()(int r, int j, const float (&v)[4], Operands bias) const {
         pre(r, j, v);
         const float b0 = bias.x, b1 = bias.y;
-        hidden.put(r / 16, r % 16, j / 2,
-                   make_float4(silu_of(v[0] + b0), silu_of(v[2] + b0), silu_of(v[1] + b1),
-                               silu_of(v[3] + b1)));
+        hidden.put(r, j, make_float2(silu_of(v[0] + b0), silu_of(v[1] + b1)),
+                   make_float2(silu_of(v[2] + b0), silu_of(v[3] + b1)));
     }
 };
 
-// The adjoint's hidden layer: dL/d(pre) = dL/d(activation) silu'(pre + b), staged.
+// The adjoint's hidden layer: dL/d(pre) = dL/d(activation) silu'(pre + b), kept.
 struct HiddenAdj {
     const float* pre;
     const float* b;
-    Staged hidden;
+    Hidden hidden;
     int n, width, r0;
     using Operands = RowPairs;
     __device__ Operands fetch(int r, int j) const {
@@ -343,19 +377,18 @@ struct HiddenAdj {
     __device__ void operator()(int r, int j, const float (&v)[4], const Operands& o) const {
         const float2 p = o.top, q = o.bottom;
         const float b0 = o.shared.x, b1 = o.shared.y;
-        hidden.put(r / 16, r % 16, j / 2,
-                   make_float4(v[0] * silu_grad(p.x + b0), v[2] * silu_grad(q.x + b0),
-                               v[1] * silu_grad(p.y + b1), v[3] * silu_grad(q.y + b1)));
+        hidden.put(r, j, make_float2(v[0] * silu_grad(p.x + b0), v[1] * silu_grad(p.y + b1)),
+                   make_float2(v[2] * silu_grad(q.x + b0), v[3] * silu_grad(q.y + b1)));
     }
 };
 
 // The readout's hidden layer: its share of each row's energy, Σ_j silu(pre + b1)_j w_j, summed
-// in `energy` (shared, one per row), and the forces' seed −w ⊙ silu'(pre + b1) staged for the
+// in `energy` (shared, one per row), and the forces' seed −w ⊙ silu'(pre + b1) kept for the
 // layer back to the inputs.
 struct ReadoutHidden {
     const float* b1;
     const float* w;
-    Staged hidden;
+    Hidden hidden;
     float* energy;
     using Operands = float4;  // b1[j], b1[j + 1], w[j], w[j + 1]
     __device__ Operands fetch(int, int j) const {
@@ -368,51 +401,73 @@ struct ReadoutHidden {
         const float p0 = v[0] + b0, p1 = v[1] + bb, p2 = v[2] + b0, p3 = v[3] + bb;
         atomicAdd(energy + r, silu_of(p0) * w0 + silu_of(p1) * w1);
         atomicAdd(energy + r + 8, silu_of(p2) * w0 + silu_of(p3) * w1);
-        hidden.put(r / 16, r % 16, j / 2,
-                   make_float4(-w0 * silu_grad(p0), -w0 * silu_grad(p2), -w1 * silu_grad(p1),
-                               -w1 * silu_grad(p3)));
+        hidden.put(r, j, make_float2(-w0 * silu_grad(p0), -w1 * silu_grad(p1)),
+                   make_float2(-w0 * silu_grad(p2), -w1 * silu_grad(p3)));
+    }
+};
+
+// A block's shared memory (src/ops/dense_tc.rs `Dims::config` sizes it): the staged inputs
+// (k wide), then where h > 0 the hidden layer staged and in f32, then the rows' inverse scales
+// (inputs, hidden), then `extra` words (the readout's energies).
+struct Smem {
+    Staged xs, hs;
+    Hidden hidden;
+    float* extra;
+    template <int BM>
+    __device__ static Smem make(int k, int h) {
+        extern __shared__ __align__(16) unsigned dense_tc_smem[];
+        unsigned* p = dense_tc_smem;
+        Smem m;
+        m.xs = Staged{p, nullptr, k, BM / 2};
+        p += staged_words(BM, k);
+        m.hs = Staged{p, nullptr, h, BM / 2};
+        p += h ? staged_words(BM, h) : 0;
+        m.hidden = Hidden{reinterpret_cast<float*>(p), h};
+        p += h ? hidden_words(BM, h) : 0;
+        m.xs.rinv = reinterpret_cast<float*>(p);
+        m.hs.rinv = m.xs.rinv + BM;
+        m.extra = m.hs.rinv + (h ? BM : 0);
+        return m;
     }
 };
 
 // y = x Wᵀ, plus `add` [n, j] where given.
 template <int BM, int KC>
-__device__ void dense(const float* x, const float* w, const float* add, float* y, int n, int k,
+__device__ void dense(const float* x, const float* add, const unsigned* w, float* y, int n, int k,
                       int j) {
-    extern __shared__ __align__(16) float dense_tc_smem[];
     const int r0 = blockIdx.x * BM;
-    const Staged xs = staged<BM>(dense_tc_smem, k);
+    const Smem m = Smem::make<BM>(k, 0);
     WeightStream<BM, KC> weights(w, k, j);
     wait_for_previous_kernel();  // the weights above are the model's
-    stage_rows<BM>(x, n, k, r0, xs);
+    stage<BM, true, KC>(x + (size_t)r0 * k, k, n - r0, m.xs);
     const Store store{y, n, j, r0};
-    if (add) weights.run(xs, StoreAdding{store, add});
-    else weights.run(xs, store);
+    if (add) weights.run(m.xs, StoreAdding{store, add});
+    else weights.run(m.xs, store);
 }
 
 // The readout and the start of the forces' adjoint in one launch (the readout's gradient
-// depends on nothing downstream): for rows x [n, k], w1 [h, k] (split), b1 [h], the output
-// weights w [h] and w1 transposed [k, h] (split), per-element constants and element indices,
+// depends on nothing downstream): for rows x [n, k], b1 [h], the output weights w [h],
+// per-element constants, w1 [h, k] and w1 transposed [k, h] (packed) and element indices,
 //   out = [gx = (−w ⊙ silu'(x W1ᵀ + b1)) W1  (n k) | energy = silu(x W1ᵀ + b1) w + constant (n)].
 template <int BM, int KC>
-__device__ void readout(const float* x, const float* w1, const float* b1, const float* w,
-                        const float* w1t, const float* constant, const unsigned* species,
+__device__ void readout(const float* x, const float* b1, const float* w, const float* constant,
+                        const unsigned* w1, const unsigned* w1t, const unsigned* species,
                         float* out, int n, int k, int h) {
-    extern __shared__ __align__(16) float dense_tc_smem[];
     const int r0 = blockIdx.x * BM;
-    const Staged xs = staged<BM>(dense_tc_smem, k);
-    const Staged hs = staged<BM>(dense_tc_smem + 2 * xs.plane(), h);
-    float* energy = dense_tc_smem + 2 * xs.plane() + 2 * hs.plane();
+    const Smem m = Smem::make<BM>(k, h);
+    float* energy = m.extra;
     if (threadIdx.x < BM) energy[threadIdx.x] = 0.f;
     WeightStream<BM, KC> hidden(w1, k, h);
     wait_for_previous_kernel();  // the weights above are the model's
-    stage_rows<BM>(x, n, k, r0, xs);  // its barrier orders the zeros too
-    hidden.run(xs, ReadoutHidden{b1, w, hs, energy});
+    stage<BM, true, KC>(x + (size_t)r0 * k, k, n - r0, m.xs);  // its barrier orders the zeros too
+    hidden.run(m.xs, ReadoutHidden{b1, w, m.hidden, energy});
     WeightStream<BM, 0> back(w1t, h, k);
     __syncthreads();
     const int r = r0 + threadIdx.x;
     if (threadIdx.x < BM && r < n)
         out[(size_t)n * k + r] = energy[threadIdx.x] + constant[species[r]];
-    back.run(hs, Store{out, n, k, r0});
+    stage<BM, false, 0>(m.hidden.x, m.hidden.ld(), BM, m.hs);
+    back.run(m.hs, Store{out, n, k, r0});
 }
 
 // Two layers, x [n, k] → hidden [h] → [j]; `ADJ` selects the hidden layer's epilogue. The
@@ -421,67 +476,69 @@ __device__ void readout(const float* x, const float* w1, const float* b1, const 
 // row blocks leave multiprocessors idle, each with its own copy of the hidden layer, was
 // faster while a step cost ~75 instructions; with the widths unrolled it was not: BENCHMARKS.md.)
 template <int BM, int KC, int HC, bool ADJ>
-__device__ void mlp(const float* x, const float* w1, const float* b1, const float* pre,
-                    const float* w2, float* out, int n, int k, int h, int j) {
-    extern __shared__ __align__(16) float dense_tc_smem[];
+__device__ void mlp(const float* x, const float* b1, const float* pre, const unsigned* w1,
+                    const unsigned* w2, float* out, int n, int k, int h, int j) {
     const int r0 = blockIdx.x * BM;
-    const Staged xs = staged<BM>(dense_tc_smem, k);
-    const Staged hs = staged<BM>(dense_tc_smem + 2 * xs.plane(), h);
+    const Smem m = Smem::make<BM>(k, h);
     WeightStream<BM, KC> first(w1, k, h);
     wait_for_previous_kernel();  // the weights above are the model's
-    stage_rows<BM>(x, n, k, r0, xs);
+    stage<BM, true, KC>(x + (size_t)r0 * k, k, n - r0, m.xs);
     if constexpr (ADJ) {
-        first.run(xs, HiddenAdj{pre, b1, hs, n, h, r0});
+        first.run(m.xs, HiddenAdj{pre, b1, m.hidden, n, h, r0});
     } else {
-        first.run(xs, HiddenFwd{Store{out, n, h, r0}, b1, hs});
+        first.run(m.xs, HiddenFwd{Store{out, n, h, r0}, b1, m.hidden});
         out += (size_t)n * h;
     }
-    WeightStream<BM, HC> second(w2, h, j);  // its first loads overlap the barrier
+    WeightStream<BM, HC> second(w2, h, j);  // its first loads overlap the barrier and staging
     __syncthreads();
-    second.run(hs, Store{out, n, j, r0});
+    stage<BM, false, HC>(m.hidden.x, m.hidden.ld(), BM, m.hs);
+    second.run(m.hs, Store{out, n, j, r0});
 }
 
 }  // namespace dense_tc
 
-#define READOUT_TC(BM, KC)                                                                 \
-    extern "C" __global__ void __launch_bounds__(dense_tc::THREADS, 2)                     \
-        readout_tc_##BM##_##KC##_f32(const float* x, const float* w1, const float* b1,     \
-                                     const float* w, const float* w1t,                     \
-                                     const float* constant, const unsigned int* species,   \
-                                     float* out, size_t n, size_t k, size_t h) {           \
-        dense_tc::readout<BM, KC>(x, w1, b1, w, w1t, constant, species, out, (int)n,       \
-                                  (int)k, (int)h);                                         \
+// Float inputs first, then the packed weights (u32) and indices, then the output, then sizes
+// (src/ops/kernel.rs's launch order).
+#define READOUT_TC(BM, KC)                                                                  \
+    extern "C" __global__ void __launch_bounds__(dense_tc::THREADS, 2)                      \
+        readout_tc_##BM##_##KC##_f32(const float* x, const float* b1, const float* w,       \
+                                     const float* constant, const unsigned int* w1,         \
+                                     const unsigned int* w1t, const unsigned int* species,  \
+                                     float* out, size_t n, size_t k, size_t h) {            \
+        dense_tc::readout<BM, KC>(x, b1, w, constant, w1, w1t, species, out, (int)n, (int)k, \
+                                  (int)h);                                                  \
     }
 // One instantiation per block height BM (16, 32: the host picks by row count) and widths: KC
 // (and HC) the model's, or 0 for any (`dense_tc_16_0_f32`, `mlp_tc_fwd_16_128_f32`, ...).
 #define DENSE_TC(BM, KC)                                                                   \
     extern "C" __global__ void __launch_bounds__(dense_tc::THREADS, 2)                     \
-        dense_tc_##BM##_##KC##_f32(const float* x, const float* w, float* y, size_t n,     \
-                                   size_t k, size_t j) {                                   \
-        dense_tc::dense<BM, KC>(x, w, nullptr, y, (int)n, (int)k, (int)j);                 \
+        dense_tc_##BM##_##KC##_f32(const float* x, const unsigned int* w, float* y,        \
+                                   size_t n, size_t k, size_t j) {                         \
+        dense_tc::dense<BM, KC>(x, nullptr, w, y, (int)n, (int)k, (int)j);                 \
     }
 // The same plus `add` [n, j] (the mixing layer's adjoint adds the vector rows' gradient).
 #define DENSE_TC_ADD(BM, KC)                                                               \
     extern "C" __global__ void __launch_bounds__(dense_tc::THREADS, 2)                     \
-        dense_tc_add_##BM##_##KC##_f32(const float* x, const float* w, const float* add,   \
-                                       float* y, size_t n, size_t k, size_t j) {           \
-        dense_tc::dense<BM, KC>(x, w, add, y, (int)n, (int)k, (int)j);                     \
+        dense_tc_add_##BM##_##KC##_f32(const float* x, const float* add,                   \
+                                       const unsigned int* w, float* y, size_t n,          \
+                                       size_t k, size_t j) {                               \
+        dense_tc::dense<BM, KC>(x, add, w, y, (int)n, (int)k, (int)j);                     \
     }
 #define MLP_TC_FWD(BM, KC, HC)                                                             \
     extern "C" __global__ void __launch_bounds__(dense_tc::THREADS, 2)                     \
-        mlp_tc_fwd_##BM##_##KC##_f32(const float* x, const float* w1, const float* b1,     \
-                                     const float* w2, float* out, size_t n, size_t k,      \
-                                     size_t h, size_t j) {                                 \
-        dense_tc::mlp<BM, KC, HC, false>(x, w1, b1, nullptr, w2, out, (int)n, (int)k,      \
+        mlp_tc_fwd_##BM##_##KC##_f32(const float* x, const float* b1,                      \
+                                     const unsigned int* w1, const unsigned int* w2,       \
+                                     float* out, size_t n, size_t k, size_t h, size_t j) { \
+        dense_tc::mlp<BM, KC, HC, false>(x, b1, nullptr, w1, w2, out, (int)n, (int)k,      \
                                          (int)h, (int)j);                                  \
     }
 // The adjoint's first layer reduces over the MLP's outputs (JC), its second over h (HC).
 #define MLP_TC_ADJ(BM, JC, HC)                                                             \
     extern "C" __global__ void __launch_bounds__(dense_tc::THREADS, 2)                     \
         mlp_tc_adj_##BM##_##JC##_f32(const float* g, const float* pre, const float* b1,    \
-                                     const float* w2, const float* w1, float* gx,          \
-                                     size_t n, size_t j, size_t h, size_t k) {             \
-        dense_tc::mlp<BM, JC, HC, true>(g, w2, b1, pre, w1, gx, (int)n, (int)j, (int)h,    \
+                                     const unsigned int* w2, const unsigned int* w1,       \
+                                     float* gx, size_t n, size_t j, size_t h, size_t k) {  \
+        dense_tc::mlp<BM, JC, HC, true>(g, b1, pre, w2, w1, gx, (int)n, (int)j, (int)h,    \
                                         (int)k);                                           \
     }
 #define DENSE_TC_ALL(BM)                                                                   \

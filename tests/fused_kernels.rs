@@ -422,7 +422,7 @@ fn fused_forces_with_the_symmetric_adjoint_match_autograd() {
 fn tensor_core_layer_twins_match_matmul_and_backprop() {
     use candle_core::Var;
     use common::dense::{layer_inputs, layer_outputs, layers};
-    use mlff_distiller::ops::{dense_tc, dense_tc_adding, mlp_tc, tf32_weights};
+    use mlff_distiller::ops::{dense_tc, dense_tc_adding, mlp_tc, tc_weights};
     let cases = [
         layers(1, 16, 16, 16),
         layers(37, 32, 48, 96),
@@ -448,18 +448,18 @@ fn tensor_core_layer_twins_match_matmul_and_backprop() {
         }
     }
     let x = layer_inputs(layers(4, 20, 16, 16), DType::F32, 9);
-    let err = dense_tc(&x.x, &tf32_weights(&x.wide).unwrap())
+    let err = dense_tc(&x.x, &tc_weights(&x.wide).unwrap())
         .unwrap_err()
         .to_string();
     assert!(err.contains("20 inputs"), "{err}");
     let x = layer_inputs(layers(4, 16, 16, 16), DType::F32, 9);
-    let w = tf32_weights(&x.wide).unwrap();
+    let w = tc_weights(&x.wide).unwrap();
     let err = dense_tc_adding(&x.x, &w, &x.x.narrow(0, 0, 3).unwrap())
         .unwrap_err()
         .to_string();
     assert!(err.contains("addend"), "{err}");
     let x = layer_inputs(layers(4, 16, 16, 16), DType::F32, 9);
-    let (w1, w2) = (tf32_weights(&x.w1).unwrap(), tf32_weights(&x.w2).unwrap());
+    let (w1, w2) = (tc_weights(&x.w1).unwrap(), tc_weights(&x.w2).unwrap());
     let err = mlp_tc(&x.x, &w1, &x.w2, &w2).unwrap_err().to_string();
     assert!(err.contains("hidden bias"), "{err}");
 }
@@ -526,7 +526,7 @@ fn initial_state_names_a_bad_element_index() {
 fn tensor_core_readout_twin_matches_backprop() {
     use candle_core::Var;
     use common::dense::{readout_inputs, readout_outputs};
-    use mlff_distiller::ops::{readout_tc, tf32_weights};
+    use mlff_distiller::ops::{readout_tc, tc_weights};
     for (dtype, tol) in [(DType::F64, 1e-12), (DType::F32, 2e-5)] {
         for (seed, (n, k, h)) in [(1, 16, 16), (37, 128, 64), (9, 32, 48)]
             .into_iter()
@@ -553,8 +553,8 @@ fn tensor_core_readout_twin_matches_backprop() {
     }
     let x = readout_inputs(3, 16, 16, DType::F32, 5);
     let (w1, w1t) = (
-        tf32_weights(&x.w1).unwrap(),
-        tf32_weights(&x.w1.t().unwrap()).unwrap(),
+        tc_weights(&x.w1).unwrap(),
+        tc_weights(&x.w1.t().unwrap()).unwrap(),
     );
     let run = |w: &Tensor, species: &Tensor| {
         readout_tc(&x.x, &w1, &x.b1, w, &w1t, &x.constant, species)

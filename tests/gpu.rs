@@ -417,7 +417,7 @@ fn cuda_fused_kernels_match_cpu() {
     }
 }
 
-/// The tensor-core dense layers (`ops::dense_tc`, split TF32) against their CPU twins in f32:
+/// The tensor-core dense layers (`ops::dense_tc`, split f16) against their CPU twins in f32:
 /// one layer, the two-layer MLP with SiLU and its adjoint, from one row to 10,000 (both block
 /// heights, rows past the last block), the model's widths (128 → 128 → 384, the context MLP's
 /// 256 inputs, its adjoint's 384-wide reduction: the compile-time variants) and others (the
@@ -467,6 +467,58 @@ fn cuda_dense_tensor_cores_match_cpu() {
             &cpu,
         );
     }
+}
+
+/// The dense layer on tensor cores scales each row of inputs and of weights by a power of two
+/// before it splits the values into f16 parts: rows of magnitudes from 1e-12 to 1e12 (and
+/// weight rows from 1e-6 to 1e6) each keep their own precision. Every output against the f64
+/// CPU twin, within 1e-5 of Σ_k |x_rk| |w_jk| (the scale of its own terms).
+#[test]
+fn cuda_dense_tensor_cores_keep_each_rows_precision() {
+    use common::fused::random;
+    use mlff_distiller::ops::{dense_tc, tc_weights};
+    use rand::SeedableRng;
+    let gpu = cuda();
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(901);
+    let (n, k, j) = (97, 128, 136);
+    let decades = |count: usize, top: f64| {
+        let v: Vec<f32> = (0..count)
+            .map(|r| 10f64.powf(-top + 2.0 * top * r as f64 / (count - 1) as f64) as f32)
+            .collect();
+        Tensor::from_vec(v, (count, 1), &Device::Cpu).unwrap()
+    };
+    let x = random(&mut rng, &[n, k], 1.0, DType::F32)
+        .broadcast_mul(&decades(n, 12.0))
+        .unwrap();
+    let w = random(&mut rng, &[j, k], 1.0, DType::F32)
+        .broadcast_mul(&decades(j, 6.0))
+        .unwrap();
+    let f64_of = |t: &Tensor| t.to_dtype(DType::F64).unwrap();
+    let want = dense_tc(&f64_of(&x), &tc_weights(&f64_of(&w)).unwrap()).unwrap();
+    let got = dense_tc(
+        &x.to_device(&gpu).unwrap(),
+        &tc_weights(&w.to_device(&gpu).unwrap()).unwrap(),
+    )
+    .unwrap();
+    let scale = f64_of(&x)
+        .abs()
+        .unwrap()
+        .matmul(&f64_of(&w).abs().unwrap().t().unwrap())
+        .unwrap();
+    let err = (f64_of(&got.to_device(&Device::Cpu).unwrap()) - &want)
+        .unwrap()
+        .abs()
+        .unwrap()
+        .div(&scale)
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .max(0)
+        .unwrap()
+        .to_scalar::<f64>()
+        .unwrap();
+    println!("largest error over its terms' scale: {err:.1e}");
+    assert!(err <= 1e-5, "{err}");
 }
 
 /// The one-kernel path (`ops::small_system`, a cooperative launch with barriers among its

@@ -23,9 +23,9 @@ use crate::ops::{
     act_grad, atom_split, bias_silu, bias_silu_adjoint, dense, dense_on_tensor_cores, dense_silu,
     dense_silu_adjoint, dense_tc, dense_tc_adding, dense_tc_fits, edge_basis, edge_basis_adjoint,
     gather, initial_state, interaction, interaction_adjoint, mlp_tc, mlp_tc_adjoint, readout_tc,
-    small_system, tf32_weights, update_combine, update_combine_adjoint, update_context,
+    small_system, tc_weights, update_combine, update_combine_adjoint, update_context,
     update_context_adjoint, AtomSplitPlan, EdgeFilter, InteractionInputs, SmallSystemModel,
-    SmallSystemPlan, StateGrad, Tf32Weights, ATOM_SPLIT_MAX_ATOMS_CUDA_CORES, DENSE_MAX_WIDTH,
+    SmallSystemPlan, StateGrad, TcWeights, ATOM_SPLIT_MAX_ATOMS_CUDA_CORES, DENSE_MAX_WIDTH,
 };
 use candle_core::{Result, Tensor};
 use candle_nn::Linear;
@@ -71,25 +71,25 @@ struct Mlp {
     hidden_t: Tensor,
     out_t: Tensor,
     /// hidden, out, out_t and hidden_t as the tensor-core kernels read them, on first use.
-    tf32: OnceLock<[Tf32Weights; 4]>,
+    tc: OnceLock<[TcWeights; 4]>,
 }
 
-/// `weights` as `ops::tf32_weights` pads them, made once into `cell` (on first use, which a
+/// `weights` as `ops::tc_weights` makes them, made once into `cell` (on first use, which a
 /// CUDA graph's warm-up calls make before its capture: no allocation inside it).
-fn tf32_once<'a, const K: usize>(
-    cell: &'a OnceLock<[Tf32Weights; K]>,
+fn tc_once<'a, const K: usize>(
+    cell: &'a OnceLock<[TcWeights; K]>,
     weights: [&Tensor; K],
-) -> Result<&'a [Tf32Weights; K]> {
+) -> Result<&'a [TcWeights; K]> {
     if let Some(s) = cell.get() {
         return Ok(s);
     }
     let mut parts = Vec::with_capacity(K);
     for w in weights {
-        parts.push(tf32_weights(w)?);
+        parts.push(tc_weights(w)?);
     }
-    let made: [Tf32Weights; K] = parts
+    let made: [TcWeights; K] = parts
         .try_into()
-        .map_err(|_| candle_core::Error::Msg("tf32 weights: weight count".into()))?;
+        .map_err(|_| candle_core::Error::Msg("tensor-core weights: weight count".into()))?;
     Ok(cell.get_or_init(|| made))
 }
 
@@ -100,18 +100,18 @@ impl Mlp {
             out_t: out.weight.t()?.contiguous()?,
             hidden,
             out,
-            tf32: OnceLock::new(),
+            tc: OnceLock::new(),
         })
     }
 
-    fn tf32(&self) -> Result<&[Tf32Weights; 4]> {
+    fn tc(&self) -> Result<&[TcWeights; 4]> {
         let ws = [
             &self.hidden.weight,
             &self.out.weight,
             &self.out_t,
             &self.hidden_t,
         ];
-        tf32_once(&self.tf32, ws)
+        tc_once(&self.tc, ws)
     }
 
     /// Whether both layers of the forward (`adjoint` false) or of the adjoint, which reduces
@@ -136,7 +136,7 @@ impl Mlp {
                 Ok((packed.narrow(0, 0, n)?, out))
             }
             DensePath::TensorCores if self.fits_tensor_cores(false)? => {
-                let [w1, w2, ..] = self.tf32()?;
+                let [w1, w2, ..] = self.tc()?;
                 mlp_tc(x, w1, &self.hidden.bias, w2)
             }
             _ => {
@@ -161,7 +161,7 @@ impl Mlp {
         let g_h = match path {
             DensePath::Small => dense(g_out, &self.out.weight)?,
             DensePath::TensorCores if self.fits_tensor_cores(true)? => {
-                let [_, _, w2t, w1t] = self.tf32()?;
+                let [_, _, w2t, w1t] = self.tc()?;
                 return mlp_tc_adjoint(g_out, pre, &self.hidden.bias, w2t, w1t);
             }
             _ => self.out.product_adjoint(g_out)?,
@@ -270,15 +270,15 @@ struct Block {
     mix: Tensor,
     mix_t: Tensor,
     /// Both as the tensor-core kernels read them, on first use.
-    mix_tf32: OnceLock<[Tf32Weights; 2]>,
+    mix_tc: OnceLock<[TcWeights; 2]>,
     /// The update's context network: 2F → F → 3F.
     ctx: Mlp,
 }
 
 impl Block {
     /// W_mix and its transpose as the tensor-core kernels read them (made on first use).
-    fn mix_tf32(&self) -> Result<&[Tf32Weights; 2]> {
-        tf32_once(&self.mix_tf32, [&self.mix, &self.mix_t])
+    fn mix_tc(&self) -> Result<&[TcWeights; 2]> {
+        tc_once(&self.mix_tc, [&self.mix, &self.mix_t])
     }
 }
 
@@ -376,7 +376,7 @@ impl FusedPainn {
                 phi: Mlp::new(Dense::of(&m.context1)?, Dense::of(&m.context2)?)?,
                 mix: u.mix.weight().detach(),
                 mix_t: u.mix.weight().t()?.contiguous()?,
-                mix_tf32: OnceLock::new(),
+                mix_tc: OnceLock::new(),
                 ctx: Mlp::new(Dense::of(&u.context1)?, Dense::of(&u.context2)?)?,
             });
         }
@@ -674,7 +674,7 @@ impl FusedPainn {
         let ro = &self.readout;
         let (h, f) = ro.hidden.weight.dims2()?;
         if path == DensePath::TensorCores && dense_tc_fits(f, h) && dense_tc_fits(h, f) {
-            let [w1, _, _, w1t] = ro.tf32()?;
+            let [w1, _, _, w1t] = ro.tc()?;
             let w = ro.out.weight.flatten_all()?;
             let (energies, seed) = readout_tc(
                 s,
@@ -697,7 +697,7 @@ impl FusedPainn {
         let f = self.hidden;
         match self.dense_path(v.dim(0)?, v) {
             DensePath::Small => dense(v, &b.mix_t),
-            DensePath::TensorCores if dense_tc_fits(f, 2 * f) => dense_tc(v, &b.mix_tf32()?[0]),
+            DensePath::TensorCores if dense_tc_fits(f, 2 * f) => dense_tc(v, &b.mix_tc()?[0]),
             _ => v.matmul(&b.mix.t()?),
         }
     }
@@ -723,7 +723,7 @@ impl FusedPainn {
             DensePath::Small => false,
         };
         if tensor_cores && dense_tc_fits(2 * f, f) {
-            return dense_tc_adding(g, &b.mix_tf32()?[1], add);
+            return dense_tc_adding(g, &b.mix_tc()?[1], add);
         }
         let product = match path {
             DensePath::Small => dense(g, &b.mix)?,

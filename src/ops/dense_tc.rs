@@ -1,16 +1,18 @@
 //! Dense layers on tensor cores (kernels/dense_tc.cu) for the separate-kernel path in f32 on
 //! CUDA: one layer, or a whole two-layer MLP with its SiLU in one launch, where cuBLAS took two
 //! products and a bias+SiLU kernel (46% of a 64-aspirin call, BENCHMARKS.md). The products
-//! are split TF32 (each value held to ~2^-20, summed in f32), as in the tensor-core
-//! interaction.
+//! are in split half precision (kernels/f16_split.cuh: each row of inputs and of weights scaled
+//! by a power of two, each value held as two f16 to ~2^-22 of itself, summed in f32).
 //!
 //! Every weight is given output-major, [outputs, reduction] (a linear layer's own weight for
-//! its forward, the transpose for its adjoint), padded once by [`tf32_weights`]. The CPU twins are
-//! plain loops in either precision (the tests' oracle); on CUDA only f32 runs.
+//! its forward, the transpose for its adjoint), made once into [`TcWeights`] by [`tc_weights`]:
+//! padded on the CPU, scaled, split and packed on CUDA. The CPU twins are plain loops in either
+//! precision (the tests' oracle); on CUDA only f32 runs.
 
 use super::dense::silu_and_slope;
 use super::kernel::{check_elements, kernel_source, launch, overlaps_previous, Init, Kernel, Real};
 use candle_core::{bail, DType, Result, Tensor};
+use half::f16;
 
 /// Threads per CUDA block (dense_tc::THREADS).
 #[cfg(feature = "cuda")]
@@ -80,36 +82,112 @@ fn function(variants: Variants, rows: usize, width: usize) -> &'static str {
         .map_or(variants[0].2, |v| v.2)
 }
 
-/// A weight matrix [J, K] (output-major) as the kernels read it: [Jp, K], the outputs padded
-/// with zero rows to Jp, a multiple of 128 (the kernels split each value into TF32 hi and lo
-/// as they use it). Made once per model by [`tf32_weights`].
+/// A weight matrix [J, K] (output-major) as the kernels read it. On the CPU (the twins), and
+/// for shapes the kernels do not take: the matrix padded with zero rows to Jp, a multiple of
+/// 128, in its own dtype. On CUDA: u32
+/// [Jp K + Jp], each padded row scaled by a power of two and split into f16 hi and lo parts
+/// (kernels/f16_split.cuh), per quad of values one 16-byte group {hi (4q, 4q + 1), hi (4q + 2,
+/// 4q + 3), lo (..), lo (..)} (an mma B fragment), then each row's inverse scale as f32 bits.
+/// Made once per model by [`tc_weights`].
 #[derive(Clone, Debug)]
-pub struct Tf32Weights {
-    padded: Tensor,
+pub struct TcWeights {
+    matrix: Tensor,
     outputs: usize,
+    inputs: usize,
 }
 
-impl Tf32Weights {
+impl TcWeights {
     /// The number of outputs J.
     pub fn outputs(&self) -> usize {
         self.outputs
     }
 
     /// The reduction width K.
-    pub fn inputs(&self) -> Result<usize> {
-        self.padded.dim(1)
+    pub fn inputs(&self) -> usize {
+        self.inputs
+    }
+
+    /// Whether the matrix is packed for the CUDA kernels (a u32 input) rather than a float one.
+    fn packed(&self) -> bool {
+        self.matrix.dtype() == DType::U32
     }
 }
 
-/// Weights [J, K] as the kernels read them ([`Tf32Weights`]), on their device.
-pub fn tf32_weights(w: &Tensor) -> Result<Tf32Weights> {
+/// The exponent field of the power of two that takes a row whose largest magnitude has the f32
+/// bits `max_bits` (sign cleared) into [2^14, 2^15), within [2^-126, 2^126]: as
+/// kernels/f16_split.cuh's split_scale_field, which stages the inputs the same way.
+fn split_scale_field(max_bits: u32) -> u32 {
+    (268 - (max_bits >> 23) as i32).clamp(1, 253) as u32
+}
+
+/// Rows of `k` values (`rows` of them, then zero rows up to `padded`), each scaled and split
+/// into f16 hi and lo parts, packed as [`TcWeights`] holds them on CUDA.
+fn pack_split_rows(w: &[f32], k: usize, padded: usize) -> Vec<u32> {
+    let pair = |a: f16, b: f16| a.to_bits() as u32 | (b.to_bits() as u32) << 16;
+    let mut out = Vec::with_capacity(padded * (k + 1));
+    let mut unscale = Vec::with_capacity(padded);
+    for row in 0..padded {
+        let values = w.get(row * k..(row + 1) * k);
+        let max_bits = values.map_or(0, |v| {
+            v.iter()
+                .map(|x| x.to_bits() & 0x7fff_ffff)
+                .max()
+                .unwrap_or(0)
+        });
+        let field = split_scale_field(max_bits);
+        let scale = f32::from_bits(field << 23);
+        unscale.push(f32::from_bits((254 - field) << 23).to_bits());
+        for q in 0..k / 4 {
+            let (mut hi, mut lo) = ([f16::ZERO; 4], [f16::ZERO; 4]);
+            for i in 0..4 {
+                let v = values.map_or(0.0, |v| v[4 * q + i]) * scale;
+                hi[i] = f16::from_f32(v);
+                lo[i] = f16::from_f32(v - hi[i].to_f32());
+            }
+            out.extend([pair(hi[0], hi[1]), pair(hi[2], hi[3])]);
+            out.extend([pair(lo[0], lo[1]), pair(lo[2], lo[3])]);
+        }
+    }
+    out.extend(unscale);
+    out
+}
+
+/// Weights [J, K] as the kernels read them ([`TcWeights`]), on their device.
+pub fn tc_weights(w: &Tensor) -> Result<TcWeights> {
     let (j, k) = w.dims2()?;
     let padded = j.div_ceil(CHUNK) * CHUNK;
-    let pad = Tensor::zeros((padded - j, k), w.dtype(), w.device())?;
-    Ok(Tf32Weights {
-        padded: Tensor::cat(&[w, &pad], 0)?.contiguous()?,
+    // (A width the kernels do not take stays a float matrix: the launches refuse its shape.)
+    let matrix = if w.device().is_cuda() && dense_tc_fits(k, j) {
+        let values = w.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
+        let packed = pack_split_rows(&values, k, padded);
+        Tensor::from_vec(packed, padded * (k + 1), w.device())?
+    } else {
+        let pad = Tensor::zeros((padded - j, k), w.dtype(), w.device())?;
+        Tensor::cat(&[w, &pad], 0)?.contiguous()?
+    };
+    Ok(TcWeights {
+        matrix,
         outputs: j,
+        inputs: k,
     })
+}
+
+/// A launch's float inputs and index inputs: `floats`, then the weights (float inputs after
+/// `floats` on the CPU; on CUDA u32 inputs before `index`, as the kernels take them).
+fn arranged<'a>(
+    floats: &[&'a Tensor],
+    weights: &[&'a TcWeights],
+    index: &[&'a Tensor],
+) -> (Vec<&'a Tensor>, Vec<&'a Tensor>) {
+    let (mut f, mut i) = (floats.to_vec(), Vec::new());
+    for w in weights {
+        match w.packed() {
+            true => i.push(&w.matrix),
+            false => f.push(&w.matrix),
+        }
+    }
+    i.extend_from_slice(index);
+    (f, i)
 }
 
 /// Shapes of one launch: rows, first reduction, hidden width (MLPs), outputs.
@@ -127,18 +205,29 @@ impl Dims {
         block_rows(self.n, self.k)
     }
 
-    /// Launch shape: blocks of `rows` rows, the staged rows (and an MLP's hidden layer) in
-    /// shared memory as kernels/dense_tc.cu's `Staged`, two planes of width + 2 floats a row.
+    /// Launch shape: blocks of `rows` rows, with kernels/dense_tc.cu's `Smem` in shared memory
+    /// (32-bit words): the staged rows (two f16 planes, [`staged_stride`] words a pair of rows)
+    /// and their inverse scales, and for an MLP its hidden layer staged the same way and in f32
+    /// (h + 8 words a row).
     #[cfg(feature = "cuda")]
     fn config(&self, hidden: bool) -> candle_core::cuda_backend::cudarc::driver::LaunchConfig {
         let rows = self.rows();
-        let widths = 2 * self.k + 4 + if hidden { 2 * self.h + 4 } else { 0 };
+        let mut words = rows * (staged_stride(self.k) + 1);
+        if hidden {
+            words += rows * (staged_stride(self.h) + self.h + 8 + 1);
+        }
         candle_core::cuda_backend::cudarc::driver::LaunchConfig {
             grid_dim: (self.n.div_ceil(rows) as u32, 1, 1),
             block_dim: (THREADS, 1, 1),
-            shared_mem_bytes: (4 * rows * widths) as u32,
+            shared_mem_bytes: (4 * words) as u32,
         }
     }
+}
+
+/// 32-bit words of a staged pair of rows `width` wide (kernels/dense_tc.cu staged_stride).
+#[cfg(feature = "cuda")]
+fn staged_stride(width: usize) -> usize {
+    width + if width.is_multiple_of(32) { 16 } else { 0 }
 }
 
 /// Σ_k a[k] b[k].
@@ -181,11 +270,11 @@ impl Kernel for Layer {
     fn sizes(&self) -> Vec<usize> {
         vec![self.dims.n, self.dims.k, self.dims.j]
     }
-    /// x = [x, w] or [x, w, add].
+    /// x = [x, w] or [x, add, w].
     fn cpu<T: Real>(&self, x: &[&[T]], _: &[&[u32]], out: &mut [T]) {
-        rows_times(x[0], x[1], self.dims.k, self.dims.j, out);
+        rows_times(x[0], x[x.len() - 1], self.dims.k, self.dims.j, out);
         if self.adding {
-            out.iter_mut().zip(x[2]).for_each(|(y, &a)| *y += a);
+            out.iter_mut().zip(x[1]).for_each(|(y, &a)| *y += a);
         }
     }
 }
@@ -211,15 +300,15 @@ impl Kernel for MlpForward {
     fn sizes(&self) -> Vec<usize> {
         vec![self.0.n, self.0.k, self.0.h, self.0.j]
     }
-    /// x = [x, w1, b1, w2] → [pre (N H) | y (N J)].
+    /// x = [x, b1, w1, w2] → [pre (N H) | y (N J)].
     fn cpu<T: Real>(&self, x: &[&[T]], _: &[&[u32]], out: &mut [T]) {
         let Dims { n, k, h, j } = self.0;
         let (pre, y) = out.split_at_mut(n * h);
-        let (w1, w2) = (x[1], x[3]);
+        let (w1, w2) = (x[2], x[3]);
         rows_times(x[0], w1, k, h, pre);
         let mut act = vec![T::zero(); h];
         for (p, yr) in pre.chunks_exact(h).zip(y.chunks_exact_mut(j)) {
-            for ((a, &v), &b) in act.iter_mut().zip(p).zip(x[2]) {
+            for ((a, &v), &b) in act.iter_mut().zip(p).zip(x[1]) {
                 *a = silu_and_slope(v + b).0;
             }
             rows_times(&act, w2, h, j, yr);
@@ -295,18 +384,18 @@ impl Kernel for Readout {
     fn sizes(&self) -> Vec<usize> {
         vec![self.dims.n, self.dims.k, self.dims.h]
     }
-    /// x = [x, w1, b1, w, w1t, constant], idx = [species] (checked by [`readout_tc`] on the
+    /// x = [x, b1, w, constant, w1, w1t], idx = [species] (checked by [`readout_tc`] on the
     /// CPU) → [gx (N K) | energy (N)].
     fn cpu<T: Real>(&self, x: &[&[T]], idx: &[&[u32]], out: &mut [T]) {
         let Dims { n, k, h, .. } = self.dims;
-        let (w1, w1t) = (x[1], x[4]);
+        let (w1, w1t) = (x[4], x[5]);
         let (gx, energy) = out.split_at_mut(n * k);
         let (mut pre, mut seed) = (vec![T::zero(); h], vec![T::zero(); h]);
         let rows = x[0].chunks_exact(k).zip(gx.chunks_exact_mut(k));
         for (r, (xr, gr)) in rows.enumerate() {
             rows_times(xr, w1, k, h, &mut pre);
-            let mut e = x[5][idx[0][r] as usize];
-            for ((p, g), (&b, &w)) in pre.iter().zip(&mut seed).zip(x[2].iter().zip(x[3])) {
+            let mut e = x[3][idx[0][r] as usize];
+            for ((p, g), (&b, &w)) in pre.iter().zip(&mut seed).zip(x[1].iter().zip(x[2])) {
                 let (silu, slope) = silu_and_slope(*p + b);
                 e += silu * w;
                 *g = -(w * slope);
@@ -320,14 +409,14 @@ impl Kernel for Readout {
 /// The readout of rows x [N, K] (the last state's s) and the start of the forces' adjoint, in
 /// one launch: per-atom energies silu(x W1ᵀ + b1) · w + constant[species] [N] and the gradient
 /// of minus their sum, −∂E/∂x = (−w ⊙ silu'(x W1ᵀ + b1)) W1 [N, K]; w1 [H, K] and its
-/// transpose w1t [K, H] (as [`tf32_weights`] makes them), b1 and the output weights `w` [H], per-element constants and
+/// transpose w1t [K, H] (as [`tc_weights`] makes them), b1 and the output weights `w` [H], per-element constants and
 /// u32 element indices [N]. Returns (energies, −∂E/∂x). On the CPU every index is checked.
 pub fn readout_tc(
     x: &Tensor,
-    w1: &Tf32Weights,
+    w1: &TcWeights,
     b1: &Tensor,
     w: &Tensor,
-    w1t: &Tf32Weights,
+    w1t: &TcWeights,
     constant: &Tensor,
     species: &Tensor,
 ) -> Result<(Tensor, Tensor)> {
@@ -344,16 +433,10 @@ pub fn readout_tc(
     fit(OP, "output weights", w, &[h])?;
     fit(OP, "element indices", species, &[n])?;
     check_elements(species, constant.dims1()?, OP)?;
-    let inputs = [x, &w1.padded, b1, w, &w1t.padded, constant];
+    let (inputs, index) = arranged(&[x, b1, w, constant], &[w1, w1t], &[species]);
     check_inputs(OP, &inputs)?;
     let dims = Dims { n, k, h, j: 1 };
-    let out = launch(
-        Readout { dims },
-        &inputs,
-        &[species],
-        n * (k + 1),
-        Init::Uninit,
-    )?;
+    let out = launch(Readout { dims }, &inputs, &index, n * (k + 1), Init::Uninit)?;
     Ok((
         out.narrow(0, n * k, n)?,
         out.narrow(0, 0, n * k)?.reshape((n, k))?,
@@ -388,10 +471,10 @@ fn fit(op: &str, what: &str, t: &Tensor, want: &[usize]) -> Result<()> {
 }
 
 /// Checks that `w`'s reduction is `k` (naming it `what`) and that it fits the kernels.
-fn check_weights(op: &str, what: &str, w: &Tf32Weights, k: usize) -> Result<usize> {
+fn check_weights(op: &str, what: &str, w: &TcWeights, k: usize) -> Result<usize> {
     let j = w.outputs();
-    if w.inputs()? != k {
-        bail!("{op}: {what} takes {} inputs, expected {k}", w.inputs()?)
+    if w.inputs() != k {
+        bail!("{op}: {what} takes {} inputs, expected {k}", w.inputs())
     }
     if !dense_tc_fits(k, j) {
         bail!(
@@ -403,51 +486,47 @@ fn check_weights(op: &str, what: &str, w: &Tf32Weights, k: usize) -> Result<usiz
 }
 
 /// x Wᵀ [N, J] for x [N, K] and a linear layer's weight [J, K] (no bias), padded.
-pub fn dense_tc(x: &Tensor, w: &Tf32Weights) -> Result<Tensor> {
+pub fn dense_tc(x: &Tensor, w: &TcWeights) -> Result<Tensor> {
     layer("dense_tc", x, w, None)
 }
 
 /// [`dense_tc`] plus `add` [N, J] in the same launch: x Wᵀ + add.
-pub fn dense_tc_adding(x: &Tensor, w: &Tf32Weights, add: &Tensor) -> Result<Tensor> {
+pub fn dense_tc_adding(x: &Tensor, w: &TcWeights, add: &Tensor) -> Result<Tensor> {
     layer("dense_tc_adding", x, w, Some(add))
 }
 
 /// One layer's launch, with `add` where given.
-fn layer(op: &str, x: &Tensor, w: &Tf32Weights, add: Option<&Tensor>) -> Result<Tensor> {
+fn layer(op: &str, x: &Tensor, w: &TcWeights, add: Option<&Tensor>) -> Result<Tensor> {
     let (n, k) = x.dims2()?;
     let j = check_weights(op, "the weight", w, k)?;
-    let mut inputs = vec![x, &w.padded];
+    let mut floats = vec![x];
     if let Some(add) = add {
         fit(op, "the addend", add, &[n, j])?;
-        inputs.push(add);
+        floats.push(add);
     }
+    let (inputs, index) = arranged(&floats, &[w], &[]);
     check_inputs(op, &inputs)?;
     let dims = Dims { n, k, h: 0, j };
     let layer = Layer {
         dims,
         adding: add.is_some(),
     };
-    launch(layer, &inputs, &[], (n, j), Init::Uninit)
+    launch(layer, &inputs, &index, (n, j), Init::Uninit)
 }
 
 /// Two linear layers with SiLU between, x [N, K] → (pre = x W1ᵀ [N, H], silu(pre + b1) W2ᵀ
 /// [N, J]), for w1 [H, K], b1 \[H\], w2 [J, H] (the weights padded); the output layer's bias is
 /// left to its consumer.
-pub fn mlp_tc(
-    x: &Tensor,
-    w1: &Tf32Weights,
-    b1: &Tensor,
-    w2: &Tf32Weights,
-) -> Result<(Tensor, Tensor)> {
+pub fn mlp_tc(x: &Tensor, w1: &TcWeights, b1: &Tensor, w2: &TcWeights) -> Result<(Tensor, Tensor)> {
     const OP: &str = "mlp_tc";
     let (n, k) = x.dims2()?;
     let h = check_weights(OP, "the hidden weight", w1, k)?;
     let j = check_weights(OP, "the output weight", w2, h)?;
     fit(OP, "hidden bias", b1, &[h])?;
-    check_inputs(OP, &[x, &w1.padded, b1, &w2.padded])?;
+    let (inputs, index) = arranged(&[x, b1], &[w1, w2], &[]);
+    check_inputs(OP, &inputs)?;
     let dims = Dims { n, k, h, j };
-    let inputs = [x, &w1.padded, b1, &w2.padded];
-    let out = launch(MlpForward(dims), &inputs, &[], n * (h + j), Init::Uninit)?;
+    let out = launch(MlpForward(dims), &inputs, &index, n * (h + j), Init::Uninit)?;
     Ok((
         out.narrow(0, 0, n * h)?.reshape((n, h))?,
         out.narrow(0, n * h, n * j)?.reshape((n, j))?,
@@ -460,8 +539,8 @@ pub fn mlp_tc_adjoint(
     g: &Tensor,
     pre: &Tensor,
     b1: &Tensor,
-    w2t: &Tf32Weights,
-    w1t: &Tf32Weights,
+    w2t: &TcWeights,
+    w1t: &TcWeights,
 ) -> Result<Tensor> {
     const OP: &str = "mlp_tc_adjoint";
     let (n, j) = g.dims2()?;
@@ -469,8 +548,82 @@ pub fn mlp_tc_adjoint(
     let k = check_weights(OP, "the transposed hidden weight", w1t, h)?;
     fit(OP, "pre-activation", pre, &[n, h])?;
     fit(OP, "hidden bias", b1, &[h])?;
-    check_inputs(OP, &[g, pre, b1, &w2t.padded, &w1t.padded])?;
+    let (inputs, index) = arranged(&[g, pre, b1], &[w2t, w1t], &[]);
+    check_inputs(OP, &inputs)?;
     let dims = Dims { n, k, h, j };
-    let inputs = [g, pre, b1, &w2t.padded, &w1t.padded];
-    launch(MlpAdjoint(dims), &inputs, &[], (n, k), Init::Uninit)
+    launch(MlpAdjoint(dims), &inputs, &index, (n, k), Init::Uninit)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Value `i` of quad `q` of packed row `row` ([`pack_split_rows`]) unpacked and unscaled.
+    fn unpacked(p: &[u32], k: usize, padded: usize, row: usize, q: usize, i: usize) -> f64 {
+        let half = |word: u32, upper: bool| f16::from_bits((word >> (16 * upper as u32)) as u16);
+        let group = &p[row * k + 4 * q..row * k + 4 * q + 4];
+        let (hi, lo) = (
+            half(group[i / 2], i % 2 == 1),
+            half(group[2 + i / 2], i % 2 == 1),
+        );
+        let unscale = f32::from_bits(p[padded * k + row]) as f64;
+        (hi.to_f64() + lo.to_f64()) * unscale
+    }
+
+    /// Rows of magnitudes from 1e-30 to 1e30 (one of zeros, one with tiny values beside a large
+    /// one) packed and unpacked: each value back to 2^-21 of itself, or to 2^-36 of its row's
+    /// largest where f16 holds it below its normal range; padding rows zero.
+    #[test]
+    fn split_rows_hold_each_value() {
+        let k = 8;
+        let rows: Vec<Vec<f32>> = vec![
+            vec![1.0, -0.3, 0.123_456_7, 2.5e-3, -7.77, 0.0, 1e-6, 3.0],
+            vec![1e-30, -3.3e-31, 7.1e-32, 1e-30, 0.0, 4e-33, -2e-30, 5e-31],
+            vec![1e30, -3.3e29, 7.1e28, 1e30, 0.0, 4e27, -2e30, 5e29],
+            vec![0.0; 8],
+            vec![65_504.0, 1e-3, -1e-5, 1e-7, 1e-9, 3.3e-12, 1.0, -70_000.0],
+        ];
+        let flat: Vec<f32> = rows.concat();
+        let padded = 8;
+        let p = pack_split_rows(&flat, k, padded);
+        assert_eq!(p.len(), padded * (k + 1));
+        for (row, values) in rows.iter().enumerate() {
+            let largest = values.iter().fold(0f64, |m, v| m.max(v.abs() as f64));
+            for (c, &v) in values.iter().enumerate() {
+                let back = unpacked(&p, k, padded, row, c / 4, c % 4);
+                let err = (back - v as f64).abs();
+                let bound = (v.abs() as f64 * 2f64.powi(-21)).max(largest * 2f64.powi(-36));
+                assert!(err <= bound, "row {row} value {c}: {v} came back {back}");
+            }
+        }
+        for row in rows.len()..padded {
+            for c in 0..k {
+                assert_eq!(unpacked(&p, k, padded, row, c / 4, c % 4), 0.0);
+            }
+        }
+    }
+
+    /// The scale takes a row's largest magnitude into [2^14, 2^15), for magnitudes from the
+    /// smallest normal f32 to the largest.
+    #[test]
+    fn split_scale_takes_the_largest_into_range() {
+        for e in -126..=127 {
+            for m in [1.0f32, 1.5, 1.999] {
+                let largest = m * 2f32.powi(e);
+                if !largest.is_finite() {
+                    continue;
+                }
+                let field = split_scale_field(largest.to_bits());
+                let scaled = largest as f64 * 2f64.powi(field as i32 - 127);
+                let inverse = f32::from_bits((254 - field) << 23) as f64;
+                assert_eq!(scaled * inverse, largest as f64);
+                if (-112..=112).contains(&e) {
+                    assert!(
+                        (16_384.0..32_768.0).contains(&scaled),
+                        "2^{e} x {m}: {scaled}"
+                    );
+                }
+            }
+        }
+    }
 }

@@ -49,7 +49,7 @@ pub use atom_split::{
 pub use dense::{dense, dense_silu, dense_silu_adjoint, DENSE_MAX_WIDTH};
 pub use dense_tc::{
     dense_on_tensor_cores, dense_tc, dense_tc_adding, dense_tc_fits, mlp_tc, mlp_tc_adjoint,
-    readout_tc, tf32_weights, Tf32Weights, DENSE_TC_MAX_WIDTH,
+    readout_tc, tc_weights, TcWeights, DENSE_TC_MAX_WIDTH,
 };
 pub use edge_basis::{basis_width, edge_basis, edge_basis_adjoint};
 pub use gather::{gather, initial_state, Gather};

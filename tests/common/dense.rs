@@ -4,7 +4,7 @@
 use super::fused::random;
 use candle_core::{DType, Device, Result, Tensor};
 use mlff_distiller::ops::{
-    dense_tc, dense_tc_adding, mlp_tc, mlp_tc_adjoint, readout_tc, tf32_weights,
+    dense_tc, dense_tc_adding, mlp_tc, mlp_tc_adjoint, readout_tc, tc_weights,
 };
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -26,7 +26,7 @@ pub const fn layers(n: usize, k: usize, h: usize, j: usize) -> Layers {
 /// The inputs of every op for one case, on the CPU.
 pub struct LayerInputs {
     pub x: Tensor,
-    /// Weights output-major (the ops take them padded by `tf32_weights`): w1 [H, K], w2 [J, H],
+    /// Weights output-major (the ops take them padded by `tc_weights`): w1 [H, K], w2 [J, H],
     /// wide [J, K].
     pub w1: Tensor,
     pub b1: Tensor,
@@ -53,7 +53,7 @@ pub fn layer_inputs(c: Layers, dtype: DType, seed: u64) -> LayerInputs {
 /// (name, output) of the three ops on `dev`; the adjoint takes the forward's pre-activation.
 pub fn layer_outputs(x: &LayerInputs, dev: &Device) -> Result<Vec<(&'static str, Tensor)>> {
     let on = |t: &Tensor| t.to_device(dev);
-    let padded = |t: &Tensor| tf32_weights(&t.to_device(dev)?);
+    let padded = |t: &Tensor| tc_weights(&t.to_device(dev)?);
     let padded_t = |t: &Tensor| padded(&t.t()?.contiguous()?);
     let b1 = on(&x.b1)?;
     let single = dense_tc(&on(&x.x)?, &padded(&x.wide)?)?;
@@ -97,7 +97,7 @@ pub fn readout_inputs(n: usize, k: usize, h: usize, dtype: DType, seed: u64) -> 
 /// (name, output) of `ops::readout_tc` on `dev`: the energies and −∂(Σ energies)/∂x.
 pub fn readout_outputs(x: &ReadoutInputs, dev: &Device) -> Result<Vec<(&'static str, Tensor)>> {
     let on = |t: &Tensor| t.to_device(dev);
-    let padded = |t: &Tensor| tf32_weights(&t.to_device(dev)?);
+    let padded = |t: &Tensor| tc_weights(&t.to_device(dev)?);
     let w1t = x.w1.t()?.contiguous()?;
     let (energies, seed) = readout_tc(
         &on(&x.x)?,
