@@ -119,9 +119,11 @@ __device__ void stage(const float* rows, int ld, int valid, const Staged& s) {
 // wait can overlap the chunk's products). A warp walks its (chunk, 16-value step) pairs in one
 // sequence and keeps the weights of the next P steps in flight in registers, across chunk ends
 // too; the first P are requested when the stream is made, so that a kernel can make it before
-// staging its rows.
+// staging its rows. (With split TF32, six or eight steps ahead measured the same as four. A
+// ring of weight slabs in shared memory, filled by bulk copies up to eight slabs ahead, was
+// slower with split f16: BENCHMARKS.md.)
 #ifndef DENSE_TC_RING
-#define DENSE_TC_RING 8  // a lane's uint4s of weights in flight (benches/micro/dense_layers.cu)
+#define DENSE_TC_RING 8  // a lane's uint4s of weights in flight
 #endif
 // The most steps ahead a ring of `most` can hold that divide a chunk's `steps` (0: any).
 __host__ __device__ constexpr int ring_steps(int most, int steps) {
