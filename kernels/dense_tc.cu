@@ -10,11 +10,12 @@
 // forward, its transpose for the adjoint), packed by the host (src/ops/dense_tc.rs `tc_weights`):
 // [Jp, K] u32 with the outputs padded by zero rows to Jp, a multiple of 128, each row scaled
 // and split, then Jp f32 inverse row scales.
-// A block owns BM rows (16 or 32): it stages them in shared memory scaled and split (`Staged`,
-// `stage`); its 8 warps, BM / 16 by rows and 8 / (BM / 16) by columns, each make 16 rows x NT
-// tiles of 8 columns of a chunk of 128 output columns per pass, the weights read from global
-// memory a few steps ahead (`WeightStream`). The hidden layer of an MLP is written in f32 to
-// shared memory, then staged (scaled and split) like the inputs.
+// A block owns BM rows (16, src/ops/dense_tc.rs BLOCK_ROWS; the code takes 32 too): it stages
+// them in shared memory scaled and split (`Staged`, `stage`); its 8 warps, BM / 16 by rows and
+// 8 / (BM / 16) by columns, each make 16 rows x NT tiles of 8 columns of a chunk of 128 output
+// columns per pass, the weights read from global memory a few steps ahead (`WeightStream`).
+// The hidden layer of an MLP is written in f32 to shared memory, then staged (scaled and
+// split) like the inputs.
 // Reductions are multiples of 16 and outputs of 8 (the host checks).
 // Mirrors src/ops/dense_tc.rs.
 #include "common.cuh"
@@ -510,7 +511,7 @@ __device__ void mlp(const float* x, const float* b1, const float* pre, const uns
         dense_tc::readout<BM, KC>(x, b1, w, constant, w1, w1t, species, out, (int)n, (int)k, \
                                   (int)h);                                                  \
     }
-// One instantiation per block height BM (16, 32: the host picks by row count) and widths: KC
+// One instantiation per block height BM (16, the host's) and widths: KC
 // (and HC) the model's, or 0 for any (`dense_tc_16_0_f32`, `mlp_tc_fwd_16_128_f32`, ...).
 #define DENSE_TC(BM, KC)                                                                   \
     extern "C" __global__ void __launch_bounds__(dense_tc::THREADS, 2)                     \
@@ -557,4 +558,3 @@ __device__ void mlp(const float* x, const float* b1, const float* pre, const uns
     MLP_TC_ADJ(BM, 0, 0)                                                                   \
     MLP_TC_ADJ(BM, 384, 128)
 DENSE_TC_ALL(16)
-DENSE_TC_ALL(32)

@@ -418,8 +418,8 @@ fn cuda_fused_kernels_match_cpu() {
 }
 
 /// The tensor-core dense layers (`ops::dense_tc`, split f16) against their CPU twins in f32:
-/// one layer, the two-layer MLP with SiLU and its adjoint, from one row to 10,000 (both block
-/// heights, rows past the last block), the model's widths (128 → 128 → 384, the context MLP's
+/// one layer, the two-layer MLP with SiLU and its adjoint, from one row to 10,000 (rows past
+/// the last block), the model's widths (128 → 128 → 384, the context MLP's
 /// 256 inputs, its adjoint's 384-wide reduction: the compile-time variants) and others (the
 /// kernels for any width; outputs padded within a chunk, a second chunk); the layer with an
 /// addend (`dense_tc_adding`); the readout with the forces' seed (`readout_tc`) at 1-5,000 rows.
@@ -450,7 +450,7 @@ fn cuda_dense_tensor_cores_match_cpu() {
         let cpu = layer_outputs(&x, &Device::Cpu).unwrap();
         check(format!("{c:?}"), &layer_outputs(&x, &gpu).unwrap(), &cpu);
     }
-    // The readout with the forces' seed: the shipped widths at 16- and 32-row blocks, others.
+    // The readout with the forces' seed: the shipped widths at 1-5,000 rows, others.
     let readouts = [
         (1, 128, 64),
         (37, 128, 64),

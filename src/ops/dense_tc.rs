@@ -26,11 +26,6 @@ const CHUNK: usize = 128;
 /// MLP's hidden layer in shared memory, split in two (PaiNN's widest is 3F).
 pub const DENSE_TC_MAX_WIDTH: usize = 384;
 
-/// Rows per block: 32 from this many rows where the staged inputs are at most 256 wide (half
-/// the weight reads of 16, two blocks per multiprocessor), else 16 (more blocks for an H100's
-/// 132 multiprocessors). `MLFF_DENSE_TC_ROWS` (16 or 32) forces one.
-const TALL_FROM_ROWS: usize = 4096;
-
 /// Whether the dense layers of `dtype` run on tensor cores where they fit (f32 unless
 /// `MLFF_DENSE_TENSOR_CORES=0`).
 pub fn dense_on_tensor_cores(dtype: DType) -> bool {
@@ -45,25 +40,19 @@ pub fn dense_tc_fits(k: usize, j: usize) -> bool {
     k.is_multiple_of(16) && j.is_multiple_of(8) && k > 0 && j > 0 && k <= DENSE_TC_MAX_WIDTH
 }
 
-fn block_rows(n: usize, k: usize) -> usize {
-    static FORCED: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    match *FORCED.get_or_init(|| crate::device::env_usize("MLFF_DENSE_TC_ROWS", 0)) {
-        rows @ (16 | 32) => rows,
-        _ if n >= TALL_FROM_ROWS && k <= 256 => 32,
-        _ => 16,
-    }
-}
+/// Rows per block (BM in kernels/dense_tc.cu). (With split TF32, blocks of 32 rows from 4,096
+/// rows and inputs up to 256 wide had been the faster; with split f16, 16 everywhere measured
+/// as fast or faster, water-3000 1-2%: BENCHMARKS.md.)
+#[cfg(feature = "cuda")]
+const BLOCK_ROWS: usize = 16;
 
-/// (rows per block, width known at compile time, function) of a kernel's instantiations in
-/// kernels/dense_tc.cu; width 0 takes any.
-type Variants = &'static [(usize, usize, &'static str)];
+/// (width known at compile time, function) of a kernel's instantiations in
+/// kernels/dense_tc.cu (blocks of [`BLOCK_ROWS`]); width 0 takes any.
+type Variants = &'static [(usize, &'static str)];
 
 macro_rules! variants {
     ($stem:literal: $($width:literal),*) => {
-        &[$(
-            (16, $width, concat!($stem, "_16_", $width)),
-            (32, $width, concat!($stem, "_32_", $width)),
-        )*]
+        &[$(($width, concat!($stem, "_16_", $width)),)*]
     };
 }
 
@@ -73,13 +62,13 @@ const READOUT_VARIANTS: Variants = variants!("readout_tc": 0, 128);
 const FORWARD_VARIANTS: Variants = variants!("mlp_tc_fwd": 0, 128, 256);
 const ADJOINT_VARIANTS: Variants = variants!("mlp_tc_adj": 0, 384);
 
-/// The function for `rows` rows per block whose widths the kernel knows at compile time where
-/// `width` is one of its variants' (the model's), else the one for any.
-fn function(variants: Variants, rows: usize, width: usize) -> &'static str {
-    let pick = |w: usize| variants.iter().find(|v| v.0 == rows && v.1 == w);
+/// The function whose widths the kernel knows at compile time where `width` is one of its
+/// variants' (the model's), else the one for any.
+fn function(variants: Variants, width: usize) -> &'static str {
+    let pick = |w: usize| variants.iter().find(|v| v.0 == w);
     pick(width)
         .or_else(|| pick(0))
-        .map_or(variants[0].2, |v| v.2)
+        .map_or(variants[0].1, |v| v.1)
 }
 
 /// A weight matrix [J, K] (output-major) as the kernels read it. On the CPU (the twins), and
@@ -200,18 +189,13 @@ struct Dims {
 }
 
 impl Dims {
-    /// Rows per block (by the staged first reduction).
-    fn rows(&self) -> usize {
-        block_rows(self.n, self.k)
-    }
-
     /// Launch shape: blocks of `rows` rows, with kernels/dense_tc.cu's `Smem` in shared memory
     /// (32-bit words): the staged rows (two f16 planes, [`staged_stride`] words a pair of rows)
     /// and their inverse scales, and for an MLP its hidden layer staged the same way and in f32
     /// (h + 8 words a row).
     #[cfg(feature = "cuda")]
     fn config(&self, hidden: bool) -> candle_core::cuda_backend::cudarc::driver::LaunchConfig {
-        let rows = self.rows();
+        let rows = BLOCK_ROWS;
         let mut words = rows * (staged_stride(self.k) + 1);
         if hidden {
             words += rows * (staged_stride(self.h) + self.h + 8 + 1);
@@ -258,7 +242,7 @@ impl Kernel for Layer {
             true => DENSE_ADD_VARIANTS,
             false => DENSE_VARIANTS,
         };
-        function(variants, self.dims.rows(), self.dims.k)
+        function(variants, self.dims.k)
     }
     fn work(&self) -> usize {
         self.dims.n * self.dims.j
@@ -288,7 +272,7 @@ impl Kernel for MlpForward {
     fn function(&self) -> &'static str {
         // The compile-time variants are the model's, whose hidden width is 128.
         let known = self.0.k * (self.0.h == 128) as usize;
-        function(FORWARD_VARIANTS, self.0.rows(), known)
+        function(FORWARD_VARIANTS, known)
     }
     fn work(&self) -> usize {
         self.0.n * self.0.j
@@ -321,6 +305,7 @@ impl Kernel for MlpForward {
 struct MlpAdjoint(Dims);
 
 impl MlpAdjoint {
+    #[cfg(feature = "cuda")]
     fn staged(&self) -> Dims {
         let Dims { n, k, h, j } = self.0;
         Dims { n, k: j, h, j: k }
@@ -332,7 +317,7 @@ impl Kernel for MlpAdjoint {
     kernel_source!("mlp_tc_adj", "dense_tc");
     fn function(&self) -> &'static str {
         let known = self.0.j * (self.0.h == 128) as usize;
-        function(ADJOINT_VARIANTS, self.staged().rows(), known)
+        function(ADJOINT_VARIANTS, known)
     }
     fn work(&self) -> usize {
         self.0.n * self.0.k
@@ -369,7 +354,7 @@ impl Kernel for Readout {
     overlaps_previous!();
     kernel_source!("readout_tc", "dense_tc");
     fn function(&self) -> &'static str {
-        function(READOUT_VARIANTS, self.dims.rows(), self.dims.k)
+        function(READOUT_VARIANTS, self.dims.k)
     }
     fn work(&self) -> usize {
         self.dims.n * self.dims.k
@@ -378,7 +363,7 @@ impl Kernel for Readout {
     #[cfg(feature = "cuda")]
     fn launch_config(&self, _: usize) -> candle_core::cuda_backend::cudarc::driver::LaunchConfig {
         let mut cfg = self.dims.config(true);
-        cfg.shared_mem_bytes += 4 * self.dims.rows() as u32;
+        cfg.shared_mem_bytes += 4 * BLOCK_ROWS as u32;
         cfg
     }
     fn sizes(&self) -> Vec<usize> {
