@@ -73,11 +73,10 @@ fn function(variants: Variants, width: usize) -> &'static str {
 
 /// A weight matrix [J, K] (output-major) as the kernels read it. On the CPU (the twins), and
 /// for shapes the kernels do not take: the matrix padded with zero rows to Jp, a multiple of
-/// 128, in its own dtype. On CUDA: u32
-/// [Jp K + Jp], each padded row scaled by a power of two and split into f16 hi and lo parts
-/// (kernels/f16_split.cuh), per quad of values one 16-byte group {hi (4q, 4q + 1), hi (4q + 2,
-/// 4q + 3), lo (..), lo (..)} (an mma B fragment), then each row's inverse scale as f32 bits.
-/// Made once per model by [`tc_weights`].
+/// 128, in its own dtype. On CUDA: u32 [Jp K + Jp], each padded row scaled by a power of two
+/// and split into f16 hi and lo parts (kernels/f16_split.cuh), per quad of values one 16-byte
+/// group {hi (4q, 4q + 1), hi (4q + 2, 4q + 3), lo (..), lo (..)} (an mma B fragment), then
+/// each row's inverse scale as f32 bits. Made once per model by [`tc_weights`].
 #[derive(Clone, Debug)]
 pub struct TcWeights {
     matrix: Tensor,
@@ -109,8 +108,8 @@ fn split_scale_field(max_bits: u32) -> u32 {
     (268 - (max_bits >> 23) as i32).clamp(1, 253) as u32
 }
 
-/// Rows of `k` values (`rows` of them, then zero rows up to `padded`), each scaled and split
-/// into f16 hi and lo parts, packed as [`TcWeights`] holds them on CUDA.
+/// Rows of `k` values (as many as `w` holds, then zero rows up to `padded`), each scaled and
+/// split into f16 hi and lo parts, packed as [`TcWeights`] holds them on CUDA.
 fn pack_split_rows(w: &[f32], k: usize, padded: usize) -> Vec<u32> {
     let pair = |a: f16, b: f16| a.to_bits() as u32 | (b.to_bits() as u32) << 16;
     let mut out = Vec::with_capacity(padded * (k + 1));
@@ -189,10 +188,10 @@ struct Dims {
 }
 
 impl Dims {
-    /// Launch shape: blocks of `rows` rows, with kernels/dense_tc.cu's `Smem` in shared memory
-    /// (32-bit words): the staged rows (two f16 planes, [`staged_stride`] words a pair of rows)
-    /// and their inverse scales, and for an MLP its hidden layer staged the same way and in f32
-    /// (h + 8 words a row).
+    /// Launch shape: blocks of [`BLOCK_ROWS`] rows, with kernels/dense_tc.cu's `Smem` in shared
+    /// memory (32-bit words): the staged rows (two f16 planes, [`staged_stride`] words a pair of
+    /// rows) and their inverse scales, and for an MLP its hidden layer staged the same way and in
+    /// f32 (h + 8 words a row).
     #[cfg(feature = "cuda")]
     fn config(&self, hidden: bool) -> candle_core::cuda_backend::cudarc::driver::LaunchConfig {
         let rows = BLOCK_ROWS;
