@@ -1,6 +1,7 @@
 // The tiled tensor-core interaction with each warp's filters kept in the mma's C fragments
-// (registers) instead of shared memory. Included by kernels/interaction_tile.cu after
-// kernels/interaction_tc.cuh, whose tiles, staging and products it shares; F = TILE_F only.
+// (registers) instead of shared memory, formed in split f16 (TcTile<.., FRAG = true>).
+// Included by kernels/interaction_tile.cu after kernels/interaction_tc.cuh, whose tiles and
+// staging it shares; F = TILE_F only.
 //
 // Lane (g, t) of warp (group, quarter) owns the tile's edges 16 group + g and + 8 (its rows r =
 // 0, 1) and 8 features of the warp's 32 (32 quarter + 4 t + [0, 4) and + 16: index k, see
@@ -72,18 +73,16 @@ struct FragRows {
 };
 
 // Part p (s, d, v) of the warp's filters, this lane's rows and features: w[r][2 q + b] is
-// column 2 t + b of n-tile q, row g + 8 r.
+// column 2 t + b of n-tile q, row g + 8 r (split f16: TcTile::basis_fragments_f16).
 template <typename Tile>
-__device__ __forceinline__ void frag_filters(const Tile& t,
-                                             const unsigned ah[TC_MAX_KSTEPS][4],
-                                             const unsigned al[TC_MAX_KSTEPS][4], int p,
-                                             float w[2][8]) {
+__device__ __forceinline__ void frag_filters(const Tile& t, const uint4 ah[2], const uint4 al[2],
+                                             const float unscale[2], int p, float w[2][8]) {
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
         float d[4];
-        t.filter_columns(ah, al, p * TILE_F + 32 * t.quarter + 8 * q, d);
-        w[0][2 * q] = d[0], w[0][2 * q + 1] = d[1];
-        w[1][2 * q] = d[2], w[1][2 * q + 1] = d[3];
+        t.filter_columns_f16(ah, al, p * TILE_F + 32 * t.quarter + 8 * q, d);
+        w[0][2 * q] = d[0] * unscale[0], w[0][2 * q + 1] = d[1] * unscale[0];
+        w[1][2 * q] = d[2] * unscale[1], w[1][2 * q + 1] = d[3] * unscale[1];
     }
 }
 
@@ -125,17 +124,18 @@ __device__ void frag_fwd(const float* __restrict__ phi, const float* __restrict_
         const float* ctx = phi + cf;  // φ_j's parts at 3 j F + p F
         float w[2][8], x[2][8];
         load_rows(ctx, rows.j, 3 * TILE_F, x);
-        unsigned ah[TC_MAX_KSTEPS][4], al[TC_MAX_KSTEPS][4];
-        t.basis_fragments(ah, al);
-        frag_filters(t, ah, al, 0, w);
+        uint4 ah[2], al[2];
+        float unscale[2];
+        t.basis_fragments_f16(ah, al, unscale);
+        frag_filters(t, ah, al, unscale, 0, w);
         times_filters(pb + cf, w, x);
         rows.add(x, out + cf, TILE_F, t.lane);
         float xd[2][8], xv[2][8];
         load_rows(ctx + TILE_F, rows.j, 3 * TILE_F, xd);
         load_rows(ctx + 2 * TILE_F, rows.j, 3 * TILE_F, xv);
-        frag_filters(t, ah, al, 1, w);
+        frag_filters(t, ah, al, unscale, 1, w);
         times_filters(pb + TILE_F + cf, w, xd);
-        frag_filters(t, ah, al, 2, w);
+        frag_filters(t, ah, al, unscale, 2, w);
         times_filters(pb + 2 * TILE_F + cf, w, xv);
 #pragma unroll
         for (int a = 0; a < 3; ++a) {

@@ -4,7 +4,9 @@
 //
 // A tile's filters are a product, [E edges, R + 1] basis x [R + 1, 3 CW] weights: tc_fwd
 // and tc_sym_adj form it with mma.m16n8k8 in split TF32 (three products per value pair, each
-// value held to ~2^-20, as f32 arithmetic) into shared memory, where the CUDA-core kernels spend
+// value held to ~2^-20, as f32 arithmetic) into shared memory (the fragment forward,
+// kernels/interaction_frag.cuh, with mma.m16n8k16 in split f16, each edge's row and the
+// weights scaled by powers of two: kernels/f16_split.cuh), where the CUDA-core kernels spend
 // ~63 FMAs per edge and feature. tc_sym_adj then overwrites the filters with dL/dw and sums
 // dL/d(basis) by a second such product, instead of writing E x 3F rows for a product outside
 // the kernel. A block owns a chunk of CW features (TILE_F, or 64 where F <= 64, so that a
@@ -77,10 +79,13 @@ __device__ __forceinline__ unsigned frag_feature(unsigned x) {
 }
 
 // FRAG: the fragment kernels' tile (kernels/interaction_frag.cuh): weight columns staged in
-// frag_feature's order, and no filters staged (sf null). Else weight columns in feature order.
-// (Weights staged split into TF32 hi and lo, one float4 per fragment instead of a float2 and
-// four instructions, took the fragment forward 2-3% longer at 10,000 atoms on an H100: twice
-// the shared-memory wavefronts, where L1 was its busiest unit at 86%.)
+// frag_feature's order as split f16 B fragments (stage_weights_f16; its filters then take
+// basis_fragments_f16 and filter_columns_f16), and no filters staged (sf null). Else weight
+// columns in feature order, f32. (Weights staged split into TF32 hi and lo, one float4 per
+// fragment instead of a float2 and four instructions, had taken the fragment forward 2-3%
+// longer at 10,000 atoms on an H100: twice the shared-memory wavefronts, where L1 was its
+// busiest unit at 86%. Split f16 holds hi and lo in the bytes of one f32 and needs half the
+// products: 0.9% off a 10,000-atom call on an H200.)
 // SWZ: stride 32 (more than 24 basis rows or columns), each staged row's blocks of 8 values
 // XOR-ed with the row's low two bits instead of the rows padded to 40 (at): the fragment loads
 // stay free of bank conflicts in a fifth less shared memory, and the adjoint keeps its partial
@@ -103,6 +108,7 @@ struct TcTile {
     bool active;
     float bias[3];
     unsigned plan[Shape::STAGE_LOADS];  // this thread's staging slots: m << 6 | r, or TC_NO_SLOT
+    float wunscale;  // FRAG: the staged weights' inverse scale (stage_weights_f16)
 
     __device__ unsigned features() const { return FC ? FC : f; }
     // The mma's k steps: KS where known at compile time (so that the fragment arrays and
@@ -119,7 +125,7 @@ struct TcTile {
         : f(f_), stride(tc_stride(nb_, bw_)), ksteps((nb_ + 7) / 8), nb(nb_), bw(bw_) {
         extern __shared__ __align__(16) unsigned char tile_smem[];
         sw = reinterpret_cast<float*>(tile_smem);
-        sb = sw + 3 * CW * stride;
+        sb = sw + (FRAG ? 3 * CW * 32 : 3 * CW * stride);  // (stride <= 32)
         sf = FRAG ? nullptr : sb + E * stride;
         si = reinterpret_cast<unsigned*>(sb + E * stride + (FRAG ? 0 : E * SF));
         sj = si + E;
@@ -133,16 +139,112 @@ struct TcTile {
         active = c < fk;
 #pragma unroll
         for (int p = 0; p < 3; ++p) bias[p] = active ? pb[p * fk + c] : 0.f;
-        const unsigned cols = 3 * CW;
-        for (unsigned k = threadIdx.x; k < stride * cols; k += TC_THREADS) {
-            const unsigned r = k / cols, col = k % cols;
-            const unsigned cc = c0 + (FRAG ? frag_feature(col % CW) : col % CW);
-            sw[at(col, r)] = r < nb && cc < fk ? wt[r * 3 * fk + col / CW * fk + cc] : 0.f;
+        if constexpr (FRAG) {
+            stage_weights_f16(wt, fk, c0);
+        } else {
+            const unsigned cols = 3 * CW;
+            for (unsigned k = threadIdx.x; k < stride * cols; k += TC_THREADS) {
+                const unsigned r = k / cols, col = k % cols;
+                const unsigned cc = c0 + col % CW;
+                sw[at(col, r)] = r < nb && cc < fk ? wt[r * 3 * fk + col / CW * fk + cc] : 0.f;
+            }
         }
 #pragma unroll
         for (int q = 0; q < Shape::STAGE_LOADS; ++q) {
             const unsigned k = threadIdx.x + q * TC_THREADS;
             plan[q] = k < E * stride ? (k / stride) << 6 | (k % stride) : TC_NO_SLOT;
+        }
+    }
+    // The mma.m16n8k16 steps of 16 basis rows (FRAG).
+    __device__ __forceinline__ unsigned ks16() const { return (ks() + 1) / 2; }
+    // FRAG: the weights scaled by the power of two that takes the matrix's largest magnitude
+    // into [2^14, 2^15) and split into f16 hi and lo (kernels/f16_split.cuh), as B fragments of
+    // mma.m16n8k16: for step s (basis rows 16 s ..) and staged column x (frag_feature's
+    // order), lane t's uint4 {hi (rows 16 s + 2t, + 1), hi (+ 8, + 9), lo (..), lo (..)} at
+    // uint4 (s 3 CW + x) 4 + t (a quarter warp's loads, two columns by four lanes, hit every
+    // bank once); rows from nb zero. Two steps (basis rows <= 32) in 3 CW x 32 words.
+    __device__ void stage_weights_f16(const float* wt, unsigned fk, unsigned c0) {
+        __shared__ unsigned largest;
+        if (threadIdx.x == 0) largest = 0;
+        __syncthreads();
+        unsigned m = 0;
+        for (unsigned k = threadIdx.x; k < nb * 3 * fk; k += TC_THREADS)
+            m = max(m, __float_as_uint(wt[k]) & 0x7fffffffu);
+        m = __reduce_max_sync(0xffffffffu, m);
+        if (lane == 0) atomicMax(&largest, m);
+        __syncthreads();
+        const unsigned field = split_scale_field(largest);
+        const float scale = split_scale(field);
+        wunscale = split_unscale(field);
+        const unsigned cols = 3 * CW;
+        uint4* out = reinterpret_cast<uint4*>(sw);
+        for (unsigned item = threadIdx.x; item < 2 * cols * 4; item += TC_THREADS) {
+            const unsigned t = item % 4, x = item / 4 % cols, s = item / 4 / cols;
+            const unsigned cc = c0 + frag_feature(x % CW), part = x / CW;
+            float v[4];
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const unsigned r = 16 * s + 2 * t + i % 2 + i / 2 * 8;
+                v[i] = r < nb && cc < fk ? wt[r * 3 * fk + part * fk + cc] * scale : 0.f;
+            }
+            uint4 o;
+            split_f16x2(v[0], v[1], o.x, o.z);
+            split_f16x2(v[2], v[3], o.y, o.w);
+            out[item] = o;
+        }
+    }
+    // FRAG: this warp's basis rows (its 16 edges) as split-f16 A fragments of mma.m16n8k16 for
+    // steps s < ks16(): lane (g, t)'s rows 16 group + g and + 8 at basis rows 16 s + 2t, + 1,
+    // + 8, + 9 (zero from nb: the staged rows hold the unit vectors after the basis), each edge's
+    // row scaled by the power of two of its largest magnitude (its four lanes share it by
+    // shuffles); unscale[r]: the rows' inverse scales times the weights'.
+    __device__ __forceinline__ void basis_fragments_f16(uint4 ah[2], uint4 al[2],
+                                                        float unscale[2]) const {
+        const unsigned g = lane / 4, t = lane % 4;
+        float v[2][2][4];  // [row][step][value]
+        unsigned m[2] = {0, 0};
+#pragma unroll
+        for (int r = 0; r < 2; ++r)
+#pragma unroll
+            for (int s = 0; s < 2; ++s)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    const unsigned k = 16 * s + 2 * t + i % 2 + i / 2 * 8;
+                    const float x = s < ks16() && k < nb ? sb[at(16 * group + g + 8 * r, k)] : 0.f;
+                    v[r][s][i] = x;
+                    m[r] = max(m[r], __float_as_uint(x) & 0x7fffffffu);
+                }
+        float scale[2];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            m[r] = max(m[r], __shfl_xor_sync(0xffffffffu, m[r], 1));
+            m[r] = max(m[r], __shfl_xor_sync(0xffffffffu, m[r], 2));
+            const unsigned field = split_scale_field(m[r]);
+            scale[r] = split_scale(field);
+            unscale[r] = split_unscale(field) * wunscale;
+        }
+#pragma unroll
+        for (int s = 0; s < 2; ++s) {
+            split_f16x2(v[0][s][0] * scale[0], v[0][s][1] * scale[0], ah[s].x, al[s].x);
+            split_f16x2(v[1][s][0] * scale[1], v[1][s][1] * scale[1], ah[s].y, al[s].y);
+            split_f16x2(v[0][s][2] * scale[0], v[0][s][3] * scale[0], ah[s].z, al[s].z);
+            split_f16x2(v[1][s][2] * scale[1], v[1][s][3] * scale[1], ah[s].w, al[s].w);
+        }
+    }
+    // FRAG: the warp's filters of staged weight columns [col, col + 8) into the C fragment d
+    // (lane (g, t): edges g and g + 8, columns 2 t and 2 t + 1), scaled (basis_fragments_f16's
+    // unscale undoes it).
+    __device__ __forceinline__ void filter_columns_f16(const uint4 ah[2], const uint4 al[2],
+                                                       unsigned col, float d[4]) const {
+        const uint4* b = reinterpret_cast<const uint4*>(sw) + (col + lane / 4) * 4 + lane % 4;
+        d[0] = d[1] = d[2] = d[3] = 0.f;
+#pragma unroll
+        for (int s = 0; s < 2; ++s) {
+            if (s >= ks16()) break;
+            const uint4 w = b[s * 3 * CW * 4];
+            mma_f16(d, al[s], w.x, w.y);
+            mma_f16(d, ah[s], w.z, w.w);
+            mma_f16(d, ah[s], w.x, w.y);
         }
     }
     // Loads tile e0's basis rows (zero past the edges and the basis width) and indices.

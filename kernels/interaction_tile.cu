@@ -17,6 +17,7 @@
 // Mirrors src/ops/interaction_tile.rs (the CPU twins are src/ops/interaction.rs's).
 #include "common.cuh"
 #include "interaction.cuh"
+#include "f16_split.cuh"
 #include "tf32.cuh"
 
 #define TILE_F 128

@@ -401,7 +401,8 @@ const SYM_ADJ_UNDER64: KsFamily = ks_family!("interaction_tile_sym_adj_under64")
 
 /// The tensor-core forward's launch: (edge tiles, feature chunks) blocks of [`TC_THREADS`]
 /// threads with the weights, the tile's basis and its filters in shared memory (f32); with
-/// `fragments` no filters (`TcTile<FC, true>`).
+/// `fragments` no filters, and the weights as split f16 in 3 chunk x 32 words
+/// (`TcTile<FC, true>::stage_weights_f16`).
 #[cfg(feature = "cuda")]
 fn tensor_core_config(
     z: &Sizes,
@@ -416,7 +417,8 @@ fn tensor_core_config(
         true => 0,
         false => edges * (3 * chunk + 8),
     };
-    let reals = 3 * chunk * stride + edges * stride + filters;
+    let weights = 3 * chunk * if fragments { 32 } else { stride };
+    let reals = weights + edges * stride + filters;
     candle_core::cuda_backend::cudarc::driver::LaunchConfig {
         grid_dim: (
             z.n_edges.div_ceil(edges).clamp(1, max_blocks) as u32,
