@@ -65,11 +65,11 @@ __host__ __device__ constexpr int staged_words(int bm, int width) {
 // row scaled by the power of two of its largest magnitude, split, its inverse scale in
 // s.rinv. One warp per pair row, each lane its quads q = lane + 32 i held in registers, so that
 // a row's largest magnitude is one warp reduction and the values are read once. GLOBAL: rows
-// in global memory (read through the read-only path). WC: the width where known at compile
+// in global memory (read through the read-only path). WIDTH: the width where known at compile
 // time (a lane then holds only its row's quads), else 0. Synchronises after.
-template <int BM, bool GLOBAL, int WC>
+template <int BM, bool GLOBAL, int WIDTH>
 __device__ void stage(const float* rows, int ld, int valid, const Staged& s) {
-    constexpr int MAXQ = (WC ? WC : MAX_WIDTH) / 4 / 32;
+    constexpr int MAXQ = (WIDTH ? WIDTH : MAX_WIDTH) / 4 / 32;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, quads = s.width / 4;
     auto load = [&](int r, int q) {
         if (r >= valid || q >= quads) return make_float4(0.f, 0.f, 0.f, 0.f);
