@@ -61,6 +61,12 @@ struct TcShape {
     static constexpr unsigned STAGE_LOADS = E * 40 / TC_THREADS;
 };
 
+// The k (0..15) of value i (0..3) of lane t's pairs in an m16n8k16 fragment: (2t, 2t + 1) in
+// its first register of a row (A) or column (B), (2t + 8, 2t + 9) in its second.
+__device__ __forceinline__ unsigned f16_fragment_k(unsigned t, unsigned i) {
+    return 2 * t + i % 2 + i / 2 * 8;
+}
+
 // The next tile's basis values and indices of one thread, loaded ahead.
 template <unsigned LOADS>
 struct TcStage {
@@ -184,7 +190,7 @@ struct TcTile {
             float v[4];
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
-                const unsigned r = 16 * s + 2 * t + i % 2 + i / 2 * 8;
+                const unsigned r = 16 * s + f16_fragment_k(t, i);
                 v[i] = r < nb && cc < fk ? wt[r * 3 * fk + part * fk + cc] * scale : 0.f;
             }
             uint4 o;
@@ -209,7 +215,7 @@ struct TcTile {
             for (int s = 0; s < 2; ++s)
 #pragma unroll
                 for (int i = 0; i < 4; ++i) {
-                    const unsigned k = 16 * s + 2 * t + i % 2 + i / 2 * 8;
+                    const unsigned k = 16 * s + f16_fragment_k(t, i);
                     const float x = s < ks16() && k < nb ? sb[at(16 * group + g + 8 * r, k)] : 0.f;
                     v[r][s][i] = x;
                     m[r] = max(m[r], __float_as_uint(x) & 0x7fffffffu);
