@@ -542,8 +542,9 @@ pub fn mlp_tc_adjoint(
 mod tests {
     use super::*;
 
-    /// Value `i` of quad `q` of packed row `row` ([`pack_split_rows`]) unpacked and unscaled.
-    fn unpacked(p: &[u32], k: usize, padded: usize, row: usize, q: usize, i: usize) -> f64 {
+    /// Value `i` of quad `q` of packed row `row` ([`pack_split_rows`]): its scaled hi and lo
+    /// parts and the row's inverse scale.
+    fn parts(p: &[u32], k: usize, padded: usize, row: usize, q: usize, i: usize) -> [f64; 3] {
         let half = |word: u32, upper: bool| f16::from_bits((word >> (16 * upper as u32)) as u16);
         let group = &p[row * k + 4 * q..row * k + 4 * q + 4];
         let (hi, lo) = (
@@ -551,7 +552,52 @@ mod tests {
             half(group[2 + i / 2], i % 2 == 1),
         );
         let unscale = f32::from_bits(p[padded * k + row]) as f64;
-        (hi.to_f64() + lo.to_f64()) * unscale
+        [hi.to_f64(), lo.to_f64(), unscale]
+    }
+
+    /// The same value unpacked and unscaled.
+    fn unpacked(p: &[u32], k: usize, padded: usize, row: usize, q: usize, i: usize) -> f64 {
+        let [hi, lo, unscale] = parts(p, k, padded, row, q, i);
+        (hi + lo) * unscale
+    }
+
+    /// What the kernels compute from two packed rows: lo·hi + hi·lo + hi·hi over the scaled
+    /// parts (lo·lo dropped), unscaled by both rows' inverse scales: within 2^-20 of Σ|x||w| of
+    /// the exact products, for rows of magnitudes 1e-12 to 1e12 against weight rows of 1e-6 to
+    /// 1e6, and some values of a row far below its largest.
+    #[test]
+    fn split_products_hold_a_dot_product() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(17);
+        let k = 64;
+        let mut row = |scale: f64| -> Vec<f32> {
+            (0..k)
+                .map(|c| {
+                    let tiny = if c % 7 == 0 { 1e-9 } else { 1.0 };
+                    (scale * tiny * rng.random_range(-1.0..1.0)) as f32
+                })
+                .collect()
+        };
+        let xs: Vec<Vec<f32>> = (-12..=12).step_by(3).map(|e| row(10f64.powi(e))).collect();
+        let ws: Vec<Vec<f32>> = (-6..=6).step_by(2).map(|e| row(10f64.powi(e))).collect();
+        let (px, pw) = (
+            pack_split_rows(&xs.concat(), k, CHUNK),
+            pack_split_rows(&ws.concat(), k, CHUNK),
+        );
+        for (r, x) in xs.iter().enumerate() {
+            for (j, w) in ws.iter().enumerate() {
+                let (mut got, mut exact, mut scale) = (0.0, 0.0, 0.0);
+                for c in 0..k {
+                    let [xh, xl, xu] = parts(&px, k, CHUNK, r, c / 4, c % 4);
+                    let [wh, wl, wu] = parts(&pw, k, CHUNK, j, c / 4, c % 4);
+                    got += (xl * wh + xh * wl + xh * wh) * xu * wu;
+                    exact += x[c] as f64 * w[c] as f64;
+                    scale += (x[c] as f64 * w[c] as f64).abs();
+                }
+                let err = (got - exact).abs() / scale;
+                assert!(err <= 2f64.powi(-20), "row {r} weight row {j}: {err:e}");
+            }
+        }
     }
 
     /// Rows of magnitudes from 1e-30 to 1e30 (one of zeros, one with tiny values beside a large
