@@ -51,3 +51,32 @@ __device__ __forceinline__ void mma_f16(float d[4], const uint4& a, unsigned b0,
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1));
 }
+
+// d += a b for a 16 x 8 (a0 row g k 2t.., a1 row g + 8) and b 8 x 8 (k 2t.., column g) in f16.
+__device__ __forceinline__ void mma_f16_k8(float d[4], unsigned a0, unsigned a1, unsigned b0) {
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5}, {%6}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(b0));
+}
+
+// Four 8 x 8 matrices of 16-bit values from shared memory (ldmatrix: lanes 8 m .. 8 m + 7 give
+// the addresses of matrix m's rows, 16 bytes each): lane (g, t) gets value pair (2 t, 2 t + 1)
+// of row g of each, or with TRANS values g of rows 2 t and 2 t + 1 (the matrix transposed).
+template <bool TRANS = false>
+__device__ __forceinline__ void load_matrices_x4(unsigned addr, unsigned r[4]) {
+    if (TRANS)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(addr));
+    else
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(addr));
+}
+// Two such matrices (lanes 0 .. 15 give the addresses).
+__device__ __forceinline__ void load_matrices_x2(unsigned addr, unsigned r[2]) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];"
+                 : "=r"(r[0]), "=r"(r[1])
+                 : "r"(addr));
+}

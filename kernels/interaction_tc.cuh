@@ -9,7 +9,7 @@
 // weights scaled by powers of two: kernels/f16_split.cuh), where the CUDA-core kernels spend
 // ~63 FMAs per edge and feature. tc_sym_adj then overwrites the filters with dL/dw and sums
 // dL/d(basis) by a second such product, instead of writing E x 3F rows for a product outside
-// the kernel. A block owns a chunk of CW features (TILE_F, or 64 where F <= 64, so that a
+// the kernel (at the shipped shape both products in split f16: TcTile<.., HALF>). A block owns a chunk of CW features (TILE_F, or 64 where F <= 64, so that a
 // small model does not form 128 features' filters): its 8 warps are CW / 32 "quarters" across
 // the features times 8 / (CW / 32) groups across the edges (TcShape). Warp w owns edges
 // [16 group, + 16) of a tile and features [32 quarter, + 32) of the chunk: it forms exactly the
@@ -98,7 +98,13 @@ __device__ __forceinline__ unsigned frag_feature(unsigned x) {
 // sums in the filters' space (partial_row), so that it runs two blocks a multiprocessor (at
 // stride 40 one; F = 128 with 22-28 basis functions took 10-12% less time at 10,000 atoms on an
 // H200). Compile-time, so that the other shapes' code is what it was.
-template <int FC, bool FRAG = false, int CW = TILE_F, bool SWZ = false, int KS = 0>
+// HALF (the symmetric adjoint at 17-24 basis rows, stride 24): the weights staged as split f16
+// rows instead, hi then lo, [3 CW][24] halves each (in the f32 weights' 3 CW x 24 words), the
+// matrix scaled as stage_weights_f16 does; both of the adjoint's products read them by
+// ldmatrix, the filters' B fragments as stored and dL/d(basis)'s transposed
+// (stage_weight_rows_f16).
+template <int FC, bool FRAG = false, int CW = TILE_F, bool SWZ = false, int KS = 0,
+          bool HALF = false>
 struct TcTile {
     using Shape = TcShape<CW>;
     static constexpr unsigned QUARTERS = Shape::QUARTERS, E = Shape::E, SF = Shape::SF;
@@ -147,6 +153,8 @@ struct TcTile {
         for (int p = 0; p < 3; ++p) bias[p] = active ? pb[p * fk + c] : 0.f;
         if constexpr (FRAG) {
             stage_weights_f16(wt, fk, c0);
+        } else if constexpr (HALF) {
+            stage_weight_rows_f16(wt, fk, c0);
         } else {
             const unsigned cols = 3 * CW;
             for (unsigned k = threadIdx.x; k < stride * cols; k += TC_THREADS) {
@@ -161,15 +169,9 @@ struct TcTile {
             plan[q] = k < E * stride ? (k / stride) << 6 | (k % stride) : TC_NO_SLOT;
         }
     }
-    // The mma.m16n8k16 steps of 16 basis rows (FRAG).
-    __device__ __forceinline__ unsigned ks16() const { return (ks() + 1) / 2; }
-    // FRAG: the weights scaled by the power of two that takes the matrix's largest magnitude
-    // into [2^14, 2^15) and split into f16 hi and lo (kernels/f16_split.cuh), as B fragments of
-    // mma.m16n8k16: for step s (basis rows 16 s ..) and staged column x (frag_feature's
-    // order), lane t's uint4 {hi (rows 16 s + 2t, + 1), hi (+ 8, + 9), lo (..), lo (..)} at
-    // uint4 (s 3 CW + x) 4 + t (a quarter warp's loads, two columns by four lanes, hit every
-    // bank once); rows from nb zero. Two steps (basis rows <= 32) in 3 CW x 32 words.
-    __device__ void stage_weights_f16(const float* wt, unsigned fk, unsigned c0) {
+    // The split-f16 scale field (f16_split.cuh) of the weights [nb][3 fk]: their largest
+    // magnitude found by the whole block.
+    __device__ unsigned weights_scale_field(const float* wt, unsigned fk) const {
         __shared__ unsigned largest;
         if (threadIdx.x == 0) largest = 0;
         __syncthreads();
@@ -179,7 +181,39 @@ struct TcTile {
         m = __reduce_max_sync(0xffffffffu, m);
         if (lane == 0) atomicMax(&largest, m);
         __syncthreads();
-        const unsigned field = split_scale_field(largest);
+        return split_scale_field(largest);
+    }
+    // HALF: halves per staged weight row, and the lo rows' offset in bytes from the hi rows'.
+    static constexpr unsigned HALF_ROW = 24, HALF_LO = 3 * CW * HALF_ROW * 2;
+    // HALF: weight column x's basis rows r, r + 1 as hi and lo pairs at word x HALF_ROW / 2 +
+    // r / 2 of the hi and the lo rows (value r in the low half); rows from nb zero.
+    __device__ void stage_weight_rows_f16(const float* wt, unsigned fk, unsigned c0) {
+        const unsigned field = weights_scale_field(wt, fk);
+        const float scale = split_scale(field);
+        wunscale = split_unscale(field);
+        const unsigned cols = 3 * CW, pairs = HALF_ROW / 2;
+        unsigned* hi = reinterpret_cast<unsigned*>(sw);
+        unsigned* lo = hi + cols * pairs;
+        for (unsigned item = threadIdx.x; item < cols * pairs; item += TC_THREADS) {
+            const unsigned x = item % cols, r = 2 * (item / cols);  // a warp reads along a row
+            const unsigned cc = c0 + x % CW, part = x / CW;
+            float v[2];
+#pragma unroll
+            for (int i = 0; i < 2; ++i)
+                v[i] = r + i < nb && cc < fk ? wt[(r + i) * 3 * fk + part * fk + cc] * scale : 0.f;
+            split_f16x2(v[0], v[1], hi[x * pairs + r / 2], lo[x * pairs + r / 2]);
+        }
+    }
+    // The mma.m16n8k16 steps of 16 basis rows (FRAG).
+    __device__ __forceinline__ unsigned ks16() const { return (ks() + 1) / 2; }
+    // FRAG: the weights scaled by the power of two that takes the matrix's largest magnitude
+    // into [2^14, 2^15) and split into f16 hi and lo (kernels/f16_split.cuh), as B fragments of
+    // mma.m16n8k16: for step s (basis rows 16 s ..) and staged column x (frag_feature's
+    // order), lane t's uint4 {hi (rows 16 s + 2t, + 1), hi (+ 8, + 9), lo (..), lo (..)} at
+    // uint4 (s 3 CW + x) 4 + t (a quarter warp's loads, two columns by four lanes, hit every
+    // bank once); rows from nb zero. Two steps (basis rows <= 32) in 3 CW x 32 words.
+    __device__ void stage_weights_f16(const float* wt, unsigned fk, unsigned c0) {
+        const unsigned field = weights_scale_field(wt, fk);
         const float scale = split_scale(field);
         wunscale = split_unscale(field);
         const unsigned cols = 3 * CW;
@@ -374,6 +408,45 @@ struct TcTile {
             *reinterpret_cast<float2*>(o + 8 * SF) = make_float2(d[2], d[3]);
         }
     }
+    // HALF: shared-memory address of this lane's row of an ldmatrix in the staged weights: x4
+    // with TRANS of columns col + lane % 16 (matrices hi, hi + 8 columns, lo, lo + 8) at basis
+    // rows 8 s (add 16 s); else of column col + lane % 8 (x4: hi rows 0..7, 8..15, lo 0..7,
+    // 8..15; x2: hi 16..23, lo 16..23).
+    template <bool TRANS, bool X2 = false>
+    __device__ __forceinline__ unsigned half_rows(unsigned col) const {
+        const unsigned rows = static_cast<unsigned>(__cvta_generic_to_shared(sw));
+        const unsigned x = TRANS ? lane % 16 : lane % 8;
+        const unsigned lo = (X2 ? lane / 8 % 2 : lane / 16) * HALF_LO;
+        const unsigned k = TRANS ? 0 : X2 ? 32 : lane / 8 % 2 * 16;
+        return rows + lo + (col + x) * HALF_ROW * 2 + k;
+    }
+    // HALF: form_filters from the split-f16 rows, per 8 columns an m16n8k16 step (basis rows
+    // 0..15) and an m16n8k8 step (16..23) of three products each; the A fragments as
+    // basis_fragments_f16 forms them (its second step's first two registers are the k8 step's).
+    __device__ void form_filters_h() const {
+        const unsigned g = lane / 4, t = lane % 4;
+        uint4 ah[2], al[2];
+        float unscale[2];
+        basis_fragments_f16(ah, al, unscale);
+#pragma unroll 4
+        for (int n = 0; n < 12; ++n) {
+            const unsigned col = (n / 4) * CW + 32 * quarter + 8 * (n % 4);
+            unsigned b[4], c[2];
+            load_matrices_x4(half_rows<false>(col), b);
+            load_matrices_x2(half_rows<false, true>(col), c);
+            float d[4] = {0.f, 0.f, 0.f, 0.f};
+            mma_f16(d, al[0], b[0], b[1]);
+            mma_f16(d, ah[0], b[2], b[3]);
+            mma_f16(d, ah[0], b[0], b[1]);
+            mma_f16_k8(d, al[1].x, al[1].y, c[0]);
+            mma_f16_k8(d, ah[1].x, ah[1].y, c[1]);
+            mma_f16_k8(d, ah[1].x, ah[1].y, c[0]);
+            float* o = sf + (16 * group + g) * SF + col + 2 * t;
+            *reinterpret_cast<float2*>(o) = make_float2(d[0] * unscale[0], d[1] * unscale[0]);
+            *reinterpret_cast<float2*>(o + 8 * SF) =
+                make_float2(d[2] * unscale[1], d[3] * unscale[1]);
+        }
+    }
     // The one receiving atom of the warp's 16 staged edges from `first`, or NO_ATOM where
     // they have several or the tile ends before them (every lane calls it).
     __device__ __forceinline__ unsigned warp_atom(unsigned first, unsigned cnt) const {
@@ -492,6 +565,51 @@ struct TcTile {
         }
         store_partials(d);
     }
+    // HALF: basis_grads from the split-f16 rows, per 16 of the warp's 96 columns an
+    // m16n8k16 step for each 8 basis rows: the A fragments the edges' dL/dw, each edge's scaled
+    // by the power of two of its largest over the warp's columns (dw_max: the bits of lane (g,
+    // t)'s edges g and g + 8), the B fragments the weight rows transposed by ldmatrix.
+    __device__ void basis_grads_h(const unsigned dw_max[2]) const {
+        const unsigned g = lane / 4, t = lane % 4;
+        float scale[2], unscale[2];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const unsigned field = split_scale_field(dw_max[r]);
+            scale[r] = split_scale(field);
+            unscale[r] = split_unscale(field) * wunscale;
+        }
+        float d[TC_MAX_KSTEPS][4] = {};
+#pragma unroll 2
+        for (int kk = 0; kk < 6; ++kk) {
+            const unsigned col = (kk / 2) * CW + 32 * quarter + 16 * (kk % 2);
+            const float* a0 = sf + (16 * group + g) * SF + col + 2 * t;
+            const float* a1 = a0 + 8 * SF;
+            const float2 x0 = *reinterpret_cast<const float2*>(a0);
+            const float2 x1 = *reinterpret_cast<const float2*>(a1);
+            const float2 x2 = *reinterpret_cast<const float2*>(a0 + 8);
+            const float2 x3 = *reinterpret_cast<const float2*>(a1 + 8);
+            uint4 ah, al;
+            split_f16x2(x0.x * scale[0], x0.y * scale[0], ah.x, al.x);
+            split_f16x2(x1.x * scale[1], x1.y * scale[1], ah.y, al.y);
+            split_f16x2(x2.x * scale[0], x2.y * scale[0], ah.z, al.z);
+            split_f16x2(x3.x * scale[1], x3.y * scale[1], ah.w, al.w);
+            const unsigned rows = half_rows<true>(col);
+#pragma unroll
+            for (int s = 0; s < 3; ++s) {
+                unsigned b[4];
+                load_matrices_x4<true>(rows + 16 * s, b);
+                mma_f16(d[s], al, b[0], b[1]);
+                mma_f16(d[s], ah, b[2], b[3]);
+                mma_f16(d[s], ah, b[0], b[1]);
+            }
+        }
+#pragma unroll
+        for (int s = 0; s < 3; ++s) {
+            d[s][0] *= unscale[0], d[s][1] *= unscale[0];
+            d[s][2] *= unscale[1], d[s][3] *= unscale[1];
+        }
+        store_partials(d);
+    }
     // The tile's dL/d(basis) rows into gb (stored where this block holds every feature, added
     // where the features are split over blocks): the quarters' sums, then the unit-vector sums,
     // plus the rows of `prev` (the later blocks' sum, fetched: fetch_prev) where given.
@@ -597,7 +715,7 @@ __device__ void tc_fwd(const float* __restrict__ phi, const float* __restrict__ 
 // each thread overwrites its filters of a tile in shared memory with its dL/dw, and the second
 // product gives the tile's dL/d(basis) rows (plus gb_prev's where given). out = [g_v (3NF) |
 // g_phi (3NF) | g_basis (E (R + 4))], zeroed.
-template <int FC, int CW = TILE_F, bool SWZ = false, int KS = 0>
+template <int FC, int CW = TILE_F, bool SWZ = false, int KS = 0, bool HALF = false>
 __device__ void tc_sym_adj(const float* __restrict__ phi, const float* __restrict__ pb,
                            const float* __restrict__ wt, const float* __restrict__ basis,
                            const float* __restrict__ sv, const float* __restrict__ gm,
@@ -605,10 +723,14 @@ __device__ void tc_sym_adj(const float* __restrict__ phi, const float* __restric
                            const unsigned* __restrict__ ci, const unsigned* __restrict__ nj,
                            float* __restrict__ out, size_t n_edges, size_t f, size_t n,
                            size_t n_rbf) {
-    using Tile = TcTile<FC, false, CW, SWZ, KS>;
+    static_assert(!HALF || (FC == CW && !SWZ), "split-f16 rows: one chunk, stride 24");
+    using Tile = TcTile<FC, false, CW, SWZ, KS, HALF>;
     Tile t(wt, pb, n_rbf + 1, n_rbf + 4, f);  // the model's weights, staged
     wait_for_previous_kernel();
     const unsigned fk = t.features(), nf = n * fk, first = 16 * t.group;
+    // HALF: the largest magnitude's bits of the dL/dw over the warp's columns of lane (g, t)'s
+    // edges g and g + 8 of the warp's 16 (basis_grads_h).
+    unsigned dw_max[2];
     float *gphi = out + 3 * (size_t)nf, *gb = out + 6 * (size_t)nf;
     const float* const gv[3] = {gve, gve + nf, gve + 2 * (size_t)nf};
     // The run's atom j: its context and vectors, and its gradients' sums.
@@ -646,10 +768,24 @@ __device__ void tc_sym_adj(const float* __restrict__ phi, const float* __restric
         *ws = far.gs[k] * ctx[0];  // the filter's slot now holds dL/dw
         *wd = gxd * ctx[1];
         *wv = gxv * ctx[2];
+        if constexpr (HALF) {  // (every lane is here: one chunk, all active)
+            const unsigned mask = 0x7fffffffu;
+            const unsigned own = max(max(__float_as_uint(far.gs[k] * ctx[0]) & mask,
+                                         __float_as_uint(gxd * ctx[1]) & mask),
+                                     __float_as_uint(gxv * ctx[2]) & mask);
+            const unsigned big = __reduce_max_sync(0xffffffffu, own), e = m - first;
+            if (e == t.lane / 4) dw_max[0] = big;
+            if (e == t.lane / 4 + 8) dw_max[1] = big;
+        }
     };
     t.walk(basis, ci, nj, n_edges, [&](size_t e0, unsigned cnt) {
         t.fetch_prev(gb_prev, e0, cnt);
-        t.form_filters();
+        if constexpr (HALF) {
+            t.form_filters_h();
+            dw_max[0] = dw_max[1] = 0;
+        } else {
+            t.form_filters();
+        }
         __syncwarp();
         // Where the warp's 16 edges have one atom (sorted lists: most warps), its groups take a
         // path without a branch per edge, so that the compiler can interleave their edges.
@@ -676,7 +812,8 @@ __device__ void tc_sym_adj(const float* __restrict__ phi, const float* __restric
             t.add_unit_grads(gu, g);
         }
         __syncwarp();
-        t.basis_grads();
+        if constexpr (HALF) t.basis_grads_h(dw_max);
+        else t.basis_grads();
         wait_copies();
         __syncthreads();
         t.store_basis_grads(gb, gb_prev, e0, cnt);
@@ -702,17 +839,18 @@ __device__ void tc_sym_adj(const float* __restrict__ phi, const float* __restric
         size_t n, size_t n_rbf) {                                                               \
         tc_fwd<FC, CW, SWZ, KS>(phi, pb, w, basis, sv, ci, nj, out, n_edges, f, n, n_rbf);     \
     }
-#define TC_SYM_ADJ_NRBF_ENTRY(NAME, FC, CW, SWZ, KS, NRBF)                                     \
+#define TC_SYM_ADJ_NRBF_ENTRY(NAME, FC, CW, SWZ, KS, NRBF, HALF)                               \
     extern "C" __global__ void __launch_bounds__(TC_THREADS, 2) NAME(                          \
         const float* phi, const float* pb, const float* w, const float* basis, const float* sv, \
         const float* gm, const float* gve, const float* gb_prev, const unsigned int* ci,       \
         const unsigned int* nj, float* out, size_t n_edges, size_t f, size_t n, size_t n_rbf,  \
         size_t accumulate) {                                                                    \
         const float* prev = accumulate ? gb_prev : nullptr;                                     \
-        tc_sym_adj<FC, CW, SWZ, KS>(phi, pb, w, basis, sv, gm, gve, prev, ci, nj, out, n_edges, \
-                                    f, n, NRBF ? NRBF : n_rbf);                                 \
+        tc_sym_adj<FC, CW, SWZ, KS, HALF>(phi, pb, w, basis, sv, gm, gve, prev, ci, nj, out,    \
+                                          n_edges, f, n, NRBF ? NRBF : n_rbf);                  \
     }
-#define TC_SYM_ADJ_ENTRY(NAME, FC, CW, SWZ, KS) TC_SYM_ADJ_NRBF_ENTRY(NAME, FC, CW, SWZ, KS, 0)
+#define TC_SYM_ADJ_ENTRY(NAME, FC, CW, SWZ, KS) \
+    TC_SYM_ADJ_NRBF_ENTRY(NAME, FC, CW, SWZ, KS, 0, false)
 // The five (SWZ, KS) entries of one shape: ENTRY(NAME_..._f32, SHAPE..., SWZ, KS).
 #define TC_KS_FAMILY(ENTRY, NAME, ...)           \
     ENTRY(NAME##_k1_f32, __VA_ARGS__, false, 1)   \
@@ -728,4 +866,4 @@ TC_KS_FAMILY(TC_SYM_ADJ_ENTRY, interaction_tile_sym_adj, 0, TILE_F)
 TC_KS_FAMILY(TC_SYM_ADJ_ENTRY, interaction_tile_sym_adj_128, TILE_F, TILE_F)
 TC_KS_FAMILY(TC_SYM_ADJ_ENTRY, interaction_tile_sym_adj_64, 64, 64)
 TC_KS_FAMILY(TC_SYM_ADJ_ENTRY, interaction_tile_sym_adj_under64, 0, 64)
-TC_SYM_ADJ_NRBF_ENTRY(interaction_tile_sym_adj_128_20_f32, TILE_F, TILE_F, false, 0, TC_RBF)
+TC_SYM_ADJ_NRBF_ENTRY(interaction_tile_sym_adj_128_20_f32, TILE_F, TILE_F, false, 0, TC_RBF, true)

@@ -471,6 +471,8 @@ impl<const SYMMETRIC: bool> Kernel for TileAdjoint<SYMMETRIC> {
     fn function(&self) -> &'static str {
         match (SYMMETRIC, self.filters) {
             (true, FilterArithmetic::CudaCores) => "interaction_tile_cc_sym_adj",
+            // Its filters and dL/d(basis) in split f16 (`TcTile<.., HALF>`), the others' in
+            // split TF32.
             (true, FilterArithmetic::TensorCores)
                 if self.z.hidden == TILE_F && self.z.n_rbf == SHIPPED_RBF =>
             {
