@@ -410,49 +410,66 @@ struct TcTile {
     }
     // HALF: shared-memory address of this lane's row of an ldmatrix in the staged weights: x4
     // with TRANS of columns col + lane % 16 (matrices hi, hi + 8 columns, lo, lo + 8) at basis
-    // rows 8 s (add 16 s); else of column col + lane % 8 (x4: hi rows 0..7, 8..15, lo 0..7,
-    // 8..15; x2: hi 16..23, lo 16..23).
-    template <bool TRANS, bool X2 = false>
+    // rows 8 s (add 16 s); else of column col + lane % 8 (hi rows 0..7, 8..15, lo 0..7,
+    // 8..15), or with K8 of column col + lane % 8 + 8 (lane / 16) (hi rows 16..23, lo 16..23,
+    // then the same of the next 8 columns).
+    template <bool TRANS, bool K8 = false>
     __device__ __forceinline__ unsigned half_rows(unsigned col) const {
         const unsigned rows = static_cast<unsigned>(__cvta_generic_to_shared(sw));
-        const unsigned x = TRANS ? lane % 16 : lane % 8;
-        const unsigned lo = (X2 ? lane / 8 % 2 : lane / 16) * HALF_LO;
-        const unsigned k = TRANS ? 0 : X2 ? 32 : lane / 8 % 2 * 16;
+        const unsigned x = TRANS ? lane % 16 : K8 ? lane % 8 + lane / 16 * 8 : lane % 8;
+        const unsigned lo = (K8 ? lane / 8 % 2 : lane / 16) * HALF_LO;
+        const unsigned k = TRANS ? 0 : K8 ? 32 : lane / 8 % 2 * 16;
         return rows + lo + (col + x) * HALF_ROW * 2 + k;
     }
     // HALF: form_filters from the split-f16 rows, per 8 columns an m16n8k16 step (basis rows
     // 0..15) and an m16n8k8 step (16..23) of three products each; the A fragments as
     // basis_fragments_f16 forms them (its second step's first two registers are the k8 step's).
+    // Two n-tiles at a time, their loads first and their products interleaved: one tile's six
+    // products are a chain of dependent mma, and ptxas keeps the volatile ldmatrix after the
+    // previous tile's stores (one tile at a time, the whole loop was one chain, a NOP after
+    // every mma; two tiles took a 10,000-atom call from 3.99-4.01 to 3.92-3.94 ms on an H200,
+    // two commands apart, and each tile's cross products apart from hi x hi nothing more).
     __device__ void form_filters_h() const {
         const unsigned g = lane / 4, t = lane % 4;
         uint4 ah[2], al[2];
         float unscale[2];
         basis_fragments_f16(ah, al, unscale);
-#pragma unroll 4
-        for (int n = 0; n < 12; ++n) {
-            const unsigned col = (n / 4) * CW + 32 * quarter + 8 * (n % 4);
-            unsigned b[4], c[2];
-            load_matrices_x4(half_rows<false>(col), b);
-            load_matrices_x2(half_rows<false, true>(col), c);
-            float d[4] = {0.f, 0.f, 0.f, 0.f};
-            mma_f16(d, al[0], b[0], b[1]);
-            mma_f16(d, ah[0], b[2], b[3]);
-            mma_f16(d, ah[0], b[0], b[1]);
-            mma_f16_k8(d, al[1].x, al[1].y, c[0]);
-            mma_f16_k8(d, ah[1].x, ah[1].y, c[1]);
-            mma_f16_k8(d, ah[1].x, ah[1].y, c[0]);
-            float* o = sf + (16 * group + g) * SF + col + 2 * t;
-            *reinterpret_cast<float2*>(o) = make_float2(d[0] * unscale[0], d[1] * unscale[0]);
-            *reinterpret_cast<float2*>(o + 8 * SF) =
-                make_float2(d[2] * unscale[1], d[3] * unscale[1]);
+#pragma unroll 3
+        for (int n = 0; n < 12; n += 2) {
+            const unsigned col = (n / 4) * CW + 32 * quarter + 8 * (n % 4);  // and col + 8
+            unsigned b[2][4], c[4];
+            load_matrices_x4(half_rows<false>(col), b[0]);
+            load_matrices_x4(half_rows<false>(col + 8), b[1]);
+            load_matrices_x4(half_rows<false, true>(col), c);
+            float d[2][4] = {};
+#pragma unroll
+            for (int q = 0; q < 2; ++q) mma_f16(d[q], ah[0], b[q][0], b[q][1]);
+#pragma unroll
+            for (int q = 0; q < 2; ++q) mma_f16(d[q], al[0], b[q][0], b[q][1]);
+#pragma unroll
+            for (int q = 0; q < 2; ++q) mma_f16_k8(d[q], ah[1].x, ah[1].y, c[2 * q]);
+#pragma unroll
+            for (int q = 0; q < 2; ++q) mma_f16(d[q], ah[0], b[q][2], b[q][3]);
+#pragma unroll
+            for (int q = 0; q < 2; ++q) mma_f16_k8(d[q], al[1].x, al[1].y, c[2 * q]);
+#pragma unroll
+            for (int q = 0; q < 2; ++q) mma_f16_k8(d[q], ah[1].x, ah[1].y, c[2 * q + 1]);
+#pragma unroll
+            for (int q = 0; q < 2; ++q) {
+                float* o = sf + (16 * group + g) * SF + col + 8 * q + 2 * t;
+                *reinterpret_cast<float2*>(o) =
+                    make_float2(d[q][0] * unscale[0], d[q][1] * unscale[0]);
+                *reinterpret_cast<float2*>(o + 8 * SF) =
+                    make_float2(d[q][2] * unscale[1], d[q][3] * unscale[1]);
+            }
         }
     }
-    // The one receiving atom of the warp's 16 staged edges from `first`, or NO_ATOM where
-    // they have several or the tile ends before them (every lane calls it).
-    __device__ __forceinline__ unsigned warp_atom(unsigned first, unsigned cnt) const {
-        if (first + 16 > cnt) return NO_ATOM;
+    // The one receiving atom of the TILE_G staged edges from `first`, or NO_ATOM where they
+    // have several or the tile ends before them (every lane calls it).
+    __device__ __forceinline__ unsigned group_atom(unsigned first, unsigned cnt) const {
+        if (first + TILE_G > cnt) return NO_ATOM;
         const unsigned atom = si[first];
-        return __all_sync(0xffffffffu, si[first + lane % 16] == atom) ? atom : NO_ATOM;
+        return __all_sync(0xffffffffu, si[first + lane % TILE_G] == atom) ? atom : NO_ATOM;
     }
     // This thread's slot of part p (s, d, v) of staged edge m's filter (or dL/dw).
     __device__ __forceinline__ float* slot(unsigned m, int p) const {
@@ -787,10 +804,13 @@ __device__ void tc_sym_adj(const float* __restrict__ phi, const float* __restric
             t.form_filters();
         }
         __syncwarp();
-        // Where the warp's 16 edges have one atom (sorted lists: most warps), its groups take a
-        // path without a branch per edge, so that the compiler can interleave their edges.
-        const unsigned run = t.warp_atom(first, cnt);
+        // Where a group's edges have one atom (sorted lists: most groups), it takes a path
+        // without a branch per edge, so that the compiler can interleave its edges. (Asked of
+        // each group of 8 rather than of the warp's 16 edges: at 54 edges per atom ~28% of
+        // warps had taken the per-edge path; a 10,000-atom call went from
+        // 3.93-3.94 to 3.85-3.86 ms on an H200.)
         for (unsigned g = first; g < first + 16 && g < cnt; g += TILE_G) {
+            const unsigned run = t.group_atom(g, cnt);
             TcOthers<Tile> far;
             if (t.active) far.load(t, gm, gv, g);
             float gu[3][TILE_G] = {};  // the unit-vector gradients' terms of this feature

@@ -521,6 +521,59 @@ fn cuda_dense_tensor_cores_keep_each_rows_precision() {
     assert!(err <= 1e-5, "{err}");
 }
 
+/// The symmetric adjoint at the shipped shape (F = 128, 20 radial functions) sums dL/d(basis)
+/// in split f16, each edge's dL/dw scaled by the power of two of its own largest value
+/// (`TcTile<.., HALF>`): with the atoms' output gradients spread from 1e-6 to 1e6, so that
+/// the edges of one tile differ by up to 1e12, every edge's dL/d(basis) row must stay within
+/// 1e-5 of that row's largest value against the f64 CPU twin on the same inputs. One scale
+/// for a tile's edges would leave the small ones nothing but rounding.
+#[test]
+fn cuda_symmetric_adjoint_keeps_each_edges_precision() {
+    use common::fused::{fused_outputs, inputs, shape, Inputs};
+    let gpu = cuda();
+    let x = inputs(shape(2_000, 30_000, 128, 20), DType::F32, 331).symmetric();
+    let n = x.shape.n;
+    // Atom a's output-gradient rows times 10^(a mod 13 - 6); no later blocks' dL/d(basis).
+    let spread = |rows: usize| {
+        let v: Vec<f32> = (0..rows)
+            .map(|r| 10f32.powi((r % n % 13) as i32 - 6))
+            .collect();
+        Tensor::from_vec(v, (rows, 1), &Device::Cpu).unwrap()
+    };
+    let x = Inputs {
+        g_state: x.g_state.broadcast_mul(&spread(4 * n)).unwrap(),
+        g_rows: x.g_rows.broadcast_mul(&spread(3 * n)).unwrap(),
+        g_basis: x.g_basis.zeros_like().unwrap(),
+        ..x
+    };
+    let basis_grads = |x: &Inputs, dev: &Device| {
+        let out = fused_outputs(x, dev).unwrap();
+        let (_, g) = out
+            .into_iter()
+            .find(|(name, _)| *name == "interaction adjoint basis")
+            .unwrap();
+        g.to_dtype(DType::F64)
+            .unwrap()
+            .to_device(&Device::Cpu)
+            .unwrap()
+            .to_vec2::<f64>()
+            .unwrap()
+    };
+    let want = basis_grads(&x.to_dtype(DType::F64), &Device::Cpu);
+    let got = basis_grads(&x, &gpu);
+    let (mut worst, mut smallest) = (0f64, f64::MAX);
+    for (e, (a, b)) in got.iter().zip(&want).enumerate() {
+        let row = b.iter().fold(0f64, |m, v| m.max(v.abs()));
+        let err = a.iter().zip(b).fold(0f64, |m, (p, q)| m.max((p - q).abs()));
+        assert!(err <= 1e-5 * row, "edge {e}: error {err} in a row of {row}");
+        worst = worst.max(err / row);
+        smallest = smallest.min(row);
+    }
+    println!(
+        "largest error over its row's largest value: {worst:.1e} (rows down to {smallest:.1e})"
+    );
+}
+
 /// The one-kernel path (`ops::small_system`, a cooperative launch with barriers among its
 /// blocks) on CUDA against its CPU twin, f32 and f64: the small test model (one feature per
 /// block), the shipped model on aspirin and on 64 atoms (the largest the default takes; in f64

@@ -131,6 +131,34 @@ impl Inputs {
         }
     }
 
+    /// The same inputs with every float tensor in `dtype` (f32 inputs as exact f64 ones, for a
+    /// reference of the f32 kernels).
+    pub fn to_dtype(&self, dtype: DType) -> Self {
+        let c = |t: &Tensor| t.to_dtype(dtype).unwrap();
+        Inputs {
+            shape: self.shape,
+            symmetric: self.symmetric,
+            positions: c(&self.positions),
+            offsets: c(&self.offsets),
+            centers: self.centers.clone(),
+            neighbors: self.neighbors.clone(),
+            phi: c(&self.phi),
+            phi_bias: c(&self.phi_bias),
+            filter: c(&self.filter),
+            state: c(&self.state),
+            mixed: c(&self.mixed),
+            act: c(&self.act),
+            act_bias: c(&self.act_bias),
+            g_state: c(&self.g_state),
+            g_rows: c(&self.g_rows),
+            g_rows2: c(&self.g_rows2),
+            g_s: c(&self.g_s),
+            g_basis: c(&self.g_basis),
+            g_ctx: c(&self.g_ctx),
+            dense_w: c(&self.dense_w),
+        }
+    }
+
     /// The list with every edge's reverse added (j <- i with the offset negated; the upstream
     /// basis gradient repeated), sorted by receiving atom as neighbour lists are.
     pub fn symmetric(self) -> Self {
