@@ -18,7 +18,8 @@ case "$device" in *H200*) peaks=h200 ;; *) peaks=h100 ;; esac
 # Counters this ncu knows on this chip (an unknown name fails the whole run).
 wanted="gpu__time_duration dram__bytes_read dram__bytes_write lts__t_bytes smsp__inst_executed
 smsp__sass_thread_inst_executed_op_ffma_pred_on smsp__sass_thread_inst_executed_op_fadd_pred_on
-smsp__sass_thread_inst_executed_op_fmul_pred_on sm__ops_path_tensor_src_tf32_dst_fp32"
+smsp__sass_thread_inst_executed_op_fmul_pred_on sm__ops_path_tensor_src_tf32_dst_fp32
+sm__ops_path_tensor_op_hmma_src_fp16_dst_fp32"
 known=$(ncu --query-metrics 2>/dev/null | awk '{print $1}')
 metrics=""
 for m in $wanted; do

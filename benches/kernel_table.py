@@ -8,10 +8,12 @@ The CSV holds every kernel of an `mlff bench` run; the last complete call is the
 kernels between the last two launches whose name contains --anchor (the call's first kernel,
 the edge basis). Kernels of one name are summed (count, time, counters). Floors, from the
 counters: FP32 operations (2 per FFMA, 1 per FADD/FMUL) at the FP32 peak, tensor-core
-operations at the dense TF32 peak, DRAM bytes at the DRAM bandwidth and L2 bytes at the L2
-rate measured by benches/micro/stream.cu; a kernel's floor is the largest of the four, and
-"% of floor" is floor / time. The tensor counts are what ran: split TF32 (three products per
-value pair) and padding included, about three times the model's arithmetic.
+operations (TF32 at the dense TF32 peak plus f16 with f32 sums at the dense f16 peak, twice
+it; the table's column is their sum) at those peaks, DRAM bytes at the DRAM bandwidth and L2
+bytes at the L2 rate measured by benches/micro/stream.cu; a kernel's floor is the largest of
+the four, and "% of floor" is floor / time. The tensor counts are what ran: split TF32 or
+split f16 (three products per value pair) and padding included, about three times the model's
+arithmetic.
 """
 import argparse
 import csv
@@ -19,11 +21,12 @@ import sys
 from collections import OrderedDict
 
 # Peaks, per second: FP32 FLOP, dense TF32 tensor FLOP, DRAM bytes, L2 bytes (stream.cu, 132
-# blocks: 12.8 TB/s on an H100).
+# blocks: 12.8 TB/s on an H100); dense f16 tensor FLOP (f32 sums) are twice TF32's.
 PEAKS = {
     "h100": (67e12, 495e12, 3.35e12, 12.8e12),
     "h200": (67e12, 495e12, 4.8e12, 12.8e12),
 }
+F16_OVER_TF32 = 2.0
 
 TIME = "gpu__time_duration.sum"
 COUNTERS = {
@@ -31,6 +34,7 @@ COUNTERS = {
     "fadd": "smsp__sass_thread_inst_executed_op_fadd_pred_on.sum",
     "fmul": "smsp__sass_thread_inst_executed_op_fmul_pred_on.sum",
     "tensor": "sm__ops_path_tensor_src_tf32_dst_fp32.sum",
+    "tensor_f16": "sm__ops_path_tensor_op_hmma_src_fp16_dst_fp32.sum",
     "dram_read": "dram__bytes_read.sum",
     "dram_write": "dram__bytes_write.sum",
     "l2": "lts__t_bytes.sum",
@@ -101,7 +105,7 @@ def summarise(call, peaks):
         dram = k["dram_read"] + k["dram_write"]
         floors = {
             "FP32": fp32 / fp32_peak,
-            "tensor": k["tensor"] / tensor_peak,
+            "tensor": (k["tensor"] + k["tensor_f16"] / F16_OVER_TF32) / tensor_peak,
             "DRAM": dram / dram_peak,
             "L2": k["l2"] / l2_peak,
         }
@@ -127,7 +131,7 @@ def main():
         total["floor"] += floor_us
         total["n"] += k["count"]
         print(f"| `{name}` | {k['count']} | {us:.1f} | {fp32 / 1e9:.3f} | "
-              f"{k['tensor'] / 1e9:.3f} | {dram / 1e6:.1f} | {k['l2'] / 1e6:.1f} | "
+              f"{(k['tensor'] + k['tensor_f16']) / 1e9:.3f} | {dram / 1e6:.1f} | {k['l2'] / 1e6:.1f} | "
               f"{k['inst'] / 1e6:.2f} | {floor_us:.1f} ({bound}) | "
               f"{100 * floor_us / us if us else 0:.0f} |")
     print(f"| **call** | {total['n']} | **{total['us']:.1f}** | | | | | | "

@@ -584,14 +584,14 @@ struct TcTile {
     }
     // HALF: basis_grads from the split-f16 rows, per 16 of the warp's 96 columns an
     // m16n8k16 step for each 8 basis rows: the A fragments the edges' dL/dw, each edge's scaled
-    // by the power of two of its largest over the warp's columns (dw_max: the bits of lane (g,
-    // t)'s edges g and g + 8), the B fragments the weight rows transposed by ldmatrix.
-    __device__ void basis_grads_h(const unsigned dw_max[2]) const {
+    // by the power of two of its largest over the warp's columns (largest[m]: the bits of the
+    // warp's edge m's), the B fragments the weight rows transposed by ldmatrix.
+    __device__ void basis_grads_h(const unsigned largest[16]) const {
         const unsigned g = lane / 4, t = lane % 4;
         float scale[2], unscale[2];
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-            const unsigned field = split_scale_field(dw_max[r]);
+            const unsigned field = split_scale_field(largest[g + 8 * r]);
             scale[r] = split_scale(field);
             unscale[r] = split_unscale(field) * wunscale;
         }
@@ -745,9 +745,16 @@ __device__ void tc_sym_adj(const float* __restrict__ phi, const float* __restric
     Tile t(wt, pb, n_rbf + 1, n_rbf + 4, f);  // the model's weights, staged
     wait_for_previous_kernel();
     const unsigned fk = t.features(), nf = n * fk, first = 16 * t.group;
-    // HALF: the largest magnitude's bits of the dL/dw over the warp's columns of lane (g, t)'s
-    // edges g and g + 8 of the warp's 16 (basis_grads_h).
-    unsigned dw_max[2];
+    // HALF: the bits of the largest magnitude of each of the warp's 16 edges' dL/dw over its
+    // columns (basis_grads_h). Rows past the tile's end keep older values: their dL/dw are 0.
+    // (Kept here by one lane rather than by the two lanes of each edge's fragment rows in
+    // registers: 160 instructions fewer in the entry, its launches 594 -> 577 us at 10,000
+    // atoms, H200.)
+    unsigned* dw_largest = nullptr;
+    if constexpr (HALF) {
+        __shared__ unsigned largest[TC_THREADS / 32][16];
+        dw_largest = largest[threadIdx.x / 32];
+    }
     float *gphi = out + 3 * (size_t)nf, *gb = out + 6 * (size_t)nf;
     const float* const gv[3] = {gve, gve + nf, gve + 2 * (size_t)nf};
     // The run's atom j: its context and vectors, and its gradients' sums.
@@ -786,23 +793,16 @@ __device__ void tc_sym_adj(const float* __restrict__ phi, const float* __restric
         *wd = gxd * ctx[1];
         *wv = gxv * ctx[2];
         if constexpr (HALF) {  // (every lane is here: one chunk, all active)
-            const unsigned mask = 0x7fffffffu;
-            const unsigned own = max(max(__float_as_uint(far.gs[k] * ctx[0]) & mask,
-                                         __float_as_uint(gxd * ctx[1]) & mask),
-                                     __float_as_uint(gxv * ctx[2]) & mask);
-            const unsigned big = __reduce_max_sync(0xffffffffu, own), e = m - first;
-            if (e == t.lane / 4) dw_max[0] = big;
-            if (e == t.lane / 4 + 8) dw_max[1] = big;
+            const float own = fmaxf(fmaxf(fabsf(far.gs[k] * ctx[0]), fabsf(gxd * ctx[1])),
+                                    fabsf(gxv * ctx[2]));
+            const unsigned big = __reduce_max_sync(0xffffffffu, __float_as_uint(own));
+            if (t.lane == 0) dw_largest[m - first] = big;
         }
     };
     t.walk(basis, ci, nj, n_edges, [&](size_t e0, unsigned cnt) {
         t.fetch_prev(gb_prev, e0, cnt);
-        if constexpr (HALF) {
-            t.form_filters_h();
-            dw_max[0] = dw_max[1] = 0;
-        } else {
-            t.form_filters();
-        }
+        if constexpr (HALF) t.form_filters_h();
+        else t.form_filters();
         __syncwarp();
         // Where a group's edges have one atom (sorted lists: most groups), it takes a path
         // without a branch per edge, so that the compiler can interleave its edges. (Asked of
@@ -832,7 +832,7 @@ __device__ void tc_sym_adj(const float* __restrict__ phi, const float* __restric
             t.add_unit_grads(gu, g);
         }
         __syncwarp();
-        if constexpr (HALF) t.basis_grads_h(dw_max);
+        if constexpr (HALF) t.basis_grads_h(dw_largest);
         else t.basis_grads();
         wait_copies();
         __syncthreads();
