@@ -1,5 +1,6 @@
 // Products of f32 values on tensor cores in split half precision (mma.sync m16n8k16), for
-// kernels/dense_tc.cu. Included, not compiled on its own; mirrors src/ops/dense_tc.rs's packing.
+// kernels/dense_tc.cu and the tiled interaction (interaction_tc.cuh, interaction_frag.cuh).
+// Included, not compiled on its own; mirrors src/ops/dense_tc.rs's packing.
 //
 // A row of values (a row of a layer's inputs, or of a weight matrix) is first scaled by the
 // power of two that takes its largest magnitude into [2^14, 2^15) (exact; f16 holds up to
@@ -73,10 +74,4 @@ __device__ __forceinline__ void load_matrices_x4(unsigned addr, unsigned r[4]) {
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
                      : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                      : "r"(addr));
-}
-// Two such matrices (lanes 0 .. 15 give the addresses).
-__device__ __forceinline__ void load_matrices_x2(unsigned addr, unsigned r[2]) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];"
-                 : "=r"(r[0]), "=r"(r[1])
-                 : "r"(addr));
 }

@@ -9,8 +9,9 @@
 // weights scaled by powers of two: kernels/f16_split.cuh), where the CUDA-core kernels spend
 // ~63 FMAs per edge and feature. tc_sym_adj then overwrites the filters with dL/dw and sums
 // dL/d(basis) by a second such product, instead of writing E x 3F rows for a product outside
-// the kernel (at the shipped shape both products in split f16: TcTile<.., HALF>). A block owns a chunk of CW features (TILE_F, or 64 where F <= 64, so that a
-// small model does not form 128 features' filters): its 8 warps are CW / 32 "quarters" across
+// the kernel (at the shipped shape both products in split f16: TcTile<.., HALF>). A block owns
+// a chunk of CW features (TILE_F, or 64 where F <= 64, so that a small model does not form 128
+// features' filters): its 8 warps are CW / 32 "quarters" across
 // the features times 8 / (CW / 32) groups across the edges (TcShape). Warp w owns edges
 // [16 group, + 16) of a tile and features [32 quarter, + 32) of the chunk: it forms exactly the
 // filters its own threads use, so a warp barrier orders them. The next tile's basis and indices
@@ -98,11 +99,11 @@ __device__ __forceinline__ unsigned frag_feature(unsigned x) {
 // sums in the filters' space (partial_row), so that it runs two blocks a multiprocessor (at
 // stride 40 one; F = 128 with 22-28 basis functions took 10-12% less time at 10,000 atoms on an
 // H200). Compile-time, so that the other shapes' code is what it was.
-// HALF (the symmetric adjoint at 17-24 basis rows, stride 24): the weights staged as split f16
-// rows instead, hi then lo, [3 CW][24] halves each (in the f32 weights' 3 CW x 24 words), the
-// matrix scaled as stage_weights_f16 does; both of the adjoint's products read them by
-// ldmatrix, the filters' B fragments as stored and dL/d(basis)'s transposed
-// (stage_weight_rows_f16).
+// HALF (the symmetric adjoint at up to 24 basis rows; the host's stride, 24 there, sizes the
+// staged weights): the weights staged as split f16 rows instead, hi then lo, [3 CW][24] halves
+// each (in the f32 weights' 3 CW x 24 words), the matrix scaled as stage_weights_f16 does;
+// both of the adjoint's products read them by ldmatrix, the filters' B fragments as stored and
+// dL/d(basis)'s transposed (stage_weight_rows_f16).
 template <int FC, bool FRAG = false, int CW = TILE_F, bool SWZ = false, int KS = 0,
           bool HALF = false>
 struct TcTile {
@@ -886,4 +887,5 @@ TC_KS_FAMILY(TC_SYM_ADJ_ENTRY, interaction_tile_sym_adj, 0, TILE_F)
 TC_KS_FAMILY(TC_SYM_ADJ_ENTRY, interaction_tile_sym_adj_128, TILE_F, TILE_F)
 TC_KS_FAMILY(TC_SYM_ADJ_ENTRY, interaction_tile_sym_adj_64, 64, 64)
 TC_KS_FAMILY(TC_SYM_ADJ_ENTRY, interaction_tile_sym_adj_under64, 0, 64)
-TC_SYM_ADJ_NRBF_ENTRY(interaction_tile_sym_adj_128_20_f32, TILE_F, TILE_F, false, 0, TC_RBF, true)
+TC_SYM_ADJ_NRBF_ENTRY(interaction_tile_sym_adj_128_20_f32, TILE_F, TILE_F, false, 0, TC_RBF,
+                      true)
