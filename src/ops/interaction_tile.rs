@@ -561,4 +561,13 @@ mod tests {
         }
         assert_eq!(ks_entry(&FRAG_FWD, SHIPPED_RBF), "interaction_frag_fwd_k3");
     }
+
+    /// The shipped symmetric adjoint (`TcTile<.., HALF>`) stages its weights as split-f16 rows
+    /// of 24 halves in the space the launch sizes for 3 chunk x stride f32 words, and reads
+    /// basis rows up to 24: the shipped basis must keep stride 24 and at most 24 rows.
+    #[test]
+    fn the_shipped_basis_fits_the_split_f16_adjoint() {
+        assert_eq!(tc_stride(SHIPPED_RBF), 24);
+        assert!(tc_k_rows(SHIPPED_RBF) <= 24);
+    }
 }
