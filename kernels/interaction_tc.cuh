@@ -741,7 +741,7 @@ __device__ void tc_sym_adj(const float* __restrict__ phi, const float* __restric
                            const unsigned* __restrict__ ci, const unsigned* __restrict__ nj,
                            float* __restrict__ out, size_t n_edges, size_t f, size_t n,
                            size_t n_rbf) {
-    static_assert(!HALF || (FC == CW && !SWZ), "split-f16 rows: one chunk, stride 24");
+    static_assert(!HALF || (FC == CW && !SWZ), "split-f16 rows: one chunk, unswizzled");
     using Tile = TcTile<FC, false, CW, SWZ, KS, HALF>;
     Tile t(wt, pb, n_rbf + 1, n_rbf + 4, f);  // the model's weights, staged
     wait_for_previous_kernel();
