@@ -464,6 +464,115 @@ fn tensor_core_layer_twins_match_matmul_and_backprop() {
     assert!(err.contains("hidden bias"), "{err}");
 }
 
+/// The update block in one op, forward and adjoint (`ops::update_tc`, `ops::update_tc_adjoint`;
+/// their CPU twins are the CUDA kernels' oracle), against the update written out in candle
+/// ops (mixing, ‖Vv‖, the context MLP, the combination) and candle's backprop through them:
+/// every output of the forward (the new state and the adjoint's tape), and dL/d(state) for a
+/// gradient at the output with and without the next block's part. Also its refusals, which
+/// name the weight, bias or gradient that does not fit.
+#[test]
+fn update_block_twins_match_candle_ops_and_backprop() {
+    use candle_core::Var;
+    use common::dense::{update_adjoint_outputs, update_grads, update_inputs, update_outputs};
+    use mlff_distiller::ops::{
+        tc_weights, update_tc, update_tc_adjoint, StateGrad, TcWeights, NORM_EPS,
+    };
+    for (n, f, seed) in [(1, 16, 31), (37, 32, 32), (5, 128, 33)] {
+        let x = update_inputs(n, f, DType::F64, seed);
+        let got = update_outputs(&x, &Device::Cpu, true).unwrap();
+        let state = Var::from_tensor(&x.state).unwrap();
+        let rows = |t: &Tensor, k: usize, count: usize| t.narrow(0, k * n, count * n).unwrap();
+        let (s, v) = (rows(&state, 0, 1), rows(&state, 1, 3));
+        let mixed = v.matmul(&x.mix.t().unwrap()).unwrap();
+        let (uv, vv) = (
+            mixed.narrow(1, 0, f).unwrap(),
+            mixed.narrow(1, f, f).unwrap(),
+        );
+        let sum3 = |g: &dyn Fn(usize) -> Tensor| (g(0) + g(1)).unwrap().add(&g(2)).unwrap();
+        let sq = sum3(&|k| rows(&vv, k, 1).sqr().unwrap());
+        let norm = (sq + NORM_EPS).unwrap().sqrt().unwrap();
+        let ctx = Tensor::cat(&[&s, &norm], 1).unwrap();
+        let pre = ctx.matmul(&x.w1.t().unwrap()).unwrap();
+        let hidden = pre.broadcast_add(&x.b1).unwrap().silu().unwrap();
+        let act = hidden.matmul(&x.w2.t().unwrap()).unwrap();
+        let a = act.broadcast_add(&x.act_bias).unwrap();
+        let part = |p: usize| a.narrow(1, p * f, f).unwrap();
+        let dot = sum3(&|k| (rows(&uv, k, 1) * rows(&vv, k, 1)).unwrap());
+        let mut next = vec![((&s + part(0)).unwrap() + (part(2) * &dot).unwrap()).unwrap()];
+        for k in 0..3 {
+            next.push((rows(&v, k, 1) + (rows(&uv, k, 1) * part(1)).unwrap()).unwrap());
+        }
+        let next = Tensor::cat(&next, 0).unwrap();
+        for ((name, got), want) in got.iter().zip([&next, &mixed, &pre, &act]) {
+            let d = max_abs_diff(got, want);
+            assert!(d <= 1e-12 * scale(want), "n {n} f {f} {name}: {d}");
+        }
+        let g = update_grads(n, f, DType::F64, seed + 100);
+        for has_next in [false, true] {
+            let got = update_adjoint_outputs(&x, &g, has_next, &Device::Cpu, true).unwrap();
+            let (g_s, g_v) = match has_next {
+                true => ((&g.gx + &g.gm).unwrap(), (&g.gve + &g.gvj).unwrap()),
+                false => (g.gx.clone(), g.gve.zeros_like().unwrap()),
+            };
+            let seed = Tensor::cat(&[&g_s, &g_v], 0).unwrap();
+            let loss = (&next * &seed).unwrap().sum_all().unwrap();
+            let want = loss.backward().unwrap().remove(&state).unwrap();
+            let want = [rows(&want, 0, 1), rows(&want, 1, 3)];
+            for ((name, got), want) in got.iter().zip(&want) {
+                let d = max_abs_diff(got, want);
+                assert!(
+                    d <= 1e-12 * scale(want),
+                    "n {n} f {f} next {has_next} {name}: {d}"
+                );
+            }
+        }
+    }
+    let x = update_inputs(4, 16, DType::F32, 9);
+    let tc = |t: &Tensor| tc_weights(t).unwrap();
+    let (mix, w1, w2) = (tc(&x.mix), tc(&x.w1), tc(&x.w2));
+    let run = |mix, w1, w2, b1: &Tensor, act_bias: &Tensor| {
+        update_tc(&x.state, mix, w1, b1, w2, act_bias)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default()
+    };
+    let err = run(&w1, &w1, &w2, &x.b1, &x.act_bias);
+    assert!(err.contains("mixing weight"), "{err}");
+    let err = run(&mix, &w1, &mix, &x.b1, &x.act_bias);
+    assert!(err.contains("context output weight"), "{err}");
+    let err = run(&mix, &w1, &w2, &x.act_bias, &x.act_bias);
+    assert!(err.contains("context hidden bias"), "{err}");
+    let tape = update_tc(&x.state, &mix, &w1, &x.b1, &w2, &x.act_bias).unwrap();
+    let t = |w: &Tensor| tc(&w.t().unwrap().contiguous().unwrap());
+    let (w2t, w1t, mix_t) = (t(&x.w2), t(&x.w1), t(&x.mix));
+    let (mixed, act, pre) = (&tape.mixed, &tape.act, &tape.ctx_pre);
+    let adjoint_error = |gx_rows: usize, w2t: &TcWeights| {
+        let gx = x.state.narrow(0, 0, gx_rows).unwrap();
+        let grad = StateGrad {
+            gx: &gx,
+            next: None,
+        };
+        update_tc_adjoint(
+            mixed,
+            act,
+            &x.act_bias,
+            pre,
+            &x.b1,
+            &grad,
+            w2t,
+            &w1t,
+            &mix_t,
+        )
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default()
+    };
+    let err = adjoint_error(3, &w2t);
+    assert!(err.contains("gradient on s"), "{err}");
+    let err = adjoint_error(4, &w1t);
+    assert!(err.contains("transposed context output weight"), "{err}");
+}
+
 /// (energies, forces) of a random molecule of `atoms` atoms under a model of `cfg` (f64, CPU,
 /// fused path) with the tensor-core layers' twins off, then on at every size, then by candle's
 /// backprop through the stock model.

@@ -469,6 +469,66 @@ fn cuda_dense_tensor_cores_match_cpu() {
     }
 }
 
+/// The update block in one launch, forward and adjoint (`ops::update_tc`,
+/// `ops::update_tc_adjoint`, F = 128), against their f64 CPU twins and against the separate
+/// CUDA kernels they replace, every output within 1e-5 of its largest value: from one atom to
+/// 10,000 (atoms past the last block of 16), the adjoint with and without the next block's
+/// gradients.
+#[test]
+fn cuda_update_block_matches_cpu_and_separate_kernels() {
+    use common::dense::{
+        update_adjoint_outputs, update_grads, update_inputs, update_outputs, UpdateInputs,
+    };
+    let gpu = cuda();
+    let check = |what: String, runs: [Vec<(&str, Tensor)>; 3]| {
+        let [one, cpu, apart] = runs;
+        for ((name, a), ((_, b), (_, c))) in one.iter().zip(cpu.iter().zip(&apart)) {
+            let scale = max_abs_tensor(b).max(1.0);
+            let (to_cpu, to_apart) = (max_abs_diff(a, b), max_abs_diff(a, c));
+            println!(
+                "{what} {name}: max |Δ| / scale {:.1e} (f64 twin), {:.1e} (separate kernels)",
+                to_cpu / scale,
+                to_apart / scale
+            );
+            assert!(
+                to_cpu <= 1e-5 * scale,
+                "{what} {name}: {to_cpu} (scale {scale})"
+            );
+            assert!(
+                to_apart <= 1e-5 * scale,
+                "{what} {name}: {to_apart} (separate kernels)"
+            );
+        }
+    };
+    for (seed, n) in [1, 37, 1_344, 10_000].into_iter().enumerate() {
+        let seed = 950 + seed as u64;
+        let inputs = |dtype| update_inputs(n, 128, dtype, seed);
+        let (x, x64): (UpdateInputs, UpdateInputs) = (inputs(DType::F32), inputs(DType::F64));
+        check(
+            format!("n {n}"),
+            [
+                update_outputs(&x, &gpu, true).unwrap(),
+                update_outputs(&x64, &Device::Cpu, true).unwrap(),
+                update_outputs(&x, &gpu, false).unwrap(),
+            ],
+        );
+        let (g, g64) = (
+            update_grads(n, 128, DType::F32, seed),
+            update_grads(n, 128, DType::F64, seed),
+        );
+        for has_next in [false, true] {
+            check(
+                format!("n {n} next {has_next}"),
+                [
+                    update_adjoint_outputs(&x, &g, has_next, &gpu, true).unwrap(),
+                    update_adjoint_outputs(&x64, &g64, has_next, &Device::Cpu, true).unwrap(),
+                    update_adjoint_outputs(&x, &g, has_next, &gpu, false).unwrap(),
+                ],
+            );
+        }
+    }
+}
+
 /// The dense layer on tensor cores scales each row of inputs and of weights by a power of two
 /// before it splits the values into f16 parts: rows of magnitudes from 1e-12 to 1e12 (and
 /// weight rows from 1e-6 to 1e6) each keep their own precision. Every output against the f64

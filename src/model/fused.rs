@@ -24,8 +24,9 @@ use crate::ops::{
     dense_silu_adjoint, dense_tc, dense_tc_adding, dense_tc_fits, edge_basis, edge_basis_adjoint,
     gather, initial_state, interaction, interaction_adjoint, mlp_tc, mlp_tc_adjoint, readout_tc,
     small_system, tc_weights, update_combine, update_combine_adjoint, update_context,
-    update_context_adjoint, AtomSplitPlan, EdgeFilter, InteractionInputs, SmallSystemModel,
-    SmallSystemPlan, StateGrad, TcWeights, ATOM_SPLIT_MAX_ATOMS_CUDA_CORES, DENSE_MAX_WIDTH,
+    update_context_adjoint, update_tc, update_tc_adjoint, AtomSplitPlan, EdgeFilter,
+    InteractionInputs, SmallSystemModel, SmallSystemPlan, StateGrad, TcWeights, UpdateOutputs,
+    ATOM_SPLIT_MAX_ATOMS_CUDA_CORES, DENSE_MAX_WIDTH, UPDATE_TC_FEATURES,
 };
 use candle_core::{Result, Tensor};
 use candle_nn::Linear;
@@ -197,6 +198,13 @@ pub const DENSE_KERNEL_MAX_ROWS: usize = 512;
 /// turns them off.
 pub const DENSE_TENSOR_CORES_FROM_ROWS: usize = DENSE_KERNEL_MAX_ROWS + 1;
 pub const DENSE_TENSOR_CORES_UNTIL_ROWS: usize = 30_000;
+
+/// Atoms from which the update block runs in one launch on CUDA (forward and adjoint,
+/// `ops::update_tc`) instead of four. On an H200 (BENCHMARKS.md) one launch took a 10,000-atom
+/// call 3.84 → 3.66-3.72 ms and water-3000 1.27 → 1.21-1.23 ms; at 64 aspirins (1,344 atoms)
+/// and water-1000 the replayed calls measured the same and the eager ones 20-30 µs slower (not
+/// explained). Sizes between 1,344 and 3,000 atoms were not measured.
+pub const UPDATE_IN_ONE_LAUNCH_FROM_ATOMS: usize = 2_000;
 
 /// Atoms up to which a system on CUDA runs as one kernel (`ops::small_system`) when its layer
 /// inputs fit in shared memory. On an H100 the one kernel (aspirin 0.196 ms per eager call at
@@ -702,6 +710,88 @@ impl FusedPainn {
         }
     }
 
+    /// Whether block `b`'s update (forward and adjoint) runs in one launch each
+    /// (`ops::update_tc`, `ops::update_tc_adjoint`) for `n` atoms with tensors like `x`: where
+    /// the dense layers run on tensor cores and the shape is the kernels' (F = 128 on CUDA, the
+    /// context MLP's hidden width F), on CUDA from [`UPDATE_IN_ONE_LAUNCH_FROM_ATOMS`] atoms.
+    /// `MLFF_UPDATE_TC=0` turns it off; `MLFF_UPDATE_TC_FROM_ATOMS` moves the threshold.
+    fn update_in_one_launch(
+        &self,
+        b: &Block,
+        n: usize,
+        x: &Tensor,
+        path: DensePath,
+    ) -> Result<bool> {
+        static ON: OnceLock<(bool, usize)> = OnceLock::new();
+        let (on, from) = *ON.get_or_init(|| {
+            let on = env_usize("MLFF_UPDATE_TC", 1) != 0;
+            (
+                on,
+                env_usize("MLFF_UPDATE_TC_FROM_ATOMS", UPDATE_IN_ONE_LAUNCH_FROM_ATOMS),
+            )
+        });
+        let f = self.hidden;
+        let cuda = x.device().is_cuda();
+        Ok(on
+            && path == DensePath::TensorCores
+            && (!cuda || (f == UPDATE_TC_FEATURES && n >= from))
+            && b.ctx.hidden.weight.dim(0)? == f
+            && b.ctx.fits_tensor_cores(false)?
+            && b.ctx.fits_tensor_cores(true)?
+            && dense_tc_fits(f, 2 * f)
+            && dense_tc_fits(2 * f, f))
+    }
+
+    /// The update block of the state after the messages [4N, F]: its new state and the
+    /// adjoint's tape, in one launch ([`update_in_one_launch`](Self::update_in_one_launch)) or
+    /// as the mixing layer, the context, the context MLP and the combination in turn.
+    fn update(&self, b: &Block, messaged: &Tensor, path: DensePath) -> Result<UpdateOutputs> {
+        let n = messaged.dim(0)? / 4;
+        if self.update_in_one_launch(b, n, messaged, path)? {
+            let [w1, w2, ..] = b.ctx.tc()?;
+            let (bias1, bias2) = (&b.ctx.hidden.bias, &b.ctx.out.bias);
+            return update_tc(messaged, &b.mix_tc()?[0], w1, bias1, w2, bias2);
+        }
+        let mixed = self.mix(b, &messaged.narrow(0, n, 3 * n)?)?;
+        let (ctx_pre, act) = b.ctx.forward(&update_context(messaged, &mixed)?, path)?;
+        let next = update_combine(messaged, &mixed, &act, &b.ctx.out.bias)?;
+        Ok(UpdateOutputs {
+            next,
+            mixed,
+            ctx_pre,
+            act,
+        })
+    }
+
+    /// (dL/ds [N, F], dL/dv [3N, F]) of the state after block `b`'s messages for the gradient
+    /// `grad` at its output, from its tape `t`: in one launch where the forward took one, else
+    /// the combination's, the context MLP's, the context's and the mixing layer's adjoints.
+    fn update_adjoint(
+        &self,
+        b: &Block,
+        t: &Tape,
+        grad: &StateGrad,
+        path: DensePath,
+    ) -> Result<(Tensor, Tensor)> {
+        let (n, f) = (t.ctx_pre.dim(0)?, self.hidden);
+        let (b1, act_bias) = (&b.ctx.hidden.bias, &b.ctx.out.bias);
+        if self.update_in_one_launch(b, n, &t.mixed, path)? {
+            let [_, _, w2t, w1t] = b.ctx.tc()?;
+            let mix_t = &b.mix_tc()?[1];
+            return update_tc_adjoint(
+                &t.mixed, &t.act, act_bias, &t.ctx_pre, b1, grad, w2t, w1t, mix_t,
+            );
+        }
+        let combined = update_combine_adjoint(&t.mixed, &t.act, act_bias, grad)?;
+        let g_ctx = b
+            .ctx
+            .adjoint(&t.ctx_pre, &act_grad(&combined, n, f)?, path)?;
+        let (g_messaged, g_mixed) = update_context_adjoint(&t.mixed, &g_ctx, combined)?;
+        // dL/dv of the messaged state: its own rows' and the mixing's, summed.
+        let g_v = self.mix_adjoint_adding(b, &g_mixed, &g_messaged.narrow(0, n, 3 * n)?)?;
+        Ok((g_messaged.narrow(0, 0, n)?, g_v))
+    }
+
     /// dL/dv [3N, F] of [`mix`](Self::mix) for dL/d(mixed) `g`, plus `add` [3N, F]: in one
     /// launch on tensor cores, where they run at this size or (unless
     /// `MLFF_MIX_ADJOINT_TC_ABOVE=0`) where the layers take cuBLAS above their rows, there
@@ -824,9 +914,12 @@ impl FusedPainn {
                 symmetric_edges: true,
             })?;
             let rows = if keep_rows { rows } else { None };
-            let mixed = self.mix(b, &messaged.narrow(0, n, 3 * n)?)?;
-            let (ctx_pre, act) = b.ctx.forward(&update_context(&messaged, &mixed)?, path)?;
-            let next = update_combine(&messaged, &mixed, &act, &b.ctx.out.bias)?;
+            let UpdateOutputs {
+                next,
+                mixed,
+                ctx_pre,
+                act,
+            } = self.update(b, &messaged, path)?;
             tape.push(Tape {
                 state,
                 phi_pre,
@@ -867,7 +960,7 @@ impl FusedForward<'_> {
     /// Forces [N, 3] in eV/Å: −∂(Σ atom energies)/∂x by the explicit adjoint.
     pub fn forces(&self) -> Result<Tensor> {
         let (m, x, basis) = (self.model, self.inputs, &self.basis);
-        let (n, f) = (self.positions.dim(0)?, m.hidden);
+        let n = self.positions.dim(0)?;
         // Every atom energy has gradient −1: the adjoint carries −E's, so it ends in the forces.
         let path = m.dense_path(n, &self.positions);
         let mut gx = match &self.readout {
@@ -884,13 +977,7 @@ impl FusedForward<'_> {
                 gx: &gx,
                 next: next.as_ref().map(|(a, b, c)| (a, b, c)),
             };
-            let combined = update_combine_adjoint(&t.mixed, &t.act, &b.ctx.out.bias, &grad)?;
-            let g_ctx = b
-                .ctx
-                .adjoint(&t.ctx_pre, &act_grad(&combined, n, f)?, path)?;
-            let (g_messaged, g_mixed) = update_context_adjoint(&t.mixed, &g_ctx, combined)?;
-            // dL/dv of the messaged state: its own rows' and the mixing's, summed.
-            let g_v = m.mix_adjoint_adding(b, &g_mixed, &g_messaged.narrow(0, n, 3 * n)?)?;
+            let (g_s, g_v) = m.update_adjoint(b, t, &grad, path)?;
             let mut rows = t.rows.clone();
             let inputs = InteractionInputs {
                 phi: &t.phi,
@@ -904,7 +991,6 @@ impl FusedForward<'_> {
                 symmetric_edges: true,
             };
             // dL/d(basis) summed over the blocks as it goes (in the kernel where it can).
-            let g_s = g_messaged.narrow(0, 0, n)?;
             let grads = interaction_adjoint(&inputs, &g_s, &g_v, g_basis.as_ref())?;
             g_basis = Some(grads.complete_basis(&b.filter_basis)?);
             let (g_v_in, g_phi) = (grads.v, grads.phi);

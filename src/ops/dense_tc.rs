@@ -162,7 +162,7 @@ pub fn tc_weights(w: &Tensor) -> Result<TcWeights> {
 
 /// A launch's float inputs and index inputs: `floats`, then the weights (float inputs after
 /// `floats` on the CPU; on CUDA u32 inputs before `index`, as the kernels take them).
-fn arranged<'a>(
+pub(super) fn arranged<'a>(
     floats: &[&'a Tensor],
     weights: &[&'a TcWeights],
     index: &[&'a Tensor],
@@ -180,11 +180,11 @@ fn arranged<'a>(
 
 /// Shapes of one launch: rows, first reduction, hidden width (MLPs), outputs.
 #[derive(Clone, Copy, Debug)]
-struct Dims {
-    n: usize,
-    k: usize,
-    h: usize,
-    j: usize,
+pub(super) struct Dims {
+    pub(super) n: usize,
+    pub(super) k: usize,
+    pub(super) h: usize,
+    pub(super) j: usize,
 }
 
 impl Dims {
@@ -228,9 +228,9 @@ fn rows_times<T: Real>(x: &[T], w: &[T], k: usize, j: usize, y: &mut [T]) {
 }
 
 /// One layer; `adding`: plus a third input [N, J].
-struct Layer {
-    dims: Dims,
-    adding: bool,
+pub(super) struct Layer {
+    pub(super) dims: Dims,
+    pub(super) adding: bool,
 }
 
 impl Kernel for Layer {
@@ -263,7 +263,7 @@ impl Kernel for Layer {
 }
 
 /// The forward's launch.
-struct MlpForward(Dims);
+pub(super) struct MlpForward(pub(super) Dims);
 
 impl Kernel for MlpForward {
     overlaps_previous!();
@@ -301,7 +301,7 @@ impl Kernel for MlpForward {
 
 /// The adjoint's launch stages g [N, J] (its first layer reduces over the MLP's outputs), and
 /// makes the k inputs' gradients.
-struct MlpAdjoint(Dims);
+pub(super) struct MlpAdjoint(pub(super) Dims);
 
 impl MlpAdjoint {
     #[cfg(feature = "cuda")]
@@ -429,7 +429,7 @@ pub fn readout_tc(
 
 /// Checks that float inputs start on 16 bytes (the kernels read the weights as float4s, rows
 /// and pre-activations as float2s) and that CUDA runs them in f32 only.
-fn check_inputs(op: &str, inputs: &[&Tensor]) -> Result<()> {
+pub(super) fn check_inputs(op: &str, inputs: &[&Tensor]) -> Result<()> {
     for t in inputs {
         if t.device().is_cuda() && t.dtype() != DType::F32 {
             bail!(
@@ -447,7 +447,7 @@ fn check_inputs(op: &str, inputs: &[&Tensor]) -> Result<()> {
     Ok(())
 }
 
-fn fit(op: &str, what: &str, t: &Tensor, want: &[usize]) -> Result<()> {
+pub(super) fn fit(op: &str, what: &str, t: &Tensor, want: &[usize]) -> Result<()> {
     if t.dims() != want {
         bail!("{op}: {what} is {:?}, expected {want:?}", t.dims())
     }
@@ -455,7 +455,7 @@ fn fit(op: &str, what: &str, t: &Tensor, want: &[usize]) -> Result<()> {
 }
 
 /// Checks that `w`'s reduction is `k` (naming it `what`) and that it fits the kernels.
-fn check_weights(op: &str, what: &str, w: &TcWeights, k: usize) -> Result<usize> {
+pub(super) fn check_weights(op: &str, what: &str, w: &TcWeights, k: usize) -> Result<usize> {
     let j = w.outputs();
     if w.inputs() != k {
         bail!("{op}: {what} takes {} inputs, expected {k}", w.inputs())

@@ -9,7 +9,7 @@
 //! [`EdgeOps::Stock`] runs the same maths through candle's `index_select`/`index_add`, as the
 //! baseline that benchmarks compare against.
 //!
-//! The fused kernels (`edge_basis`, `interaction`, `update`, `activation`, `dense_tc`,
+//! The fused kernels (`edge_basis`, `interaction`, `update`, `update_tc`, `activation`, `dense_tc`,
 //! launched through [`kernel`]) are the forward and adjoint pieces of `model::FusedPainn`, the inference path of
 //! [`EdgeOps::Fused`]; each has a CPU twin that is its test oracle.
 
@@ -33,6 +33,7 @@ mod scatter_add;
 mod small_system;
 mod small_system_step;
 mod update;
+mod update_tc;
 
 /// The shipped models' shapes (128 features, 20 basis functions), for which the kernels have
 /// entries of their own (compile-time strides and unrolled loops: TC_RBF in
@@ -71,6 +72,7 @@ pub use update::{
     act_grad, update_combine, update_combine_adjoint, update_context, update_context_adjoint,
     StateGrad, NORM_EPS,
 };
+pub use update_tc::{update_tc, update_tc_adjoint, UpdateOutputs, UPDATE_TC_FEATURES};
 
 use candle_core::{Result, Tensor};
 

@@ -12,9 +12,9 @@ use candle_core::{bail, Result, Tensor};
 pub const NORM_EPS: f64 = 1e-8;
 
 #[derive(Clone, Copy)]
-struct Rows {
-    n: usize,
-    f: usize,
+pub(super) struct Rows {
+    pub(super) n: usize,
+    pub(super) f: usize,
 }
 
 impl Rows {
@@ -57,7 +57,7 @@ impl Rows {
     }
 }
 
-struct ContextFwd(Rows);
+pub(super) struct ContextFwd(pub(super) Rows);
 
 impl Kernel for ContextFwd {
     overlaps_previous!();
@@ -80,7 +80,7 @@ impl Kernel for ContextFwd {
     }
 }
 
-struct CombineFwd(Rows);
+pub(super) struct CombineFwd(pub(super) Rows);
 
 impl Kernel for CombineFwd {
     overlaps_previous!();
@@ -110,9 +110,9 @@ impl Kernel for CombineFwd {
     }
 }
 
-struct CombineAdj {
-    rows: Rows,
-    has_next: bool,
+pub(super) struct CombineAdj {
+    pub(super) rows: Rows,
+    pub(super) has_next: bool,
 }
 
 impl Kernel for CombineAdj {
@@ -160,7 +160,7 @@ impl Kernel for CombineAdj {
     }
 }
 
-struct ContextAdj(Rows);
+pub(super) struct ContextAdj(pub(super) Rows);
 
 impl Kernel for ContextAdj {
     overlaps_previous!();
