@@ -63,6 +63,32 @@ __host__ __device__ constexpr int staged_words(int bm, int width) {
     return bm * staged_stride(width);
 }
 
+// The power-of-two scale field of the rows whose largest magnitudes' bits `top` and `bottom`
+// hold in each lane (warp reductions), with both rows' inverse scales put in s.rinv by lane 0.
+struct PairScales {
+    float top, bottom;
+    __device__ PairScales(unsigned top_bits, unsigned bottom_bits, const Staged& s, int rt) {
+        const unsigned ft = split_scale_field(__reduce_max_sync(0xffffffffu, top_bits));
+        const unsigned fb = split_scale_field(__reduce_max_sync(0xffffffffu, bottom_bits));
+        if ((threadIdx.x & 31) == 0) s.rinv[rt] = split_unscale(ft), s.rinv[rt + 8] = split_unscale(fb);
+        top = split_scale(ft), bottom = split_scale(fb);
+    }
+};
+
+// Quad q of rows 16 G + g (`a`) and + 8 (`b`) scaled, split and stored into s.
+__device__ __forceinline__ void put_split(const Staged& s, int G, int g, int q, float4 a, float4 b,
+                                          const PairScales& scale) {
+    const float st = scale.top, sb = scale.bottom;
+    uint4 h, l;
+    split_f16x2(a.x * st, a.y * st, h.x, l.x);
+    split_f16x2(b.x * sb, b.y * sb, h.y, l.y);
+    split_f16x2(a.z * st, a.w * st, h.z, l.z);
+    split_f16x2(b.z * sb, b.w * sb, h.w, l.w);
+    const int o = s.at(G, g, q);
+    *reinterpret_cast<uint4*>(s.hi + o) = h;
+    *reinterpret_cast<uint4*>(s.hi + s.plane() + o) = l;
+}
+
 // Stages rows [0, BM) whose values `load` gives (load(r, q): values 4q .. 4q + 3 of row r as
 // a float4, zero past the rows and the width) into s: each row scaled by the power of two of
 // its largest magnitude, split, its inverse scale in s.rinv. One warp per pair row, each lane
@@ -84,23 +110,12 @@ __device__ void stage_rows(Load load, const Staged& s) {
             mt = max(mt, abs_max_bits(top[i]));
             mb = max(mb, abs_max_bits(bottom[i]));
         }
-        const unsigned ft = split_scale_field(__reduce_max_sync(0xffffffffu, mt));
-        const unsigned fb = split_scale_field(__reduce_max_sync(0xffffffffu, mb));
-        if (lane == 0) s.rinv[rt] = split_unscale(ft), s.rinv[rb] = split_unscale(fb);
-        const float st = split_scale(ft), sb = split_scale(fb);
+        const PairScales scale(mt, mb, s, rt);
 #pragma unroll
         for (int i = 0; i < MAXQ; ++i) {
             const int q = lane + 32 * i;
             if (q >= quads) break;
-            const float4 a = top[i], b = bottom[i];
-            uint4 h, l;
-            split_f16x2(a.x * st, a.y * st, h.x, l.x);
-            split_f16x2(b.x * sb, b.y * sb, h.y, l.y);
-            split_f16x2(a.z * st, a.w * st, h.z, l.z);
-            split_f16x2(b.z * sb, b.w * sb, h.w, l.w);
-            const int o = s.at(G, g, q);
-            *reinterpret_cast<uint4*>(s.hi + o) = h;
-            *reinterpret_cast<uint4*>(s.hi + s.plane() + o) = l;
+            put_split(s, G, g, q, top[i], bottom[i], scale);
         }
     }
     __syncthreads();

@@ -220,33 +220,84 @@ struct AdjointRows {
     __device__ float4 part(int p, int a, int c) const {
         return ld4(act + row(a) * 3 * F + p * F + c) + ld4(ab + p * F + c);
     }
-    // dL/d(act) of atom a, values 4q .. 4q + 3 of its 3F: [gs | Σ_k gv_k Uv_k | gs <Uv, Vv>].
-    __device__ float4 g_act(int a, int q) const {
-        if (a0 + a >= n || q >= 3 * F / 4) return zero4();
-        const int p = 4 * q / F, c = 4 * q % F;
-        if (p == 0) return gs(a, c);
-        float4 sum = zero4();
+};
+
+// Both stagers below give each warp atoms g = warp and g + 8 (pair row g of each row tile)
+// and each lane the features c = 4 lane of every part of a row, so that what a lane reads per
+// atom is read once for all of the atom's values (made per value from global memory, they
+// held the adjoint's warps waiting on loads for a third of its time).
+
+static_assert(THREADS / 32 == ATOMS / 2 && 4 * 32 == F, "a warp per pair of atoms, a lane per 4 features");
+
+// dL/d(act) staged (16 rows of 3F): [gs | Σ_k gv_k Uv_k | gs <Uv, Vv>], as update.cu.
+__device__ void stage_g_act(const AdjointRows& src, const Staged& s) {
+    const int g = threadIdx.x >> 5, c = 4 * (threadIdx.x & 31);
+    float4 part[2][3];
+    unsigned largest[2] = {0, 0};
 #pragma unroll
-        for (int k = 0; k < 3; ++k) sum = sum + (p == 1 ? gv(k, a, c) : uv(k, a, c, 1)) * uv(k, a, c, 0);
-        return p == 1 ? sum : gs(a, c) * sum;
+    for (int h = 0; h < 2; ++h) {
+        const int a = g + 8 * h;
+        float4 gs = zero4(), avv = zero4(), dot = zero4();
+        if (src.a0 + a < src.n) {
+            gs = src.gs(a, c);
+#pragma unroll
+            for (int k = 0; k < 3; ++k) {
+                const float4 u = src.uv(k, a, c, 0);
+                avv = avv + src.gv(k, a, c) * u;
+                dot = dot + src.uv(k, a, c, 1) * u;
+            }
+        }
+        part[h][0] = gs, part[h][1] = avv, part[h][2] = gs * dot;
+#pragma unroll
+        for (int p = 0; p < 3; ++p) largest[h] = max(largest[h], abs_max_bits(part[h][p]));
     }
-    // dL/d(mixed) of vector row r (component r / ATOMS), values 4q .. 4q + 3 of its 2F:
-    // dL/dUv_k = gs a_sv Vv_k + gv_k a_vv, dL/dVv_k = gs a_sv Uv_k + dL/d‖Vv‖ Vv_k / ‖Vv‖.
-    __device__ float4 g_mixed(int r, int q) const {
-        const int k = r / ATOMS, a = r % ATOMS;
-        if (a0 + a >= n || q >= 2 * F / 4) return zero4();
-        const int half = 4 * q / F, c = 4 * q % F;
-        const float4 gsa = gs(a, c) * part(2, a, c);
-        if (half == 0) return gsa * uv(k, a, c, 1) + gv(k, a, c) * part(1, a, c);
+    const PairScales scale(largest[0], largest[1], s, g);
+#pragma unroll
+    for (int p = 0; p < 3; ++p) put_split(s, 0, g, p * F / 4 + c / 4, part[0][p], part[1][p], scale);
+    __syncthreads();
+}
+
+// dL/d(mixed) staged (48 rows of 2F, a row tile per component k):
+// dL/dUv_k = gs a_sv Vv_k + gv_k a_vv, dL/dVv_k = gs a_sv Uv_k + dL/d‖Vv‖ Vv_k / ‖Vv‖.
+__device__ void stage_g_mixed(const AdjointRows& src, const Staged& s) {
+    const int g = threadIdx.x >> 5, c = 4 * (threadIdx.x & 31);
+    float4 gsa[2], avv[2], gn[2];  // per atom: gs a_sv, a_vv, dL/d‖Vv‖ / ‖Vv‖
+    bool valid[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int a = g + 8 * h;
+        valid[h] = src.a0 + a < src.n;
+        gsa[h] = avv[h] = gn[h] = zero4();
+        if (!valid[h]) continue;
+        gsa[h] = src.gs(a, c) * src.part(2, a, c);
+        avv[h] = src.part(1, a, c);
         float4 sq = make_float4((float)NORM_EPS, (float)NORM_EPS, (float)NORM_EPS, (float)NORM_EPS);
 #pragma unroll
-        for (int i = 0; i < 3; ++i) sq = sq + uv(i, a, c, 1) * uv(i, a, c, 1);
-        const float4 gn = *reinterpret_cast<const float4*>(g_ctx + a * CTX_LD + F + c);
-        const float4 scale = make_float4(gn.x / sqrtf(sq.x), gn.y / sqrtf(sq.y), gn.z / sqrtf(sq.z),
-                                         gn.w / sqrtf(sq.w));
-        return gsa * uv(k, a, c, 0) + scale * uv(k, a, c, 1);
+        for (int k = 0; k < 3; ++k) sq = sq + src.uv(k, a, c, 1) * src.uv(k, a, c, 1);
+        const float4 d = *reinterpret_cast<const float4*>(src.g_ctx + a * CTX_LD + F + c);
+        gn[h] = make_float4(d.x / sqrtf(sq.x), d.y / sqrtf(sq.y), d.z / sqrtf(sq.z), d.w / sqrtf(sq.w));
     }
-};
+#pragma unroll
+    for (int k = 0; k < 3; ++k) {
+        float4 du[2], dv[2];
+        unsigned largest[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int a = g + 8 * h;
+            du[h] = dv[h] = zero4();
+            if (valid[h]) {
+                const float4 u = src.uv(k, a, c, 0), v = src.uv(k, a, c, 1);
+                du[h] = gsa[h] * v + src.gv(k, a, c) * avv[h];
+                dv[h] = gsa[h] * u + gn[h] * v;
+            }
+            largest[h] = max(abs_max_bits(du[h]), abs_max_bits(dv[h]));
+        }
+        const PairScales scale(largest[0], largest[1], s, 16 * k + g);
+        put_split(s, k, g, c / 4, du[0], du[1], scale);
+        put_split(s, k, g, F / 4 + c / 4, dv[0], dv[1], scale);
+    }
+    __syncthreads();
+}
 
 // Shared memory of the adjoint (src/ops/update_tc.rs `adjoint_smem_words`):
 //   staged  dL/d(act) (16 x 3F) and the hidden layer's gradient (16 x F), split; after the
@@ -317,7 +368,7 @@ __device__ void adjoint(AdjointRows src, const float* pre, const float* b1, cons
     src.g_ctx = m.g_ctx;
     WeightStream<ATOMS, 3 * F> first(w2t, 3 * F, F);
     wait_for_previous_kernel();  // the weights above are the model's
-    stage_rows<ATOMS, 3 * F>([&](int r, int q) { return src.g_act(r, q); }, m.g_act);
+    stage_g_act(src, m.g_act);
     first.run(m.g_act, HiddenAdj{pre, b1, m.hidden, n, F, a0});
     WeightStream<ATOMS, F> second(w1t, F, 2 * F);
     __syncthreads();
@@ -332,7 +383,7 @@ __device__ void adjoint(AdjointRows src, const float* pre, const float* b1, cons
         const float4 g = src.gs(a, c) + *reinterpret_cast<const float4*>(m.g_ctx + a * CTX_LD + c);
         *reinterpret_cast<float4*>(out + src.row(a) * F + c) = g;
     }
-    stage_rows<VROWS, 2 * F>([&](int r, int q) { return src.g_mixed(r, q); }, m.g_mixed);
+    stage_g_mixed(src, m.g_mixed);
     mixing.run(m.g_mixed, VectorGrads{&src, out + (size_t)n * F});
 }
 
