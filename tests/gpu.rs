@@ -127,9 +127,10 @@ fn cuda_model_matches_cpu() {
 }
 
 /// Kernels launched to overlap the previous one on their stream (`ops::overlap`) give what
-/// plain launches give: the fused model in f32 on 64 aspirins and a 999-atom water box, whose
-/// calls launch the tensor-core dense layers, the tiled interaction, the update, edge-basis and
-/// initial-state kernels that way, twenty overlapped calls against a plain one. The sums' order
+/// plain launches give: the fused model in f32 on 64 aspirins and water boxes of 999 and 3,000
+/// atoms, whose calls launch the tensor-core dense layers, the tiled interaction, the update
+/// (in one launch each way from 2,000 atoms), edge-basis and initial-state kernels that way,
+/// twenty overlapped calls against a plain one. The sums' order
 /// (atomics) moves the last bits; a kernel reading its predecessor's output early would be far
 /// off.
 #[test]
@@ -140,6 +141,7 @@ fn cuda_overlapping_launches_match_plain_ones() {
     let cases = [
         ("64 aspirins", vec![aspirin(); 64]),
         ("water box 999 atoms", vec![water_box(333, 5)]),
+        ("water box 3,000 atoms", vec![water_box(1000, 6)]),
     ];
     for (label, structures) in cases {
         let batch = Batch::new(structures).unwrap();
