@@ -33,7 +33,7 @@ __device__ __forceinline__ Staged row_tile(const Staged& s, int m) {
     return Staged{s.hi + s.at(m, 0, 0), s.rinv + 16 * m, s.width, s.pair_rows};
 }
 
-// Shared memory (src/ops/update_tc.rs `SMEM_WORDS`):
+// Shared memory (src/ops/update_tc.rs `smem_words`):
 //   staged  the vector rows split (48 x F); after the mixing, the context rows (16 x 2F) and
 //           then the hidden layer (16 x F), split
 //   ctx     context rows in f32 [16][2F + 8]; after they are staged, the hidden layer in f32,
@@ -179,7 +179,6 @@ __device__ void forward(const float* state, const float* b1, const float* ab, co
     // s + a_ss goes where the hidden layer was (staged by now).
     second.run(m.hidden_s, Combine{state, ab, m.uv, m.dot, next, act, m.hidden.x, n, a0});
 }
-
 
 // Four consecutive values of a row in global memory (16-byte aligned).
 __device__ __forceinline__ float4 ld4(const float* p) { return __ldg(reinterpret_cast<const float4*>(p)); }
@@ -339,8 +338,8 @@ struct ToShared {
 struct VectorGrads {
     const AdjointRows* src;
     float* g_v;  // [3N, F]
-    __device__ NoOperands fetch(int, int) const { return {}; }
     using Operands = NoOperands;
+    __device__ Operands fetch(int, int) const { return {}; }
     __device__ void operator()(int r, int j, const float (&v)[4], Operands) const {
         const int k = r / ATOMS;
 #pragma unroll

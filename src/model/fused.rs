@@ -201,9 +201,10 @@ pub const DENSE_TENSOR_CORES_UNTIL_ROWS: usize = 30_000;
 
 /// Atoms from which the update block runs in one launch on CUDA (forward and adjoint,
 /// `ops::update_tc`) instead of four. On an H200 (BENCHMARKS.md) one launch took a 10,000-atom
-/// call 3.84 → 3.66-3.72 ms and water-3000 1.27 → 1.21-1.23 ms; at 64 aspirins (1,344 atoms)
-/// and water-1000 the replayed calls measured the same and the eager ones 20-30 µs slower (not
-/// explained). Sizes between 1,344 and 3,000 atoms were not measured.
+/// call 3.83-3.84 → 3.59-3.64 ms and water-3000 1.27 → 1.19-1.22 ms; at 64 aspirins (1,344
+/// atoms) and water-1000 the replayed calls measured the same and the eager ones slower in three
+/// of four alternations (by 19-64 µs; not explained). Sizes between 1,344 and 3,000 atoms were
+/// not measured.
 pub const UPDATE_IN_ONE_LAUNCH_FROM_ATOMS: usize = 2_000;
 
 /// Atoms up to which a system on CUDA runs as one kernel (`ops::small_system`) when its layer
