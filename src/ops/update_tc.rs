@@ -19,14 +19,14 @@ use candle_core::{bail, Result, Tensor};
 pub const UPDATE_TC_FEATURES: usize = 128;
 
 /// Atoms per CUDA block (kernels/update_tc.cu `ATOMS`).
-#[cfg(feature = "cuda")]
 const ATOMS: usize = 16;
 
 /// Shared memory of a block in 32-bit words (kernels/update_tc.cu `Smem`): the staged rows
 /// (the larger of 48 vector rows of F, and 16 context rows of 2F plus 16 hidden rows of F, two
 /// f16 planes each), the context rows in f32, Uv and <Uv, Vv> in f32, then the inverse row
-/// scales.
-#[cfg(feature = "cuda")]
+/// scales. (Shared-memory sizes are plain arithmetic, compiled without CUDA too, so that CI's
+/// tests check that two blocks fit a multiprocessor.)
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 fn smem_words(f: usize) -> usize {
     let split = staged(3 * ATOMS, f).max(staged(ATOMS, 2 * f) + staged(ATOMS, f));
     split + ATOMS * (2 * f + 8) + 4 * ATOMS * (f + 8) + 5 * ATOMS
@@ -35,14 +35,14 @@ fn smem_words(f: usize) -> usize {
 /// The adjoint's (kernels/update_tc.cu `AdjointSmem`): the staged rows (the larger of 16 rows
 /// of dL/d(act), 3F, plus 16 of the hidden layer's gradient, F, and 48 rows of dL/d(mixed),
 /// 2F), dL/d(ctx) and the hidden layer's gradient in f32, then the inverse row scales.
-#[cfg(feature = "cuda")]
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 fn adjoint_smem_words(f: usize) -> usize {
     let split = (staged(ATOMS, 3 * f) + staged(ATOMS, f)).max(staged(3 * ATOMS, 2 * f));
     split + ATOMS * (2 * f + 8) + ATOMS * (f + 8) + 5 * ATOMS
 }
 
 /// 32-bit words of `rows` staged rows of `width` (kernels/dense_tc.cuh `staged_words`).
-#[cfg(feature = "cuda")]
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 fn staged(rows: usize, width: usize) -> usize {
     rows * (width + if width.is_multiple_of(32) { 16 } else { 0 })
 }
@@ -311,4 +311,28 @@ pub fn update_tc_adjoint(
     };
     let out = launch(k, &inputs, &index, (4 * n, f), Init::Uninit)?;
     Ok((out.narrow(0, 0, n)?, out.narrow(0, n, 3 * n)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Both kernels are compiled for two blocks of 256 threads a multiprocessor
+    /// (`__launch_bounds__(THREADS, 2)`, all 64K registers): their shared memory must let two
+    /// blocks fit an H100's or H200's 228 KB (1 KB of it reserved per block). A layout grown
+    /// past that would still launch, at one block a multiprocessor and half the warps.
+    #[test]
+    fn two_blocks_fit_a_multiprocessor() {
+        let f = UPDATE_TC_FEATURES;
+        for (what, words) in [
+            ("forward", smem_words(f)),
+            ("adjoint", adjoint_smem_words(f)),
+        ] {
+            let per_block = 4 * words + 1024;
+            assert!(
+                2 * per_block <= 228 * 1024,
+                "{what}: {per_block} bytes a block"
+            );
+        }
+    }
 }
