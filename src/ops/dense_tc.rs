@@ -14,9 +14,9 @@ use super::kernel::{check_elements, kernel_source, launch, overlaps_previous, In
 use candle_core::{bail, DType, Result, Tensor};
 use half::f16;
 
-/// Threads per CUDA block (dense_tc::THREADS).
+/// Threads per CUDA block (dense_tc::THREADS; also the update block's, ops::update_tc).
 #[cfg(feature = "cuda")]
-const THREADS: u32 = 256;
+pub(super) const THREADS: u32 = 256;
 
 /// Output columns per pass of a block (CHUNK in kernels/dense_tc.cu): the weights are padded
 /// with zero rows to a multiple of it.
@@ -207,9 +207,11 @@ impl Dims {
     }
 }
 
-/// 32-bit words of a staged pair of rows `width` wide (kernels/dense_tc.cu staged_stride).
-#[cfg(feature = "cuda")]
-fn staged_stride(width: usize) -> usize {
+/// 32-bit words of a staged pair of rows `width` wide (kernels/dense_tc.cuh staged_stride).
+/// (Plain arithmetic, compiled without CUDA too: ops::update_tc's shared-memory sizes and
+/// their test use it.)
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+pub(super) fn staged_stride(width: usize) -> usize {
     width + if width.is_multiple_of(32) { 16 } else { 0 }
 }
 

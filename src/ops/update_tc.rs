@@ -9,7 +9,8 @@
 //! after the other, take any width and precision.
 
 use super::dense_tc::{
-    arranged, check_inputs, check_weights, fit, Dims, Layer, MlpAdjoint, MlpForward, TcWeights,
+    arranged, check_inputs, check_weights, fit, staged_stride, Dims, Layer, MlpAdjoint, MlpForward,
+    TcWeights,
 };
 use super::kernel::{kernel_source, launch, overlaps_previous, Init, Kernel, Real};
 use super::update::{CombineAdj, CombineFwd, ContextAdj, ContextFwd, Rows, StateGrad};
@@ -44,7 +45,7 @@ fn adjoint_smem_words(f: usize) -> usize {
 /// 32-bit words of `rows` staged rows of `width` (kernels/dense_tc.cuh `staged_words`).
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 fn staged(rows: usize, width: usize) -> usize {
-    rows * (width + if width.is_multiple_of(32) { 16 } else { 0 })
+    rows * staged_stride(width)
 }
 
 /// A launch of one block per 16 atoms with `words` of shared memory.
@@ -52,7 +53,7 @@ fn staged(rows: usize, width: usize) -> usize {
 fn config(n: usize, words: usize) -> candle_core::cuda_backend::cudarc::driver::LaunchConfig {
     candle_core::cuda_backend::cudarc::driver::LaunchConfig {
         grid_dim: (n.div_ceil(ATOMS) as u32, 1, 1),
-        block_dim: (256, 1, 1),
+        block_dim: (super::dense_tc::THREADS, 1, 1),
         shared_mem_bytes: (4 * words) as u32,
     }
 }
@@ -70,27 +71,6 @@ pub struct UpdateOutputs {
 }
 
 struct UpdateForward(Rows);
-
-impl UpdateForward {
-    /// The mixing layer ([3N rows of F] → 2F) and the context MLP (2F → F → 3F).
-    fn dims(&self) -> [Dims; 2] {
-        let Rows { n, f } = self.0;
-        [
-            Dims {
-                n: 3 * n,
-                k: f,
-                h: 0,
-                j: 2 * f,
-            },
-            Dims {
-                n,
-                k: 2 * f,
-                h: f,
-                j: 3 * f,
-            },
-        ]
-    }
-}
 
 impl Kernel for UpdateForward {
     overlaps_previous!();
@@ -116,14 +96,25 @@ impl Kernel for UpdateForward {
         let (w_mix, w1, w2) = (x[3], x[4], x[5]);
         let (next, rest) = out.split_at_mut(4 * n * f);
         let (mixed, pre_act) = rest.split_at_mut(6 * n * f);
-        let [mix, ctx_mlp] = self.dims();
+        // The mixing layer ([3N rows of F] → 2F), then the context MLP (2F → F → 3F).
         let mix = Layer {
-            dims: mix,
+            dims: Dims {
+                n: 3 * n,
+                k: f,
+                h: 0,
+                j: 2 * f,
+            },
             adding: false,
         };
         mix.cpu(&[&state[n * f..], w_mix], idx, mixed);
         let mut ctx = vec![T::zero(); 2 * n * f];
         ContextFwd(self.0).cpu(&[state, mixed], idx, &mut ctx);
+        let ctx_mlp = Dims {
+            n,
+            k: 2 * f,
+            h: f,
+            j: 3 * f,
+        };
         MlpForward(ctx_mlp).cpu(&[&ctx, b1, w1, w2], idx, pre_act);
         let act = &pre_act[n * f..];
         CombineFwd(self.0).cpu(&[state, mixed, act, act_bias], idx, next);
