@@ -3,6 +3,7 @@
 // own.
 #pragma once
 #include <cstddef>
+#include "common.cuh"
 
 template <typename T>
 __device__ __forceinline__ T edge_vector(const T* pos, const T* off, const unsigned int* ci,
@@ -86,4 +87,39 @@ __device__ __forceinline__ void edge_grad(const T* pos, const T* off, const T* g
         gd += ge[k] * slope;
     }
     grad_r(gd, ge + n_rbf + 1, r, d, gr);
+}
+
+// One thread per edge: grad(e, gr) gives edge e's dL/dr, added into atom j's gradient and
+// taken from atom i's (gpos zeroed). Where a warp's edges have one centre (lists sorted by it:
+// most warps), its share is summed over the warp first, one atomic add per component instead
+// of 32 at one address. Whole warps walk the edges (the loop's bound is uniform), so that
+// every lane reaches the warp's sums.
+template <typename T, typename Grad>
+__device__ __forceinline__ void add_edge_grads(const unsigned int* ci, const unsigned int* nj,
+                                               T* gpos, size_t n_edges, Grad grad) {
+    const size_t step = (size_t)gridDim.x * blockDim.x;
+    for (size_t e0 = blockIdx.x * (size_t)blockDim.x; e0 < n_edges; e0 += step) {
+        const size_t e = e0 + threadIdx.x;
+        const bool in = e < n_edges;
+        T gr[3] = {T(0), T(0), T(0)};
+        unsigned i = 0xffffffffu;  // no centre: the lane is past the last edge
+        if (in) {
+            grad(e, gr);
+            const size_t j = nj[e];
+            i = ci[e];
+#pragma unroll
+            for (int a = 0; a < 3; ++a) atomicAdd(gpos + 3 * j + a, gr[a]);
+        }
+        const unsigned i0 = __shfl_sync(0xffffffffu, i, 0);
+        if (__all_sync(0xffffffffu, i == i0 || !in)) {
+#pragma unroll
+            for (int a = 0; a < 3; ++a) {
+                const T sum = warp_sum(gr[a]);
+                if (threadIdx.x % 32 == 0 && in) atomicAdd(gpos + 3 * (size_t)i0 + a, -sum);
+            }
+        } else if (in) {
+#pragma unroll
+            for (int a = 0; a < 3; ++a) atomicAdd(gpos + 3 * (size_t)i + a, -gr[a]);
+        }
+    }
 }
