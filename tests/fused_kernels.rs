@@ -110,6 +110,10 @@ fn filter_rows_and_dense_kernel_paths_match() {
     // Every layer of a shape they take (all but the readout's single output) on the
     // tensor-core kernels' twins.
     let (e_tc, f_tc) = run_with(usize::MAX, 0, 0, 0..=usize::MAX);
+    // The first block per edge like the others instead of by sums per element (the default).
+    let per_edge = fused.clone().with_first_block_sums(false);
+    let pass = per_edge.forward(&inputs).unwrap();
+    let (e_edges, f_edges) = (pass.atom_energies.clone(), pass.forces().unwrap());
     let graph = common::calculator(DType::F64, &Device::Cpu);
     let e_graph = graph.model().atom_energies(&inputs).unwrap();
     let f_graph = forces_from(&e_graph.sum_all().unwrap(), &positions).unwrap();
@@ -119,11 +123,13 @@ fn filter_rows_and_dense_kernel_paths_match() {
         ("rows kept for the adjoint", &e_kept, &f_kept),
         ("dense kernels", &e_dense, &f_dense),
         ("tensor-core layers", &e_tc, &f_tc),
+        ("first block per edge", &e_edges, &f_edges),
     ] {
         assert!(max_abs_diff(e, &e_graph) < 1e-10, "{what}: energies");
         assert!(max_abs_diff(f, &f_graph) < 1e-10, "{what}: forces");
     }
     assert!(max_abs_diff(&f_in, &f_rows) < 1e-12);
+    assert!(max_abs_diff(&f_in, &f_edges) < 1e-12);
     // Kept rows are the very rows the adjoint would make again.
     assert_eq!(
         f_kept.to_vec2::<f64>().unwrap(),

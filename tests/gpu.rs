@@ -425,6 +425,53 @@ fn cuda_fused_kernels_match_cpu() {
 /// 256 inputs, its adjoint's 384-wide reduction: the compile-time variants) and others (the
 /// kernels for any width; outputs padded within a chunk, a second chunk); the layer with an
 /// addend (`dense_tc_adding`); the readout with the forces' seed (`readout_tc`) at 1-5,000 rows.
+/// The first block's sums per sending element (`ops::element_sums`) and their adjoint on CUDA
+/// against their CPU twins, f32 and f64: zero edges, an isolated atom, unsorted edges, 32
+/// elements, 28 radial functions, and a water-sized list (10,000 atoms, 540,000 edges sorted
+/// by receiver); the adjoint with and without the later blocks' rows. The sums' order
+/// (atomics) moves the last bits in f32.
+#[test]
+fn cuda_element_sums_match_cpu() {
+    use common::element_sums::SumsCase;
+    let gpu = cuda();
+    let cases = [
+        (9, 60, 3, 5, true, false),
+        (13, 200, 4, 20, false, true),
+        (4, 0, 2, 20, true, true),
+        (40, 3_000, 32, 3, true, false),
+        (7, 500, 2, 28, false, false),
+        (10_000, 540_000, 4, 20, true, false),
+    ];
+    for (dtype, tol) in [(DType::F64, 1e-12), (DType::F32, 1e-5)] {
+        for (k, &(n, e, z, r, sorted, isolated)) in cases.iter().enumerate() {
+            let cpu = SumsCase::new(n, e, z, r, sorted, isolated, dtype, 90 + k as u64);
+            let cuda = cpu.to(&gpu);
+            let what = format!("{dtype:?} case {k} ({n} atoms, {e} edges)");
+            let want = cpu.sums().unwrap();
+            let got = cuda.sums().unwrap().to_device(&Device::Cpu).unwrap();
+            let d = max_abs_diff(&got, &want);
+            assert!(
+                d <= tol * max_abs_tensor(&want).max(1.0),
+                "{what}: sums off by {d}"
+            );
+            for with_prev in [false, true] {
+                let want = cpu.adjoint(with_prev).unwrap();
+                let got = cuda
+                    .adjoint(with_prev)
+                    .unwrap()
+                    .to_device(&Device::Cpu)
+                    .unwrap();
+                let d = max_abs_diff(&got, &want);
+                let s = max_abs_tensor(&want).max(1.0);
+                assert!(
+                    d <= tol * s,
+                    "{what} (prev {with_prev}): adjoint off by {d}"
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn cuda_dense_tensor_cores_match_cpu() {
     use common::dense::{layer_inputs, layer_outputs, layers, readout_inputs, readout_outputs};

@@ -15,6 +15,12 @@
 //! product per block. Forces only: the weights are read once (`FusedPainn::new`), so this path
 //! is for inference; training differentiates the graph of `Painn::atom_energies`.
 //!
+//! The first block runs as sums per sending element ([`FirstBlockSums`], `ops::element_sums`):
+//! its context is its sender's element's and its vector features are zero, so per-atom sums of
+//! basis rows times precomputed weights (one cuBLAS product) give its messages exactly, and its
+//! adjoint ends in the forces in one kernel, with no per-edge, per-feature work at all
+//! (`MLFF_FIRST_BLOCK_SUMS=0` or [`FusedPainn::with_first_block_sums`] runs it per edge).
+//!
 //! State tensors are component-major [4N, F] (s, then v_x, v_y, v_z), so that s and v are
 //! contiguous row ranges that cuBLAS takes without copies.
 
@@ -23,11 +29,12 @@ use crate::device::{env_usize, env_usize_set};
 use crate::ops::{
     act_grad, atom_split, bias_silu, bias_silu_adjoint, dense, dense_on_tensor_cores, dense_silu,
     dense_silu_adjoint, dense_tc, dense_tc_adding, dense_tc_fits, edge_basis, edge_basis_adjoint,
-    gather, initial_state, interaction, interaction_adjoint, mlp_tc, mlp_tc_adjoint, readout_tc,
-    small_system, tc_weights, update_combine, update_combine_adjoint, update_context,
-    update_context_adjoint, update_tc, update_tc_adjoint, AtomSplitPlan, EdgeFilter,
-    InteractionInputs, SmallSystemModel, SmallSystemPlan, StateGrad, TcWeights, UpdateOutputs,
-    ATOM_SPLIT_MAX_ATOMS_CUDA_CORES, DENSE_MAX_WIDTH, UPDATE_TC_FEATURES,
+    element_sums, element_sums_position_adjoint, gather, initial_state, interaction,
+    interaction_adjoint, mlp_tc, mlp_tc_adjoint, readout_tc, small_system, tc_weights,
+    update_combine, update_combine_adjoint, update_context, update_context_adjoint, update_tc,
+    update_tc_adjoint, AtomSplitPlan, EdgeFilter, InteractionInputs, SmallSystemModel,
+    SmallSystemPlan, StateGrad, TcWeights, UpdateOutputs, ATOM_SPLIT_MAX_ATOMS_CUDA_CORES,
+    DENSE_MAX_WIDTH, ELEMENT_SUMS_MAX_ELEMENTS, UPDATE_TC_FEATURES,
 };
 use candle_core::{Result, Tensor};
 use candle_nn::Linear;
@@ -339,14 +346,35 @@ pub struct FusedPainn {
     packed_out_major: std::sync::OnceLock<Tensor>,
     /// The first block's φ (before its output bias) per element, on first use.
     first_phi: std::sync::OnceLock<Tensor>,
+    /// The first block's messages by sums per sending element ([`FirstBlockSums`]).
+    first_block_sums: bool,
+    first_sums: std::sync::OnceLock<FirstBlockSums>,
+}
+
+/// The first interaction block as sums per sending element (`ops::element_sums`): its context
+/// φ_j + b is the element's and its vector features are zero, so its messaged state is the
+/// per-atom sums of basis rows [4, N, K + elements] times these, made once: the filter
+/// weights' scalar (s) and direction (d) parts times each element's context, [K = elements
+/// (R + 1), F] (row z (R + 1) + r: W[r, part] ⊙ ctx_z[part]), and for the sums' one-hot
+/// columns the embedding (s) or zeros (v), so that the initial state is added in the product.
+#[derive(Clone)]
+struct FirstBlockSums {
+    /// [4, K + elements, F]: the s part for the plain sums, the d part for each unit-vector
+    /// component.
+    product: Tensor,
+    /// The s and d parts transposed, [F, K] each (the adjoint's products).
+    scalar_t: Tensor,
+    direction_t: Tensor,
 }
 
 /// What one block's adjoint reads from its forward.
 struct Tape {
-    state: Tensor,
+    /// The block's input state; None where the block ran as sums per element.
+    state: Option<Tensor>,
     /// φ's pre-activation, except in the first block (gathered per element, no adjoint).
     phi_pre: Option<Tensor>,
-    phi: Tensor,
+    /// φ's output; None where the block ran as sums per element ([`FirstBlockSums`]).
+    phi: Option<Tensor>,
     mixed: Tensor,
     ctx_pre: Tensor,
     act: Tensor,
@@ -426,7 +454,17 @@ impl FusedPainn {
             packed: std::sync::OnceLock::new(),
             packed_out_major: std::sync::OnceLock::new(),
             first_phi: std::sync::OnceLock::new(),
+            first_block_sums: std::env::var("MLFF_FIRST_BLOCK_SUMS")
+                .map_or(true, |v| v.trim() != "0"),
+            first_sums: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Runs the first interaction block as sums per sending element (the default; both ways
+    /// give the same forces) or per edge like the others.
+    pub fn with_first_block_sums(mut self, on: bool) -> Self {
+        self.first_block_sums = on;
+        self
     }
 
     /// Runs systems of up to `atoms` atoms as one kernel on CUDA where they fit (0: never; the
@@ -526,6 +564,41 @@ impl FusedPainn {
         let hidden = (self.embedding.matmul(&first.hidden_t)?).broadcast_add(&first.hidden.bias)?;
         let phi = hidden.silu()?.matmul(&first.out_t)?;
         Ok(self.first_phi.get_or_init(|| phi))
+    }
+
+    /// Whether this call's first block runs as sums per element: switched on, and no more
+    /// elements than the kernels take.
+    fn first_block_by_sums(&self) -> Result<bool> {
+        Ok(self.first_block_sums
+            && !self.blocks.is_empty()
+            && self.embedding.dim(0)? <= ELEMENT_SUMS_MAX_ELEMENTS)
+    }
+
+    /// The first block's weights for its sums ([`FirstBlockSums`]), made on first use.
+    fn first_sums(&self) -> Result<&FirstBlockSums> {
+        if let Some(t) = self.first_sums.get() {
+            return Ok(t);
+        }
+        let (f, b) = (self.hidden, &self.blocks[0]);
+        let elements = self.embedding.dim(0)?;
+        let ctx = self.first_phi()?.broadcast_add(&b.phi.out.bias)?; // [Z, 3F]
+        let part = |p: usize| -> Result<Tensor> {
+            let w = b.filter.narrow(1, p * f, f)?.unsqueeze(0)?; // [1, R + 1, F]
+            let c = ctx.narrow(1, p * f, f)?.unsqueeze(1)?; // [Z, 1, F]
+            w.broadcast_mul(&c)?
+                .reshape((elements * (self.n_rbf + 1), f))
+        };
+        let (scalar, direction) = (part(0)?, part(1)?);
+        // The sums' one-hot columns: the embedding into s, nothing into v.
+        let scalar_state = Tensor::cat(&[&scalar, &self.embedding], 0)?;
+        let direction_state = Tensor::cat(&[&direction, &self.embedding.zeros_like()?], 0)?;
+        let v = &direction_state;
+        let sums = FirstBlockSums {
+            product: Tensor::stack(&[&scalar_state, v, v, v], 0)?,
+            scalar_t: scalar.t()?.contiguous()?,
+            direction_t: direction.t()?.contiguous()?,
+        };
+        Ok(self.first_sums.get_or_init(|| sums))
     }
 
     /// The atom-split launch for `x`, where it applies (for [`atom_split`](Self::atom_split)).
@@ -880,6 +953,24 @@ impl FusedPainn {
         Ok(bytes * self.blocks.len() <= self.keep_rows_bytes)
     }
 
+    /// The first block's messaged state [4N, F]: the per-element sums times their weights
+    /// ([`FirstBlockSums`]), which add the initial state too.
+    fn first_block_messages(&self, basis: &Tensor, x: &PainnInputs) -> Result<Tensor> {
+        let n = x.species.dim(0)?;
+        let sums = element_sums(
+            basis,
+            &x.centers,
+            &x.neighbors,
+            &x.species,
+            self.embedding.dim(0)?,
+            self.n_rbf,
+        )?;
+        let k = sums.dim(1)?;
+        let product = &self.first_sums()?.product;
+        let messaged = sums.reshape((4, n, k))?.matmul(product)?;
+        messaged.reshape((4 * n, self.hidden))
+    }
+
     /// The forward pass: per-atom energies (eV) and what `FusedForward::forces` needs.
     pub fn forward<'a>(&'a self, x: &'a PainnInputs) -> Result<FusedForward<'a>> {
         let n = x.positions.dim(0)?;
@@ -892,30 +983,42 @@ impl FusedPainn {
             self.n_rbf,
             self.cutoff,
         )?;
-        let mut state = initial_state(&self.embedding, &x.species)?;
+        let by_sums = self.first_block_by_sums()?;
+        // (None: the first block's sums add the initial state themselves.)
+        let mut state = match by_sums {
+            true => None,
+            false => Some(initial_state(&self.embedding, &x.species)?),
+        };
         let mut tape = Vec::with_capacity(self.blocks.len());
         let path = self.dense_path(n, &x.positions);
         let keep_rows = self.keeps_rows(&basis)?;
         for (k, b) in self.blocks.iter().enumerate() {
-            let (phi_pre, phi) = match k {
-                0 => (None, gather(self.first_phi()?, &x.species)?),
-                _ => {
-                    let (pre, phi) = b.phi.forward(&state.narrow(0, 0, n)?, path)?;
-                    (Some(pre), phi)
+            // The block's messaged state, and what its adjoint needs of the interaction.
+            let (messaged, phi_pre, phi, rows) = match &state {
+                None => (self.first_block_messages(&basis, x)?, None, None, None),
+                Some(state_in) => {
+                    let (phi_pre, phi) = match k {
+                        0 => (None, gather(self.first_phi()?, &x.species)?),
+                        _ => {
+                            let (pre, phi) = b.phi.forward(&state_in.narrow(0, 0, n)?, path)?;
+                            (Some(pre), phi)
+                        }
+                    };
+                    let mut rows = None;
+                    let messaged = interaction(&InteractionInputs {
+                        phi: &phi,
+                        phi_bias: &b.phi.out.bias,
+                        filter: self.filter(b, &basis, &mut rows)?,
+                        basis: &basis,
+                        state: state_in,
+                        centers: &x.centers,
+                        neighbors: &x.neighbors,
+                        symmetric_edges: true,
+                    })?;
+                    let rows = if keep_rows { rows } else { None };
+                    (messaged, phi_pre, Some(phi), rows)
                 }
             };
-            let mut rows = None;
-            let messaged = interaction(&InteractionInputs {
-                phi: &phi,
-                phi_bias: &b.phi.out.bias,
-                filter: self.filter(b, &basis, &mut rows)?,
-                basis: &basis,
-                state: &state,
-                centers: &x.centers,
-                neighbors: &x.neighbors,
-                symmetric_edges: true,
-            })?;
-            let rows = if keep_rows { rows } else { None };
             let UpdateOutputs {
                 next,
                 mixed,
@@ -923,7 +1026,7 @@ impl FusedPainn {
                 act,
             } = self.update(b, &messaged, path)?;
             tape.push(Tape {
-                state,
+                state: state.take(),
                 phi_pre,
                 phi,
                 mixed,
@@ -931,8 +1034,11 @@ impl FusedPainn {
                 act,
                 rows,
             });
-            state = next;
+            state = Some(next);
         }
+        let Some(state) = state else {
+            candle_core::bail!("the model has no interaction blocks")
+        };
         let (atom_energies, readout) = self.readout(&state.narrow(0, 0, n)?, &x.species, path)?;
         Ok(FusedForward {
             model: self,
@@ -980,13 +1086,29 @@ impl FusedForward<'_> {
                 next: next.as_ref().map(|(a, b, c)| (a, b, c)),
             };
             let (g_s, g_v) = m.update_adjoint(b, t, &grad, path)?;
+            let (Some(phi), Some(state)) = (&t.phi, &t.state) else {
+                // The first block by sums per element (last here): its adjoint ends in the
+                // forces, through the basis rows of every block.
+                let sums = m.first_sums()?;
+                return element_sums_position_adjoint(
+                    &self.positions,
+                    &x.offsets,
+                    g_basis.as_ref(),
+                    &g_s.matmul(&sums.scalar_t)?,
+                    &g_v.matmul(&sums.direction_t)?,
+                    (&x.centers, &x.neighbors),
+                    &x.species,
+                    m.embedding.dim(0)?,
+                    (m.n_rbf, m.cutoff),
+                );
+            };
             let mut rows = t.rows.clone();
             let inputs = InteractionInputs {
-                phi: &t.phi,
+                phi,
                 phi_bias: &b.phi.out.bias,
                 filter: m.filter(b, basis, &mut rows)?,
                 basis,
-                state: &t.state,
+                state,
                 centers: &x.centers,
                 neighbors: &x.neighbors,
                 // Model inputs hold both directions of every edge (`PainnInputs`).

@@ -175,7 +175,7 @@ pub fn edge_basis(
 }
 
 /// Checks shapes and indices; returns the number of edges.
-fn check_geometry(
+pub(super) fn check_geometry(
     positions: &Tensor,
     offsets: &Tensor,
     centers: &Tensor,

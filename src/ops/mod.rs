@@ -18,6 +18,7 @@ mod atom_split;
 mod dense;
 mod dense_tc;
 mod edge_basis;
+mod element_sums;
 mod gather;
 mod integrator;
 mod interaction;
@@ -53,6 +54,7 @@ pub use dense_tc::{
     readout_tc, tc_weights, TcWeights, DENSE_TC_MAX_WIDTH,
 };
 pub use edge_basis::{basis_width, edge_basis, edge_basis_adjoint};
+pub use element_sums::{element_sums, element_sums_position_adjoint, ELEMENT_SUMS_MAX_ELEMENTS};
 pub use gather::{gather, initial_state, Gather};
 pub use integrator::{md_advance, md_displacement2, md_kick, LangevinNoise};
 pub use interaction::{

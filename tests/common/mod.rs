@@ -3,6 +3,7 @@
 
 pub mod dense;
 pub mod device_list;
+pub mod element_sums;
 pub mod fused;
 
 use candle_core::{DType, Device};
