@@ -111,3 +111,34 @@ fn element_sums_name_bad_inputs() {
     );
     assert!(e.contains("dL/d(basis) [19, 8] must be [20, 8]"), "{e}");
 }
+
+/// A model of more elements than the sums take (33) runs its first block per edge, with the
+/// same energies and forces as candle's backprop; one of 32 runs it as sums.
+#[test]
+fn models_beyond_the_sums_element_limit_run_the_first_block_per_edge() {
+    use mlff_distiller::calculator::forces_from;
+    use mlff_distiller::ops::{EdgeOps, ELEMENT_SUMS_MAX_ELEMENTS};
+    use mlff_distiller::{Batch, PainnCalculator};
+    for elements in [ELEMENT_SUMS_MAX_ELEMENTS, ELEMENT_SUMS_MAX_ELEMENTS + 1] {
+        let cfg = mlff_distiller::model::PainnConfig {
+            elements: (1..=elements as u8).collect(),
+            ..common::small_config()
+        };
+        let model = common::model(&cfg, 3, DType::F64, &Device::Cpu);
+        let calc = PainnCalculator::new(model, Device::Cpu, DType::F64).with_ops(EdgeOps::Fused);
+        let batch = Batch::new(vec![common::random_molecule(9, 4)]).unwrap();
+        let (inputs, positions) = calc.prepare(&batch).unwrap();
+        let pass = calc.model().fused().unwrap().forward(&inputs).unwrap();
+        let energies = calc.model().atom_energies(&inputs).unwrap();
+        let forces = forces_from(&energies.sum_all().unwrap(), &positions).unwrap();
+        let what = format!("{elements} elements");
+        assert!(
+            max_abs_diff(&pass.atom_energies, &energies) < 1e-10,
+            "{what}: energies"
+        );
+        assert!(
+            max_abs_diff(&pass.forces().unwrap(), &forces) < 1e-10,
+            "{what}: forces"
+        );
+    }
+}

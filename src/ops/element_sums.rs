@@ -1,8 +1,9 @@
 //! The first interaction block by sums per sending element (kernels/element_sums.cu, whose
 //! comment gives the maths). In the first block the context φ_j + b depends only on atom j's
 //! element and the vector features are zero, so the block's messages are one product of
-//! per-atom sums of basis rows, [4N, elements (R + 1)], with the filter weights times each
-//! element's context: no per-edge, per-feature work at all. [`element_sums`] makes the sums,
+//! per-atom sums of basis rows per sending element, [4N, elements (R + 1)], with the filter
+//! weights times each element's context (and of one-hot columns of the atom's own element with
+//! the embedding, which adds the initial state): no per-edge, per-feature work at all. [`element_sums`] makes the sums,
 //! [`element_sums_position_adjoint`] takes their gradient back through the edges' basis rows to
 //! the positions.
 
