@@ -170,11 +170,10 @@ impl Kernel for PositionAdjoint {
     }
 }
 
-/// Checks the shapes and indices both directions take; the sizes.
+/// Checks what both directions take beyond the edge list (which each checks against its atom
+/// count once): the element count, the basis width, the atoms' element indices; the sizes.
 fn sizes(
     n_edges: usize,
-    centers: &Tensor,
-    neighbors: &Tensor,
     species: &Tensor,
     elements: usize,
     n_rbf: usize,
@@ -187,7 +186,6 @@ fn sizes(
     if n_rbf + 4 > 32 {
         bail!("{op}: {n_rbf} radial functions (a warp holds R + 4 <= 32 columns)")
     }
-    check_edges(centers, neighbors, n_atoms, op)?;
     check_elements(species, elements, op)?;
     Ok(Sizes {
         n_edges,
@@ -213,15 +211,8 @@ pub fn element_sums(
     n_rbf: usize,
 ) -> Result<Tensor> {
     let op = "element sums";
-    let z = sizes(
-        centers.dim(0)?,
-        centers,
-        neighbors,
-        species,
-        elements,
-        n_rbf,
-        op,
-    )?;
+    check_edges(centers, neighbors, species.dims1()?, op)?;
+    let z = sizes(centers.dim(0)?, species, elements, n_rbf, op)?;
     let bw = basis_width(n_rbf);
     if basis.dims() != [z.n_edges, bw] {
         bail!(
@@ -259,15 +250,16 @@ pub fn element_sums_position_adjoint(
 ) -> Result<Tensor> {
     let op = "element sums position adjoint";
     let (centers, neighbors) = edges;
-    let n_edges = check_geometry(positions, offsets, centers, neighbors, n_rbf)?;
-    let z = sizes(n_edges, centers, neighbors, species, elements, n_rbf, op)?;
-    if positions.dim(0)? != z.n_atoms {
+    if positions.dim(0)? != species.dims1()? {
         bail!(
             "{op}: positions {:?} for {} atoms' elements",
             positions.dims(),
-            z.n_atoms
+            species.dims1()?
         )
     }
+    // (The edges are checked against the positions here.)
+    let n_edges = check_geometry(positions, offsets, centers, neighbors, n_rbf)?;
+    let z = sizes(n_edges, species, elements, n_rbf, op)?;
     let (n, k) = (z.n_atoms, z.width());
     for (name, t, rows) in [("dL/dS", g_plain, n), ("dL/dU", g_unit, 3 * n)] {
         if t.dims() != [rows, k] {
