@@ -29,6 +29,8 @@
 #include <string>
 #include <vector>
 
+#include "../../kernels/grid.cuh"  // the one kernel's grid barrier, last_block_out, global_ns
+
 constexpr int THREADS = 512, MAX_LAYERS = 32, STAGES = 6;
 
 struct Layer {
@@ -136,24 +138,11 @@ __device__ void dense(const float* xs, const float* ws, float* ys, int rows, int
 // MODE 0: bulk copies of each block's share (one per peer, each counted against the peer's
 // mbarrier); 1: st.async of 16 bytes each, counted likewise; 2: no communication at all (each
 // block runs the chain on its own stale buffers: the products' and the weight stream's time).
-__device__ void grid_barrier(unsigned* counter, unsigned& target) {
-    __syncthreads();
-    target += gridDim.x;
-    if (threadIdx.x == 0) {
-        asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counter) : "memory");
-        unsigned seen;
-        do {
-            asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(counter) : "memory");
-        } while (seen < target);
-    }
-    __syncthreads();
-}
-
 template <int MODE>
 __global__ void __launch_bounds__(THREADS, 1)
     chain(const float* __restrict__ input, const float* __restrict__ wts, float* out, int n_layers, int buf_len,
           int compute, unsigned long long* stamps, float* gbuf, unsigned* counter) {
-    unsigned target = 0;
+    unsigned target = 0;  // grid barriers passed (mode 3)
     extern __shared__ __align__(128) unsigned char smem[];
     const int C = gridDim.x;
     const unsigned me = MODE == 3 ? blockIdx.x : cluster_rank();
@@ -191,11 +180,7 @@ __global__ void __launch_bounds__(THREADS, 1)
         const Layer L = c_layers[l];
         const float* xs = buf + (l & 1) * buf_len;
         if (MODE < 2 && l > 0) mbar_wait(bars + (l & 1), ((l - 1) >> 1) & 1);
-        if (stamps && me == 0 && threadIdx.x == 0) {
-            unsigned long long t;
-            asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-            stamps[l] = t;
-        }
+        if (stamps && me == 0 && threadIdx.x == 0) stamps[l] = global_ns();
         if (threadIdx.x == 0) {
             if (l + STAGES - 1 < n_layers) {
                 const Layer Ln = c_layers[l + STAGES - 1];
@@ -262,20 +247,10 @@ __global__ void __launch_bounds__(THREADS, 1)
         __syncthreads();  // ys is rewritten by the next layer
     }
     if (MODE == 0 && threadIdx.x < C) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
-    if (stamps && me == 0 && threadIdx.x == 0) {
-        unsigned long long t;
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-        stamps[n_layers] = t;
-    }
+    if (stamps && me == 0 && threadIdx.x == 0) stamps[n_layers] = global_ns();
     if (MODE == 3) {  // the last block out resets the counter for the next launch
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            __threadfence();
-            if (atomicAdd(counter + 1, 1u) == gridDim.x - 1) {
-                atomicExch(counter, 0u);
-                atomicExch(counter + 1, 0u);
-            }
-        }
+        __shared__ int last;
+        last_block_out(counter, &last);
     } else {
         cluster_sync();  // no block leaves while a peer may still write into it
     }
