@@ -97,6 +97,10 @@ __device__ __forceinline__ float silu(float x) { return x / (1.f + __expf(-x)); 
 // that each block's share arrives as one contiguous bulk copy.
 __host__ __device__ inline int slice_len(int rows, int own) { return ((rows + 3) & ~3) * own + 4; }
 
+// Room for a block's output columns of a layer (ys) and for its share of the layer's input
+// (the share of the next): rows times the wider of the two, over C blocks.
+__host__ __device__ inline int own_rows_len(const Layer& L, int C) { return L.rows * (L.M > L.K ? L.M : L.K) / C; }
+
 // ys[r][j] = sum_k x[r][k] ws[j][k] for r < rows, j < ncols (weights [j][K + 4]): 4 x 4
 // outputs a thread, K split over P lanes (float4 steps), summed by shuffles.
 __device__ void dense(const float* xs, const float* ws, float* ys, int rows, int K, int ncols, int own) {
@@ -149,10 +153,13 @@ __global__ void __launch_bounds__(THREADS, 1)
     uint64_t* bars = reinterpret_cast<uint64_t*>(smem);  // [2] inputs, [STAGES] weights
     float* buf = reinterpret_cast<float*>(smem + 128);
     float* ring = buf + 2 * buf_len;
-    int stage_len = 0;
-    for (int l = 0; l < n_layers; ++l) stage_len = max(stage_len, c_layers[l].slice);
+    int stage_len = 0, ys_len = 0;
+    for (int l = 0; l < n_layers; ++l) {
+        stage_len = max(stage_len, c_layers[l].slice);
+        ys_len = max(ys_len, own_rows_len(c_layers[l], C));
+    }
     float* ys = ring + STAGES * stage_len;
-    float* share = ys + 3 * 21 * 3 * 128 / C;  // this block's share of the next input
+    float* share = ys + ys_len;  // this block's share of the next input
     if (threadIdx.x == 0) {
         for (int b = 0; b < 2 + STAGES; ++b) mbar_init(bars + b, 1);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -320,7 +327,7 @@ int main() {
     for (int C : {16}) {
         std::vector<Layer> layers = chain_shape;
         std::vector<float> packed;
-        int buf_len = 0, stage_len = 0;
+        int buf_len = 0, stage_len = 0, ys_len = 0;
         for (int l = 0; l < n_layers; ++l) {
             Layer& L = layers[l];
             const int ncols = L.M / C, ld = L.K + 4;
@@ -332,13 +339,13 @@ int main() {
                         packed.push_back(k < L.K ? W[l][(size_t)k * L.M + p * ncols + j] : 0.f);
             buf_len = std::max(buf_len, C * slice_len(L.rows, L.K / C));
             stage_len = std::max(stage_len, L.slice);
+            ys_len = std::max(ys_len, own_rows_len(L, C));
         }
         const std::vector<double> want = reference(layers, C, input, W);
         float* d_w;
         cudaMalloc(&d_w, packed.size() * 4);
         cudaMemcpy(d_w, packed.data(), packed.size() * 4, cudaMemcpyHostToDevice);
         cudaMemcpyToSymbol(c_layers, layers.data(), layers.size() * sizeof(Layer));
-        const int ys_len = 3 * N * 3 * F / C;
         const size_t smem = 128 + 4 * (size_t)(2 * buf_len + STAGES * stage_len + 2 * ys_len);
         float* d_g;
         unsigned* d_counter;
