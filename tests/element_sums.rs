@@ -90,19 +90,30 @@ fn element_sums_name_bad_inputs() {
     ));
     assert!(e.contains("basis [20, 8]"), "{e}");
     let short = c.g_sums.narrow(0, 0, 5).unwrap();
-    let adjoint = |g_plain: &Tensor, later: Option<&Tensor>| {
+    let adjoint_on = |g_plain: &Tensor, later: Option<&Tensor>, neighbors: &Tensor| {
         err(mlff_distiller::ops::element_sums_position_adjoint(
             &c.positions,
             &c.offsets,
             later,
             g_plain,
             &c.g_sums.narrow(0, 6, 18).unwrap(),
-            (&c.centers, &c.neighbors),
+            (&c.centers, neighbors),
             &c.species,
             3,
             (4, common::element_sums::CUTOFF),
         ))
     };
+    let adjoint =
+        |g_plain: &Tensor, later: Option<&Tensor>| adjoint_on(g_plain, later, &c.neighbors);
+    // An edge to an atom that is not there is named under the adjoint's own name.
+    let mut far = c.neighbors.to_vec1::<u32>().unwrap();
+    far[7] = 6;
+    let far = Tensor::new(far, &Device::Cpu).unwrap();
+    let e = adjoint_on(&c.g_sums.narrow(0, 0, 6).unwrap(), None, &far);
+    assert!(
+        e.contains("element sums position adjoint: neighbors[7] = 6 is out of range for 6 atoms"),
+        "{e}"
+    );
     let e = adjoint(&short, None);
     assert!(e.contains("dL/dS [5, 15] must be [6, 15]"), "{e}");
     let e = adjoint(

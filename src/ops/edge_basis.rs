@@ -159,7 +159,7 @@ pub fn edge_basis(
     n_rbf: usize,
     cutoff: f64,
 ) -> Result<Tensor> {
-    let n_edges = check_geometry(positions, offsets, centers, neighbors, n_rbf)?;
+    let n_edges = check_geometry(positions, offsets, centers, neighbors, n_rbf, "edge basis")?;
     let k = Forward(Geometry {
         n_edges,
         n_rbf,
@@ -181,13 +181,14 @@ pub(super) fn check_geometry(
     centers: &Tensor,
     neighbors: &Tensor,
     n_rbf: usize,
+    op: &str,
 ) -> Result<usize> {
     let n = positions.dim(0)?;
-    check_edges(centers, neighbors, n, "edge basis")?;
+    check_edges(centers, neighbors, n, op)?;
     let e = centers.dim(0)?;
     if positions.dims() != [n, 3] || offsets.dims() != [e, 3] || n_rbf < 2 {
         bail!(
-            "edge basis: positions {:?}, offsets {:?} and {n_rbf} radial functions do not fit \
+            "{op}: positions {:?}, offsets {:?} and {n_rbf} radial functions do not fit \
              [N, 3], [E, 3] with E = {e}, n_rbf >= 2",
             positions.dims(),
             offsets.dims()
@@ -206,7 +207,7 @@ pub fn edge_basis_adjoint(
     n_rbf: usize,
     cutoff: f64,
 ) -> Result<Tensor> {
-    let n_edges = check_geometry(positions, offsets, centers, neighbors, n_rbf)?;
+    let n_edges = check_geometry(positions, offsets, centers, neighbors, n_rbf, "edge basis")?;
     if grad.dims() != [n_edges, basis_width(n_rbf)] {
         bail!(
             "edge basis adjoint: gradient {:?} is not [E, R + 4]",

@@ -258,7 +258,7 @@ pub fn element_sums_position_adjoint(
         )
     }
     // (The edges are checked against the positions here.)
-    let n_edges = check_geometry(positions, offsets, centers, neighbors, n_rbf)?;
+    let n_edges = check_geometry(positions, offsets, centers, neighbors, n_rbf, op)?;
     let z = sizes(n_edges, species, elements, n_rbf, op)?;
     let (n, k) = (z.n_atoms, z.width());
     for (name, t, rows) in [("dL/dS", g_plain, n), ("dL/dU", g_unit, 3 * n)] {
