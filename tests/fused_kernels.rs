@@ -228,13 +228,32 @@ fn md_with_fused_kernels_follows_the_autograd_trajectory() {
 /// Bad edge lists and shapes are errors that name the tensor and the edge, not panics.
 #[test]
 fn bad_inputs_are_named() {
-    use mlff_distiller::ops::{edge_basis, interaction, EdgeFilter, InteractionInputs};
+    use mlff_distiller::ops::{
+        edge_basis, edge_basis_adjoint, interaction, EdgeFilter, InteractionInputs,
+    };
     let x = inputs(SHAPES[2], DType::F64, 7);
     let bad = Tensor::new(vec![x.shape.n as u32; x.shape.e], &Device::Cpu).unwrap();
     let err = edge_basis(&x.positions, &x.offsets, &x.centers, &bad, x.shape.r, 4.0).unwrap_err();
     assert!(
         err.to_string()
-            .contains("neighbors[0] = 40 is out of range for 40 atoms"),
+            .contains("edge basis: neighbors[0] = 40 is out of range for 40 atoms"),
+        "{err}"
+    );
+    // The adjoint names itself.
+    let grad = Tensor::zeros((x.shape.e, x.shape.r + 4), DType::F64, &Device::Cpu).unwrap();
+    let err = edge_basis_adjoint(
+        &x.positions,
+        &x.offsets,
+        &grad,
+        &x.centers,
+        &bad,
+        x.shape.r,
+        4.0,
+    )
+    .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("edge basis adjoint: neighbors[0] = 40 is out of range for 40 atoms"),
         "{err}"
     );
     let err = edge_basis(

@@ -207,7 +207,14 @@ pub fn edge_basis_adjoint(
     n_rbf: usize,
     cutoff: f64,
 ) -> Result<Tensor> {
-    let n_edges = check_geometry(positions, offsets, centers, neighbors, n_rbf, "edge basis")?;
+    let n_edges = check_geometry(
+        positions,
+        offsets,
+        centers,
+        neighbors,
+        n_rbf,
+        "edge basis adjoint",
+    )?;
     if grad.dims() != [n_edges, basis_width(n_rbf)] {
         bail!(
             "edge basis adjoint: gradient {:?} is not [E, R + 4]",
