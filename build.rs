@@ -29,8 +29,12 @@ fn main() {
     // A change under src/ reruns this script (for the name check below) but recompiles
     // nothing unless a kernel source, a header or this script is newer than the PTX (or the
     // target changed).
+    // The `profiling` feature compiles the one-launch kernels' phase stamps in
+    // (kernels/grid.cuh); the stamp file records it beside the architecture.
+    let profiling = std::env::var_os("CARGO_FEATURE_PROFILING").is_some();
+    let flavour = format!("{cap}{}", if profiling { " phase-stamps" } else { "" });
     let stamp = out_dir.join("compute_cap");
-    let cap_changed = std::fs::read_to_string(&stamp).ok().as_deref() != Some(cap.as_str());
+    let cap_changed = std::fs::read_to_string(&stamp).ok().as_deref() != Some(flavour.as_str());
     let this_script = std::fs::metadata("build.rs")
         .and_then(|m| m.modified())
         .ok();
@@ -56,6 +60,7 @@ fn main() {
             Command::new(&nvcc)
                 // -lineinfo: line tables for profilers (ncu's source view); same code.
                 .args(["-O3", "-std=c++17", "-Ikernels", "-lineinfo"])
+                .args(profiling.then_some("-DPHASE_STAMPS"))
                 .args(args)
                 .arg("-o")
                 .arg(out)
@@ -78,7 +83,7 @@ fn main() {
         let status = child.wait().expect("waiting for nvcc");
         assert!(status.success(), "nvcc failed on {}", src.display());
     }
-    std::fs::write(&stamp, &cap).expect("writing the compute-capability stamp");
+    std::fs::write(&stamp, &flavour).expect("writing the compute-capability stamp");
     check_kernel_names(Path::new("src"), &out_dir);
 }
 

@@ -9,7 +9,7 @@
 use mlff_distiller::device::{select, DeviceSpec};
 use mlff_distiller::graph::Graphs;
 use mlff_distiller::md::{Ensemble, MdOutputs, MdSettings, PainnForces, Simulation};
-use mlff_distiller::ops::EdgeOps;
+use mlff_distiller::model::Backend;
 use mlff_distiller::systems::start_geometry;
 use mlff_distiller::PainnCalculator;
 use std::path::{Path, PathBuf};
@@ -23,7 +23,7 @@ fn main() -> anyhow::Result<()> {
     let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/painn-gfn2.safetensors");
     // The fused kernels, as `mlff md` runs by default.
     let calc = PainnCalculator::from_checkpoint(&model, &device, candle_core::DType::F32)?
-        .with_ops(EdgeOps::Fused);
+        .with_backend(Backend::Fused);
     let aspirin = start_geometry("aspirin")?;
     let settings = MdSettings {
         dt_fs: 0.5,

@@ -15,7 +15,7 @@
 use mlff_distiller::device::{select, DeviceSpec};
 use mlff_distiller::graph::Graphs;
 use mlff_distiller::md::{Ensemble, ListSite, MdOutputs, MdSettings, PainnForces, Simulation};
-use mlff_distiller::ops::EdgeOps;
+use mlff_distiller::model::Backend;
 use mlff_distiller::systems::water_box;
 use mlff_distiller::PainnCalculator;
 use std::path::{Path, PathBuf};
@@ -48,7 +48,7 @@ fn main() -> anyhow::Result<()> {
     let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/painn-gfn2.safetensors");
     // The fused kernels, as `mlff md` runs by default.
     let calc = PainnCalculator::from_checkpoint(&model, &device, candle_core::DType::F32)?
-        .with_ops(EdgeOps::Fused);
+        .with_backend(Backend::Fused);
     let water = water_box(n_waters, 0);
     let settings = MdSettings {
         dt_fs: 0.5,

@@ -31,14 +31,12 @@
 namespace {
 
 constexpr int THREADS = 512, WARPS = THREADS / 32;
-// Atoms a block owns at most with CUDA-core dense layers (src/ops/atom_split.rs
-// MAX_ATOMS_CUDA_CORES: the kernel is compiled for each count, so that a dense layer's rows,
-// one or three per atom, are known at compile time), and with tensor cores (f32, MAX_ATOMS:
-// the own-edge list's local-atom bits; one function for any count up to it).
-constexpr int MAX_ATOMS_CUDA_CORES = 2, MAX_ATOMS = 16;
+// Atoms a block owns at most (src/ops/atom_split.rs MAX_ATOMS: the kernel is compiled for each
+// count, so that a dense layer's rows, one or three per atom, are known at compile time).
+constexpr int MAX_ATOMS = 2;
 // Own edges whose geometry is formed at once (src/ops/atom_split.rs CHUNK).
 constexpr int CHUNK = 64;
-// The own-edge list's lowest local-atom bit (5 bits for up to MAX_ATOMS; the neighbour index
+// The own-edge list's lowest local-atom bit (5 bits for the local atom; the neighbour index
 // below it: src/ops/atom_split.rs MAX_SYSTEM_ATOMS).
 constexpr unsigned LOCAL_BIT = 27;
 static_assert(MAX_ATOMS <= 1 << (32 - LOCAL_BIT), "local atom bits");
@@ -90,16 +88,10 @@ __device__ __forceinline__ int collect_own(const unsigned int* ci, const unsigne
 }  // namespace
 
 // A dense layer of a block's rows (one per atom, R1 = 1, or three, R1 = 3; at most R1 PB) by
-// CUDA cores, or by tensor cores in the functions for more atoms than MAX_ATOMS_CUDA_CORES
-// (f32, layer widths of a multiple of 32).
+// CUDA cores.
 template <int R1, int K, int PB, typename T, typename Emit>
 __device__ __forceinline__ void dense(WeightStream<T>& ws, int J, const T* x, int ldx, int rows, Emit emit) {
-    if constexpr (PB > MAX_ATOMS_CUDA_CORES) {
-        static_assert(std::is_same_v<T, float> && K % 32 == 0, "tensor cores: f32, K a multiple of 32");
-        row_products::rowdot_tf32<K>(ws, J, x, ldx, rows, emit);
-    } else {
-        row_products::rowdot<R1 * PB, K>(ws, J, x, ldx, rows, emit);
-    }
+    row_products::rowdot<R1 * PB, K>(ws, J, x, ldx, rows, emit);
 }
 
 template <typename T, int F, int PB>
@@ -586,8 +578,8 @@ __device__ __forceinline__ void atom_split(const T* pos, const T* off, const T* 
     last_block_out(counter, counts);
 }
 
-// One entry per feature count F (src/ops/atom_split.rs FEATURES), atoms per block (at most 1
-// or MAX_ATOMS_CUDA_CORES on CUDA cores; MAX_ATOMS on tensor cores, f32 and F = 128) and real.
+// One entry per feature count F (src/ops/atom_split.rs FEATURES), atoms per block (1 or
+// MAX_ATOMS) and real.
 #define ATOM_SPLIT(F, PB, T, SUF)                                                                  \
     extern "C" __global__ void __launch_bounds__(THREADS, 1) atom_split_##F##x##PB##_##SUF(        \
         const T* pos, const T* off, const T* w_in, const T* w_out, const unsigned int* sp,         \
@@ -603,4 +595,3 @@ __device__ __forceinline__ void atom_split(const T* pos, const T* off, const T* 
     ATOM_SPLIT(F, 1, double, f64) ATOM_SPLIT(F, 2, double, f64)
 ATOM_SPLIT_CUDA_CORES(32)
 ATOM_SPLIT_CUDA_CORES(128)
-ATOM_SPLIT(128, 16, float, f32)

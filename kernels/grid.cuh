@@ -45,12 +45,15 @@ __device__ __forceinline__ unsigned long long global_ns() {
 }
 
 // With stamps (`at` not null), block 0's first thread records the GPU's global timer at each
-// mark: where a one-kernel call spends its time (src/ops/small_system.rs phase_times).
+// mark: where a one-kernel call spends its time (src/ops/small_system.rs phase_times). Only
+// built with the crate's `profiling` feature (PHASE_STAMPS); otherwise a mark is nothing.
 struct Stamps {
     unsigned long long* at;
     int count;
     __device__ void mark() {
+#ifdef PHASE_STAMPS
         if (at && blockIdx.x == 0 && threadIdx.x == 0) at[count] = global_ns();
         ++count;
+#endif
     }
 };

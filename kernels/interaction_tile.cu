@@ -422,7 +422,6 @@ __device__ void tile_sym_adj(const T* __restrict__ phi, const T* __restrict__ pb
 
 #include "interaction_tc.cuh"
 #include "interaction_frag.cuh"
-#include "interaction_sums.cuh"
 
 // The CUDA-core forward, interaction_tile_cc_fwd: f64, and f32 where the tensor-core kernels
 // do not run (src/ops/interaction_tile.rs); interaction_tile_fwd_f32 is tc_fwd.

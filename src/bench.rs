@@ -17,7 +17,7 @@ pub struct BenchCase {
     pub batch: usize,
     pub atoms: usize,
     pub edges: usize,
-    /// Code path: custom, stock, fused, or fused+graph (the fused path replayed as a CUDA
+    /// Backend: autograd, stock, fused, or fused+graph (the fused backend replayed as a CUDA
     /// graph).
     pub path: String,
     /// Energy+forces on the device (forward and backward, inputs resident), ms.
@@ -31,12 +31,18 @@ pub struct BenchCase {
     /// Largest |ΔE| (eV) and |ΔF| (eV/Å) against the reference path (the first listed).
     pub max_de: f64,
     pub max_df: f64,
+    /// The fused backend's plan for the call (`crate::plan`; null for the others).
+    #[serde(default)]
+    pub plan: serde_json::Value,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct BenchReport {
     pub device: String,
     pub dtype: String,
+    /// The tuning in force (`crate::tuning`), every key.
+    #[serde(default)]
+    pub tuning: serde_json::Value,
     pub cases: Vec<BenchCase>,
     /// The student-vs-teacher comparison, when asked for.
     #[serde(default)]
@@ -69,10 +75,12 @@ impl BenchReport {
         self.cases
             .iter()
             .filter_map(|c| {
+                // (Reports before the backends had a name call autograd "custom".)
+                let same = |p: &str| p == c.path || (p == "custom" && c.path == "autograd");
                 let b = baseline
                     .cases
                     .iter()
-                    .find(|b| b.system == c.system && b.path == c.path)?;
+                    .find(|b| b.system == c.system && same(&b.path))?;
                 let ratio = c.latency_ms.median / b.latency_ms.median;
                 (ratio > 1.0 + tolerance).then(|| Regression {
                     system: c.system.clone(),

@@ -3,9 +3,9 @@
 
 use crate::checkpoint;
 use crate::error::{Error, Result};
+use crate::model::Backend;
 use crate::model::{Painn, PainnInputs};
 use crate::neighbors::{batch_neighbor_list, image_offset, NeighborList};
-use crate::ops::EdgeOps;
 use crate::profiler::{NoClock, Phase, PhaseClock};
 use crate::structure::Batch;
 use candle_core::{DType, Device, Tensor, Var};
@@ -82,15 +82,26 @@ impl PainnCalculator {
         Ok(Self::new(ckpt.model(device, dtype)?, device.clone(), dtype))
     }
 
-    pub fn with_ops(mut self, ops: EdgeOps) -> Self {
-        self.model = self.model.with_ops(ops);
+    pub fn with_backend(mut self, backend: Backend) -> Self {
+        self.model = self.model.with_backend(backend);
         self
     }
 
+    /// Picks the fused path's kernels under `tuning` (every path gives the same results).
+    pub fn with_tuning(mut self, tuning: crate::tuning::Tuning) -> Self {
+        self.model = self.model.with_tuning(tuning);
+        self
+    }
+
+    /// The tuning the model and MD pick their paths from.
+    pub fn tuning(&self) -> &crate::tuning::Tuning {
+        self.model.tuning()
+    }
+
     /// Builds what its code path needs before the first call (the fused form of the model,
-    /// with `--ops fused`), so that a model the path cannot run fails here, not at a frame.
+    /// with `--backend fused`), so that a model the path cannot run fails here, not at a frame.
     pub fn check_ops(&self) -> Result<()> {
-        if self.model.ops() == EdgeOps::Fused {
+        if self.model.backend() == Backend::Fused {
             self.model.fused()?;
         }
         Ok(())
@@ -172,7 +183,7 @@ impl PainnCalculator {
         clock.mark(Phase::Download)?;
         // Per-structure totals summed in f64: in f32 a sum of 10,000 atom energies of a few
         // hundred eV each is off by ~1 eV (measured against the same sum in another order).
-        let energies = self.model.ops().scatter_add(
+        let energies = self.model.backend().scatter_add(
             &atom_energies.to_dtype(DType::F64)?,
             &inputs.atom_structure,
             inputs.n_structures,
@@ -187,14 +198,14 @@ impl PainnCalculator {
         // One structure: a sum, without the zeroed buffer a scatter adds into.
         let energies = match inputs.n_structures {
             1 => atom_energies.sum_keepdim(0)?,
-            s => (self.model.ops()).scatter_add(&atom_energies, &inputs.atom_structure, s)?,
+            s => (self.model.backend()).scatter_add(&atom_energies, &inputs.atom_structure, s)?,
         };
         Ok(DeviceOutput { energies, forces })
     }
 }
 
 /// Per-atom energies \[N\] and forces [N, 3] of prepared inputs, marking the forward and
-/// backward phases on `clock`: with `EdgeOps::Fused` the fused kernels and their explicit
+/// backward phases on `clock`: with `Backend::Fused` the fused kernels and their explicit
 /// adjoint, otherwise candle's backprop through the model's graph.
 pub fn atom_energies_and_forces(
     model: &Painn,
@@ -203,7 +214,7 @@ pub fn atom_energies_and_forces(
     clock: &mut dyn PhaseClock,
 ) -> Result<(Tensor, Tensor)> {
     clock.mark(Phase::Forward)?;
-    if model.ops() == EdgeOps::Fused {
+    if model.backend() == Backend::Fused {
         let fused = model.fused()?;
         if let Some(out) = fused.one_launch(inputs)? {
             // Forward and adjoint are one launch: the profiler sees it all as the forward.

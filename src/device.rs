@@ -78,14 +78,10 @@ fn open_cuda(n: usize) -> Result<Device> {
 /// and each device we open queues all its work on its one stream, in order, with
 /// stream-ordered frees. At molecule size a step makes ~80 allocations, so this saves ~320
 /// driver calls per step (aspirin 0.78-0.83 -> 0.65-0.77 ms on an H100), and graph capture
-/// needs it (a wait on an event recorded outside the capture is illegal inside it). The
-/// environment variable MLFF_CUDA_EVENT_TRACKING keeps the tracking (for comparisons).
+/// needs it (a wait on an event recorded outside the capture is illegal inside it).
 #[cfg(feature = "cuda")]
 fn single_stream_without_events(dev: &Device) {
     let Device::Cuda(c) = dev else { return };
-    if std::env::var_os("MLFF_CUDA_EVENT_TRACKING").is_some() {
-        return;
-    }
     // SAFETY: every tensor of this device is made and used on its single stream (candle
     // refuses to mix devices, and each device object has its own stream), and host reads
     // synchronise that stream.
@@ -110,15 +106,11 @@ pub fn default_mem_pool(
 
 /// Keeps freed memory in the default pool instead of handing it back to the driver at every
 /// synchronisation (the pool's default release threshold is 0), so that each step does not map
-/// its ~1,000 allocations afresh: a caching allocator, as PyTorch has. Set the environment
-/// variable MLFF_CUDA_POOL_RELEASE to keep the driver's default (for comparisons).
+/// its ~1,000 allocations afresh: a caching allocator, as PyTorch has.
 #[cfg(feature = "cuda")]
 fn keep_pool_memory(dev: &Device) {
     use candle_core::cuda_backend::cudarc::driver::sys;
     let Device::Cuda(c) = dev else { return };
-    if std::env::var_os("MLFF_CUDA_POOL_RELEASE").is_some() {
-        return;
-    }
     if let Some(pool) = default_mem_pool(c) {
         let mut keep = u64::MAX;
         // SAFETY: the release threshold is a 64-bit integer read from `keep`.
@@ -138,17 +130,6 @@ fn open_cuda(n: usize) -> Result<Device> {
         "cannot open CUDA device {n}: this binary was built without the `cuda` feature \
          (rebuild with `cargo build --release --features cuda`, or use --device cpu)"
     )))
-}
-
-/// A tuning knob from the environment: `name` parsed as a count, else `default` (performance
-/// switches such as MLFF_DENSE_KERNEL_ROWS, for comparisons; results do not depend on them).
-pub fn env_usize(name: &str, default: usize) -> usize {
-    env_usize_set(name).unwrap_or(default)
-}
-
-/// The value of environment variable `name` as a usize, where it is set and parses.
-pub fn env_usize_set(name: &str) -> Option<usize> {
-    std::env::var(name).ok().and_then(|v| v.parse().ok())
 }
 
 /// Short human name of a device, e.g. `cpu` or `cuda:0`.

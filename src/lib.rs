@@ -14,13 +14,16 @@ pub mod md;
 pub mod model;
 pub mod neighbors;
 pub mod ops;
+pub mod plan;
 pub mod plot;
 pub mod profiler;
 pub mod structure;
 pub mod systems;
 pub mod train;
+pub mod tuning;
 pub mod units;
 
 pub use calculator::{Calculator, PainnCalculator, Prediction};
 pub use error::{Error, Result};
 pub use structure::{Batch, Structure};
+pub use tuning::Tuning;

@@ -21,6 +21,7 @@ fn case(system: &str, path: &str, median_ms: f64) -> BenchCase {
         peak_memory_bytes: Some(1 << 20),
         max_de: 0.0,
         max_df: 0.0,
+        plan: serde_json::Value::Null,
     }
 }
 
@@ -28,6 +29,7 @@ fn report(cases: Vec<BenchCase>) -> BenchReport {
     BenchReport {
         device: "test".into(),
         dtype: "F32".into(),
+        tuning: serde_json::Value::Null,
         cases,
         teacher: serde_json::Value::Null,
     }
@@ -40,17 +42,18 @@ fn ten_percent_slower_is_a_regression_two_percent_is_not() {
         case("aspirin", "stock", 10.0),
         case("water-1000", "custom", 30.0),
     ]);
+    // (The baseline names autograd by its old name, custom.)
     let current = report(vec![
-        case("aspirin", "custom", 11.0),
+        case("aspirin", "autograd", 11.0),
         case("aspirin", "stock", 10.2),
-        case("water-1000", "custom", 20.0),
-        case("benzene", "custom", 99.0),
+        case("water-1000", "autograd", 20.0),
+        case("benzene", "autograd", 99.0),
     ]);
     let r = current.regressions(&baseline, 0.05);
     assert_eq!(r.len(), 1, "{r:?}");
     assert_eq!(
         (r[0].system.as_str(), r[0].path.as_str()),
-        ("aspirin", "custom")
+        ("aspirin", "autograd")
     );
     assert!((r[0].ratio - 1.1).abs() < 1e-12);
     assert!(current.regressions(&baseline, 0.15).is_empty());
@@ -65,8 +68,8 @@ fn bench_cli_writes_reports_and_fails_on_regression() {
             "bench",
             "--systems",
             "ethanol,ethanol-x2",
-            "--ops",
-            "custom,stock",
+            "--backend",
+            "autograd,stock",
             "--warmup",
             "1",
             "--repeats",
@@ -114,7 +117,7 @@ fn bench_cli_writes_reports_and_fails_on_regression() {
         "--fail-on-regression",
     ]);
     assert_eq!(o.status.code(), Some(3));
-    assert!(String::from_utf8_lossy(&o.stdout).contains("REGRESSION ethanol custom"));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("REGRESSION ethanol autograd"));
     // Without --fail-on-regression it reports and succeeds; a slow baseline passes.
     let o = run(&["--baseline", fast_path.to_str().unwrap()]);
     assert!(o.status.success());
@@ -147,7 +150,7 @@ fn bench_export_holds_cells_periodicity_and_masses() {
         model,
         "--systems",
         "ethanol,water-60",
-        "--ops",
+        "--backend",
         "fused",
         "--warmup",
         "0",

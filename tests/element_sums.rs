@@ -128,7 +128,8 @@ fn element_sums_name_bad_inputs() {
 #[test]
 fn models_beyond_the_sums_element_limit_run_the_first_block_per_edge() {
     use mlff_distiller::calculator::forces_from;
-    use mlff_distiller::ops::{EdgeOps, ELEMENT_SUMS_MAX_ELEMENTS};
+    use mlff_distiller::model::Backend;
+    use mlff_distiller::ops::ELEMENT_SUMS_MAX_ELEMENTS;
     use mlff_distiller::{Batch, PainnCalculator};
     for elements in [ELEMENT_SUMS_MAX_ELEMENTS, ELEMENT_SUMS_MAX_ELEMENTS + 1] {
         let cfg = mlff_distiller::model::PainnConfig {
@@ -136,7 +137,8 @@ fn models_beyond_the_sums_element_limit_run_the_first_block_per_edge() {
             ..common::small_config()
         };
         let model = common::model(&cfg, 3, DType::F64, &Device::Cpu);
-        let calc = PainnCalculator::new(model, Device::Cpu, DType::F64).with_ops(EdgeOps::Fused);
+        let calc =
+            PainnCalculator::new(model, Device::Cpu, DType::F64).with_backend(Backend::Fused);
         let batch = Batch::new(vec![common::random_molecule(9, 4)]).unwrap();
         let (inputs, positions) = calc.prepare(&batch).unwrap();
         let pass = calc.model().fused().unwrap().forward(&inputs).unwrap();

@@ -1,4 +1,4 @@
-//! The fused kernels and the model's fused path (`--ops fused`) on the CPU, against candle's
+//! The fused kernels and the model's fused path (`--backend fused`) on the CPU, against candle's
 //! stock ops and backprop: every kernel's forward and adjoint on shapes with zero edges, one
 //! edge and isolated atoms; the whole model's energies and forces on molecules, a batch with a
 //! lone atom and a periodic box; forces = −dE/dx by finite differences; rotation equivariance.
@@ -8,8 +8,8 @@ mod common;
 use candle_core::{DType, Device, Tensor};
 use common::fused::{fused_outputs, inputs, reference_outputs, SHAPES};
 use common::{max_abs, max_abs_diff, max_force_diff};
-use mlff_distiller::ops::EdgeOps;
-use mlff_distiller::{Batch, Calculator, Structure};
+use mlff_distiller::model::Backend;
+use mlff_distiller::{Batch, Calculator, Structure, Tuning};
 
 fn scale(t: &Tensor) -> f64 {
     common::max_abs_tensor(t).max(1.0)
@@ -58,7 +58,7 @@ fn fused_model_matches_autograd_model() {
             .compute(&batch)
             .unwrap();
         let fused = common::calculator(dtype, &Device::Cpu)
-            .with_ops(EdgeOps::Fused)
+            .with_backend(Backend::Fused)
             .compute(&batch)
             .unwrap();
         for k in 0..batch.n_structures() {
@@ -84,19 +84,22 @@ fn fused_model_matches_autograd_model() {
 fn filter_rows_and_dense_kernel_paths_match() {
     use mlff_distiller::calculator::forces_from;
     let batch = batch();
-    let calc = common::calculator(DType::F64, &Device::Cpu).with_ops(EdgeOps::Fused);
+    let calc = common::calculator(DType::F64, &Device::Cpu).with_backend(Backend::Fused);
     let (inputs, positions) = calc.prepare(&batch).unwrap();
     let fused = calc.model().fused().unwrap();
     let run_with = |edges: usize,
                     dense_rows: usize,
                     keep: usize,
                     tensor_core_rows: std::ops::RangeInclusive<usize>| {
-        let model = fused
-            .clone()
-            .with_filter_rows_from(edges)
-            .with_filter_rows_kept_up_to(keep)
-            .with_dense_kernels_up_to(dense_rows)
-            .with_tensor_core_layers(tensor_core_rows);
+        let tuning = Tuning {
+            filter_rows_from_edges: edges,
+            filter_rows_keep_bytes: keep,
+            dense_kernel_max_rows: dense_rows,
+            dense_tensor_cores_from_rows: *tensor_core_rows.start(),
+            dense_tensor_cores_until_rows: *tensor_core_rows.end(),
+            ..Tuning::default()
+        };
+        let model = fused.clone().with_tuning(tuning).with_cpu_twins(true);
         let pass = model.forward(&inputs).unwrap();
         (pass.atom_energies.clone(), pass.forces().unwrap())
     };
@@ -111,7 +114,10 @@ fn filter_rows_and_dense_kernel_paths_match() {
     // tensor-core kernels' twins.
     let (e_tc, f_tc) = run_with(usize::MAX, 0, 0, 0..=usize::MAX);
     // The first block per edge like the others instead of by sums per element (the default).
-    let per_edge = fused.clone().with_first_block_sums(false);
+    let per_edge = fused.clone().with_tuning(Tuning {
+        first_block_sums: false,
+        ..Tuning::default()
+    });
     let pass = per_edge.forward(&inputs).unwrap();
     let (e_edges, f_edges) = (pass.atom_energies.clone(), pass.forces().unwrap());
     let graph = common::calculator(DType::F64, &Device::Cpu);
@@ -139,7 +145,7 @@ fn filter_rows_and_dense_kernel_paths_match() {
 
 #[test]
 fn fused_forces_are_minus_the_energy_gradient() {
-    let calc = common::calculator(DType::F64, &Device::Cpu).with_ops(EdgeOps::Fused);
+    let calc = common::calculator(DType::F64, &Device::Cpu).with_backend(Backend::Fused);
     let s = common::random_box(24, 0.2, 51);
     let forces = calc
         .compute(&Batch::new(vec![s.clone()]).unwrap())
@@ -167,7 +173,7 @@ fn fused_forces_are_minus_the_energy_gradient() {
 
 #[test]
 fn fused_forces_rotate_with_the_molecule() {
-    let calc = common::calculator(DType::F64, &Device::Cpu).with_ops(EdgeOps::Fused);
+    let calc = common::calculator(DType::F64, &Device::Cpu).with_backend(Backend::Fused);
     let s = common::random_molecule(15, 61);
     let rot = common::random_rotation(62);
     let mut t = s.clone();
@@ -200,14 +206,14 @@ fn md_with_fused_kernels_follows_the_autograd_trajectory() {
         stop_when_unstable: false,
         ..Default::default()
     };
-    let run = |ops: EdgeOps| {
-        let calc = common::calculator(DType::F64, &Device::Cpu).with_ops(ops);
+    let run = |ops: Backend| {
+        let calc = common::calculator(DType::F64, &Device::Cpu).with_backend(ops);
         let f = PainnForces::new(&calc, &s, settings.skin).unwrap();
         let mut sim = Simulation::new(f, &s, settings.clone(), serde_json::Value::Null).unwrap();
         sim.run(&mut |_| {}).unwrap();
         sim.records().to_vec()
     };
-    let (plain, fused) = (run(EdgeOps::Custom), run(EdgeOps::Fused));
+    let (plain, fused) = (run(Backend::Autograd), run(Backend::Fused));
     assert_eq!(plain.len(), 21);
     let spread = |r: &[mlff_distiller::md::LogRecord]| {
         let e: Vec<f64> = r.iter().map(|x| x.e_tot).collect();
@@ -275,6 +281,7 @@ fn bad_inputs_are_named() {
         4.0,
     )
     .unwrap();
+    let tuning = Tuning::default();
     let args = |centers| InteractionInputs {
         phi: &x.phi,
         phi_bias: &x.phi_bias,
@@ -284,6 +291,7 @@ fn bad_inputs_are_named() {
         centers,
         neighbors: &x.neighbors,
         symmetric_edges: false,
+        tuning: &tuning,
     };
     let err = interaction(&args(&bad)).unwrap_err();
     assert!(
@@ -338,7 +346,7 @@ fn in_place_context_adjoint_refuses_a_view_of_its_target() {
 }
 
 /// For a list holding every edge's reverse, the adjoint that sums each atom's sending gradients
-/// over its own run of edges (`symmetric_edges`, from `TILE_FROM_EDGES` edges on any device;
+/// over its own run of edges (`symmetric_edges`, from the tuning's tile threshold on any device;
 /// here its CPU twins: in f64 the CUDA-core kernel's, leaving dL/dw as rows, in f32 the
 /// tensor-core kernel's, summing dL/d(basis) itself) gives the standard adjoint's dL/dv and
 /// dL/dφ and, through the edge basis, the same position gradients, although it spreads
@@ -348,11 +356,12 @@ fn symmetric_adjoint_gives_the_standard_position_gradients() {
     use common::fused::{shape, CUTOFF};
     use mlff_distiller::ops::{
         edge_basis, edge_basis_adjoint, interaction_adjoint, EdgeFilter, InteractionGrads,
-        InteractionInputs, TILE_FROM_EDGES,
+        InteractionInputs,
     };
+    let tuning = Tuning::default();
     for (dtype, tol) in [(DType::F64, 1e-12), (DType::F32, 2e-5)] {
         let x = inputs(shape(300, 4_500, 16, 6), dtype, 77).symmetric();
-        assert!(x.shape.e >= TILE_FROM_EDGES);
+        assert!(x.shape.e >= tuning.tile_from(false));
         let (pos, off, ci, nj, r) = (
             &x.positions,
             &x.offsets,
@@ -371,6 +380,7 @@ fn symmetric_adjoint_gives_the_standard_position_gradients() {
                 centers: ci,
                 neighbors: nj,
                 symmetric_edges,
+                tuning: &tuning,
             };
             let n = x.shape.n;
             let g_v = (x.g_state.narrow(0, n, 3 * n).unwrap() + &x.g_rows).unwrap();
@@ -415,20 +425,23 @@ fn symmetric_adjoint_gives_the_standard_position_gradients() {
     }
 }
 
-/// The fused model on a periodic box of more than `TILE_FROM_EDGES` edges with the filter
+/// The fused model on a periodic box of more edges than the tiles' threshold with the filter
 /// formed in the kernels takes the symmetric-list adjoint (on the CPU its twin: in f32 the
 /// tensor-core kernel's): its forces equal the autograd model's.
 #[test]
 fn fused_forces_with_the_symmetric_adjoint_match_autograd() {
     use mlff_distiller::calculator::forces_from;
-    use mlff_distiller::ops::TILE_FROM_EDGES;
+    let tuning = Tuning {
+        filter_rows_from_edges: usize::MAX,
+        ..Tuning::default()
+    };
     let batch = Batch::new(vec![mlff_distiller::systems::water_box(128, 5)]).unwrap();
     for (dtype, e_tol, f_tol) in [(DType::F64, 1e-10, 1e-10), (DType::F32, 1e-3, 2e-4)] {
-        let calc = common::calculator(dtype, &Device::Cpu).with_ops(EdgeOps::Fused);
+        let calc = common::calculator(dtype, &Device::Cpu).with_backend(Backend::Fused);
         let (inputs, positions) = calc.prepare(&batch).unwrap();
-        assert!(inputs.centers.dim(0).unwrap() >= TILE_FROM_EDGES);
+        assert!(inputs.centers.dim(0).unwrap() >= tuning.tile_from(false));
         let fused = calc.model().fused().unwrap().clone();
-        let pass = fused.with_filter_rows_from(usize::MAX);
+        let pass = fused.with_tuning(tuning.clone());
         let pass = pass.forward(&inputs).unwrap();
         let graph = common::calculator(dtype, &Device::Cpu);
         let e_graph = graph.model().atom_energies(&inputs).unwrap();
@@ -609,12 +622,18 @@ fn with_and_without_tensor_cores(
     use mlff_distiller::calculator::forces_from;
     use mlff_distiller::PainnCalculator;
     let model = common::model(cfg, seed, DType::F64, &Device::Cpu);
-    let calc = PainnCalculator::new(model, Device::Cpu, DType::F64).with_ops(EdgeOps::Fused);
+    let calc = PainnCalculator::new(model, Device::Cpu, DType::F64).with_backend(Backend::Fused);
     let batch = Batch::new(vec![common::random_molecule(atoms, seed + 2)]).unwrap();
     let (inputs, positions) = calc.prepare(&batch).unwrap();
     let fused = calc.model().fused().unwrap();
     let run = |rows: std::ops::RangeInclusive<usize>| {
-        let model = fused.clone().with_tensor_core_layers(rows);
+        let tuning = Tuning {
+            dense_kernel_max_rows: 0,
+            dense_tensor_cores_from_rows: *rows.start(),
+            dense_tensor_cores_until_rows: *rows.end(),
+            ..Tuning::default()
+        };
+        let model = fused.clone().with_tuning(tuning).with_cpu_twins(true);
         let pass = model.forward(&inputs).unwrap();
         (pass.atom_energies.clone(), pass.forces().unwrap())
     };
@@ -736,18 +755,18 @@ fn too_many_radial_functions_are_refused_up_front() {
     let model = common::model(&cfg, 3, DType::F64, &Device::Cpu);
     let calc = mlff_distiller::PainnCalculator::new(model, Device::Cpu, DType::F64);
     let err = calc
-        .with_ops(EdgeOps::Fused)
+        .with_backend(Backend::Fused)
         .check_ops()
         .unwrap_err()
         .to_string();
     assert!(
         err.contains(&format!("{} radial functions", FUSED_MAX_RBF + 1))
-            && err.contains("--ops custom"),
+            && err.contains("--backend autograd"),
         "{err}"
     );
     let model = common::model(&cfg, 3, DType::F64, &Device::Cpu);
     let calc = mlff_distiller::PainnCalculator::new(model, Device::Cpu, DType::F64);
-    let calc = calc.with_ops(EdgeOps::Custom);
+    let calc = calc.with_backend(Backend::Autograd);
     calc.check_ops().unwrap();
     let p = calc.compute(&batch()).unwrap();
     let forces = p.forces.iter().flatten().flatten();

@@ -6,7 +6,8 @@ mod common;
 
 use candle_core::{DType, Device, Tensor, Var, D};
 use common::{max_abs_diff, random_index};
-use mlff_distiller::ops::{message, EdgeOps};
+use mlff_distiller::model::Backend;
+use mlff_distiller::ops::message;
 
 /// Δs | Δv of one message block with candle's index_select / index_add (the model's maths).
 fn composed(
@@ -17,7 +18,7 @@ fn composed(
     ci: &Tensor,
     nj: &Tensor,
 ) -> Tensor {
-    let ops = EdgeOps::Stock;
+    let ops = Backend::Stock;
     let (n, f3) = phi.dims2().unwrap();
     let (f, e) = (f3 / 3, w.dim(0).unwrap());
     let x = (ops.gather(phi, nj).unwrap() * w).unwrap();
@@ -202,15 +203,15 @@ fn model_graph_with_fused_message_matches_unfused() {
     ])
     .unwrap();
     for (dtype, tol) in [(DType::F64, 1e-10), (DType::F32, 2e-4)] {
-        let graph = |ops: EdgeOps| {
-            let calc = common::calculator(dtype, &Device::Cpu).with_ops(ops);
+        let graph = |ops: Backend| {
+            let calc = common::calculator(dtype, &Device::Cpu).with_backend(ops);
             let (inputs, positions) = calc.prepare(&batch).unwrap();
             let energies = calc.model().energies(&inputs).unwrap();
             let forces = forces_from(&energies.sum_all().unwrap(), &positions).unwrap();
             (energies, forces)
         };
-        let (e0, f0) = graph(EdgeOps::Custom);
-        let (e1, f1) = graph(EdgeOps::Fused);
+        let (e0, f0) = graph(Backend::Autograd);
+        let (e1, f1) = graph(Backend::Fused);
         let de = max_abs_diff(&e0, &e1);
         assert!(de < tol * 100.0, "{dtype:?}: ΔE {de}");
         let df = max_abs_diff(&f0, &f1);

@@ -7,10 +7,10 @@ mod common;
 use candle_core::{DType, Device, Tensor};
 use common::*;
 use mlff_distiller::checkpoint;
-use mlff_distiller::model::ONE_KERNEL_MAX_BLOCKS;
-use mlff_distiller::ops::{gather, scatter_add, EdgeOps, SmallSystemPlan, GROUPS};
+use mlff_distiller::model::Backend;
+use mlff_distiller::ops::{gather, scatter_add, SmallSystemPlan, GROUPS};
 use mlff_distiller::systems::{aspirin, water_box};
-use mlff_distiller::{Batch, Calculator, PainnCalculator, Prediction};
+use mlff_distiller::{Batch, Calculator, PainnCalculator, Prediction, Tuning};
 
 fn cuda() -> Device {
     Device::new_cuda(0).expect("a CUDA device (these tests run on the GPU machine)")
@@ -63,12 +63,12 @@ fn cuda_ops_match_cpu_candle() {
     }
 }
 
-fn shipped_calculator(dev: &Device, dtype: DType, ops: EdgeOps) -> PainnCalculator {
+fn shipped_calculator(dev: &Device, dtype: DType, ops: Backend) -> PainnCalculator {
     let path =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("models/painn-gfn2.safetensors");
     let ck = checkpoint::load(&path).unwrap();
     PainnCalculator::new(
-        ck.model(dev, dtype).unwrap().with_ops(ops),
+        ck.model(dev, dtype).unwrap().with_backend(ops),
         dev.clone(),
         dtype,
     )
@@ -107,10 +107,10 @@ fn cuda_model_matches_cpu() {
     for (label, structures) in cases {
         let batch = Batch::new(structures).unwrap();
         for (dtype, e_rel, f_rel) in [(DType::F32, 2e-5, 2e-4), (DType::F64, 1e-11, 1e-10)] {
-            let cpu = shipped_calculator(&Device::Cpu, dtype, EdgeOps::Custom)
+            let cpu = shipped_calculator(&Device::Cpu, dtype, Backend::Autograd)
                 .compute(&batch)
                 .unwrap();
-            for ops in [EdgeOps::Custom, EdgeOps::Stock, EdgeOps::Fused] {
+            for ops in [Backend::Autograd, Backend::Stock, Backend::Fused] {
                 let got = shipped_calculator(&gpu, dtype, ops)
                     .compute(&batch)
                     .unwrap();
@@ -126,18 +126,18 @@ fn cuda_model_matches_cpu() {
     }
 }
 
-/// Kernels launched to overlap the previous one on their stream (`ops::overlap`) give what
-/// plain launches give: the fused model in f32 on 64 aspirins and water boxes of 999 and 3,000
-/// atoms, whose calls launch the tensor-core dense layers, the tiled interaction, the update
-/// (in one launch each way from 2,000 atoms), edge-basis and initial-state kernels that way,
-/// twenty overlapped calls against a plain one. The sums' order
+/// Kernels launched to overlap the previous one on their stream (`ops::overlap`) wait for
+/// their predecessor before reading its output: the fused model in f32 on 64 aspirins and
+/// water boxes of 999 and 3,000 atoms, whose calls launch the tensor-core dense layers, the
+/// tiled interaction, the update (in one launch each way from 2,000 atoms), edge-basis and
+/// initial-state kernels that way, twenty calls in a row against the CPU's. The sums' order
 /// (atomics) moves the last bits; a kernel reading its predecessor's output early would be far
 /// off.
 #[test]
-fn cuda_overlapping_launches_match_plain_ones() {
-    use mlff_distiller::ops::set_overlapping_launches;
+fn cuda_overlapping_launches_match_the_cpu() {
     let gpu = cuda();
-    let calc = shipped_calculator(&gpu, DType::F32, EdgeOps::Fused);
+    let calc = shipped_calculator(&gpu, DType::F32, Backend::Fused);
+    let cpu = shipped_calculator(&Device::Cpu, DType::F32, Backend::Fused);
     let cases = [
         ("64 aspirins", vec![aspirin(); 64]),
         ("water box 999 atoms", vec![water_box(333, 5)]),
@@ -145,12 +145,10 @@ fn cuda_overlapping_launches_match_plain_ones() {
     ];
     for (label, structures) in cases {
         let batch = Batch::new(structures).unwrap();
-        set_overlapping_launches(false);
-        let plain = calc.compute(&batch).unwrap();
-        set_overlapping_launches(true);
+        let want = cpu.compute(&batch).unwrap();
         for call in 0..20 {
             let got = calc.compute(&batch).unwrap();
-            assert_agree(&format!("{label}, call {call}"), &plain, &got, 1e-6, 1e-5);
+            assert_agree(&format!("{label}, call {call}"), &want, &got, 2e-5, 2e-4);
         }
     }
 }
@@ -316,11 +314,11 @@ fn cuda_fused_message_matches_cpu() {
         // The whole model with the fused message, CUDA against CPU.
         let batch = Batch::new(vec![aspirin(), water_box(300, 4)]).unwrap();
         let cpu = calculator(dtype, &Device::Cpu)
-            .with_ops(EdgeOps::Fused)
+            .with_backend(Backend::Fused)
             .compute(&batch)
             .unwrap();
         let cuda = calculator(dtype, &gpu)
-            .with_ops(EdgeOps::Fused)
+            .with_backend(Backend::Fused)
             .compute(&batch)
             .unwrap();
         for k in 0..2 {
@@ -705,7 +703,7 @@ fn cuda_one_kernel_matches_cpu_twin() {
             ..Default::default()
         };
         PainnCalculator::new(model(&cfg, 11, dtype, dev), dev.clone(), dtype)
-            .with_ops(EdgeOps::Fused)
+            .with_backend(Backend::Fused)
     };
     for dtype in [DType::F32, DType::F64] {
         let tol = if dtype == DType::F32 { 3e-5 } else { 1e-10 };
@@ -718,14 +716,14 @@ fn cuda_one_kernel_matches_cpu_twin() {
             ),
             (
                 "aspirin",
-                shipped_calculator(&Device::Cpu, dtype, EdgeOps::Fused),
-                shipped_calculator(&gpu, dtype, EdgeOps::Fused),
+                shipped_calculator(&Device::Cpu, dtype, Backend::Fused),
+                shipped_calculator(&gpu, dtype, Backend::Fused),
                 asp.clone(),
             ),
             (
                 "64 atoms",
-                shipped_calculator(&Device::Cpu, dtype, EdgeOps::Fused),
-                shipped_calculator(&gpu, dtype, EdgeOps::Fused),
+                shipped_calculator(&Device::Cpu, dtype, Backend::Fused),
+                shipped_calculator(&gpu, dtype, Backend::Fused),
                 big.clone(),
             ),
             (
@@ -743,21 +741,28 @@ fn cuda_one_kernel_matches_cpu_twin() {
                 .fused()
                 .unwrap()
                 .clone()
-                .with_one_kernel_up_to(64);
+                .with_tuning(Tuning {
+                    feature_split_max_atoms: 64,
+                    ..Tuning::default()
+                });
             // The kernel runs wherever its plan fits the device (64 atoms in f64 does not), and
             // the model takes it there, with the edge geometry resident or in chunks.
             let (n, e) = (
                 x_gpu.positions.dim(0).unwrap(),
                 x_gpu.centers.dim(0).unwrap(),
             );
-            let fitted = SmallSystemPlan::new(fused.small_system_model().unwrap(), n, e)
-                .and_then(|p| p.fit_widest(&gpu, dtype, ONE_KERNEL_MAX_BLOCKS));
+            let fitted = SmallSystemPlan::new(fused.shape().unwrap(), n, e).and_then(|p| {
+                p.fit_widest(&gpu, dtype, Tuning::default().feature_split_max_blocks)
+            });
             assert_eq!(
                 fitted.is_ok(),
                 !(what == "64 atoms" && dtype == DType::F64),
                 "{what} {dtype:?}"
             );
-            let one = fused.runs_as_one_kernel(&x_gpu).unwrap();
+            let one = fused
+                .feature_split_plan(n, e, &gpu, dtype)
+                .unwrap()
+                .is_some();
             let resident = fitted.as_ref().is_ok_and(|p| p.edges_resident());
             assert_eq!(one, fitted.is_ok(), "{what} {dtype:?}");
             println!(
@@ -769,7 +774,7 @@ fn cuda_one_kernel_matches_cpu_twin() {
             let scale_e = max_abs_tensor(&e_ref).max(1.0);
             // Every split of the features over the blocks that the model has (one feature per
             // block up to 32), each three times.
-            let hidden = fused.small_system_model().unwrap().hidden;
+            let hidden = fused.shape().unwrap().hidden;
             let splits = (0..8)
                 .map(|k| 1 << k)
                 .filter(|g| hidden / g <= 32 && *g <= hidden);
@@ -802,8 +807,14 @@ fn cuda_one_kernel_matches_cpu_twin() {
             }
             // The calculator's path (one kernel where it applies) = the fused kernels.
             let (e, f) = fused.energies_and_forces(&x_gpu).unwrap();
-            let many = fused.clone().with_one_kernel_up_to(0);
-            assert!(!many.runs_as_one_kernel(&x_gpu).unwrap());
+            let many = fused.clone().with_tuning(Tuning {
+                feature_split_max_atoms: 0,
+                ..Tuning::default()
+            });
+            assert!(many
+                .feature_split_plan(n, e, &gpu, dtype)
+                .unwrap()
+                .is_none());
             let (e2, f2) = many.energies_and_forces(&x_gpu).unwrap();
             let (de, df) = (max_abs_diff(&e, &e2), max_abs_diff(&f, &f2));
             assert!(
@@ -967,14 +978,14 @@ fn cuda_single_launch_step_matches_cpu_twin() {
         let cases = [
             (
                 "aspirin",
-                shipped_calculator(&Device::Cpu, dtype, EdgeOps::Fused),
-                shipped_calculator(&gpu, dtype, EdgeOps::Fused),
+                shipped_calculator(&Device::Cpu, dtype, Backend::Fused),
+                shipped_calculator(&gpu, dtype, Backend::Fused),
                 asp.clone(),
             ),
             (
                 "small model",
-                calculator(dtype, &Device::Cpu).with_ops(EdgeOps::Fused),
-                calculator(dtype, &gpu).with_ops(EdgeOps::Fused),
+                calculator(dtype, &Device::Cpu).with_backend(Backend::Fused),
+                calculator(dtype, &gpu).with_backend(Backend::Fused),
                 mol.clone(),
             ),
         ];
@@ -982,8 +993,12 @@ fn cuda_single_launch_step_matches_cpu_twin() {
             let (x_cpu, _) = cpu_calc.prepare(&batch).unwrap();
             let (x_gpu, _) = gpu_calc.prepare(&batch).unwrap();
             let fused = gpu_calc.model().fused().unwrap();
-            let plan = fused.one_kernel_plan(&x_gpu).unwrap().expect("one kernel");
             let n = x_gpu.positions.dim(0).unwrap();
+            let e = x_gpu.centers.dim(0).unwrap();
+            let plan = fused
+                .feature_split_plan(n, e, &gpu, dtype)
+                .unwrap()
+                .expect("one kernel");
             let column = |seed: f64, width: usize, size: f64| -> Vec<f64> {
                 (0..width * n)
                     .map(|k| size * ((k as f64 + seed) * 0.37).sin())
@@ -1116,7 +1131,7 @@ fn cuda_single_launch_md_matches_op_by_op() {
         };
         for dtype in [DType::F64, DType::F32] {
             let run = |dev: &Device, single: bool, defer: bool| {
-                let calc = shipped_calculator(dev, dtype, EdgeOps::Fused);
+                let calc = shipped_calculator(dev, dtype, Backend::Fused);
                 let f = PainnForces::new(&calc, &s, settings.skin)
                     .unwrap()
                     .with_single_launch_steps(single)
@@ -1189,10 +1204,8 @@ fn cuda_single_launch_md_matches_op_by_op() {
 #[test]
 fn cuda_atom_split_matches_cpu_twin() {
     use common::fused::one_kernel_systems;
-    use mlff_distiller::model::ATOM_SPLIT_MIN_ATOMS;
-    use mlff_distiller::ops::{
-        atom_split, AtomSplitPlan, ATOM_SPLIT_MAX_ATOMS_PER_BLOCK as MAX_ATOMS,
-    };
+    use mlff_distiller::ops::{atom_split, AtomSplitPlan, ATOM_SPLIT_MAX_ATOMS_PER_BLOCK};
+    use mlff_distiller::plan::Plan;
     let gpu = cuda();
     let small = |blocks: usize, dtype: DType, dev: &Device| {
         let cfg = mlff_distiller::model::PainnConfig {
@@ -1208,20 +1221,20 @@ fn cuda_atom_split_matches_cpu_twin() {
         let cases = [
             (
                 "aspirin",
-                shipped_calculator(&Device::Cpu, dtype, EdgeOps::Fused),
-                shipped_calculator(&gpu, dtype, EdgeOps::Fused),
+                shipped_calculator(&Device::Cpu, dtype, Backend::Fused),
+                shipped_calculator(&gpu, dtype, Backend::Fused),
                 aspirins(1),
             ),
             (
                 "4 aspirins",
-                shipped_calculator(&Device::Cpu, dtype, EdgeOps::Fused),
-                shipped_calculator(&gpu, dtype, EdgeOps::Fused),
+                shipped_calculator(&Device::Cpu, dtype, Backend::Fused),
+                shipped_calculator(&gpu, dtype, Backend::Fused),
                 aspirins(4),
             ),
             (
                 "16 aspirins",
-                shipped_calculator(&Device::Cpu, dtype, EdgeOps::Fused),
-                shipped_calculator(&gpu, dtype, EdgeOps::Fused),
+                shipped_calculator(&Device::Cpu, dtype, Backend::Fused),
+                shipped_calculator(&gpu, dtype, Backend::Fused),
                 aspirins(16),
             ),
             (
@@ -1242,7 +1255,7 @@ fn cuda_atom_split_matches_cpu_twin() {
             let (x_gpu, _) = gpu_calc.prepare(&batch).unwrap();
             let fused = gpu_calc.model().fused().unwrap().clone();
             let cpu_fused = cpu_calc.model().fused().unwrap();
-            let model = fused.small_system_model().unwrap();
+            let model = fused.shape().unwrap();
             let (n, e) = (
                 x_gpu.positions.dim(0).unwrap(),
                 x_gpu.centers.dim(0).unwrap(),
@@ -1269,21 +1282,18 @@ fn cuda_atom_split_matches_cpu_twin() {
             let scale_e = max_abs_tensor(&e_ref).max(1.0);
             // Up to the kernel's most atoms per block (a last block with fewer), within the
             // H100's shared memory; own edges listed once per call, and (fewest listed at once)
-            // again in every pass; dense layers on tensor cores (f32, F 128) and on CUDA cores
-            // where each can run.
-            let per_blocks = [1, 2, 3, 4, 8, 11, MAX_ATOMS];
+            // again in every pass.
+            let per_blocks = [1, ATOM_SPLIT_MAX_ATOMS_PER_BLOCK];
             let choices = per_blocks
                 .into_iter()
-                .flat_map(|k| [(k, None), (k, Some(512))])
-                .flat_map(|(k, own)| [(k, own, false), (k, own, true)]);
+                .flat_map(|k| [(k, None), (k, Some(512))]);
             let mut ran = Vec::new();
-            for (per_block, own_edges, tensor_cores) in choices {
+            for (per_block, own_edges) in choices {
                 let plan = AtomSplitPlan::new(model, n, e, per_block, eb, limit)
                     .and_then(|p| match own_edges {
                         Some(k) => p.with_own_edges(k, limit),
                         None => Ok(p),
                     })
-                    .and_then(|p| p.with_tensor_cores(tensor_cores))
                     .and_then(|p| p.fits_device(&gpu).map(|_| p));
                 let Ok(plan) = plan else { continue };
                 for call in 0..3 {
@@ -1291,7 +1301,7 @@ fn cuda_atom_split_matches_cpu_twin() {
                     let (de, df) = (max_abs_diff(&en, &e_ref), max_abs_diff(&fo, &f_ref));
                     println!(
                         "{what} {dtype:?} {per_block} atoms per block, own edges {own_edges:?}, \
-                         tensor cores {tensor_cores}, stage {} values, tape shared {}, \
+                         stage {} values, tape shared {}, \
                          call {call}: {e} edges, ΔE {de:.2e} ΔF {df:.2e} of {scale_f:.2}",
                         plan.stage_values(),
                         plan.tape_in_shared_memory()
@@ -1299,17 +1309,13 @@ fn cuda_atom_split_matches_cpu_twin() {
                     assert!(de <= tol * scale_e, "{what} {dtype:?} {per_block}: ΔE {de}");
                     assert!(df <= tol * scale_f, "{what} {dtype:?} {per_block}: ΔF {df}");
                 }
-                ran.push((per_block, tensor_cores));
+                ran.push(per_block);
             }
-            // The shipped model (F 128) in f32 ran at the most atoms per block on tensor cores
-            // and at one and two on either; F 32 and f64 at up to two on CUDA cores; wherever
-            // the blocks fit at once (132 multiprocessors on the H100 and H200 these run on).
-            let tensor = dtype == DType::F32 && model.hidden == 128;
-            let expected: Vec<(usize, bool)> = per_blocks
+            // Every model and real ran at one and two atoms per block wherever the blocks fit
+            // at once (132 multiprocessors on the H100 and H200 these run on).
+            let expected: Vec<usize> = per_blocks
                 .into_iter()
-                .flat_map(|k| [(k, false), (k, true)])
-                .filter(|&(k, tc)| if tensor { tc || k <= 2 } else { !tc && k <= 2 })
-                .filter(|&(k, _)| k <= n && n.div_ceil(k) <= 132)
+                .filter(|&k| k <= n && n.div_ceil(k) <= 132)
                 .collect();
             for want in expected {
                 assert!(
@@ -1317,10 +1323,17 @@ fn cuda_atom_split_matches_cpu_twin() {
                     "{what} {dtype:?}: {want:?} did not run"
                 );
             }
-            // The model takes it where allowed and it fits on CUDA cores (up to two atoms per
-            // multiprocessor; tensor cores only where asked), with the separate kernels' forces.
-            let chosen = fused.clone().with_atom_split(0..=usize::MAX);
-            let fits = chosen.atom_split_plan(&x_gpu).unwrap().is_some();
+            // The model takes it where allowed and it fits (up to two atoms per
+            // multiprocessor), with the separate kernels' forces.
+            let atom_split_of = |f: &mlff_distiller::model::FusedPainn| {
+                matches!(f.plan(&x_gpu).unwrap(), Plan::AtomSplit(_))
+            };
+            let chosen = fused.clone().with_tuning(Tuning {
+                atom_split_min_atoms: 0,
+                atom_split_max_atoms: None,
+                ..Tuning::default()
+            });
+            let fits = atom_split_of(&chosen);
             let on_cuda_cores = n <= 2 * 132;
             assert!(
                 fits == on_cuda_cores || dtype == DType::F64,
@@ -1330,11 +1343,11 @@ fn cuda_atom_split_matches_cpu_twin() {
             let (e_sep, f_sep) = fused.separate_kernels(&x_gpu).unwrap();
             let (de, df) = (max_abs_diff(&en, &e_sep), max_abs_diff(&fo, &f_sep));
             println!("{what} {dtype:?} model (atom split {fits}): ΔE {de:.2e} ΔF {df:.2e}");
-            // By default it takes the systems of ATOM_SPLIT_MIN_ATOMS atoms and more.
-            let by_default = fused.atom_split_plan(&x_gpu).unwrap().is_some();
+            // By default it takes the systems of the tuning's atom_split_min_atoms and more.
+            let by_default = atom_split_of(&fused);
             assert_eq!(
                 by_default,
-                fits && n >= ATOM_SPLIT_MIN_ATOMS,
+                fits && n >= Tuning::default().atom_split_min_atoms,
                 "{what} {dtype:?}"
             );
             assert!(

@@ -16,8 +16,8 @@ use mlff_distiller::md::{
     device_positions, host_positions, Ensemble, ForceProvider, ListSite, MdSettings, PainnForces,
     Simulation, StopReason,
 };
+use mlff_distiller::model::Backend;
 use mlff_distiller::neighbors::batch_neighbor_list;
-use mlff_distiller::ops::EdgeOps;
 use mlff_distiller::profiler::{leak_check, sample, MemorySample};
 use mlff_distiller::systems::{aspirin, water_box};
 use mlff_distiller::{Batch, Calculator, Structure};
@@ -39,7 +39,7 @@ fn cuda() -> Device {
 fn shipped(dtype: DType, dev: &Device) -> PainnCalculator {
     PainnCalculator::from_checkpoint(&root().join("models/painn-gfn2.safetensors"), dev, dtype)
         .unwrap()
-        .with_ops(EdgeOps::Fused)
+        .with_backend(Backend::Fused)
 }
 
 /// Tolerances for graph vs eager: the same kernels, but atomic adds may sum in another order.

@@ -7,9 +7,9 @@ use candle_core::{DType, Device};
 use common::*;
 use mlff_distiller::calculator::edge_offsets;
 use mlff_distiller::graph::{edge_capacity, pad_edges, GraphCalculator, Graphs, HostEdges};
+use mlff_distiller::model::Backend;
 use mlff_distiller::model::PainnInputs;
 use mlff_distiller::neighbors::batch_neighbor_list;
-use mlff_distiller::ops::EdgeOps;
 use mlff_distiller::systems::{aspirin, water_box};
 use mlff_distiller::{Batch, Calculator};
 
@@ -17,8 +17,8 @@ use mlff_distiller::{Batch, Calculator};
 fn padded_edge_lists_change_no_energy_or_force() {
     let dev = Device::Cpu;
     let batch = Batch::new(vec![aspirin(), water_box(8, 1), random_molecule(5, 3)]).unwrap();
-    for ops in [EdgeOps::Fused, EdgeOps::Custom] {
-        let calc = calculator(DType::F64, &dev).with_ops(ops);
+    for ops in [Backend::Fused, Backend::Autograd] {
+        let calc = calculator(DType::F64, &dev).with_backend(ops);
         let cutoff = calc.model().config().cutoff;
         let nl = batch_neighbor_list(&batch, cutoff).unwrap();
         let (inputs, positions) = calc.prepare_with(&batch, &nl).unwrap();
@@ -51,7 +51,7 @@ fn padded_edge_lists_change_no_energy_or_force() {
 
 #[test]
 fn graphs_are_refused_where_they_cannot_run() {
-    let calc = calculator(DType::F32, &Device::Cpu).with_ops(EdgeOps::Fused);
+    let calc = calculator(DType::F32, &Device::Cpu).with_backend(Backend::Fused);
     assert!(!Graphs::Auto.wanted(&calc).unwrap());
     assert!(!Graphs::Off.wanted(&calc).unwrap());
     let msg = Graphs::On.wanted(&calc).unwrap_err().to_string();
@@ -61,7 +61,7 @@ fn graphs_are_refused_where_they_cannot_run() {
 
 #[test]
 fn the_graph_calculator_runs_op_by_op_where_graphs_cannot_run() {
-    let calc = calculator(DType::F64, &Device::Cpu).with_ops(EdgeOps::Fused);
+    let calc = calculator(DType::F64, &Device::Cpu).with_backend(Backend::Fused);
     let batch = Batch::new(vec![aspirin(), random_molecule(5, 3)]).unwrap();
     let graphs = GraphCalculator::new(&calc, Graphs::Auto).unwrap();
     for _ in 0..3 {

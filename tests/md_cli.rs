@@ -156,7 +156,7 @@ fn validate_md_compares_code_paths_in_one_report() {
     let json = report(
         &out,
         &[
-            "--ops",
+            "--backend",
             "stock,fused",
             "--systems",
             "ethanol,water8",
@@ -196,7 +196,7 @@ fn validate_md_compares_code_paths_in_one_report() {
     let json = report(
         &device_out,
         &[
-            "--ops",
+            "--backend",
             "fused",
             "--systems",
             "ethanol",

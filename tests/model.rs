@@ -175,13 +175,13 @@ fn unknown_element_names_the_atom() {
 /// The model through candle's stock index_select/index_add equals the model through our ops.
 #[test]
 fn stock_ops_equal_custom_ops() {
-    use mlff_distiller::ops::EdgeOps;
+    use mlff_distiller::model::Backend;
     let batch = Batch::new(vec![random_molecule(10, 51), random_box(20, 0.3, 52)]).unwrap();
     let ours = calculator(DType::F64, &Device::Cpu)
         .compute(&batch)
         .unwrap();
     let stock = calculator(DType::F64, &Device::Cpu)
-        .with_ops(EdgeOps::Stock)
+        .with_backend(Backend::Stock)
         .compute(&batch)
         .unwrap();
     for (a, b) in ours.energies.iter().zip(&stock.energies) {

@@ -4,7 +4,8 @@
 mod common;
 
 use candle_core::{DType, Device, Tensor, Var};
-use mlff_distiller::ops::{gather, scatter_add, EdgeOps};
+use mlff_distiller::model::Backend;
+use mlff_distiller::ops::{gather, scatter_add};
 
 fn idx(v: &[u32]) -> Tensor {
     Tensor::new(v, &Device::Cpu).unwrap()
@@ -32,7 +33,7 @@ fn gather_and_scatter_match_candle() {
         let src = gather(&x, &i).unwrap();
         let targets = idx(&[0, 1, 1, 1, 3, 3, 0, 2, 2, 2, 2]);
         let ours = scatter_add(&src, &targets, 5).unwrap();
-        let stock = EdgeOps::Stock.scatter_add(&src, &targets, 5).unwrap();
+        let stock = Backend::Stock.scatter_add(&src, &targets, 5).unwrap();
         assert_close(&ours, &stock, 1e-6);
         assert_eq!(ours.dims(), &[5, 3, 5]);
     }
@@ -76,7 +77,7 @@ fn first_and_second_order_gradients() {
     let s = [0u32, 1, 1, 0, 2, 2];
     let w = [0.5f64, -1.0, 2.0, 1.5, -0.7, 0.25];
     let c = [1.0f64, -2.0, 0.5, 3.0];
-    for ops in [EdgeOps::Custom, EdgeOps::Stock] {
+    for ops in [Backend::Autograd, Backend::Stock] {
         let x = Var::new(&xs, &dev).unwrap();
         let gathered = ops.gather(x.as_tensor(), &idx(&g)).unwrap();
         let terms = (gathered.powf(3.0).unwrap() * Tensor::new(&w, &dev).unwrap()).unwrap();

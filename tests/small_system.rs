@@ -7,7 +7,8 @@ mod common;
 use candle_core::{DType, Device, Tensor};
 use common::fused::{one_kernel, one_kernel_systems as systems};
 use common::*;
-use mlff_distiller::ops::{small_system, EdgeOps, SmallSystemModel, SmallSystemPlan};
+use mlff_distiller::model::Backend;
+use mlff_distiller::ops::{small_system, SmallSystemModel, SmallSystemPlan};
 use mlff_distiller::systems::aspirin;
 use mlff_distiller::{Batch, PainnCalculator};
 
@@ -31,7 +32,7 @@ fn one_kernel_twin_matches_fused_path() {
             dtype,
         )
         .unwrap()
-        .with_ops(EdgeOps::Fused)
+        .with_backend(Backend::Fused)
     };
     let cases = [
         (
@@ -90,25 +91,25 @@ fn one_kernel_edge_cases_and_refusals() {
     let why = SmallSystemPlan::new(model, 10, 20).unwrap_err();
     assert!(why.contains("24 features"), "{why}");
     let fused = calc.model().fused().unwrap();
-    let plan = SmallSystemPlan::new(fused.small_system_model().unwrap(), 3, 0).unwrap();
+    let plan = SmallSystemPlan::new(fused.shape().unwrap(), 3, 0).unwrap();
     let why = plan.fit(&Device::Cpu, DType::F32).unwrap_err();
     assert!(why.contains("CUDA"), "{why}");
     let why = plan.fit_widest(&Device::Cpu, DType::F32, 64).unwrap_err();
     assert!(why.contains("CUDA"), "{why}");
     // Splits of the features over the blocks: a power of two of at most 32 features each.
-    let hidden = fused.small_system_model().unwrap().hidden;
+    let hidden = fused.shape().unwrap().hidden;
     for groups in [0, 3, hidden * 2] {
         let why = plan.with_groups(groups).unwrap_err();
         assert!(why.contains("do not split"), "{groups} blocks: {why}");
     }
     assert!(plan.with_groups(hidden).is_ok());
     // The CPU path never takes the one kernel.
-    assert!(!fused.runs_as_one_kernel(&inputs).unwrap());
+    assert_eq!(fused.plan(&inputs).unwrap().name(), "layers");
 
     // Wrong shapes and species are named.
     let n = inputs.positions.dim(0).unwrap();
     let e = inputs.centers.dim(0).unwrap();
-    let plan = SmallSystemPlan::new(fused.small_system_model().unwrap(), n, e).unwrap();
+    let plan = SmallSystemPlan::new(fused.shape().unwrap(), n, e).unwrap();
     let w = fused.packed_weights().unwrap();
     let pos = inputs.positions.detach();
     let short = w.narrow(0, 0, w.dim(0).unwrap() - 1).unwrap();
@@ -155,7 +156,7 @@ fn md_step_twin_is_the_integrators_step() {
         inputs.positions.dim(0).unwrap(),
         inputs.centers.dim(0).unwrap(),
     );
-    let plan = SmallSystemPlan::new(fused.small_system_model().unwrap(), n, e).unwrap();
+    let plan = SmallSystemPlan::new(fused.shape().unwrap(), n, e).unwrap();
     let w = fused.packed_weights().unwrap();
     let index = [&inputs.species, &inputs.centers, &inputs.neighbors];
     let wave = |seed: f64, size: f64| {

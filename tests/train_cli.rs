@@ -85,7 +85,7 @@ fn train_resume_and_eval_from_the_command_line() {
         info.contains(r#""force_gradient": "double-backward""#),
         "{info}"
     );
-    assert!(info.contains(r#""ops": "custom""#), "{info}");
+    assert!(info.contains(r#""backend": "autograd""#), "{info}");
 
     // The directional gradient trains on the CPU too, and says so.
     let directional = dir.path().join("directional");

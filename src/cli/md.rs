@@ -11,7 +11,7 @@ use mlff_distiller::md::{
     Ensemble, MdOutputs, MdSettings, MdSummary, PainnForces, Progress, Restart, Simulation,
     StopReason,
 };
-use mlff_distiller::ops::EdgeOps;
+use mlff_distiller::model::Backend;
 use mlff_distiller::Structure;
 use serde_json::json;
 use std::path::{Path, PathBuf};
@@ -76,14 +76,14 @@ pub struct MdArgs {
     #[arg(long, conflicts_with_all = [
         "structure", "frame", "dt", "ensemble", "temperature", "init_temperature", "friction",
         "seed", "skin", "keep_momenta", "traj", "traj_every", "log", "log_every",
-        "restart_every", "restart_file", "dtype", "ops", "keep_going",
+        "restart_every", "restart_file", "dtype", "backend", "keep_going",
     ])]
     resume: Option<PathBuf>,
-    /// auto: run each step as one CUDA graph replay where possible (a CUDA device, --ops
-    /// fused) and worth it (neighbour lists of up to 32,768 edges; larger systems measured
-    /// slower with graphs; molecules whose call is one kernel with its edge geometry in
-    /// shared memory run faster as one launch per step, integrator included, which
-    /// MLFF_SINGLE_LAUNCH_STEPS=0 turns off); on: always, an error where impossible; off: launch
+    /// auto: run each step as one CUDA graph replay where possible (a CUDA device, --backend
+    /// fused) and worth it (neighbour lists of up to the tuning's graph_auto_max_edges; larger
+    /// systems measured slower with graphs; molecules whose call is one kernel with its edge
+    /// geometry in shared memory run faster as one launch per step, integrator included, as
+    /// the tuning's one_launch_steps says); on: always, an error where impossible; off: launch
     /// every kernel.
     #[arg(long, default_value = "auto")]
     graphs: Graphs,
@@ -158,7 +158,8 @@ fn fresh(a: &MdArgs) -> Result<MdSummary> {
         "model": absolute(model),
         "model_sha256": sha256_file(model)?,
         "dtype": format!("{:?}", a.run.dtype).to_lowercase(),
-        "ops": a.run.ops.name(),
+        "backend": a.run.backend.name(),
+        "tuning": calc.tuning().changes(),
         "structure": structure,
         "frame": a.frame,
     });
@@ -197,8 +198,10 @@ fn resume(a: &MdArgs, path: &Path) -> Result<MdSummary> {
     }
     let dtype = parse_dtype(&recorded("dtype").unwrap_or_else(|| "f32".into()))
         .map_err(anyhow::Error::msg)?;
-    let ops: EdgeOps = recorded("ops")
-        .unwrap_or_else(|| "custom".into())
+    // (Restart files before the backends had a name record "ops".)
+    let backend: Backend = recorded("backend")
+        .or_else(|| recorded("ops"))
+        .unwrap_or_else(|| "autograd".into())
         .parse()
         .map_err(anyhow::Error::msg)?;
     if let Some(steps) = a.steps {
@@ -211,7 +214,7 @@ fn resume(a: &MdArgs, path: &Path) -> Result<MdSummary> {
     }
     let run = ModelArgs {
         dtype,
-        ops,
+        backend,
         ..a.run.clone()
     };
     let calc = run.calculator(&model)?;

@@ -99,15 +99,31 @@ pub struct DynamicsArgs {
     pub neighbor_list: mlff_distiller::md::ListSite,
 }
 
-/// How a checkpoint is run: `--dtype`, `--ops`, `--device`.
+/// `--tuning` shared by every command that computes.
+#[derive(Args, Clone, Default)]
+pub struct TuningArgs {
+    #[arg(long, value_name = "FILE", help = mlff_distiller::tuning::HELP)]
+    pub tuning: Option<std::path::PathBuf>,
+}
+
+impl TuningArgs {
+    /// The tuning in force: defaults, the file, then the environment's pairs.
+    pub fn load(&self) -> Result<mlff_distiller::Tuning> {
+        Ok(mlff_distiller::Tuning::load(self.tuning.as_deref())?)
+    }
+}
+
+/// How a checkpoint is run: `--dtype`, `--backend`, `--tuning`, `--device`.
 #[derive(Args, Clone)]
 pub struct ModelArgs {
     #[arg(long, default_value = "f32", value_parser = parse_dtype)]
     pub dtype: candle_core::DType,
-    /// Code path: fused (fused kernels and an explicit force pass: the fastest), custom (our
-    /// edge ops and candle's backprop) or stock (candle's index_select/index_add).
-    #[arg(long, default_value = "fused")]
-    pub ops: mlff_distiller::ops::EdgeOps,
+    /// fused (fused kernels and an explicit force pass: the fastest), autograd (candle's
+    /// backprop through our edge ops) or stock (candle's backprop and index_select/index_add).
+    #[arg(long, alias = "ops", default_value = "fused")]
+    pub backend: mlff_distiller::model::Backend,
+    #[command(flatten)]
+    pub tuning: TuningArgs,
     #[command(flatten)]
     pub device: DeviceArgs,
 }
@@ -115,9 +131,11 @@ pub struct ModelArgs {
 impl ModelArgs {
     /// Opens the device and loads `model` onto it.
     pub fn calculator(&self, model: &std::path::Path) -> Result<mlff_distiller::PainnCalculator> {
+        let tuning = self.tuning.load()?;
         let dev = self.device.open()?;
         let calc = mlff_distiller::PainnCalculator::from_checkpoint(model, &dev, self.dtype)?
-            .with_ops(self.ops);
+            .with_backend(self.backend)
+            .with_tuning(tuning);
         calc.check_ops()
             .map_err(|e| anyhow::anyhow!("{}: {e}", model.display()))?;
         Ok(calc)
@@ -127,7 +145,7 @@ impl ModelArgs {
 /// `--graphs` for commands that call the model on batch after batch (`predict`, `eval`).
 #[derive(Args, Clone)]
 pub struct BatchGraphArgs {
-    /// auto: on a CUDA device with --ops fused, a batch shape (atoms, structures) seen a second
+    /// auto: on a CUDA device with --backend fused, a batch shape (atoms, structures) seen a second
     /// time is captured as a CUDA graph and replayed from then on (up to 8 graphs kept;
     /// molecules whose eager call is one kernel, and lists of more than 32,768 edges, stay op
     /// by op); on: every batch, an error where graphs cannot run; off: never. The same

@@ -43,9 +43,10 @@ pub struct ProfileArgs {
     /// Chrome trace of every step's phases (open in chrome://tracing or ui.perfetto.dev).
     #[arg(long)]
     trace: Option<PathBuf>,
-    /// auto: the force calls replayed as CUDA graphs where possible (CUDA, --ops fused) and
-    /// worth it (up to 32,768 edges, not one-kernel molecules); on: always, an error where impossible; off: never. (The
-    /// profiler times phases, so the integrator runs op by op here, unlike in `mlff md`.)
+    /// auto: the force calls replayed as CUDA graphs where possible (CUDA, --backend fused)
+    /// and worth it (up to the tuning's graph_auto_max_edges, not one-kernel molecules); on:
+    /// always, an error where impossible; off: never. (The profiler times phases, so the
+    /// integrator runs op by op here, unlike in `mlff md`.)
     #[arg(long, default_value = "auto")]
     graphs: Graphs,
     /// Where the neighbour list is built: auto (the device where the cell allows), host or
@@ -113,10 +114,15 @@ pub fn run(a: ProfileArgs) -> Result<()> {
         a.structure.display(),
         a.steps
     );
-    let report = sim
+    let mut report = sim
         .forces()
         .profiler()
         .report(&label, a.leak_tolerance_mib * 1048576.0);
+    report.tuning = serde_json::to_value(calc.tuning())?;
+    if calc.model().backend() == mlff_distiller::model::Backend::Fused {
+        let (inputs, _) = calc.prepare(&mlff_distiller::Batch::new(vec![s.clone()])?)?;
+        report.plan = calc.model().fused()?.plan(&inputs)?.to_json();
+    }
     let mut md = report.markdown();
     if let (Some(before), Some(after)) = (before, plain(&calc)?) {
         md.push_str(&format!(

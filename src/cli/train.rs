@@ -80,10 +80,12 @@ pub struct TrainArgs {
     max_minutes: Option<f64>,
     #[arg(long, default_value = "f32", value_parser = parse_dtype)]
     dtype: DType,
-    /// Edge ops of the autograd graph that training differentiates (the same maths): custom
+    /// The ops of the autograd graph that training differentiates (the same maths): autograd
     /// (our gather/scatter ops), fused (the differentiable fused message op) or stock.
-    #[arg(long, default_value = "custom")]
-    ops: mlff_distiller::ops::EdgeOps,
+    #[arg(long, alias = "ops", default_value = "autograd")]
+    backend: mlff_distiller::model::Backend,
+    #[command(flatten)]
+    tuning: super::TuningArgs,
     #[command(flatten)]
     device: DeviceArgs,
 }
@@ -179,7 +181,8 @@ pub fn run(a: TrainArgs) -> Result<()> {
         a.dtype,
         init.as_ref(),
     )?
-    .with_ops(a.ops);
+    .with_backend(a.backend)
+    .with_tuning(a.tuning.load()?);
     if a.resume {
         t.load_state(&state_path)?;
         eprintln!("resuming at epoch {} (step {})", t.epoch, t.step());
@@ -213,7 +216,7 @@ pub fn run(a: TrainArgs) -> Result<()> {
             "validation_metrics": best,
             "device": device_name(&dev),
             "dtype": format!("{:?}", a.dtype),
-            "ops": a.ops.name(),
+            "backend": a.backend.name(),
             "force_gradient": cfg.force_gradient.on(&dev).name(),
         })
     };

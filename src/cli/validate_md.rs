@@ -10,7 +10,7 @@ use mlff_distiller::fsutil::{sha256_file, write_atomic, write_json};
 use mlff_distiller::graph::Graphs;
 use mlff_distiller::io::read_extxyz;
 use mlff_distiller::md::validate::{markdown, plot_energies, run_suite, SuiteSettings};
-use mlff_distiller::ops::EdgeOps;
+use mlff_distiller::model::Backend;
 use mlff_distiller::systems::start_geometry;
 use mlff_distiller::{PainnCalculator, Structure};
 use serde_json::json;
@@ -21,9 +21,11 @@ pub struct ValidateMdArgs {
     /// Model(s) to validate; repeat the flag to compare two in one report.
     #[arg(long = "model", default_value = "models/painn-gfn2.safetensors")]
     models: Vec<PathBuf>,
-    /// Code paths to compare, comma separated: fused, custom, stock.
-    #[arg(long, value_delimiter = ',', default_value = "fused")]
-    ops: Vec<EdgeOps>,
+    /// Backends to compare, comma separated: fused, autograd, stock.
+    #[arg(long, alias = "ops", value_delimiter = ',', default_value = "fused")]
+    backend: Vec<Backend>,
+    #[command(flatten)]
+    tuning: super::TuningArgs,
     /// Shipped starting geometries by name (water8, ethanol, benzene, aspirin,
     /// alanine_dipeptide, trialanine) or extended-XYZ files (first frame), comma separated.
     #[arg(
@@ -102,14 +104,17 @@ pub fn run(a: ValidateMdArgs) -> Result<()> {
     for m in &a.models {
         models.push(json!({"path": m, "sha256": sha256_file(m)?}));
     }
+    let tuning = a.tuning.load()?;
     let make_variants = |dev: &candle_core::Device| {
         let mut out = Vec::new();
         for m in &a.models {
             let stem = m
                 .file_stem()
                 .map_or("model".into(), |s| s.to_string_lossy());
-            for &op in &a.ops {
-                let calc = PainnCalculator::from_checkpoint(m, dev, a.dtype)?.with_ops(op);
+            for &op in &a.backend {
+                let calc = PainnCalculator::from_checkpoint(m, dev, a.dtype)?
+                    .with_backend(op)
+                    .with_tuning(tuning.clone());
                 calc.check_ops()
                     .map_err(|e| mlff_distiller::Error::Config(format!("{}: {e}", m.display())))?;
                 out.push((format!("{stem}/{}", op.name()), calc));

@@ -244,15 +244,14 @@ impl<'a> GraphCalculator<'a> {
 
     /// Whether a call of `atoms` atoms and `edges` edges is captured at all.
     fn worth_capturing(&self, atoms: usize, edges: usize) -> Result<bool> {
-        if edges > self.graphs.max_edges() {
+        if edges > self.graphs.max_edges(self.calc.tuning()) {
             return Ok(false);
         }
         if self.graphs != Graphs::Auto {
             return Ok(true);
         }
         let fused = self.calc.model().fused()?;
-        let plan =
-            fused.one_kernel_plan_for(atoms, edges, self.calc.device(), self.calc.dtype())?;
+        let plan = fused.feature_split_plan(atoms, edges, self.calc.device(), self.calc.dtype())?;
         Ok(!plan.is_some_and(|p| p.edges_resident()))
     }
 }

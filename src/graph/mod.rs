@@ -13,7 +13,7 @@
 //!
 //! Capturing needs a device made by [`crate::device::select`] or
 //! [`crate::device::with_own_stream`] (a stream of its own, without cudarc's per-buffer events)
-//! and the fused path ([`EdgeOps::Fused`]); the CPU has no graphs.
+//! and the fused path ([`Backend::Fused`]); the CPU has no graphs.
 
 mod cache;
 
@@ -21,9 +21,10 @@ pub use cache::{CachePolicy, CacheStats, GraphCalculator, ShapeCache};
 
 use crate::calculator::PainnCalculator;
 use crate::error::{Error, Result};
+use crate::model::Backend;
 use crate::model::PainnInputs;
 use crate::neighbors::{padding_offset, PaddedList};
-use crate::ops::{scatter_add, EdgeOps};
+use crate::ops::scatter_add;
 use candle_core::{DType, Device, Tensor, Var};
 
 /// Whether to replay energy+forces as CUDA graphs (`--graphs`).
@@ -31,7 +32,7 @@ use candle_core::{DType, Device, Tensor, Var};
 #[serde(rename_all = "lowercase")]
 pub enum Graphs {
     /// Where they can be used (a CUDA device and the fused path) and, in MD, pay off
-    /// (neighbour lists of up to [`AUTO_MAX_EDGES`] edges).
+    /// (neighbour lists of up to the tuning's `graph_auto_max_edges` edges).
     #[default]
     Auto,
     /// Always; an error where they cannot be used.
@@ -51,18 +52,12 @@ impl std::str::FromStr for Graphs {
     }
 }
 
-/// Edge lists up to which `--graphs auto` captures MD steps. Beyond it the kernels, not their
-/// launches, are the time (a replay saved 1-4% of an energy+forces call from 3,000 atoms on an
-/// H100), while each capture costs several calls and every list that outgrows the capacity a
-/// new one: a 5,001-atom water box ran 51-53 NVT steps/s with graphs against 65-69 without.
-/// 32,768 edges is about 350 atoms of liquid water with a 1 Å Verlet skin.
-pub const AUTO_MAX_EDGES: usize = 32_768;
-
 impl Graphs {
-    /// The longest edge list worth capturing: [`AUTO_MAX_EDGES`] for `Auto`, no limit for `On`.
-    pub fn max_edges(self) -> usize {
+    /// The longest edge list worth capturing: the tuning's `graph_auto_max_edges` for `Auto`,
+    /// no limit for `On`.
+    pub fn max_edges(self, tuning: &crate::tuning::Tuning) -> usize {
         match self {
-            Self::Auto => AUTO_MAX_EDGES,
+            Self::Auto => tuning.graph_auto_max_edges,
             Self::On => usize::MAX,
             Self::Off => 0,
         }
@@ -74,8 +69,8 @@ impl Graphs {
             Some("this binary was built without the `cuda` feature")
         } else if !calc.device().is_cuda() {
             Some("they need a CUDA device")
-        } else if calc.model().ops() != EdgeOps::Fused {
-            Some("they need the fused path (--ops fused)")
+        } else if calc.model().backend() != Backend::Fused {
+            Some("they need the fused backend (--backend fused)")
         } else {
             None
         };
@@ -450,10 +445,10 @@ fn edge_tensors(
 
 /// Whether `calc` can capture a call for `atoms` atoms.
 fn check_capturable(calc: &PainnCalculator, atoms: usize) -> Result<()> {
-    if calc.model().ops() != EdgeOps::Fused {
+    if calc.model().backend() != Backend::Fused {
         return Err(Error::Device(format!(
-            "CUDA graphs need the fused path (--ops fused), not `{}`",
-            calc.model().ops().name()
+            "CUDA graphs need the fused path (--backend fused), not `{}`",
+            calc.model().backend().name()
         )));
     }
     if atoms == 0 {

@@ -7,9 +7,10 @@ use super::step_graph::StepGraph;
 use crate::calculator::{atom_energies_and_forces, Calculator, PainnCalculator};
 use crate::error::{Error, Result};
 use crate::graph::{edge_capacity, ForceGraph, GraphEdges, Graphs, HostEdges};
+use crate::model::Backend;
 use crate::model::PainnInputs;
 use crate::neighbors::{image_offset, wrap_positions, DeviceListBuilder, PaddedList, VerletList};
-use crate::ops::{small_system_step, EdgeOps, MdStepInputs};
+use crate::ops::{small_system_step, MdStepInputs};
 use crate::profiler::{NoClock, Phase, PhaseClock};
 use crate::structure::{Batch, Structure};
 use candle_core::{DType, Device, Tensor, Var};
@@ -208,13 +209,6 @@ impl std::str::FromStr for ListSite {
     }
 }
 
-/// Device lists from which eager MD calls take only the pairs within the model's cutoff. A
-/// Verlet list (cutoff + 1 Å skin) of a liquid holds ~1.7x the pairs within the cutoff, all of
-/// which the kernels process; pruning costs four small launches and one host read per call,
-/// which at molecule size would cost more than the skin's pairs. `MLFF_PRUNE_FROM_EDGES`
-/// overrides it.
-pub const PRUNE_FROM_EDGES: usize = 8192;
-
 /// A PaiNN model with a Verlet neighbour list. Between list builds everything stays on the
 /// device; the only per-step host read is the largest displacement since the last build (one
 /// scalar) that decides whether to rebuild.
@@ -252,14 +246,12 @@ pub struct PainnForces<'a> {
     /// The whole MD step around `graph`, captured at the first step.
     steps: Option<StepGraph>,
     /// Whether MD may defer the list checks ([`ForceProvider::defer_list_checks`]): on CUDA
-    /// devices, where each check's host read stalls the queue of launches, unless
-    /// MLFF_DEFER_LIST_CHECKS=0.
+    /// devices, where each check's host read stalls the queue of launches, as the tuning says.
     may_defer: bool,
     /// While deferred: each evaluation's [Σ, max] |x − reference|² since then, on the device.
     deferred: Option<Vec<Tensor>>,
     /// Whether MD steps whose force call is one kernel run as one launch with the integrator
-    /// folded in ([`ops::small_system_step`]; unless MLFF_SINGLE_LAUNCH_STEPS=0), and how
-    /// many did.
+    /// folded in ([`ops::small_system_step`]; as the tuning says), and how many did.
     single_launch: bool,
     single_launch_steps: u64,
 }
@@ -294,6 +286,7 @@ impl<'a> PainnForces<'a> {
                 })?;
         let dev = calculator.device();
         let n = template.len();
+        let tuning = calculator.tuning();
         Self {
             calculator,
             template: Structure {
@@ -307,7 +300,7 @@ impl<'a> PainnForces<'a> {
             device_list: None,
             device_builds: 0,
             list_capacity: 0,
-            prune_from: crate::device::env_usize("MLFF_PRUNE_FROM_EDGES", PRUNE_FROM_EDGES),
+            prune_from: tuning.prune_from_edges,
             reference: None,
             edges: None,
             graph_max_edges: 0,
@@ -317,9 +310,9 @@ impl<'a> PainnForces<'a> {
             graph: None,
             captures: 0,
             steps: None,
-            may_defer: dev.is_cuda() && crate::device::env_usize("MLFF_DEFER_LIST_CHECKS", 1) != 0,
+            may_defer: dev.is_cuda() && tuning.defer_list_checks,
             deferred: None,
-            single_launch: crate::device::env_usize("MLFF_SINGLE_LAUNCH_STEPS", 1) != 0,
+            single_launch: tuning.one_launch_steps,
             single_launch_steps: 0,
         }
         .with_list_site(ListSite::Auto)
@@ -356,7 +349,7 @@ impl<'a> PainnForces<'a> {
     }
 
     /// Prunes device lists of at least `edges` edges to the model's cutoff before each eager
-    /// call ([`PRUNE_FROM_EDGES`] by default; `usize::MAX`: never).
+    /// call (the tuning's `prune_from_edges` by default; `usize::MAX`: never).
     pub fn with_pruning_from(mut self, edges: usize) -> Self {
         self.prune_from = edges;
         self
@@ -369,10 +362,10 @@ impl<'a> PainnForces<'a> {
 
     /// Runs MD steps as CUDA graphs as `graphs` says: `On` always (an error where they cannot
     /// run: see [`Graphs::wanted`]), `Auto` where they can and the neighbour list has at most
-    /// [`AUTO_MAX_EDGES`](crate::graph::AUTO_MAX_EDGES) edges (longer lists run op by op).
+    /// the tuning's `graph_auto_max_edges` edges (longer lists run op by op).
     pub fn with_graphs(mut self, graphs: Graphs) -> Result<Self> {
         self.graph_max_edges = match graphs.wanted(self.calculator)? {
-            true => graphs.max_edges(),
+            true => graphs.max_edges(self.calculator.tuning()),
             false => 0,
         };
         self.graph_required = graphs == Graphs::On;
@@ -467,7 +460,7 @@ impl<'a> PainnForces<'a> {
         let Ok(fused) = calc.model().fused() else {
             return Ok(false);
         };
-        let plan = fused.one_kernel_plan_for(n, e, calc.device(), calc.dtype())?;
+        let plan = fused.feature_split_plan(n, e, calc.device(), calc.dtype())?;
         Ok(plan.is_some_and(|p| p.edges_resident()))
     }
 
@@ -583,12 +576,12 @@ impl<'a> PainnForces<'a> {
         if !self.single_launch
             || pruned
             || self.verlet.skin() <= 0.0
-            || calc.model().ops() != EdgeOps::Fused
+            || calc.model().backend() != Backend::Fused
         {
             return Ok(false);
         }
         let fused = calc.model().fused()?;
-        let Some(plan) = fused.one_kernel_plan_for(n, e, calc.device(), calc.dtype())? else {
+        let Some(plan) = fused.feature_split_plan(n, e, calc.device(), calc.dtype())? else {
             return Ok(false);
         };
         let xi = noise

@@ -21,7 +21,7 @@ pub use analysis::{
 };
 pub use forces::{
     device_positions, displacement2, host_positions, CalculatorForces, Evaluation, ForceProvider,
-    ListSite, PainnForces, PRUNE_FROM_EDGES,
+    ListSite, PainnForces,
 };
 pub use integrator::{Ensemble, Integrator, State};
 pub use output::{read_log, LogRecord};

@@ -9,7 +9,7 @@ use super::output::LogRecord;
 use super::run::{MdOutputs, MdSettings, MdSummary, Simulation, StopReason};
 use crate::calculator::PainnCalculator;
 use crate::error::{Error, Result};
-use crate::ops::EdgeOps;
+use crate::model::Backend;
 use crate::plot::{lines_png, Line};
 use crate::structure::Structure;
 use candle_core::Device;
@@ -181,7 +181,7 @@ fn run_one(
     runs_dir: &Path,
 ) -> Result<Vec<RunReport>> {
     // Graphs are a way to run the fused path; the other paths run as they are.
-    let graphs = match calc.model().ops() == EdgeOps::Fused && s.graphs.wanted(calc)? {
+    let graphs = match calc.model().backend() == Backend::Fused && s.graphs.wanted(calc)? {
         true => s.graphs,
         false => crate::graph::Graphs::Off,
     };

@@ -74,13 +74,13 @@ impl PainnConfig {
     }
 
     /// What a valid config cannot do on the default code path, if anything: more radial
-    /// functions than the fused kernels take (such a model runs with `--ops custom`).
+    /// functions than the fused kernels take (such a model runs with `--backend autograd`).
     pub fn fused_note(&self) -> Option<String> {
         let max = crate::ops::FUSED_MAX_RBF;
         (self.n_rbf > max).then(|| {
             format!(
                 "n_rbf = {} is more than the fused kernels take ({max}): md, predict, eval and \
-                 validate-md will need --ops custom (slower)",
+                 validate-md will need --backend autograd (slower)",
                 self.n_rbf
             )
         })

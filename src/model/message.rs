@@ -1,6 +1,7 @@
 //! The PaiNN message block: continuous-filter convolution of neighbour features.
 
-use crate::ops::{message, EdgeOps};
+use super::Backend;
+use crate::ops::message;
 use candle_core::{Module, Result, Tensor};
 use candle_nn::{linear, Linear, VarBuilder};
 
@@ -18,7 +19,7 @@ pub struct Edges<'a> {
     pub neighbors: &'a Tensor,
     /// Unit vectors r_ij / |r_ij|, [E, 3].
     pub directions: &'a Tensor,
-    pub ops: EdgeOps,
+    pub ops: Backend,
 }
 
 impl Message {
@@ -43,7 +44,7 @@ impl Message {
         let (n, f) = (s.dim(0)?, self.hidden);
         let e = filter.dim(0)?;
         let phi = self.context2.forward(&self.context1.forward(s)?.silu()?)?;
-        if edges.ops == EdgeOps::Fused {
+        if edges.ops == Backend::Fused {
             let out = message(
                 &phi,
                 v,

@@ -1,5 +1,6 @@
 //! The PaiNN student (Schütt, Unke, Gastegger, ICML 2021).
 
+mod backend;
 mod config;
 mod fused;
 mod init;
@@ -9,11 +10,9 @@ mod radial;
 mod readout;
 mod update;
 
+pub use backend::Backend;
 pub use config::PainnConfig;
-pub use fused::{
-    FusedPainn, ATOM_SPLIT_MAX_ATOMS, ATOM_SPLIT_MIN_ATOMS, FILTER_ROWS_FROM_EDGES,
-    FILTER_ROWS_MAX_BYTES, ONE_KERNEL_MAX_ATOMS, ONE_KERNEL_MAX_BLOCKS,
-};
+pub use fused::{FusedForward, FusedPainn};
 pub use init::init_varmap;
 pub use painn::{Painn, PainnInputs};
 pub use radial::{cosine_cutoff, gaussian_rbf};

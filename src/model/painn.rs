@@ -6,7 +6,8 @@ use super::message::{Edges, Message};
 use super::radial::{cosine_cutoff, gaussian_rbf};
 use super::readout::Readout;
 use super::update::Update;
-use crate::ops::EdgeOps;
+use super::Backend;
+use crate::tuning::Tuning;
 use candle_core::{Module, Result, Tensor};
 use candle_nn::{linear, Linear, VarBuilder};
 
@@ -37,7 +38,9 @@ pub struct Painn {
     pub(super) messages: Vec<Message>,
     pub(super) updates: Vec<Update>,
     pub(super) readout: Readout,
-    ops: EdgeOps,
+    backend: Backend,
+    /// What the fused path picks its kernels from.
+    tuning: Tuning,
     /// Weights arranged for the fused path, built on its first use.
     fused: std::sync::OnceLock<FusedPainn>,
 }
@@ -71,7 +74,8 @@ impl Painn {
             messages,
             updates,
             readout,
-            ops: EdgeOps::default(),
+            backend: Backend::default(),
+            tuning: Tuning::default(),
             fused: std::sync::OnceLock::new(),
         })
     }
@@ -80,13 +84,24 @@ impl Painn {
         &self.cfg
     }
 
-    pub fn with_ops(mut self, ops: EdgeOps) -> Self {
-        self.ops = ops;
+    pub fn with_backend(mut self, backend: Backend) -> Self {
+        self.backend = backend;
         self
     }
 
-    pub fn ops(&self) -> EdgeOps {
-        self.ops
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    /// Picks the fused path's kernels under `tuning` (before its first use).
+    pub fn with_tuning(mut self, tuning: Tuning) -> Self {
+        self.tuning = tuning;
+        self.fused = std::sync::OnceLock::new();
+        self
+    }
+
+    pub fn tuning(&self) -> &Tuning {
+        &self.tuning
     }
 
     /// The fused-kernel form of this model (weights read once, on first use: for inference).
@@ -94,13 +109,13 @@ impl Painn {
         if let Some(f) = self.fused.get() {
             return Ok(f);
         }
-        let built = FusedPainn::new(self)?;
+        let built = FusedPainn::new(self, &self.tuning)?;
         Ok(self.fused.get_or_init(|| built))
     }
 
     /// Per-atom energies \[N\] in eV.
     pub fn atom_energies(&self, x: &PainnInputs) -> Result<Tensor> {
-        let (ops, f) = (self.ops, self.cfg.hidden);
+        let (ops, f) = (self.backend, self.cfg.hidden);
         let n = x.positions.dim(0)?;
         let r_ij = ((ops.gather(&x.positions, &x.neighbors)?
             - ops.gather(&x.positions, &x.centers)?)?
@@ -132,7 +147,7 @@ impl Painn {
     /// Energy of each structure, \[n_structures\] in eV.
     pub fn energies(&self, x: &PainnInputs) -> Result<Tensor> {
         let e_atom = self.atom_energies(x)?;
-        self.ops
+        self.backend
             .scatter_add(&e_atom, &x.atom_structure, x.n_structures)
     }
 }

@@ -1,6 +1,6 @@
 //! Atomwise readout: MLP on the scalar features, scale/shift, per-element reference energies.
 
-use crate::ops::EdgeOps;
+use super::Backend;
 use candle_core::{Module, Result, Tensor};
 use candle_nn::{linear, Init, Linear, VarBuilder};
 
@@ -26,7 +26,7 @@ impl Readout {
     }
 
     /// Per-atom energies [N] from scalar features s [N, F] and species [N] (u32).
-    pub fn atom_energies(&self, s: &Tensor, species: &Tensor, ops: EdgeOps) -> Result<Tensor> {
+    pub fn atom_energies(&self, s: &Tensor, species: &Tensor, ops: Backend) -> Result<Tensor> {
         let y = self
             .out
             .forward(&self.hidden.forward(s)?.silu()?)?

@@ -6,27 +6,19 @@
 //! against 30 in `ops::small_system`, which splits the features). The forward reads the
 //! weights output-major (a second buffer packed like the first, every matrix transposed:
 //! [`AtomSplitPlan`] takes both), the adjoint input-major. The CPU path is the one-kernel CPU
-//! twin. The model takes it for the sizes where it is the fastest path
-//! (`model::fused::ATOM_SPLIT_MIN_ATOMS`, `FusedPainn::with_atom_split`).
+//! twin. The plan takes it for the sizes where it is the fastest path
+//! (`Tuning::atom_split_min_atoms`).
 
 use super::kernel::{kernel_source, launch, Init, Kernel, Real};
-use super::small_system::{
-    barrier_counters, check_system, cpu_twin, device_limits, phase_times, stamp_room,
-};
+#[cfg(feature = "profiling")]
+use super::small_system::phase_times;
+use super::small_system::{barrier_counters, check_system, cpu_twin, device_limits, stamp_room};
 use super::SmallSystemModel;
 use candle_core::{bail, DType, Device, Result, Tensor};
 
-/// Atoms a thread block owns at most (kernels/atom_split.cu MAX_ATOMS) where its dense layers
-/// run on tensor cores (f32 and 128 features), and where they run on CUDA cores
-/// (MAX_ATOMS_CUDA_CORES: any model and real). A plan takes CUDA cores up to
-/// MAX_ATOMS_CUDA_CORES atoms per block and tensor cores beyond ([`AtomSplitPlan::new`]).
-/// Tensor cores here are `mma.sync` in split TF32 (three products per value pair, values held
-/// to ~2^-20): on an H100 they apply a pass of the weights to one atom in 111 µs against 54 on
-/// CUDA cores, to 16 atoms in 235 (`benches/micro/row_products.cu`, BENCHMARKS.md), so the
-/// model takes more than MAX_ATOMS_CUDA_CORES atoms per block only where asked
-/// (`model::FusedPainn`, MLFF_ATOM_SPLIT_TENSOR_CORES).
-pub const MAX_ATOMS: usize = 16;
-pub const MAX_ATOMS_CUDA_CORES: usize = 2;
+/// Atoms a thread block owns at most (kernels/atom_split.cu MAX_ATOMS): its dense layers run on
+/// CUDA cores, whose arithmetic grows with every atom a block owns.
+pub const MAX_ATOMS: usize = 2;
 /// Feature counts the kernel is compiled for (kernels/atom_split.cu ATOM_SPLIT_FEATURES):
 /// each is a separate function whose loops the compiler lays out for it. Other models take the
 /// feature-split one kernel.
@@ -70,8 +62,6 @@ pub struct AtomSplitPlan {
     stage: usize,
     own_edges: usize,
     tape_shared: bool,
-    /// Whether the dense layers run on tensor cores.
-    tensor_cores: bool,
 }
 
 impl AtomSplitPlan {
@@ -116,16 +106,9 @@ impl AtomSplitPlan {
                 "{n} atoms: the atom-split kernel takes at most {MAX_SYSTEM_ATOMS}"
             ));
         }
-        let tensor_capable = tensor_capable(f, elem_bytes);
-        let most = if tensor_capable {
-            MAX_ATOMS
-        } else {
-            MAX_ATOMS_CUDA_CORES
-        };
-        if per_block == 0 || per_block > most {
+        if per_block == 0 || per_block > MAX_ATOMS {
             return Err(format!(
-                "{per_block} atoms per block: from 1 to {most} for {f} features in \
-                 {elem_bytes}-byte reals"
+                "{per_block} atoms per block: from 1 to {MAX_ATOMS}"
             ));
         }
         let plan = Self {
@@ -138,7 +121,6 @@ impl AtomSplitPlan {
             stage: 0,
             own_edges: OWN_EDGES,
             tape_shared: true,
-            tensor_cores: per_block > MAX_ATOMS_CUDA_CORES,
         };
         plan.with_stages(shared_limit)
     }
@@ -191,33 +173,6 @@ impl AtomSplitPlan {
     ) -> std::result::Result<Self, String> {
         self.own_edges = own_edges.max(THREADS);
         self.with_stages(shared_limit)
-    }
-
-    /// The plan with the dense layers on tensor cores where they can be (f32, 128 features) or
-    /// on CUDA cores (where they can: at most [`MAX_ATOMS_CUDA_CORES`] atoms per
-    /// block), instead of CUDA cores up to that and tensor cores beyond (for tests and
-    /// measurements).
-    pub fn with_tensor_cores(mut self, on: bool) -> std::result::Result<Self, String> {
-        if on && !tensor_capable(self.model.hidden, self.elem_bytes) {
-            return Err(format!(
-                "tensor cores: the kernel takes them for f32 and {TENSOR_CORE_FEATURES} \
-                 features, not {}-byte reals and {} features",
-                self.elem_bytes, self.model.hidden
-            ));
-        }
-        if !on && self.per_block > MAX_ATOMS_CUDA_CORES {
-            return Err(format!(
-                "{} atoms per block need tensor cores (CUDA cores: at most {MAX_ATOMS_CUDA_CORES})",
-                self.per_block
-            ));
-        }
-        self.tensor_cores = on;
-        Ok(self)
-    }
-
-    /// Whether the dense layers run on tensor cores.
-    pub fn tensor_cores(&self) -> bool {
-        self.tensor_cores
     }
 
     /// Whether `device` holds the launch: every block at once (a cooperative launch), each
@@ -297,14 +252,6 @@ impl AtomSplitPlan {
     }
 }
 
-/// The feature count whose f32 function runs its dense layers on tensor cores (the kernel's
-/// `atom_split_128x16_f32`).
-const TENSOR_CORE_FEATURES: usize = 128;
-
-fn tensor_capable(features: usize, elem_bytes: usize) -> bool {
-    features == TENSOR_CORE_FEATURES && elem_bytes == 4
-}
-
 struct AtomSplit {
     plan: AtomSplitPlan,
     /// Record phase times (CUDA): block 0 stamps the clock between phases.
@@ -314,17 +261,11 @@ struct AtomSplit {
 impl Kernel for AtomSplit {
     kernel_source!("atom_split", "atom_split");
     fn function(&self) -> &'static str {
-        // `atom_split_{F}x{atoms per block at most}` for F in FEATURES: 1 or 2 on CUDA cores,
-        // MAX_ATOMS on tensor cores (F = 128 only; AtomSplitPlan::new checks).
-        match (
-            self.plan.model.hidden,
-            self.plan.per_block,
-            self.plan.tensor_cores,
-        ) {
-            (_, _, true) => "atom_split_128x16",
-            (32, 1, _) => "atom_split_32x1",
-            (32, _, _) => "atom_split_32x2",
-            (_, 1, _) => "atom_split_128x1",
+        // `atom_split_{F}x{atoms per block at most}` for F in FEATURES.
+        match (self.plan.model.hidden, self.plan.per_block) {
+            (32, 1) => "atom_split_32x1",
+            (32, _) => "atom_split_32x2",
+            (_, 1) => "atom_split_128x1",
             _ => "atom_split_128x2",
         }
     }
@@ -429,6 +370,7 @@ fn run(
 
 /// Each phase's name and microseconds as block 0 of an atom-split launch saw them (the GPU's
 /// global timer): where a call spends its time. CUDA only; inputs as for [`atom_split`].
+#[cfg(feature = "profiling")]
 pub fn atom_split_phase_times(
     plan: &AtomSplitPlan,
     [weights, weights_out_major]: [&Tensor; 2],
@@ -444,6 +386,7 @@ pub fn atom_split_phase_times(
 }
 
 /// What the kernel does between block 0's stamps, in order.
+#[cfg(feature = "profiling")]
 fn phase_names(blocks: usize) -> Vec<String> {
     let mut names = Vec::new();
     for b in 0..blocks {

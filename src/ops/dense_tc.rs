@@ -26,12 +26,10 @@ const CHUNK: usize = 128;
 /// MLP's hidden layer in shared memory, split in two (PaiNN's widest is 3F).
 pub const DENSE_TC_MAX_WIDTH: usize = 384;
 
-/// Whether the dense layers of `dtype` run on tensor cores where they fit (f32 unless
-/// `MLFF_DENSE_TENSOR_CORES=0`).
+/// Whether the dense layers of `dtype` can run on tensor cores on CUDA where they fit (f32:
+/// the kernels' split-f16 products hold f32's precision, not f64's).
 pub fn dense_on_tensor_cores(dtype: DType) -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    let on = *ON.get_or_init(|| crate::device::env_usize("MLFF_DENSE_TENSOR_CORES", 1) != 0);
-    on && dtype == DType::F32
+    dtype == DType::F32
 }
 
 /// Whether a layer reducing over `k` values into `j` outputs fits the kernels (reductions in

@@ -2,15 +2,15 @@
 //! multiplied with the neighbour's context φ_j and direction or vector features and summed onto
 //! the receiving atom (kernels/interaction.cu). The filter is either formed inside the kernel
 //! from the edge basis ([`EdgeFilter::Weights`]: no [E, 3F] tensor; on CUDA from
-//! [`TILE_TC_FROM_EDGES`](crate::ops::TILE_TC_FROM_EDGES) edges in f32 the tiled kernels of
-//! `interaction_tile` on tensor cores, from [`TILE_FROM_EDGES`](crate::ops::TILE_FROM_EDGES)
-//! in f64 on CUDA cores, whose adjoint leaves dL/dw as rows) or read from rows a matrix product
+//! [`Tuning::tile_from`] edges the tiled kernels of `interaction_tile`, on tensor cores in f32,
+//! on CUDA cores in f64, whose adjoint leaves dL/dw as rows) or read from rows a matrix product
 //! made ([`EdgeFilter::Rows`]: fewer instructions per edge). State tensors are component-major
 //! [4N, F]: s, then v_x, v_y, v_z.
 
 use super::edge_basis::basis_width;
-use super::interaction_tile::{receiver_sums_on, symmetric, tiled, TileAdjoint, TileForward};
+use super::interaction_tile::{symmetric, tiled, TileAdjoint, TileForward};
 use super::kernel::{check_edges, launch, Init, Kernel, Real};
+use crate::tuning::Tuning;
 
 use candle_core::{bail, Result, Tensor};
 
@@ -185,7 +185,26 @@ pub(super) fn adjoint_cpu<T: Real>(
 
 /// The forward and adjoint kernels for either filter source (`ROWS`).
 struct Forward<const ROWS: bool>(Sizes);
-struct Adjoint<const ROWS: bool>(Sizes);
+/// The adjoint also carries the chunks of 32 features each warp takes (1, or all of an edge's
+/// from [`Tuning::adjoint_warp_per_edge_from_edges`] edges).
+struct Adjoint<const ROWS: bool>(Sizes, usize);
+
+impl<const ROWS: bool> Adjoint<ROWS> {
+    fn new(z: Sizes, tuning: &Tuning) -> Self {
+        let chunks = match z.n_edges >= tuning.adjoint_warp_per_edge_from_edges {
+            true => z.hidden.div_ceil(32),
+            false => 1,
+        };
+        Self(z, chunks)
+    }
+
+    /// Chunks of 32 features per warp (the in-kernel adjoint; the rows kernel ignores it):
+    /// with few edges one warp per edge leaves multiprocessors idle, with many the extra
+    /// warps only add reductions and atomics.
+    fn chunks_per_warp(&self) -> usize {
+        self.1
+    }
+}
 
 impl<const ROWS: bool> Kernel for Forward<ROWS> {
     const NAME: &'static str = if ROWS {
@@ -248,30 +267,6 @@ impl<const ROWS: bool> Kernel for Adjoint<ROWS> {
     }
 }
 
-/// Edge count from which the in-kernel adjoint gives each warp all features of an edge rather
-/// than 32 of them: with few edges one warp per edge leaves SMs idle (aspirin's 292 edges:
-/// 26 against 16 µs on an H100), with many the extra warps only add reductions and atomics
-/// (8,500-541,000 edges: 1.1-1.4x slower). MLFF_ADJOINT_WARP_PER_EDGE_FROM overrides it (for
-/// measurements).
-pub const ADJOINT_WARP_PER_EDGE_FROM: usize = 8192;
-
-impl<const ROWS: bool> Adjoint<ROWS> {
-    /// Chunks of 32 features per warp (the in-kernel adjoint; the rows kernel ignores it).
-    fn chunks_per_warp(&self) -> usize {
-        static FROM: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-        let from = *FROM.get_or_init(|| {
-            crate::device::env_usize(
-                "MLFF_ADJOINT_WARP_PER_EDGE_FROM",
-                ADJOINT_WARP_PER_EDGE_FROM,
-            )
-        });
-        match self.0.n_edges >= from {
-            true => self.0.hidden.div_ceil(32),
-            false => 1,
-        }
-    }
-}
-
 /// Where the interaction takes each edge's filter W(r_e) \[3F\] from.
 #[derive(Clone, Copy)]
 pub enum EdgeFilter<'a> {
@@ -302,6 +297,8 @@ pub struct InteractionInputs<'a> {
     /// of adding them edge by edge (`interaction_tile`), which leaves dL/d(basis) spread
     /// differently over each edge and its reverse (the same position gradients).
     pub symmetric_edges: bool,
+    /// The thresholds that pick the kernels (tiles, warps per edge).
+    pub tuning: &'a Tuning,
 }
 
 impl InteractionInputs<'_> {
@@ -361,30 +358,18 @@ impl InteractionInputs<'_> {
 
 /// The state after the block's messages: `state` + Σ_j messages, [4N, F].
 pub fn interaction(x: &InteractionInputs) -> Result<Tensor> {
-    forward(x, false)
+    forward(x)
 }
 
-/// [`interaction`] as sums per receiving atom on tensor cores (kernels/interaction_sums.cuh)
-/// wherever that kernel can run (CUDA, f32, R + 1 <= 24, 32-bit offsets), at any edge count
-/// and whatever `MLFF_INTERACTION_SUMS` says (the model takes it only with that set: it is
-/// slower than the tiles on an H100); elsewhere the same as [`interaction`]. Any edge order.
-pub fn interaction_receiver_sums(x: &InteractionInputs) -> Result<Tensor> {
-    forward(x, true)
-}
-
-/// The forward's launch; `sums`: as receiver sums wherever they can run.
-fn forward(x: &InteractionInputs, sums: bool) -> Result<Tensor> {
+/// The forward's launch: the tiled kernels where [`tiled`] says, else one thread per edge and
+/// feature (the filter formed in the kernel, or read from rows).
+fn forward(x: &InteractionInputs) -> Result<Tensor> {
     let z = x.sizes()?;
     let inputs = [x.phi, x.phi_bias, x.filter_tensor(), x.basis, x.state];
     let (idx, shape) = ([x.centers, x.neighbors], x.state.shape());
-    let cuda = x.state.device().is_cuda();
-    let summed = TileForward::new(z, x.state, true);
     match x.filter {
-        EdgeFilter::Weights(_) if sums && cuda && summed.receiver_sums() => {
-            launch(summed, &inputs, &idx, shape, Init::Copy(4))
-        }
         EdgeFilter::Weights(_) if tiled(&z, x, false) => launch(
-            TileForward::new(z, x.state, receiver_sums_on()),
+            TileForward::new(z, x.state),
             &inputs,
             &idx,
             shape,
@@ -406,7 +391,7 @@ pub struct InteractionGrads {
     pub basis: Tensor,
     /// dL/d(filter rows) [E, 3F]: for [`EdgeFilter::Rows`], and for [`EdgeFilter::Weights`]
     /// where the tiled adjoint runs on CUDA cores (f64, or a list not said symmetric; on CUDA
-    /// from [`TILE_FROM_EDGES`](crate::ops::TILE_FROM_EDGES) edges up to
+    /// from [`Tuning::tile_from`] edges up to
     /// [`TILE_GRAD_ROWS_MAX_BYTES`](crate::ops::TILE_GRAD_ROWS_MAX_BYTES)); the tensor-core
     /// adjoint sums dL/d(basis) itself.
     pub filter_rows: Option<Tensor>,
@@ -485,11 +470,23 @@ pub fn interaction_adjoint(
             (launch(kernel, &inputs, &idx, with_rows, init)?, true)
         }
         EdgeFilter::Weights(_) => (
-            launch(Adjoint::<false>(z), &inputs, &idx, zeroed, Init::Zero)?,
+            launch(
+                Adjoint::<false>::new(z, x.tuning),
+                &inputs,
+                &idx,
+                zeroed,
+                Init::Zero,
+            )?,
             false,
         ),
         EdgeFilter::Rows(_) => (
-            launch(Adjoint::<true>(z), &inputs, &idx, with_rows, init)?,
+            launch(
+                Adjoint::<true>::new(z, x.tuning),
+                &inputs,
+                &idx,
+                with_rows,
+                init,
+            )?,
             true,
         ),
     };

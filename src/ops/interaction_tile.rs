@@ -11,22 +11,6 @@ use super::kernel::{kernel_source, overlaps_previous, Kernel, Real};
 use super::SHIPPED_RBF;
 use candle_core::{DType, Tensor};
 
-/// Edge count from which the filter formed in the kernels runs as the tiled kernels on CUDA
-/// (kernels/interaction_tile.cu: a block's weights and a tile's basis in shared memory, the
-/// filters of 8 edges formed at once); below it a tile leaves most SMs idle (4,672 edges, 16
-/// aspirins, on an H100, a first version of these kernels: 0.74 ms replayed against 0.47
-/// untiled). At 541,000 edges the tiled forward takes 0.59 ms a block against 1.46 untiled
-/// (BENCHMARKS.md). The model uses filter
-/// rows between 8,192 and 100,000 edges (`model::fused`), so by default the tiled kernels run
-/// from there. `MLFF_INTERACTION_TILE_FROM` overrides it and [`TILE_TC_FROM_EDGES`] (for
-/// measurements).
-pub const TILE_FROM_EDGES: usize = 8192;
-
-/// [`TILE_FROM_EDGES`] where the tiled kernels form their filters on tensor cores (f32): on an
-/// H100, replayed, 16 aspirins (4,672 edges) 0.405-0.406 ms tiled against 0.464-0.474 untiled,
-/// 100 waters 0.327-0.336 against 0.450-0.459 (BENCHMARKS.md); fewer edges not measured.
-pub const TILE_TC_FROM_EDGES: usize = 4096;
-
 /// Threads per block and features per block of the tiled kernels (TILE_F), edges per staged
 /// tile (TILE_E) and the transposed basis' row stride (TILE_SB), as in
 /// kernels/interaction_tile.cu.
@@ -36,32 +20,14 @@ const TILE_E: usize = 64;
 #[cfg(feature = "cuda")]
 const TILE_SB: usize = TILE_E + 4;
 /// Most blocks a tiled launch on CUDA cores takes along the edges (each stages its weights once
-/// and walks its share of the tiles): four per multiprocessor of an H100 or H200 (132). At
-/// 541,000 edges on an H100 the forward and adjoint took 4-7% less time than with 2,048
-/// blocks (1,056 as 528); the tensor-core kernels take [`tensor_core_max_blocks`].
+/// and walks its share of the tiles): four per multiprocessor of an H100 or H200 (132); the
+/// tensor-core kernels take [`tensor_core_max_blocks`].
 #[cfg(feature = "cuda")]
 const TILE_MAX_BLOCKS: usize = 528;
-/// `MLFF_TILE_MAX_BLOCKS` where set (for measurements): the most blocks of every tiled launch.
-#[cfg(feature = "cuda")]
-fn tile_max_blocks_set() -> Option<usize> {
-    static MAX: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
-    *MAX.get_or_init(|| crate::device::env_usize_set("MLFF_TILE_MAX_BLOCKS").map(|b| b.max(1)))
-}
-/// [`TILE_MAX_BLOCKS`] unless `MLFF_TILE_MAX_BLOCKS` says otherwise.
-#[cfg(feature = "cuda")]
-fn tile_max_blocks() -> usize {
-    tile_max_blocks_set().unwrap_or(TILE_MAX_BLOCKS)
-}
 /// Most blocks of a tensor-core tiled launch: the blocks the device holds at once (two per
 /// multiprocessor: 128 registers a thread), so that each stages its weights once and no second
-/// wave stages them again. On an H100 (run of 2026-11-24, replayed calls) 264 blocks against
-/// 528: 64 aspirins 0.650-0.653 against 0.678-0.679 ms, water-1000 0.940-0.941 against
-/// 0.954-0.967, water-10000 6.32-6.36 against 6.37-6.39.
+/// wave stages them again.
 fn tensor_core_max_blocks(device: &candle_core::Device) -> usize {
-    #[cfg(feature = "cuda")]
-    if let Some(set) = tile_max_blocks_set() {
-        return set;
-    }
     if !device.is_cuda() {
         return 264; // not launched: the CPU runs the twins
     }
@@ -81,39 +47,30 @@ pub(super) fn tiled(z: &Sizes, x: &InteractionInputs, adjoint: bool) -> bool {
         && if adjoint {
             adjoint_fits(z, x)
         } else {
-            many_edges(z, x.state.dtype())
+            many_edges(z, x)
         }
 }
 
 /// Whether the adjoint takes the symmetric-list kernel (`tile_sym_adj`, `tc_sym_adj`): a list
 /// that says it holds every edge's reverse, where the tiled adjoint would run (on tensor cores,
-/// which write no dL/dw rows, at any size from [`TILE_TC_FROM_EDGES`]). On any device, so that
-/// the CPU twin gives the same layout of outputs to test it. `MLFF_INTERACTION_SYMMETRIC=0`
-/// turns it off (for measurements).
+/// which write no dL/dw rows, at any size from the tiles' threshold). On any device, so that
+/// the CPU twin gives the same layout of outputs to test it.
 pub(super) fn symmetric(z: &Sizes, x: &InteractionInputs) -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    let on = *ON.get_or_init(|| crate::device::env_usize("MLFF_INTERACTION_SYMMETRIC", 1) != 0);
     let no_rows = FilterArithmetic::of(z, x.state.dtype()) == FilterArithmetic::TensorCores;
-    on && x.symmetric_edges && many_edges(z, x.state.dtype()) && (no_rows || adjoint_fits(z, x))
+    x.symmetric_edges && many_edges(z, x) && (no_rows || adjoint_fits(z, x))
 }
 
-/// At least [`TILE_TC_FROM_EDGES`] edges where the tiles run on tensor cores for `dtype`,
-/// else [`TILE_FROM_EDGES`] (either: `MLFF_INTERACTION_TILE_FROM` when set).
-fn many_edges(z: &Sizes, dtype: DType) -> bool {
-    static FROM: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
-    let from = FROM.get_or_init(|| crate::device::env_usize_set("MLFF_INTERACTION_TILE_FROM"));
-    let default = match tiles_on_tensor_cores(dtype) {
-        true => TILE_TC_FROM_EDGES,
-        false => TILE_FROM_EDGES,
-    };
-    z.n_edges >= from.unwrap_or(default)
+/// At least [`Tuning::tile_from`] edges for `x`'s precision.
+fn many_edges(z: &Sizes, x: &InteractionInputs) -> bool {
+    let tensor_cores = tiles_on_tensor_cores(x.state.dtype());
+    z.n_edges >= x.tuning.tile_from(tensor_cores)
 }
 
 /// Enough edges for a tiled adjoint, whose dL/dw rows stay within
 /// [`TILE_GRAD_ROWS_MAX_BYTES`].
 fn adjoint_fits(z: &Sizes, x: &InteractionInputs) -> bool {
     let rows_bytes = z.n_edges * 3 * z.hidden * x.state.dtype().size_in_bytes();
-    many_edges(z, x.state.dtype()) && rows_bytes <= TILE_GRAD_ROWS_MAX_BYTES
+    many_edges(z, x) && rows_bytes <= TILE_GRAD_ROWS_MAX_BYTES
 }
 
 /// The tiled kernels' launch: (edge tiles, feature chunks) blocks of [`TILE_F`] threads with
@@ -128,7 +85,7 @@ fn tile_config(
     let reals = bw * TILE_SB + nb * 3 * TILE_F + if adjoint { TILE_E * 3 } else { 0 };
     candle_core::cuda_backend::cudarc::driver::LaunchConfig {
         grid_dim: (
-            z.n_edges.div_ceil(TILE_E).clamp(1, tile_max_blocks()) as u32,
+            z.n_edges.div_ceil(TILE_E).clamp(1, TILE_MAX_BLOCKS) as u32,
             z.hidden.div_ceil(TILE_F) as u32,
             1,
         ),
@@ -141,51 +98,22 @@ fn tile_config(
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum FilterArithmetic {
     /// FMAs per thread (`tile_fwd`, `tile_sym_adj`): f64; f32 where the tensor-core kernels'
-    /// 32-bit offsets would not hold (4NF or E(R + 4) from 2^32) or `MLFF_INTERACTION_TILE_TC=0`.
+    /// 32-bit offsets would not hold (4NF or E(R + 4) from 2^32).
     CudaCores,
     /// A tile's filters as one product on tensor cores in split TF32 (`tc_fwd`, `tc_sym_adj`;
     /// kernels/interaction_tc.cuh), f32.
     TensorCores,
-    /// Forward only, f32, R + 1 <= [`SUMS_MAX_BASIS_ROWS`]: no filters at all. An atom's
-    /// messages are products over its run of edges, basis × sender features, on tensor cores,
-    /// with the weights applied once per atom (`interaction_sums_fwd`,
-    /// kernels/interaction_sums.cuh). Any edge order is right; it is built for runs of one
-    /// receiver (lists sorted by receiver, as neighbour lists are), in steps of 8 edges.
-    /// Slower than the tiles on an H100, so opt-in (`receiver_sums_on`).
-    ReceiverSums,
     /// Forward only, f32, F = [`TILE_F`]: the tensor-core tiles with each warp's filters kept
     /// in the mma's output fragments, not in shared memory, its gathers 16 bytes wide and its
     /// messages summed per receiving atom by warp shuffles (`frag_fwd`,
-    /// kernels/interaction_frag.cuh). `MLFF_INTERACTION_FRAGMENTS=0` turns it off.
+    /// kernels/interaction_frag.cuh).
     Fragments,
 }
 
-/// Largest basis (R + 1 rows with the cutoff) the receiver-sums forward takes (three k tiles
-/// of 8 in kernels/interaction_sums.cuh).
-const SUMS_MAX_BASIS_ROWS: usize = 24;
-
-/// Whether the model's forward sums per receiving atom on tensor cores
-/// ([`FilterArithmetic::ReceiverSums`]) where the tensor-core tiles would run: only with
-/// `MLFF_INTERACTION_SUMS=1`. Off by default: on an H100 it was slower than the tiles
-/// (BENCHMARKS.md); [`super::interaction_receiver_sums`] runs it whatever this says.
-pub(super) fn receiver_sums_on() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| crate::device::env_usize("MLFF_INTERACTION_SUMS", 0) != 0)
-}
-
-/// Whether the tensor-core forward keeps its filters in fragments where it can
-/// ([`FilterArithmetic::Fragments`]; `MLFF_INTERACTION_FRAGMENTS=0` turns it off).
-fn fragments_on() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| crate::device::env_usize("MLFF_INTERACTION_FRAGMENTS", 1) != 0)
-}
-
-/// Whether the tiled kernels form their filters on tensor cores for `dtype` (f32, unless
-/// `MLFF_INTERACTION_TILE_TC=0`; systems whose 4NF or E(R + 4) reach 2^32 excepted).
+/// Whether the tiled kernels form their filters on tensor cores for `dtype` (f32; systems
+/// whose 4NF or E(R + 4) reach 2^32 excepted).
 pub fn tiles_on_tensor_cores(dtype: DType) -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    let on = *ON.get_or_init(|| crate::device::env_usize("MLFF_INTERACTION_TILE_TC", 1) != 0);
-    on && dtype == DType::F32
+    dtype == DType::F32
 }
 
 impl FilterArithmetic {
@@ -209,15 +137,9 @@ pub(super) struct TileForward {
 }
 
 impl TileForward {
-    /// `sums`: as receiver sums where they can run (else the tiles).
-    pub(super) fn new(z: Sizes, state: &Tensor, sums: bool) -> Self {
+    pub(super) fn new(z: Sizes, state: &Tensor) -> Self {
         let filters = match FilterArithmetic::of(&z, state.dtype()) {
-            FilterArithmetic::TensorCores if sums && z.n_rbf < SUMS_MAX_BASIS_ROWS => {
-                FilterArithmetic::ReceiverSums
-            }
-            FilterArithmetic::TensorCores if z.hidden == TILE_F && fragments_on() => {
-                FilterArithmetic::Fragments
-            }
+            FilterArithmetic::TensorCores if z.hidden == TILE_F => FilterArithmetic::Fragments,
             other => other,
         };
         let tc_blocks = tensor_core_max_blocks(state.device());
@@ -226,11 +148,6 @@ impl TileForward {
             filters,
             tc_blocks,
         }
-    }
-
-    /// Whether this launch sums per receiving atom.
-    pub(super) fn receiver_sums(&self) -> bool {
-        self.filters == FilterArithmetic::ReceiverSums
     }
 }
 /// SYMMETRIC: the adjoint for lists holding every edge's reverse (`tile_sym_adj`), whose CPU
@@ -286,7 +203,6 @@ impl Kernel for TileForward {
                 h if h < 64 => ks_entry(&TILE_FWD_UNDER64, self.z.n_rbf),
                 _ => ks_entry(&TILE_FWD, self.z.n_rbf),
             },
-            FilterArithmetic::ReceiverSums => "interaction_sums_fwd",
             FilterArithmetic::Fragments if self.z.n_rbf == SHIPPED_RBF => "interaction_frag_fwd_20",
             FilterArithmetic::Fragments => ks_entry(&FRAG_FWD, self.z.n_rbf),
         }
@@ -309,7 +225,6 @@ impl Kernel for TileForward {
             FilterArithmetic::CudaCores => tile_config(&self.z, elem_bytes, false),
             FilterArithmetic::TensorCores => tensor_core_config(&self.z, self.tc_blocks, false),
             FilterArithmetic::Fragments => tensor_core_config(&self.z, self.tc_blocks, true),
-            FilterArithmetic::ReceiverSums => receiver_sums_config(&self.z),
         }
     }
 }
@@ -427,34 +342,6 @@ fn tensor_core_config(
         ),
         block_dim: (TC_THREADS as u32, 1, 1),
         shared_mem_bytes: (reals * 4 + 2 * edges * 4) as u32,
-    }
-}
-
-/// Threads per block of the receiver-sums forward (RS_THREADS: 8 warps of 16 features).
-#[cfg(feature = "cuda")]
-const SUMS_THREADS: usize = 256;
-
-/// Row stride of its staged weights, one row per basis row (RS_WS).
-#[cfg(feature = "cuda")]
-const SUMS_WEIGHT_STRIDE: usize = 3 * TILE_F + 4;
-
-/// Most blocks of the receiver-sums forward, each taking an equal range of edges (one block
-/// fits a multiprocessor: 213 registers a thread), as [`TILE_MAX_BLOCKS`].
-#[cfg(feature = "cuda")]
-const SUMS_MAX_BLOCKS: usize = 528;
-
-/// The receiver-sums forward's launch: (edge ranges of 32 edges at least, feature chunks of
-/// 128) blocks of [`SUMS_THREADS`] threads, the chunk's weights in shared memory.
-#[cfg(feature = "cuda")]
-fn receiver_sums_config(z: &Sizes) -> candle_core::cuda_backend::cudarc::driver::LaunchConfig {
-    candle_core::cuda_backend::cudarc::driver::LaunchConfig {
-        grid_dim: (
-            z.n_edges.div_ceil(32).clamp(1, SUMS_MAX_BLOCKS) as u32,
-            z.hidden.div_ceil(TILE_F) as u32,
-            1,
-        ),
-        block_dim: (SUMS_THREADS as u32, 1, 1),
-        shared_mem_bytes: (tc_k_rows(z.n_rbf) * SUMS_WEIGHT_STRIDE * 4) as u32,
     }
 }
 

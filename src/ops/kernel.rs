@@ -413,10 +413,7 @@ impl<K: Kernel> Launch<K> {
         let (func, cfg) = kernel_function(&self.kernel, dev, T::DTYPE)?;
         let stream = dev.cuda_stream();
         let (sizes, reals) = (self.kernel.sizes(), self.kernel.reals());
-        if self.kernel.overlaps_previous()
-            && !self.kernel.cooperative()
-            && super::overlap::enabled()
-        {
+        if self.kernel.overlaps_previous() && !self.kernel.cooperative() {
             return super::overlap::launch(&func, cfg, &stream, &x, &idx, out, &sizes, &reals);
         }
         let mut b = stream.launch_builder(&func);

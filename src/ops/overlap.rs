@@ -7,48 +7,15 @@
 //! waits there itself before it reads anything another kernel wrote or writes anything, so
 //! only work on the model's constants (staging weights) runs early. A kernel opts in with
 //! [`Kernel::overlaps_previous`](super::kernel::Kernel::overlaps_previous), and must then call
-//! the wait. Captured into a CUDA graph the launches become programmatic edges.
-//! `MLFF_OVERLAP_LAUNCHES=0` launches every kernel plainly (for comparisons). On an H100
-//! (2026-11-24) eager calls took 3-4% less (64 aspirins 0.658 → 0.635 ms, water-1000 0.969 →
-//! 0.934); replayed graphs, whose launches were already back to back, the same within noise.
+//! the wait. Captured into a CUDA graph the launches become programmatic edges. Eager calls
+//! gain a few percent; replayed graphs, whose launches were already back to back, nothing
+//! (BENCHMARKS.md, "Tuning defaults").
 
 use candle_core::cuda_backend::cudarc::driver::{
     sys, CudaFunction, CudaStream, CudaView, CudaViewMut, DevicePtr, DevicePtrMut, LaunchConfig,
 };
 use candle_core::Result;
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicU8, Ordering};
-
-/// Whether kernels that opt in overlap the previous kernel: as [`set_enabled`] last said, else
-/// as `MLFF_OVERLAP_LAUNCHES` says (on unless 0).
-pub(crate) fn enabled() -> bool {
-    match STATE.load(Ordering::Relaxed) {
-        ON => true,
-        OFF => false,
-        _ => {
-            let on = crate::device::env_usize("MLFF_OVERLAP_LAUNCHES", 1) != 0;
-            // A set_enabled racing this read wins.
-            let _ = STATE.compare_exchange(
-                UNSET,
-                if on { ON } else { OFF },
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            );
-            STATE.load(Ordering::Relaxed) == ON
-        }
-    }
-}
-
-/// Turns the overlapping launches on or off for this process from the next launch on (for
-/// comparisons and tests; both give the same results).
-pub fn set_enabled(on: bool) {
-    STATE.store(if on { ON } else { OFF }, Ordering::Relaxed);
-}
-
-const UNSET: u8 = 0;
-const ON: u8 = 1;
-const OFF: u8 = 2;
-static STATE: AtomicU8 = AtomicU8::new(UNSET);
 
 /// Launches `func` with `cfg` on `stream` allowed to overlap the previous kernel, with the
 /// arguments of the convention of `ops::kernel` (input pointers, index pointers, the output

@@ -220,6 +220,11 @@ impl SmallSystemPlan {
         }
     }
 
+    /// Thread blocks of the launch.
+    pub fn groups(&self) -> usize {
+        self.groups
+    }
+
     /// Whether every edge's geometry stays in shared memory for the whole call (formed once),
     /// rather than being formed again chunk by chunk in each interaction.
     pub fn edges_resident(&self) -> bool {
@@ -505,8 +510,10 @@ pub(super) fn barrier_counters(device: &Device) -> Result<Tensor> {
 
 /// Each phase's name and microseconds: from the launch's start to the end of its first phase,
 /// then between consecutive barriers, and from the last barrier to the end (as block 0 saw
-/// them, by the GPU's global timer): where a one-kernel call spends its time. CUDA only;
+/// them, by the GPU's global timer): where a one-kernel call spends its time. CUDA only, and
+/// only built with the `profiling` feature (which compiles the stamps into the kernels);
 /// inputs as for [`small_system`].
+#[cfg(feature = "profiling")]
 pub fn small_system_phase_times(
     plan: &SmallSystemPlan,
     weights: &Tensor,
@@ -531,6 +538,7 @@ pub(super) const fn stamp_room() -> usize {
 /// The phases `names` with their microseconds, from the stamps (u64 nanoseconds) that a
 /// kernel's block 0 wrote after its `out_len` output elements, at the next even element
 /// (kernels/grid.cuh Stamps): one stamp more than phases.
+#[cfg(feature = "profiling")]
 pub(super) fn phase_times(
     out: &Tensor,
     out_len: usize,
@@ -557,6 +565,7 @@ pub(super) fn phase_times(
 }
 
 /// What the kernel does between consecutive barriers, in order.
+#[cfg(feature = "profiling")]
 fn phase_names(blocks: usize) -> Vec<String> {
     let mut names = vec!["initial state; block 0: φ of the elements, interaction".to_string()];
     for b in 0..blocks {

@@ -51,6 +51,12 @@ pub struct ProfileReport {
     pub leak: Option<LeakCheck>,
     pub hotspots: Vec<Hotspot>,
     pub records: Vec<CallRecord>,
+    /// The tuning in force and the fused backend's plan for the profiled system, where the
+    /// caller records them (`mlff profile` does).
+    #[serde(default)]
+    pub tuning: serde_json::Value,
+    #[serde(default)]
+    pub plan: serde_json::Value,
 }
 
 fn advice(phase: Phase, atoms: f64) -> String {
@@ -67,7 +73,7 @@ fn advice(phase: Phase, atoms: f64) -> String {
             .into(),
         Phase::Forward | Phase::Backward if small => format!(
             "the {} pass at {atoms:.0} atoms is many small kernels, each far from the GPU's \
-             arithmetic and memory limits: batch several structures per call; --ops fused \
+             arithmetic and memory limits: batch several structures per call; --backend fused \
              and --graphs auto (the defaults) remove the per-kernel launch and allocation \
              work, what remains is the kernels' own latency",
             phase.name()
@@ -160,6 +166,8 @@ impl ProfileReport {
             leak: leak_check(memory, leak_tolerance_bytes),
             hotspots,
             records: calls.to_vec(),
+            tuning: serde_json::Value::Null,
+            plan: serde_json::Value::Null,
         }
     }
 

@@ -18,9 +18,9 @@ pub use schedule::{LrSchedule, Schedule};
 use crate::calculator::{atom_energies_and_forces, PainnCalculator};
 use crate::checkpoint::{self, Checkpoint};
 use crate::error::{Error, Result};
+use crate::model::Backend;
 use crate::model::{init_varmap, FusedPainn, Painn, PainnConfig};
 use crate::neighbors::{structure_neighbor_list, NeighborList};
-use crate::ops::EdgeOps;
 use crate::profiler::NoClock;
 use crate::structure::{Batch, Structure};
 use candle_core::backprop::GradStore;
@@ -275,8 +275,14 @@ impl Trainer {
     }
 
     /// Runs the model's autograd graph with `ops` (the same maths; `Custom` by default).
-    pub fn with_ops(mut self, ops: EdgeOps) -> Self {
-        self.calc = self.calc.with_ops(ops);
+    pub fn with_backend(mut self, backend: Backend) -> Self {
+        self.calc = self.calc.with_backend(backend);
+        self
+    }
+
+    /// Picks the fused kernels of the force-gradient passes under `tuning`.
+    pub fn with_tuning(mut self, tuning: crate::tuning::Tuning) -> Self {
+        self.calc = self.calc.with_tuning(tuning);
         self
     }
 
@@ -326,7 +332,7 @@ impl Trainer {
     ) -> Result<(f64, GradStore)> {
         let model = self.calc.model();
         let (inputs, _) = self.calc.prepare_with(batch, nl)?;
-        let fused = FusedPainn::new(model)?;
+        let fused = FusedPainn::new(model, model.tuning())?;
         let b = batch.n_structures();
         let pass = fused.forward(&inputs)?;
         let errors = HostErrors::of(batch, &pass.atom_energies, &pass.forces()?)?;
@@ -495,7 +501,7 @@ impl Trainer {
     pub fn validate(&self) -> Result<Metrics> {
         // The fused kernels' energies and forces (inference: no graph), totals summed in f64.
         let calc = PainnCalculator::new(self.ema_model()?, self.device.clone(), self.dtype)
-            .with_ops(EdgeOps::Fused);
+            .with_backend(Backend::Fused);
         let mut m = Metrics::default();
         let idx: Vec<usize> = (0..self.val.len()).collect();
         let (mut n_f, mut loss_sum) = (0usize, 0.0);

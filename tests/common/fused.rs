@@ -6,7 +6,7 @@ use candle_core::{DType, Device, Result, Tensor, Var};
 use mlff_distiller::model::PainnInputs;
 use mlff_distiller::model::{cosine_cutoff, gaussian_rbf};
 use mlff_distiller::ops::{self, EdgeFilter, InteractionInputs, SmallSystemPlan, StateGrad};
-use mlff_distiller::{Batch, PainnCalculator, Structure};
+use mlff_distiller::{Batch, PainnCalculator, Structure, Tuning};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -211,10 +211,9 @@ pub fn fused_outputs(x: &Inputs, dev: &Device) -> Result<Vec<(&'static str, Tens
         centers: &ci,
         neighbors: &nj,
         symmetric_edges: x.symmetric,
+        tuning: &Tuning::default(),
     };
     let messaged = ops::interaction(&inter)?;
-    // On CUDA in f32 the receiver-sums forward (which the model takes only when asked).
-    let summed = ops::interaction_receiver_sums(&inter)?;
     // The output gradient as the adjoint takes it: dL/ds, and the whole dL/dv (g_state's
     // vector rows plus g_rows), with the later blocks' dL/d(basis) (here g_basis) to add.
     let (g_out_s, g_out_v) = output_grad(x)?;
@@ -276,7 +275,6 @@ pub fn fused_outputs(x: &Inputs, dev: &Device) -> Result<Vec<(&'static str, Tens
         ("edge basis", basis),
         ("edge basis adjoint", g_pos),
         ("interaction", messaged),
-        ("interaction, receiver sums", summed),
         ("interaction adjoint v", grads.v),
         ("interaction adjoint phi", grads.phi),
         ("interaction adjoint basis", g_basis),
@@ -391,7 +389,6 @@ pub fn reference_outputs(x: &Inputs) -> Result<Vec<(&'static str, Tensor)>> {
         Tensor::cat(&rows, 0)?
     };
     out.push(("interaction", messaged.clone()));
-    out.push(("interaction, receiver sums", messaged.clone()));
     let (g_out_s, g_out_v) = output_grad(x)?;
     let g_total = Tensor::cat(&[&g_out_s, &g_out_v], 0)?;
     let (g_v, g_phi, g_basis) = if e == 0 {
@@ -517,13 +514,13 @@ pub fn one_kernel_split(
 ) -> Option<(Tensor, Tensor)> {
     let fused = calc.model().fused().unwrap();
     let (n, e) = (x.positions.dim(0).unwrap(), x.centers.dim(0).unwrap());
-    let mut plan = SmallSystemPlan::new(fused.small_system_model().unwrap(), n, e)
+    let mut plan = SmallSystemPlan::new(fused.shape().unwrap(), n, e)
         .and_then(|p| p.with_groups(groups))
         .unwrap();
     if x.positions.device().is_cuda() {
         plan = plan.fit(x.positions.device(), x.positions.dtype()).ok()?;
     }
-    Some(fused.one_kernel(&plan, x).unwrap())
+    Some(fused.feature_split(&plan, x).unwrap())
 }
 
 /// Molecules, a lone atom, an atom beyond the cutoff of all others, and a periodic box (image

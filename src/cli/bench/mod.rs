@@ -11,9 +11,9 @@ use mlff_distiller::bench::{BenchCase, BenchReport};
 use mlff_distiller::calculator::{edge_offsets, DeviceOutput};
 use mlff_distiller::device::{device_name, synchronize};
 use mlff_distiller::graph::{ForceGraph, GraphEdges, Graphs, HostEdges};
+use mlff_distiller::model::Backend;
 use mlff_distiller::model::{init_varmap, Painn, PainnConfig, PainnInputs};
 use mlff_distiller::neighbors::batch_neighbor_list;
-use mlff_distiller::ops::EdgeOps;
 use mlff_distiller::profiler::{reset_peak, sample, Stats};
 use mlff_distiller::systems::{aspirin, start_geometry, water_box};
 use mlff_distiller::{checkpoint, Batch, PainnCalculator, Structure};
@@ -36,11 +36,11 @@ pub struct BenchArgs {
                          water-1000,water-3000,water-10000,aspirin-x4,aspirin-x16,aspirin-x64"
     )]
     systems: String,
-    /// Comma-separated code paths to compare (the first is the accuracy reference): custom
-    /// (our edge ops), stock (candle's index_select/index_add), fused (fused kernels and an
-    /// explicit force pass).
-    #[arg(long, default_value = "custom,fused,stock")]
-    ops: String,
+    /// Comma-separated backends to compare (the first is the accuracy reference): autograd
+    /// (candle's backprop through our edge ops), stock (candle's index_select/index_add), fused
+    /// (fused kernels and an explicit force pass).
+    #[arg(long, alias = "ops", default_value = "autograd,fused,stock")]
+    backend: String,
     /// auto: on a CUDA device, also time the fused path replayed as a CUDA graph (path
     /// `fused+graph`); on: the same, an error where graphs cannot be used; off: never.
     #[arg(long, default_value = "auto")]
@@ -81,6 +81,8 @@ pub struct BenchArgs {
     /// benches/reference/md_torch.py).
     #[arg(long)]
     export: Option<PathBuf>,
+    #[command(flatten)]
+    tuning: super::TuningArgs,
     #[command(flatten)]
     device: DeviceArgs,
 }
@@ -222,8 +224,8 @@ fn time_case(
         atoms: batch.n_atoms(),
         edges: inputs.centers.dim(0)?,
         path: match graph {
-            true => format!("{}+graph", calc.model().ops().name()),
-            false => calc.model().ops().name().to_string(),
+            true => format!("{}+graph", calc.model().backend().name()),
+            false => calc.model().backend().name().to_string(),
         },
         latency_ms,
         structures_per_s: batch.n_structures() as f64 * per_s,
@@ -232,6 +234,10 @@ fn time_case(
         peak_memory_bytes: mem.pool_high_bytes.or(mem.rss_bytes),
         max_de,
         max_df,
+        plan: match calc.model().backend() {
+            Backend::Fused => calc.model().fused()?.plan(&inputs)?.to_json(),
+            _ => serde_json::Value::Null,
+        },
     })
 }
 
@@ -242,14 +248,15 @@ pub fn run(a: BenchArgs) -> Result<ExitCode> {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
     let baseline = a.baseline.as_deref().map(BenchReport::load).transpose()?;
-    let ops: Vec<EdgeOps> = a
-        .ops
+    let tuning = a.tuning.load()?;
+    let ops: Vec<Backend> = a
+        .backend
         .split(',')
         .map(|s| s.trim().parse().map_err(anyhow::Error::msg))
         .collect::<Result<_>>()?;
     anyhow::ensure!(
-        a.graphs != Graphs::On || ops.contains(&EdgeOps::Fused),
-        "--graphs on times the fused path: add `fused` to --ops"
+        a.graphs != Graphs::On || ops.contains(&Backend::Fused),
+        "--graphs on times the fused backend: add `fused` to --backend"
     );
     let mut cases = Vec::new();
     let systems = a.systems.split(',').map(str::trim).filter(|s| *s != "none");
@@ -258,9 +265,11 @@ pub fn run(a: BenchArgs) -> Result<ExitCode> {
         let batch = Batch::new(structures)?;
         let mut reference = None;
         for &op in &ops {
-            let calc =
-                PainnCalculator::new(load_model(&a, &dev)?.with_ops(op), dev.clone(), a.dtype);
-            let graphs = op == EdgeOps::Fused && a.graphs.wanted(&calc)?;
+            let model = load_model(&a, &dev)?
+                .with_backend(op)
+                .with_tuning(tuning.clone());
+            let calc = PainnCalculator::new(model, dev.clone(), a.dtype);
+            let graphs = op == Backend::Fused && a.graphs.wanted(&calc)?;
             for graph in std::iter::once(false).chain(graphs.then_some(true)) {
                 let case = time_case(&a, &calc, name, &batch, copies, graph, &mut reference)?;
                 eprintln!(
@@ -275,11 +284,14 @@ pub fn run(a: BenchArgs) -> Result<ExitCode> {
         serde_json::Value::Null
     } else {
         // The path users run (md, predict and eval default to fused) where it is compared.
-        let op = match ops.contains(&EdgeOps::Fused) {
-            true => EdgeOps::Fused,
+        let op = match ops.contains(&Backend::Fused) {
+            true => Backend::Fused,
             false => ops.first().copied().unwrap_or_default(),
         };
-        let calc = PainnCalculator::new(load_model(&a, &dev)?.with_ops(op), dev.clone(), a.dtype);
+        let model = load_model(&a, &dev)?
+            .with_backend(op)
+            .with_tuning(tuning.clone());
+        let calc = PainnCalculator::new(model, dev.clone(), a.dtype);
         eprintln!("student against its teacher: the {} path", op.name());
         let cases = teacher::compare(&calc, &a.teacher_data, a.warmup, a.repeats)?;
         teacher::print(&cases);
@@ -288,6 +300,7 @@ pub fn run(a: BenchArgs) -> Result<ExitCode> {
     let report = BenchReport {
         device: device_name(&dev),
         dtype: format!("{:?}", a.dtype),
+        tuning: serde_json::to_value(&tuning)?,
         cases,
         teacher,
     };

@@ -4,19 +4,21 @@
 //! thread block saw them, and each whole call timed back to back, for the shipped model on
 //! molecules.
 //!
-//!     cargo run --release --features cuda --example one_kernel_phases -- [SYSTEMS]
+//!     cargo bench --features profiling --bench one_kernel_phases -- [SYSTEMS [BLOCKS]]
 //!
 //! SYSTEMS: a comma list of names `systems::start_geometry` knows, or NAME-xB for a batch of B
 //! copies (default `ethanol,aspirin,trialanine`); the feature split is left out where it does
-//! not take the system (more than its atoms or edges). f32 on CUDA device 0.
-//! MLFF_ONE_KERNEL_GROUPS: a comma list of thread-block counts of the feature split to compare
-//! (default 16); every split must give the same forces, which it prints.
+//! not take the system (more than its atoms or edges). f32 on CUDA device 0. BLOCKS: a comma
+//! list of thread-block counts of the feature split to compare (default 16); every split must
+//! give the same forces, which it prints. The `profiling` feature compiles the kernels' phase
+//! stamps in.
 
 use anyhow::{Context, Result};
 use candle_core::{DType, Device, Tensor};
+use mlff_distiller::model::Backend;
 use mlff_distiller::ops::{
     atom_split, atom_split_phase_times, small_system, small_system_phase_times, AtomSplitPlan,
-    EdgeOps, SmallSystemPlan,
+    SmallSystemPlan,
 };
 use mlff_distiller::systems::start_geometry;
 use mlff_distiller::{Batch, PainnCalculator};
@@ -92,14 +94,14 @@ fn main() -> Result<()> {
         &dev,
         DType::F32,
     )?
-    .with_ops(EdgeOps::Fused);
+    .with_backend(Backend::Fused);
     let fused = calc.model().fused()?;
     let (w, w_out) = (fused.packed_weights()?, fused.packed_weights_out_major()?);
-    let model = fused.small_system_model()?;
-    // Thread blocks per call to compare (MLFF_ONE_KERNEL_GROUPS, a comma list; default 16).
-    let groups = std::env::var("MLFF_ONE_KERNEL_GROUPS").unwrap_or_else(|_| "16".into());
+    let model = fused.shape()?;
+    // Thread blocks per call to compare (a comma list; default 16).
+    let groups = std::env::args().nth(2).unwrap_or_else(|| "16".into());
     let groups: Vec<usize> = (groups.split(','))
-        .map(|g| g.trim().parse().context("MLFF_ONE_KERNEL_GROUPS"))
+        .map(|g| g.trim().parse().context("BLOCKS: a comma list of counts"))
         .collect::<Result<_>>()?;
     let (mut feature_split, mut atom_split_columns) = (Vec::new(), Vec::new());
     for name in names.split(',') {

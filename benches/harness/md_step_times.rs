@@ -6,7 +6,7 @@
 //! one-kernel call and the single-launch step called alone in a loop (long loops fill the
 //! launch queue, which then holds the host back too).
 //!
-//!     cargo run --release --features cuda --example md_step_times [-- ethanol,aspirin [STEPS]]
+//!     cargo bench --features cuda --bench md_step_times [-- ethanol,aspirin [STEPS]]
 
 use anyhow::{Context, Result};
 use candle_core::{DType, Tensor};
@@ -15,7 +15,7 @@ use mlff_distiller::elements::atomic_mass;
 use mlff_distiller::md::{
     device_positions, Ensemble, ForceProvider, Integrator, PainnForces, State,
 };
-use mlff_distiller::ops::EdgeOps;
+use mlff_distiller::model::Backend;
 use mlff_distiller::systems::start_geometry;
 use mlff_distiller::PainnCalculator;
 use rand::SeedableRng;
@@ -53,7 +53,7 @@ fn host_parts(
         Ok(())
     };
     let plan = fused
-        .one_kernel_plan_for(n, e, dev, DType::F32)?
+        .feature_split_plan(n, e, dev, DType::F32)?
         .context("plan")?;
     let w = fused.packed_weights()?;
     let pos64 = x.positions.to_dtype(DType::F64)?;
@@ -105,7 +105,7 @@ fn main() -> Result<()> {
         &dev,
         DType::F32,
     )?
-    .with_ops(EdgeOps::Fused);
+    .with_backend(Backend::Fused);
     println!("| system | path | host queues µs/step | GPU done µs/step |\n|---|---|---:|---:|");
     for name in names.split(',') {
         let s = start_geometry(name)?;

@@ -1,16 +1,16 @@
 //! Times every kernel of the fused path (and the cuBLAS products between them) alone, on the
 //! shapes of real systems, and sets each beside its FLOP and byte floors.
 //!
-//!     cargo run --release --features cuda --example fused_kernel_times -- [DEVICE] [SYSTEMS]
+//!     cargo bench --features cuda --bench fused_kernel_times -- [DEVICE] [SYSTEMS] [PEAK_TFLOPS PEAK_TBS]
 //!
 //! DEVICE is `cuda` (default) or `cpu`; SYSTEMS a comma list of `aspirin`, `aspirin-xN` (a batch
 //! of N copies) and `water-N` (default `aspirin,water-10000`). Each op runs 20 times to warm
 //! up, then REPEATS times back to back between two device synchronisations: the mean is the
 //! op's device time where the kernel is longer than a launch, and the launch cost where it is
 //! not. Floors assume f32 on CUDA cores (a model: the interaction and dense kernels run on tensor
-//! cores, so their FLOP floors here are too high; benches/kernel-profile.sh measures each
-//! kernel's FLOP and bytes with Nsight Compute instead) and the peak FP32 rate and memory bandwidth given by
-//! MLFF_PEAK_TFLOPS / MLFF_PEAK_TBS (defaults: H100 SXM, 67 TFLOP/s and 3.35 TB/s); bytes count
+//! cores, so their FLOP floors here are too high; benches/gpu/kernel-profile.sh measures each
+//! kernel's FLOP and bytes with Nsight Compute instead) and the peak FP32 rate and memory
+//! bandwidth given as PEAK_TFLOPS and PEAK_TBS (defaults: H100 SXM, 67 and 3.35); bytes count
 //! each tensor read or written once (the edge basis and weights read per edge are counted once
 //! per edge, assumed cached).
 
@@ -88,6 +88,7 @@ fn rows(dev: &Device, batch: &Batch) -> Result<Vec<Row>> {
         r(&[n, f])?,
     );
     let (g_ctx, g_basis, w) = (r(&[n, 2 * f])?, r(&[e, R + 4])?, r(&[3 * f, 3 * f])?);
+    let tuning = mlff_distiller::Tuning::default();
     let x = InteractionInputs {
         phi: &phi,
         phi_bias: &pb,
@@ -98,6 +99,7 @@ fn rows(dev: &Device, batch: &Batch) -> Result<Vec<Row>> {
         neighbors: &nj,
         // A neighbour list: every edge with its reverse.
         symmetric_edges: true,
+        tuning: &tuning,
     };
     let x_one_way = InteractionInputs {
         symmetric_edges: false,
@@ -332,13 +334,13 @@ fn main() -> Result<()> {
         .get(2)
         .map(String::as_str)
         .unwrap_or("aspirin,water-10000");
-    let env = |k: &str, d: f64| {
-        std::env::var(k)
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(d)
+    let arg = |k: usize, d: f64| -> Result<f64> {
+        args.get(k).map_or(Ok(d), |v| {
+            v.parse()
+                .map_err(|_| anyhow::anyhow!("argument {k}: `{v}` is not a number"))
+        })
     };
-    let (tflops, tbs) = (env("MLFF_PEAK_TFLOPS", 67.0), env("MLFF_PEAK_TBS", 3.35));
+    let (tflops, tbs) = (arg(3, 67.0)?, arg(4, 3.35)?);
     for name in systems.split(',') {
         let batch = system(name)?;
         let nl = batch_neighbor_list(&batch, CUTOFF)?;

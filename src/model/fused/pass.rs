@@ -1,0 +1,356 @@
+//! The per-layer path: the forward pass, which keeps what the adjoint needs (a tape of
+//! per-atom tensors), and the adjoint written out by hand, edge basis → (φ MLP, interaction,
+//! mixing, context MLP, combine) × blocks → readout, then back, each layer as the
+//! [`LayerPlan`] says.
+
+use super::weights::Block;
+use super::FusedPainn;
+use crate::model::PainnInputs;
+use crate::ops::{
+    act_grad, dense, dense_tc, dense_tc_adding, dense_tc_fits, edge_basis, edge_basis_adjoint,
+    element_sums, element_sums_position_adjoint, gather, initial_state, interaction,
+    interaction_adjoint, readout_tc, update_combine, update_combine_adjoint, update_context,
+    update_context_adjoint, update_tc, update_tc_adjoint, EdgeFilter, InteractionInputs, StateGrad,
+    UpdateOutputs,
+};
+use crate::plan::{DensePath, FilterSource, LayerPlan};
+use candle_core::{Result, Tensor};
+
+/// What one block's adjoint reads from its forward.
+pub(super) struct Tape {
+    /// The block's input state; None where the block ran as sums per element.
+    state: Option<Tensor>,
+    /// φ's pre-activation, except in the first block (gathered per element, no adjoint).
+    phi_pre: Option<Tensor>,
+    /// φ's output; None where the block ran as sums per element ([`FirstBlockSums`]).
+    phi: Option<Tensor>,
+    mixed: Tensor,
+    ctx_pre: Tensor,
+    act: Tensor,
+    /// The block's filter rows, when kept for the adjoint.
+    rows: Option<Tensor>,
+}
+
+/// What the forces' adjoint takes from the readout: its pre-activation, or (on tensor cores,
+/// where one launch gives both) the gradient of −E at its input already.
+pub(super) enum ReadoutTape {
+    Pre(Tensor),
+    Seed(Tensor),
+}
+
+impl FusedPainn {
+    /// Per-atom energies [N] from the last state's s rows, and the readout's tape: on tensor
+    /// cores (`ops::readout_tc`) one launch that also gives −∂E/∂s, else the MLP (its output
+    /// bias is in the per-element constants) and a gather of those.
+    fn readout(
+        &self,
+        s: &Tensor,
+        species: &Tensor,
+        path: DensePath,
+    ) -> Result<(Tensor, ReadoutTape)> {
+        let ro = &self.readout;
+        let (h, f) = ro.hidden.weight.dims2()?;
+        if path == DensePath::TensorCores && dense_tc_fits(f, h) && dense_tc_fits(h, f) {
+            let [w1, _, _, w1t] = ro.tc()?;
+            let w = ro.out.weight.flatten_all()?;
+            let (energies, seed) = readout_tc(
+                s,
+                w1,
+                &ro.hidden.bias,
+                &w,
+                w1t,
+                &self.atom_constant,
+                species,
+            )?;
+            return Ok((energies, ReadoutTape::Seed(seed)));
+        }
+        let (pre, out) = ro.forward(s, path)?;
+        let energies = (out.squeeze(1)? + gather(&self.atom_constant, species)?)?;
+        Ok((energies, ReadoutTape::Pre(pre)))
+    }
+
+    /// mixed = v W_mixᵀ [3N, 2F].
+    fn mix(&self, b: &Block, v: &Tensor, path: DensePath) -> Result<Tensor> {
+        let f = self.hidden;
+        match path {
+            DensePath::Small => dense(v, &b.mix_t),
+            DensePath::TensorCores if dense_tc_fits(f, 2 * f) => dense_tc(v, &b.mix_tc()?[0]),
+            _ => v.matmul(&b.mix.t()?),
+        }
+    }
+
+    /// The update block of the state after the messages [4N, F]: its new state and the
+    /// adjoint's tape, in one launch where the plan says, or as the mixing layer, the context,
+    /// the context MLP and the combination in turn.
+    fn update(&self, b: &Block, messaged: &Tensor, plan: &LayerPlan) -> Result<UpdateOutputs> {
+        let (n, path) = (messaged.dim(0)? / 4, plan.dense_atoms);
+        if plan.update_one_launch {
+            let [w1, w2, ..] = b.ctx.tc()?;
+            let (bias1, bias2) = (&b.ctx.hidden.bias, &b.ctx.out.bias);
+            return update_tc(messaged, &b.mix_tc()?[0], w1, bias1, w2, bias2);
+        }
+        let mixed = self.mix(b, &messaged.narrow(0, n, 3 * n)?, plan.dense_vectors)?;
+        let (ctx_pre, act) = b.ctx.forward(&update_context(messaged, &mixed)?, path)?;
+        let next = update_combine(messaged, &mixed, &act, &b.ctx.out.bias)?;
+        Ok(UpdateOutputs {
+            next,
+            mixed,
+            ctx_pre,
+            act,
+        })
+    }
+
+    /// (dL/ds [N, F], dL/dv [3N, F]) of the state after block `b`'s messages for the gradient
+    /// `grad` at its output, from its tape `t`: in one launch where the forward took one, else
+    /// the combination's, the context MLP's, the context's and the mixing layer's adjoints.
+    fn update_adjoint(
+        &self,
+        b: &Block,
+        t: &Tape,
+        grad: &StateGrad,
+        plan: &LayerPlan,
+    ) -> Result<(Tensor, Tensor)> {
+        let (n, f, path) = (t.ctx_pre.dim(0)?, self.hidden, plan.dense_atoms);
+        let (b1, act_bias) = (&b.ctx.hidden.bias, &b.ctx.out.bias);
+        if plan.update_one_launch {
+            let [_, _, w2t, w1t] = b.ctx.tc()?;
+            let mix_t = &b.mix_tc()?[1];
+            return update_tc_adjoint(
+                &t.mixed, &t.act, act_bias, &t.ctx_pre, b1, grad, w2t, w1t, mix_t,
+            );
+        }
+        let combined = update_combine_adjoint(&t.mixed, &t.act, act_bias, grad)?;
+        let g_ctx = b
+            .ctx
+            .adjoint(&t.ctx_pre, &act_grad(&combined, n, f)?, path)?;
+        let (g_messaged, g_mixed) = update_context_adjoint(&t.mixed, &g_ctx, combined)?;
+        // dL/dv of the messaged state: its own rows' and the mixing's, summed.
+        let g_v = self.mix_adjoint_adding(b, &g_mixed, &g_messaged.narrow(0, n, 3 * n)?, plan)?;
+        Ok((g_messaged.narrow(0, 0, n)?, g_v))
+    }
+
+    /// dL/dv [3N, F] of [`mix`](Self::mix) for dL/d(mixed) `g`, plus `add` [3N, F]: in one
+    /// launch on tensor cores where the plan says, else the product, then the add.
+    fn mix_adjoint_adding(
+        &self,
+        b: &Block,
+        g: &Tensor,
+        add: &Tensor,
+        plan: &LayerPlan,
+    ) -> Result<Tensor> {
+        if plan.mix_adjoint_tensor_cores {
+            return dense_tc_adding(g, &b.mix_tc()?[1], add);
+        }
+        let product = match plan.dense_vectors {
+            DensePath::Small => dense(g, &b.mix)?,
+            _ => g.matmul(&b.mix)?,
+        };
+        product + add
+    }
+
+    /// Block `b`'s filter as the plan says: the weights, or the rows in `rows` (made there
+    /// when it holds none).
+    fn filter<'a>(
+        &self,
+        b: &'a Block,
+        basis: &Tensor,
+        rows: &'a mut Option<Tensor>,
+        plan: &LayerPlan,
+    ) -> Result<EdgeFilter<'a>> {
+        if plan.filter == FilterSource::InKernel {
+            return Ok(EdgeFilter::Weights(&b.filter));
+        }
+        let made = match rows.take() {
+            Some(r) => r,
+            None => basis.matmul(&b.filter_basis)?,
+        };
+        Ok(EdgeFilter::Rows(rows.insert(made)))
+    }
+
+    /// The first block's messaged state [4N, F]: the per-element sums times their weights
+    /// ([`FirstBlockSums`]), which add the initial state too.
+    fn first_block_messages(&self, basis: &Tensor, x: &PainnInputs) -> Result<Tensor> {
+        let n = x.species.dim(0)?;
+        let sums = element_sums(
+            basis,
+            &x.centers,
+            &x.neighbors,
+            &x.species,
+            self.embedding.dim(0)?,
+            self.n_rbf,
+        )?;
+        let k = sums.dim(1)?;
+        let product = &self.first_sums()?.product;
+        let messaged = sums.reshape((4, n, k))?.matmul(product)?;
+        messaged.reshape((4 * n, self.hidden))
+    }
+
+    /// The forward pass: per-atom energies (eV) and what `FusedForward::forces` needs.
+    pub fn forward<'a>(&'a self, x: &'a PainnInputs) -> Result<FusedForward<'a>> {
+        let n = x.positions.dim(0)?;
+        let plan = self.layer_plan(x)?;
+        let positions = x.positions.detach();
+        let basis = edge_basis(
+            &positions,
+            &x.offsets,
+            &x.centers,
+            &x.neighbors,
+            self.n_rbf,
+            self.cutoff,
+        )?;
+        // (None: the first block's sums add the initial state themselves.)
+        let mut state = match plan.first_block_sums {
+            true => None,
+            false => Some(initial_state(&self.embedding, &x.species)?),
+        };
+        let mut tape = Vec::with_capacity(self.blocks.len());
+        let path = plan.dense_atoms;
+        let keep_rows = plan.filter == FilterSource::Rows { kept: true };
+        for (k, b) in self.blocks.iter().enumerate() {
+            // The block's messaged state, and what its adjoint needs of the interaction.
+            let (messaged, phi_pre, phi, rows) = match &state {
+                None => (self.first_block_messages(&basis, x)?, None, None, None),
+                Some(state_in) => {
+                    let (phi_pre, phi) = match k {
+                        0 => (None, gather(self.first_phi()?, &x.species)?),
+                        _ => {
+                            let (pre, phi) = b.phi.forward(&state_in.narrow(0, 0, n)?, path)?;
+                            (Some(pre), phi)
+                        }
+                    };
+                    let mut rows = None;
+                    let messaged = interaction(&InteractionInputs {
+                        phi: &phi,
+                        phi_bias: &b.phi.out.bias,
+                        filter: self.filter(b, &basis, &mut rows, &plan)?,
+                        basis: &basis,
+                        state: state_in,
+                        centers: &x.centers,
+                        neighbors: &x.neighbors,
+                        symmetric_edges: true,
+                        tuning: &self.tuning,
+                    })?;
+                    let rows = if keep_rows { rows } else { None };
+                    (messaged, phi_pre, Some(phi), rows)
+                }
+            };
+            let UpdateOutputs {
+                next,
+                mixed,
+                ctx_pre,
+                act,
+            } = self.update(b, &messaged, &plan)?;
+            tape.push(Tape {
+                state: state.take(),
+                phi_pre,
+                phi,
+                mixed,
+                ctx_pre,
+                act,
+                rows,
+            });
+            state = Some(next);
+        }
+        let Some(state) = state else {
+            candle_core::bail!("the model has no interaction blocks")
+        };
+        let (atom_energies, readout) = self.readout(&state.narrow(0, 0, n)?, &x.species, path)?;
+        Ok(FusedForward {
+            model: self,
+            plan,
+            inputs: x,
+            positions,
+            basis,
+            tape,
+            readout,
+            atom_energies,
+        })
+    }
+}
+/// A fused forward pass, ready for its adjoint.
+pub struct FusedForward<'a> {
+    model: &'a FusedPainn,
+    plan: LayerPlan,
+    inputs: &'a PainnInputs,
+    positions: Tensor,
+    basis: Tensor,
+    tape: Vec<Tape>,
+    readout: ReadoutTape,
+    /// Energy of each atom [N], eV.
+    pub atom_energies: Tensor,
+}
+
+impl FusedForward<'_> {
+    /// Forces [N, 3] in eV/Å: −∂(Σ atom energies)/∂x by the explicit adjoint.
+    pub fn forces(&self) -> Result<Tensor> {
+        let (m, x, basis) = (self.model, self.inputs, &self.basis);
+        // Every atom energy has gradient −1: the adjoint carries −E's, so it ends in the forces.
+        let (plan, path) = (&self.plan, self.plan.dense_atoms);
+        let mut gx = match &self.readout {
+            ReadoutTape::Seed(g) => g.clone(),
+            ReadoutTape::Pre(pre) => {
+                let g_hidden = &m.readout_force_seed; // one row, for every atom
+                m.readout.adjoint_from_hidden(pre, g_hidden, path)?
+            }
+        };
+        let mut next: Option<(Tensor, Tensor, Tensor)> = None;
+        let mut g_basis: Option<Tensor> = None;
+        for (b, t) in m.blocks.iter().zip(&self.tape).rev() {
+            let grad = StateGrad {
+                gx: &gx,
+                next: next.as_ref().map(|(a, b, c)| (a, b, c)),
+            };
+            let (g_s, g_v) = m.update_adjoint(b, t, &grad, plan)?;
+            let (Some(phi), Some(state)) = (&t.phi, &t.state) else {
+                // The first block by sums per element (last here): its adjoint ends in the
+                // forces, through the basis rows of every block.
+                let sums = m.first_sums()?;
+                return element_sums_position_adjoint(
+                    &self.positions,
+                    &x.offsets,
+                    g_basis.as_ref(),
+                    &g_s.matmul(&sums.scalar_t)?,
+                    &g_v.matmul(&sums.direction_t)?,
+                    (&x.centers, &x.neighbors),
+                    &x.species,
+                    m.embedding.dim(0)?,
+                    (m.n_rbf, m.cutoff),
+                );
+            };
+            let mut rows = t.rows.clone();
+            let inputs = InteractionInputs {
+                phi,
+                phi_bias: &b.phi.out.bias,
+                filter: m.filter(b, basis, &mut rows, plan)?,
+                basis,
+                state,
+                centers: &x.centers,
+                neighbors: &x.neighbors,
+                // Model inputs hold both directions of every edge (`PainnInputs`).
+                symmetric_edges: true,
+                tuning: &m.tuning,
+            };
+            // dL/d(basis) summed over the blocks as it goes (in the kernel where it can).
+            let grads = interaction_adjoint(&inputs, &g_s, &g_v, g_basis.as_ref())?;
+            g_basis = Some(grads.complete_basis(&b.filter_basis)?);
+            let (g_v_in, g_phi) = (grads.v, grads.phi);
+            // The first block's state is the embedding: nothing upstream needs its gradient.
+            if let Some(phi_pre) = &t.phi_pre {
+                gx = b.phi.adjoint(phi_pre, &g_phi, path)?;
+                next = Some((g_s, g_v, g_v_in));
+            }
+        }
+        match g_basis {
+            Some(g) => edge_basis_adjoint(
+                &self.positions,
+                &x.offsets,
+                &g,
+                &x.centers,
+                &x.neighbors,
+                m.n_rbf,
+                m.cutoff,
+            ),
+            None => self.positions.zeros_like(),
+        }
+    }
+}
