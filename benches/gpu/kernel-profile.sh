@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Every kernel of one eager energy+forces call under Nsight Compute, with the counters that
-# benches/kernel_table.py turns into a per-kernel table of time, FLOP and bytes and their floors.
-# On the GPU machine, from the repository root, after `GPU_BINS=mlff ../shared/gpu/bundle.sh`:
-#   SYSTEMS="water-10000 aspirin-x64" bash benches/kernel-profile.sh
+# benches/gpu/kernel_table.py turns into a per-kernel table of time, FLOP and bytes and their floors.
+# On the GPU machine, from the repository root, after benches/gpu/build.sh made the pack PACK:
+#   SYSTEMS="water-10000 aspirin-x64" bash benches/gpu/kernel-profile.sh
 # Writes $OUT/kernels-SYSTEM.md (the table), $OUT/kernels-SYSTEM.csv (ncu's raw page).
 set -uo pipefail
+: "${PACK:?set PACK to the tarball benches/gpu/build.sh made}"
 out=${OUT:-/tmp/mlff-kernel-profile}; mkdir -p "$out"
 work=/tmp/mlff-kernel-profile-work; rm -rf "$work"; mkdir -p "$work"
-bash .gpu/run.sh exec mlff --version > /dev/null   # unpacks the bundle once
-bin=/tmp/gpu-bundle/bin
+bin=$(bash benches/gpu/run.sh "$PACK" unpack)
 lib=/usr/local/cuda-13.0/targets/x86_64-linux/lib
 export LD_LIBRARY_PATH="$lib:/usr/local/nvidia/lib64:${LD_LIBRARY_PATH:-}"
 model=${MODEL:-models/painn-gfn2.safetensors}
@@ -31,13 +31,13 @@ for system in ${SYSTEMS:-water-10000 aspirin-x64}; do
   # Warm-up and three calls, eager (no graph replays: each kernel is seen as launched).
   timeout 150 ncu --cache-control none --clock-control none --metrics "$metrics" \
     --export "$work/$system" --force-overwrite \
-    "$bin/mlff" bench --model "$model" --device cuda --systems "$system" --ops fused \
+    "$bin/mlff" bench --model "$model" --device cuda --systems "$system" --backend fused \
     --graphs off --warmup 1 --repeats 3 --max-seconds 1 > "$work/$system.log" 2>&1 ||
     { echo "$system: ncu failed"; tail -5 "$work/$system.log"; continue; }
   ncu --import "$work/$system.ncu-rep" --csv --page raw > "$out/kernels-$system.csv"
   {
     echo "$system, $device, $(date -u +%F)"
-    python3 benches/kernel_table.py "$out/kernels-$system.csv" --device "$peaks"
+    python3 benches/gpu/kernel_table.py "$out/kernels-$system.csv" --device "$peaks"
   } > "$out/kernels-$system.md"
   cat "$out/kernels-$system.md"
 done

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Builds mlff for an NVIDIA GPU and packs what a GPU host needs into target/gpu-pack.tar.xz:
+# the `mlff` binary, the md_water_box example and the GPU test binaries (gpu, gpu_graphs,
+# gpu_second_order, the library's unit tests), built with `--features cuda`. The build
+# machine needs no GPU: Rust, nvcc (CUDA 12.x or 13.x, on PATH or under $CUDA_ROOT) and the
+# CUDA libraries to link against (cuBLAS, cuRAND, NVRTC, the driver API's libcuda).
+#
+#   CUDA_COMPUTE_CAP=90 bash benches/gpu/build.sh   # 90: H100/H200; 80: A100; 89: L40/RTX 40xx
+#
+# GPU_TESTS and GPU_BINS name other targets (space-separated; empty: none), PACK another
+# name for the tarball (each bundled binary holds candle's kernels: ~13 MB packed). Then copy
+# the tarball and the repository to the GPU host and use benches/gpu/run.sh there
+# (benches/gpu/README.md).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+: "${CUDA_COMPUTE_CAP:?set CUDA_COMPUTE_CAP to the GPU's compute capability, e.g. 90}"
+tests=${GPU_TESTS-gpu gpu_graphs gpu_second_order}
+bins=${GPU_BINS-mlff md_water_box}
+pack=${PACK:-target/gpu-pack.tar.xz}
+name=$(basename "$pack" .tar.xz)
+stage=target/$name
+rm -rf "$stage" && mkdir -p "$stage/bin" "$stage/tests"
+json=target/$name.json
+: > "$json"
+targets=()
+for b in $bins; do
+  if [ -f "examples/$b.rs" ]; then targets+=(--example "$b"); else targets+=(--bin "$b"); fi
+done
+if [ ${#targets[@]} -gt 0 ]; then
+  cargo build --release --features cuda "${targets[@]}" --message-format=json-render-diagnostics >> "$json"
+fi
+if [ -n "$tests" ]; then
+  test_targets=(--lib)
+  for t in $tests; do test_targets+=(--test "$t"); done
+  cargo test --release --features cuda --no-run "${test_targets[@]}" \
+    --message-format=json-render-diagnostics >> "$json"
+fi
+python3 - "$json" "$stage" <<'PY'
+import json, shutil, sys
+for line in open(sys.argv[1]):
+    try: m = json.loads(line)
+    except ValueError: continue
+    if m.get("reason") != "compiler-artifact" or not m.get("executable"): continue
+    t = m["target"]
+    if m["profile"]["test"]:
+        name = "lib" if "lib" in t["kind"] else t["name"]
+        shutil.copy2(m["executable"], f"{sys.argv[2]}/tests/{name}")
+    elif "bin" in t["kind"] or "example" in t["kind"]:
+        shutil.copy2(m["executable"], f"{sys.argv[2]}/bin/{t['name']}")
+PY
+strip "$stage"/bin/* "$stage"/tests/* 2>/dev/null || true
+# Tests read files relative to the build's checkout: run.sh links this path to the copy there.
+pwd > "$stage/build-root"
+git rev-parse --short HEAD > "$stage/commit" 2>/dev/null || echo unknown > "$stage/commit"
+XZ_OPT=-9 tar -C target -cJf "$pack" "$name"
+ls "$stage/bin" "$stage/tests" | sed 's/^/  /'
+echo "packed $pack ($(du -h "$pack" | cut -f1))"

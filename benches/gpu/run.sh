@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# On the GPU host, from the repository root: unpacks a pack that benches/gpu/build.sh made and
+# runs its tests or one of its programs.
+#   bash benches/gpu/run.sh PACK.tar.xz test [FILTER]     every packed test binary
+#   bash benches/gpu/run.sh PACK.tar.xz exec NAME [ARGS]  one packed program
+#   bash benches/gpu/run.sh PACK.tar.xz unpack            only unpack (prints the bin folder)
+# The CUDA libraries (libcublas.so.12 or .13 and the driver's libcuda) must be findable; the
+# script adds the usual CUDA folders to LD_LIBRARY_PATH.
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+pack=${1:?usage: run.sh PACK.tar.xz test|exec|unpack ...}; shift
+name=$(basename "$pack" .tar.xz)
+dest=/tmp/mlff-$name
+if [ ! -f "$dest/.unpacked" ] || [ "$pack" -nt "$dest/.unpacked" ]; then
+  rm -rf "$dest" && mkdir -p "$dest" && tar -xJf "$pack" -C "$dest" --strip-components=1
+  touch "$dest/.unpacked"
+fi
+for lib in /usr/local/cuda/lib64 /usr/local/cuda-13.0/targets/x86_64-linux/lib \
+           /usr/local/cuda-12/lib64 /usr/local/nvidia/lib64; do
+  [ -d "$lib" ] && export LD_LIBRARY_PATH="$lib:${LD_LIBRARY_PATH:-}"
+done
+root=$(cat "$dest/build-root")
+if [ "$root" != "$PWD" ] && [ ! -e "$root" ]; then
+  mkdir -p "$(dirname "$root")" && ln -s "$PWD" "$root"
+fi
+cmd=${1:-test}; shift || true
+case "$cmd" in
+  test)
+    rc=0
+    for t in "$dest"/tests/*; do
+      echo "=== $(basename "$t")"
+      "$t" "$@" || rc=1
+    done
+    exit $rc ;;
+  exec) prog=$1; shift; exec "$dest/bin/$prog" "$@" ;;
+  unpack) echo "$dest/bin" ;;
+  *) echo "usage: run.sh PACK.tar.xz test [FILTER] | exec NAME [ARGS] | unpack" >&2; exit 2 ;;
+esac
