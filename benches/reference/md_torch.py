@@ -11,11 +11,16 @@ Steps/s counts the whole loop after the first capture (checks and rebuilds inclu
 
     python3 benches/reference/md_torch.py MODEL.safetensors SYSTEM.safetensors [--steps 300]
         [--dt 0.5] [--temperature 300] [--skin 1.0] [--check 10] [--graphs on|off]
-        [--device cuda|cpu] [--json OUT.json]
+        [--device cuda|cpu] [--compile] [--json OUT.json]
 
 First it checks its list against the exported edges (the list of `mlff bench`, built without
 skin at the same positions) and its forces against the exported ones; it exits non-zero if
 either disagrees. Units as ASE: Å, eV, amu, fs.
+
+--compile computes the forces with painn_torch.py's compiled form (torch.compile, inductor,
+static shapes: the list's capacity fixes them), compiled at the first force call, before the
+checks and the timed loop (compile_s in the JSON); a list that outgrows its capacity changes
+the shapes and compiles again inside the timed loop (compile_graphs counts the graphs).
 """
 import argparse
 import json
@@ -29,7 +34,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from painn_torch import energy_forces, model_on  # noqa: E402
+from painn_torch import compiled_energy_forces, energy_forces, model_on  # noqa: E402
 
 EV_PER_AMU_A2_FS2 = 103.642696  # 1 amu Å²/fs² in eV
 KB_EV = 8.617333262e-5
@@ -118,9 +123,11 @@ def edge_differences(ours, theirs, pos, cell, cutoff):
 class Md:
     """NVE velocity Verlet on static buffers, so that one step can be captured and replayed."""
 
-    def __init__(self, model, s, cutoff, skin, dt, temperature, seed, graphs):
+    def __init__(self, model, s, cutoff, skin, dt, temperature, seed, graphs, ef=None):
+        """ef(x, pos) -> (energies, forces): the eager energy_forces by default."""
         dev, f32 = s.pos.device, torch.float32
         self.model, self.s, self.cutoff, self.skin, self.graphs = model, s, cutoff, skin, graphs
+        self.ef = ef or (lambda x, pos: energy_forces(model, x, pos))
         self.pos = s.pos.to(f32).clone()
         g = torch.Generator(device="cpu").manual_seed(seed)
         m = s.masses.cpu()
@@ -135,8 +142,14 @@ class Md:
         self.rebuilds = self.captures = 0
         self.built_at = torch.empty_like(self.pos)  # positions at the last build
         self.build()
-        e, f = energy_forces(self.model, self.inputs(), self.pos)
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        e, f = self.ef(self.inputs(), self.pos)
         self.energy, self.forces = e.clone(), f.clone()
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+        self.first_call_s = time.perf_counter() - t0  # the compilation, where compiled
         self.disp = torch.zeros((), device=dev, dtype=f32)
         self.graph = None
 
@@ -169,7 +182,7 @@ class Md:
     def step(self):
         self.vel.add_(self.forces * self.inv_m, alpha=self.half_dt)
         self.pos.add_(self.vel, alpha=self.dt)
-        e, f = energy_forces(self.model, self.inputs(), self.pos)
+        e, f = self.ef(self.inputs(), self.pos)
         self.energy.copy_(e)
         self.forces.copy_(f)
         self.vel.add_(self.forces * self.inv_m, alpha=self.half_dt)
@@ -223,6 +236,10 @@ def main():
     ap.add_argument("--graphs", choices=("on", "off"), default="on")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--compile", action="store_true",
+                    help="forces through torch.compile (inductor), as painn_torch.py's compiled form")
+    ap.add_argument("--compile-variant", default="whole", choices=("whole", "forward"),
+                    help="see painn_torch.py")
     ap.add_argument("--json")
     a = ap.parse_args()
     model, dev, cuda = model_on(a.model, a.device, "md_torch.py", "(eager)")
@@ -235,7 +252,8 @@ def main():
     if odd:
         sys.exit(f"md_torch.py: {len(listed[0])} edges listed here, {len(s.edges[0])} exported; "
                  f"{len(odd)} differ, e.g. (i, j, image), distance: {odd[:3]}")
-    md = Md(model, s, cutoff, a.skin, a.dt, a.temperature, a.seed, a.graphs == "on" and cuda)
+    ef = compiled_energy_forces(model, 1, a.compile_variant) if a.compile else None
+    md = Md(model, s, cutoff, a.skin, a.dt, a.temperature, a.seed, a.graphs == "on" and cuda, ef)
     df = (md.forces.double().cpu() - s.forces).abs().max().item()
     if df > 1e-3:
         sys.exit(f"md_torch.py: forces differ from the exported ones by {df:.2e} eV/Å")
@@ -266,9 +284,13 @@ def main():
                e_tot_std_mev_per_atom=math.sqrt(sum((x - mean) ** 2 for x in per_atom) / len(per_atom)),
                temperature_mean_k=sum(temperatures) / len(temperatures),
                max_df_start_vs_mlff=df, torch=torch.__version__,
+               compiled=a.compile, compile_variant=a.compile_variant if a.compile else None,
+               compile_s=md.first_call_s if a.compile else None,
+               compile_graphs=torch._dynamo.utils.counters["stats"]["unique_graphs"] if a.compile else None,
                device=torch.cuda.get_device_name() if cuda else "cpu")
     print(json.dumps(row), file=sys.stderr)
-    print(f"| {row['system']} | {s.n} | PyTorch {'CUDA graph' if md.graphs else 'eager'} | {a.steps} | "
+    form = ("compiled " if a.compile else "") + ("CUDA graph" if md.graphs else "eager")
+    print(f"| {row['system']} | {s.n} | PyTorch {form} | {a.steps} | "
           f"{row['steps_per_s']:.1f} | {row['ms_per_step']:.2f} | {row['e_tot_drift_mev_per_atom']:+.3f} | "
           f"{row['list_builds']} |")
     if a.json:
