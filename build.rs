@@ -20,21 +20,17 @@ fn main() {
         .unwrap_or_else(|| PathBuf::from("nvcc"));
     // PTX for an older virtual architecture is JIT-compiled forward by the driver.
     let cap = std::env::var("CUDA_COMPUTE_CAP").unwrap_or_else(|_| "70".into());
-    let mut sources: Vec<PathBuf> = std::fs::read_dir("kernels")
-        .expect("kernels/ directory")
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "cu"))
-        .collect();
+    // kernels/ mirrors src/ops (edges/, layers/, whole/), headers shared between files in
+    // kernels/include/; each .cu file's stem names its module, so stems are unique.
+    let mut sources = Vec::new();
+    files_under(Path::new("kernels"), &mut sources);
+    sources.retain(|p| p.extension().is_some_and(|x| x == "cu"));
     sources.sort();
     // A change under src/ reruns this script (for the name check below) but recompiles
     // nothing unless a kernel source, a header or this script is newer than the PTX (or the
     // target changed).
-    // The `profiling` feature compiles the one-launch kernels' phase stamps in
-    // (kernels/grid.cuh); the stamp file records it beside the architecture.
-    let profiling = std::env::var_os("CARGO_FEATURE_PROFILING").is_some();
-    let flavour = format!("{cap}{}", if profiling { " phase-stamps" } else { "" });
     let stamp = out_dir.join("compute_cap");
-    let cap_changed = std::fs::read_to_string(&stamp).ok().as_deref() != Some(flavour.as_str());
+    let cap_changed = std::fs::read_to_string(&stamp).ok().as_deref() != Some(cap.as_str());
     let this_script = std::fs::metadata("build.rs")
         .and_then(|m| m.modified())
         .ok();
@@ -59,8 +55,7 @@ fn main() {
         let nvcc_run = |args: &[String], out: &Path| {
             Command::new(&nvcc)
                 // -lineinfo: line tables for profilers (ncu's source view); same code.
-                .args(["-O3", "-std=c++17", "-Ikernels", "-lineinfo"])
-                .args(profiling.then_some("-DPHASE_STAMPS"))
+                .args(["-O3", "-std=c++17", "-Ikernels/include", "-lineinfo"])
                 .args(args)
                 .arg("-o")
                 .arg(out)
@@ -83,14 +78,30 @@ fn main() {
         let status = child.wait().expect("waiting for nvcc");
         assert!(status.success(), "nvcc failed on {}", src.display());
     }
-    std::fs::write(&stamp, &flavour).expect("writing the compute-capability stamp");
+    std::fs::write(&stamp, &cap).expect("writing the compute-capability stamp");
     check_kernel_names(Path::new("src"), &out_dir);
 }
 
+/// Every file under `dir`, recursively.
+fn files_under(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for path in entries.filter_map(|e| e.ok().map(|e| e.path())) {
+        if path.is_dir() {
+            files_under(&path, out);
+        } else {
+            out.push(path);
+        }
+    }
+}
+
 fn newest_mtime(dir: &Path) -> Option<std::time::SystemTime> {
-    std::fs::read_dir(dir)
-        .ok()?
-        .filter_map(|e| e.ok()?.metadata().ok()?.modified().ok())
+    let mut files = Vec::new();
+    files_under(dir, &mut files);
+    files
+        .iter()
+        .filter_map(|p| std::fs::metadata(p).ok()?.modified().ok())
         .max()
 }
 
@@ -124,7 +135,7 @@ fn check_kernel_names(dir: &Path, out_dir: &Path) {
             let ptx_path = out_dir.join(format!("{module}.ptx"));
             let ptx = std::fs::read_to_string(&ptx_path).unwrap_or_else(|_| {
                 panic!(
-                    "{}:{}: kernel `{name}` names module `{module}`, but kernels/{module}.cu does not exist",
+                    "{}:{}: kernel `{name}` names module `{module}`, but no kernels/**/{module}.cu exists",
                     path.display(),
                     line_no + 1
                 )

@@ -1,7 +1,7 @@
 //! Langevin (NVT, 300 K) dynamics of a periodic box of 64 waters with the shipped student:
-//! 200 steps of 0.5 fs, periodic wrapping and a Verlet neighbour list with a 1 Å skin. On 2 CPU
-//! cores a step of this 192-atom box takes about 0.5 s with the fused path (measured: 200 steps
-//! in 104 s): build with `--features cuda` for longer runs.
+//! 200 steps of 0.5 fs, periodic wrapping and a Verlet neighbour list with a 1 Å skin. On a few
+//! CPU cores even this 192-atom box runs slowly with the fused path: build with
+//! `--features cuda` for longer runs (a larger box on a GPU: BENCHMARKS.md, "MD throughput").
 //!
 //!     cargo run --release --example md_water_box [-- OUT_DIR [N_WATERS [STEPS [nve|nvt [GRAPHS [LIST]]]]]]
 //!

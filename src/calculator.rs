@@ -4,12 +4,14 @@
 use crate::checkpoint;
 use crate::error::{Error, Result};
 use crate::model::Backend;
-use crate::model::{Painn, PainnInputs};
+use crate::model::{FusedPainn, Painn, PainnInputs};
 use crate::neighbors::{batch_neighbor_list, image_offset, NeighborList};
-use crate::profiler::{NoClock, Phase, PhaseClock};
+use crate::phase::{NoClock, Phase, PhaseClock};
 use crate::structure::Batch;
+use crate::tuning::Tuning;
 use candle_core::{DType, Device, Tensor, Var};
 use std::path::Path;
+use std::sync::OnceLock;
 
 /// Energies (eV) and forces (eV/Å) of every structure of a batch.
 #[derive(Clone, Debug, PartialEq)]
@@ -59,6 +61,10 @@ pub struct PainnCalculator {
     model: Painn,
     device: Device,
     dtype: DType,
+    /// What the fused backend's plan picks kernels from, and MD its step paths.
+    tuning: Tuning,
+    /// The fused form of the model (weights read once), built on first use.
+    fused: OnceLock<FusedPainn>,
 }
 
 /// Device-side energies \[B\] and forces [N, 3] of one call.
@@ -73,6 +79,8 @@ impl PainnCalculator {
             model,
             device,
             dtype,
+            tuning: Tuning::default(),
+            fused: OnceLock::new(),
         }
     }
 
@@ -87,22 +95,33 @@ impl PainnCalculator {
         self
     }
 
-    /// Picks the fused path's kernels under `tuning` (every path gives the same results).
-    pub fn with_tuning(mut self, tuning: crate::tuning::Tuning) -> Self {
-        self.model = self.model.with_tuning(tuning);
+    /// Picks the fused backend's kernels and MD's step paths under `tuning` (every path gives
+    /// the same results).
+    pub fn with_tuning(mut self, tuning: Tuning) -> Self {
+        self.tuning = tuning;
+        self.fused = OnceLock::new();
         self
     }
 
-    /// The tuning the model and MD pick their paths from.
-    pub fn tuning(&self) -> &crate::tuning::Tuning {
-        self.model.tuning()
+    /// The tuning the fused backend and MD pick their paths from.
+    pub fn tuning(&self) -> &Tuning {
+        &self.tuning
+    }
+
+    /// The fused-kernel form of the model (weights read once, on first use: for inference).
+    pub fn fused(&self) -> Result<&FusedPainn> {
+        if let Some(f) = self.fused.get() {
+            return Ok(f);
+        }
+        let built = FusedPainn::new(&self.model, &self.tuning)?;
+        Ok(self.fused.get_or_init(|| built))
     }
 
     /// Builds what its code path needs before the first call (the fused form of the model,
     /// with `--backend fused`), so that a model the path cannot run fails here, not at a frame.
     pub fn check_ops(&self) -> Result<()> {
         if self.model.backend() == Backend::Fused {
-            self.model.fused()?;
+            self.fused()?;
         }
         Ok(())
     }
@@ -178,8 +197,7 @@ impl PainnCalculator {
     ) -> Result<Prediction> {
         clock.mark(Phase::Upload)?;
         let (inputs, positions) = self.prepare_with(batch, nl)?;
-        let (atom_energies, forces) =
-            atom_energies_and_forces(&self.model, &inputs, &positions, clock)?;
+        let (atom_energies, forces) = atom_energies_and_forces(self, &inputs, &positions, clock)?;
         clock.mark(Phase::Download)?;
         // Per-structure totals summed in f64: in f32 a sum of 10,000 atom energies of a few
         // hundred eV each is off by ~1 eV (measured against the same sum in another order).
@@ -194,7 +212,7 @@ impl PainnCalculator {
     /// Energies and forces on the device: one forward and one backward for the whole batch.
     pub fn compute_device(&self, inputs: &PainnInputs, positions: &Var) -> Result<DeviceOutput> {
         let (atom_energies, forces) =
-            atom_energies_and_forces(&self.model, inputs, positions, &mut NoClock)?;
+            atom_energies_and_forces(self, inputs, positions, &mut NoClock)?;
         // One structure: a sum, without the zeroed buffer a scatter adds into.
         let energies = match inputs.n_structures {
             1 => atom_energies.sum_keepdim(0)?,
@@ -208,14 +226,15 @@ impl PainnCalculator {
 /// backward phases on `clock`: with `Backend::Fused` the fused kernels and their explicit
 /// adjoint, otherwise candle's backprop through the model's graph.
 pub fn atom_energies_and_forces(
-    model: &Painn,
+    calc: &PainnCalculator,
     inputs: &PainnInputs,
     positions: &Var,
     clock: &mut dyn PhaseClock,
 ) -> Result<(Tensor, Tensor)> {
     clock.mark(Phase::Forward)?;
+    let model = calc.model();
     if model.backend() == Backend::Fused {
-        let fused = model.fused()?;
+        let fused = calc.fused()?;
         if let Some(out) = fused.one_launch(inputs)? {
             // Forward and adjoint are one launch: the profiler sees it all as the forward.
             clock.mark(Phase::Backward)?;

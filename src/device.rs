@@ -77,8 +77,8 @@ fn open_cuda(n: usize) -> Result<Device> {
 /// free) and from recording them at every launch: they order a buffer's uses across streams,
 /// and each device we open queues all its work on its one stream, in order, with
 /// stream-ordered frees. At molecule size a step makes ~80 allocations, so this saves ~320
-/// driver calls per step (aspirin 0.78-0.83 -> 0.65-0.77 ms on an H100), and graph capture
-/// needs it (a wait on an event recorded outside the capture is illegal inside it).
+/// driver calls per step (a faster molecule call: docs/bench-log/11-cuda-graphs.md), and graph
+/// capture needs it (a wait on an event recorded outside the capture is illegal inside it).
 #[cfg(feature = "cuda")]
 fn single_stream_without_events(dev: &Device) {
     let Device::Cuda(c) = dev else { return };

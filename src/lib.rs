@@ -14,6 +14,7 @@ pub mod md;
 pub mod model;
 pub mod neighbors;
 pub mod ops;
+pub mod phase;
 pub mod plan;
 pub mod plot;
 pub mod profiler;

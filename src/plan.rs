@@ -7,21 +7,18 @@
 //! Three ways a call can run, tried in this order:
 //! - **atom split**: one launch, the atoms split over the thread blocks (`ops::atom_split`);
 //! - **feature split**: one launch, the features split over the thread blocks
-//!   (`ops::small_system`);
+//!   (`ops::feature_split`);
 //! - **layers**: a kernel per layer and an explicit adjoint, whose choices (dense layers,
 //!   filter, update, first block) are a [`LayerPlan`].
 
+pub use crate::ops::ModelShape;
 use crate::ops::{
-    dense_on_tensor_cores, dense_tc_fits, tiles_on_tensor_cores, AtomSplitPlan, SmallSystemModel,
-    SmallSystemPlan, DENSE_MAX_WIDTH, ELEMENT_SUMS_MAX_ELEMENTS, TILE_GRAD_ROWS_MAX_BYTES,
-    UPDATE_TC_FEATURES,
+    dense_on_tensor_cores, dense_tc_fits, tiles_on_tensor_cores, AtomSplitPlan, FeatureSplitPlan,
+    DENSE_MAX_WIDTH, ELEMENT_SUMS_MAX_ELEMENTS, TILE_GRAD_ROWS_MAX_BYTES, UPDATE_TC_FEATURES,
 };
 use crate::tuning::Tuning;
 use candle_core::{DType, Device, Result};
 use serde::Serialize;
-
-/// The model's sizes, as the plan and the one-launch kernels need them.
-pub type ModelShape = SmallSystemModel;
 
 /// Largest filter-rows buffer made (bytes); beyond it the kernels form the filter themselves,
 /// so that very large systems keep the O(N·F + E·R) memory of that path.
@@ -50,7 +47,7 @@ pub enum Plan {
     /// One launch, the atoms split over the thread blocks.
     AtomSplit(AtomSplitPlan),
     /// One launch, the features split over the thread blocks.
-    FeatureSplit(SmallSystemPlan),
+    FeatureSplit(FeatureSplitPlan),
     /// A kernel per layer and the explicit adjoint.
     Layers(LayerPlan),
 }
@@ -59,9 +56,9 @@ pub enum Plan {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum DensePath {
-    /// Our row-block kernels (kernels/dense.cu), for molecule-sized inputs.
+    /// Our row-block kernels (kernels/layers/dense.cu), for molecule-sized inputs.
     Small,
-    /// Tensor cores (kernels/dense_tc.cu), an MLP in one launch; layers whose shapes the
+    /// Tensor cores (kernels/layers/dense_tc.cu), an MLP in one launch; layers whose shapes the
     /// kernels do not take run as `Matmul`.
     TensorCores,
     /// candle's matmul (cuBLAS on CUDA) and the bias+SiLU kernels.
@@ -166,11 +163,11 @@ pub fn feature_split(
     shape: &ModelShape,
     size: SystemSize,
     target: Target,
-) -> Option<SmallSystemPlan> {
+) -> Option<FeatureSplitPlan> {
     if !target.device.is_cuda() || size.atoms > tuning.feature_split_max_atoms {
         return None;
     }
-    SmallSystemPlan::new(*shape, size.atoms, size.edges)
+    FeatureSplitPlan::new(*shape, size.atoms, size.edges)
         .ok()?
         .fit_widest(target.device, target.dtype, tuning.feature_split_max_blocks)
         .ok()

@@ -1,6 +1,6 @@
 //! The device neighbour list (`DeviceListBuilder`: padded slots, an overflow flag) through its
 //! CPU twin, against the host cell list: molecules, cubic and triclinic boxes, a slab, atoms
-//! outside the cell; padding, overflow, refusals. tests/gpu.rs runs the same checks on CUDA.
+//! outside the cell; padding, overflow, refusals. tests/gpu/ runs the same checks on CUDA.
 
 mod common;
 

@@ -141,7 +141,7 @@ fn models_beyond_the_sums_element_limit_run_the_first_block_per_edge() {
             PainnCalculator::new(model, Device::Cpu, DType::F64).with_backend(Backend::Fused);
         let batch = Batch::new(vec![common::random_molecule(9, 4)]).unwrap();
         let (inputs, positions) = calc.prepare(&batch).unwrap();
-        let pass = calc.model().fused().unwrap().forward(&inputs).unwrap();
+        let pass = calc.fused().unwrap().forward(&inputs).unwrap();
         let energies = calc.model().atom_energies(&inputs).unwrap();
         let forces = forces_from(&energies.sum_all().unwrap(), &positions).unwrap();
         let what = format!("{elements} elements");

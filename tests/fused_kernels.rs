@@ -86,7 +86,7 @@ fn filter_rows_and_dense_kernel_paths_match() {
     let batch = batch();
     let calc = common::calculator(DType::F64, &Device::Cpu).with_backend(Backend::Fused);
     let (inputs, positions) = calc.prepare(&batch).unwrap();
-    let fused = calc.model().fused().unwrap();
+    let fused = calc.fused().unwrap();
     let run_with = |edges: usize,
                     dense_rows: usize,
                     keep: usize,
@@ -440,7 +440,7 @@ fn fused_forces_with_the_symmetric_adjoint_match_autograd() {
         let calc = common::calculator(dtype, &Device::Cpu).with_backend(Backend::Fused);
         let (inputs, positions) = calc.prepare(&batch).unwrap();
         assert!(inputs.centers.dim(0).unwrap() >= tuning.tile_from(false));
-        let fused = calc.model().fused().unwrap().clone();
+        let fused = calc.fused().unwrap().clone();
         let pass = fused.with_tuning(tuning.clone());
         let pass = pass.forward(&inputs).unwrap();
         let graph = common::calculator(dtype, &Device::Cpu);
@@ -625,7 +625,7 @@ fn with_and_without_tensor_cores(
     let calc = PainnCalculator::new(model, Device::Cpu, DType::F64).with_backend(Backend::Fused);
     let batch = Batch::new(vec![common::random_molecule(atoms, seed + 2)]).unwrap();
     let (inputs, positions) = calc.prepare(&batch).unwrap();
-    let fused = calc.model().fused().unwrap();
+    let fused = calc.fused().unwrap();
     let run = |rows: std::ops::RangeInclusive<usize>| {
         let tuning = Tuning {
             dense_kernel_max_rows: 0,

@@ -519,7 +519,7 @@ fn cuda_graph_capture_failure_falls_back_with_auto() {
 /// edge geometry in shared memory (the faster path there) and does for a larger system; the
 /// trajectories follow `off`'s.
 #[test]
-fn cuda_auto_graphs_leave_one_kernel_molecules_eager() {
+fn cuda_auto_graphs_leave_feature_split_molecules_eager() {
     let _gpu = exclusive();
     let gpu = cuda();
     // f32, as `mlff md` runs: in f64 a molecule's edge geometry may not fit shared memory.

@@ -68,7 +68,7 @@ fn the_plan_follows_the_tuning_and_results_do_not() {
         .with_backend(Backend::Fused);
     let batch = Batch::new(vec![water_box(100, 0)]).unwrap();
     let (inputs, _) = calc.prepare(&batch).unwrap();
-    let fused = calc.model().fused().unwrap().clone();
+    let fused = calc.fused().unwrap().clone();
     let edges = inputs.centers.dim(0).unwrap();
     assert!(
         edges >= Tuning::default().filter_rows_from_edges,

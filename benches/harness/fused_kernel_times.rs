@@ -136,7 +136,7 @@ fn rows(dev: &Device, batch: &Batch) -> Result<Vec<Row>> {
             flop: ed * (R as f64 * 16.0 + 60.0),
             bytes: ed * 4.0 * (9.0 + 2.0 + bw + 6.0),
         },
-        // From TILE_FROM_EDGES (src/ops/interaction_tile.rs) edges on CUDA these are the tiled
+        // From TILE_FROM_EDGES (src/ops/layers/interaction_tile.rs) edges on CUDA these are the tiled
         // kernels (the adjoint for a symmetric list first); the tiled adjoints leave dL/dw as
         // rows (the "filter rows adjoint" product below maps them back; not timed here).
         Row {

@@ -30,10 +30,10 @@ fn host_parts(
     integrator: &Integrator,
     steps: usize,
 ) -> Result<()> {
-    use mlff_distiller::ops::{small_system, small_system_step, MdStepInputs};
+    use mlff_distiller::ops::{feature_split, feature_split_step, MdStepInputs};
     let dev = calc.device();
     let (x, _) = calc.prepare(&mlff_distiller::Batch::new(vec![s.clone()])?)?;
-    let fused = calc.model().fused()?;
+    let fused = calc.fused()?;
     let (n, e) = (x.positions.dim(0)?, x.centers.dim(0)?);
     let time = |what: &str, f: &mut dyn FnMut() -> Result<()>| -> Result<()> {
         f()?;
@@ -59,7 +59,7 @@ fn host_parts(
     let pos64 = x.positions.to_dtype(DType::F64)?;
     let zeros = pos64.zeros_like()?;
     time("plain call", &mut || {
-        small_system(
+        feature_split(
             &plan,
             w,
             &x.positions,
@@ -80,7 +80,7 @@ fn host_parts(
             noise: None,
             reference: &pos64,
         };
-        small_system_step(
+        feature_split_step(
             &plan,
             w,
             &x.offsets,
@@ -114,7 +114,7 @@ fn main() -> Result<()> {
             .collect::<Result<Vec<f64>>>()?;
         let integrator = Integrator::new(Ensemble::Nve, 0.5, &masses, &dev)?;
         for single in [true, false] {
-            let mut forces = PainnForces::new(&calc, &s, 1.0)?.with_single_launch_steps(single);
+            let mut forces = PainnForces::new(&calc, &s, 1.0)?.with_one_launch_steps(single);
             let mut x = device_positions(&s.positions, &dev)?;
             let first = forces.evaluate(&mut x)?;
             let mut state = State {

@@ -1,7 +1,8 @@
-// What one phase of the one-kernel small system costs at its floor (BENCHMARKS.md, "phases"):
+// What one phase of the one-kernel feature split costs at its floor (BENCHMARKS.md, "Goals
+// against their measured floors"; docs/bench-log/18-one-kernel-floor.md):
 // a barrier among the launch's blocks, then the next layer's input (N x F, written by the
 // other blocks before the barrier) staged in shared memory. Grid barrier (a counter in global
-// memory, as kernels/small_system.cu) against the hardware cluster barrier (sm_90), and layer
+// memory, as kernels/whole/feature_split.cu) against the hardware cluster barrier (sm_90), and layer
 // inputs read from L2 against reads of the other blocks' shared memory (DSMEM).
 // Build and run on the device: nvcc -arch=sm_90a -O3 -std=c++17 barriers.cu -o barriers && ./barriers
 #include <cooperative_groups.h>

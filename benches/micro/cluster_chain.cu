@@ -1,18 +1,20 @@
 // How fast can a thread-block cluster run PaiNN's chain of dense layers for one small molecule?
-// (CUDA-graph issue, BENCHMARKS.md "A cluster's layer chain".)
+// (CUDA-graph issue; BENCHMARKS.md, "Goals against their measured floors";
+// docs/bench-log/44-cluster-chain.md.)
 //
-// The one kernel (kernels/small_system.cu) splits the features over 64 blocks and pays, per
-// dense layer, a grid barrier and a stage of the layer's input from L2: ~1.9 us at least and
-// 3.3-6 us measured, 30 times a call. Here C blocks of one cluster (C <= 16) split the
-// features; each block computes its columns of a layer from the input in its own shared
-// memory, with its weight slice streamed in ahead by bulk copies, and pushes its share of
-// the next layer's input into every block's shared memory (distributed shared memory):
+// The one kernel (kernels/whole/feature_split.cu) splits the features over 64 blocks and pays, per
+// dense layer, a grid barrier and a stage of the layer's input from L2 (at least what
+// barriers.cu measures, more inside the kernel), 30 times a call. Here C blocks of one
+// cluster (C <= 16) split the features; each block computes its columns of a layer from the
+// input in its own shared memory, with its weight slice streamed in ahead by bulk copies, and
+// pushes its share of the next layer's input into every block's shared memory (distributed
+// shared memory):
 //   mode 0: one bulk copy per receiving block, counted against its mbarrier (no barrier at
 //           all: a block waits only until its own next input has arrived);
 //   mode 1: the same by st.async, 16 bytes a store;
 //   mode 2: no communication (each block on its own stale buffers: products and weights);
 //   mode 3: no cluster: each block writes its share to global memory, a grid barrier (a
-//           counter, as kernels/small_system.cu), then every block stages the whole input
+//           counter, as kernels/whole/feature_split.cu), then every block stages the whole input
 //           from L2 into its shared memory: the one kernel's way, for comparison.
 // Inputs are double-buffered, so one synchronisation per layer suffices: a block can only
 // write a peer's buffer two layers on after that peer has sent what it computed from it.
@@ -29,7 +31,7 @@
 #include <string>
 #include <vector>
 
-#include "../../kernels/grid.cuh"  // the one kernel's grid barrier, last_block_out, global_ns
+#include "../../kernels/include/grid.cuh"  // the one kernel's grid barrier, last_block_out, global_ns
 
 constexpr int THREADS = 512, MAX_LAYERS = 32, STAGES = 6;
 
@@ -323,7 +325,8 @@ int main() {
     printf("| sync | blocks | products | us per call | us per layer | max rel. error |\n|---|---:|---|---:|---:|---:|\n");
     const char* names[] = {"cluster, bulk copies", "cluster, st.async", "none", "grid barrier, L2"};
     // 16 blocks only: at 8 the ring of STAGES weight slices (twice as wide) no longer fits
-    // beside the input buffers (an earlier version with 3 stages measured 8 within 7% of 16).
+    // beside the input buffers (an earlier version with 3 stages measured 8 close to 16:
+    // docs/bench-log/44-cluster-chain.md).
     for (int C : {16}) {
         std::vector<Layer> layers = chain_shape;
         std::vector<float> packed;

@@ -1,6 +1,6 @@
 // The raw rate of warp-level tensor-core instructions (mma.sync) on this GPU: each warp runs
 // CHAINS independent accumulator chains of an mma in a loop, operands in registers; cycles per
-// mma per SM sub-partition (4 per SM), for TF32 m16n8k8 (what kernels/row_products.cuh's
+// mma per SM sub-partition (4 per SM), for TF32 m16n8k8 (what kernels/whole/row_products.cuh's
 // split-TF32 products issue) and BF16 m16n8k16, at 4 to 16 warps per block, one block per SM.
 // Build and run on the device:
 //   nvcc -arch=sm_90a -O3 -std=c++17 mma_rate.cu -o mr && ./mr

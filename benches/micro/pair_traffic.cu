@@ -1,5 +1,5 @@
 // Would a half (pair) edge list pay for the forward interaction's memory traffic? The fragment
-// forward (kernels/interaction_frag.cuh) gathers, per directed edge (i <- j), the sender's six
+// forward (kernels/layers/interaction_frag.cuh) gathers, per directed edge (i <- j), the sender's six
 // rows of 128 features (φ_j's three parts, v_j's three components: 3 KB) and sums the messages
 // per receiver. Over pairs (i < j), each pair would gather j's six rows once, read i's own rows
 // (the run's atom: L1), and send i's messages to j by vector atomic adds (red.global.add.v4.f32:

@@ -1,4 +1,5 @@
-// Per-multiprocessor L2 streaming rate (BENCHMARKS.md, atom-split floor): B blocks each read
+// Per-multiprocessor L2 streaming rate (the atom split's floor: BENCHMARKS.md, "Goals against
+// their measured floors"; docs/bench-log/20-atom-split-first.md): B blocks each read
 // the same 4.5 MB of weights (f32, resident in L2; zeros, then pseudo-random values, in case
 // the memory system treats zeros specially) once per launch, (a) by plain 16-byte loads,
 // 8 in flight per thread, (b) by bulk copies (TMA, cp.async.bulk) into a ring of shared-memory

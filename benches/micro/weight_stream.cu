@@ -1,4 +1,5 @@
-// Floor of an atom-split one kernel (BENCHMARKS.md): every block streams all of PaiNN's dense
+// Floor of an atom-split one kernel (BENCHMARKS.md, "Goals against their measured floors";
+// docs/bench-log/20-atom-split-first.md): every block streams all of PaiNN's dense
 // weights (3 interaction blocks, H = 128: ~2.2 MB in f32 per pass) from L2 and applies them to
 // the few atoms it owns. How fast can B blocks at once do that? A chain of 128 x 128 matrices
 // y = x W applied to A atoms per block; µs per launch and GB/s per block.

@@ -83,8 +83,8 @@ pub struct MdArgs {
     /// fused) and worth it (neighbour lists of up to the tuning's graph_auto_max_edges; larger
     /// systems measured slower with graphs; molecules whose call is one kernel with its edge
     /// geometry in shared memory run faster as one launch per step, integrator included, as
-    /// the tuning's one_launch_steps says); on: always, an error where impossible; off: launch
-    /// every kernel.
+    /// the tuning's one_launch_steps says; BENCHMARKS.md, "Tuning defaults"); on: always, an
+    /// error where impossible; off: launch every kernel.
     #[arg(long, default_value = "auto")]
     graphs: Graphs,
     /// Keep running after a bond has stretched more than 0.5 Å (the run still counts as
@@ -293,10 +293,10 @@ pub fn print_summary(s: &MdSummary) {
         "speed: {:.1} steps/s, {:.3} ns/day ({:.1} s wall, {} neighbour-list builds)",
         s.steps_per_s, s.ns_per_day, s.wall_s, s.neighbor_list_builds
     );
-    if s.single_launch_steps > 0 {
+    if s.one_launch_steps > 0 {
         println!(
             "{} steps ran as one kernel launch each (integrator folded into the force kernel)",
-            s.single_launch_steps
+            s.one_launch_steps
         );
     }
     if s.redone_steps > 0 {

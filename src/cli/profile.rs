@@ -121,7 +121,7 @@ pub fn run(a: ProfileArgs) -> Result<()> {
     report.tuning = serde_json::to_value(calc.tuning())?;
     if calc.model().backend() == mlff_distiller::model::Backend::Fused {
         let (inputs, _) = calc.prepare(&mlff_distiller::Batch::new(vec![s.clone()])?)?;
-        report.plan = calc.model().fused()?.plan(&inputs)?.to_json();
+        report.plan = calc.fused()?.plan(&inputs)?.to_json();
     }
     let mut md = report.markdown();
     if let (Some(before), Some(after)) = (before, plain(&calc)?) {

@@ -69,9 +69,9 @@ pub struct TrainArgs {
     #[arg(long)]
     seed: Option<u64>,
     /// How the force loss is differentiated: directional (the energy gradient's central
-    /// difference along the force error: first-order backprop only, ~2.3x the structures/s on
-    /// CUDA), double-backward (exact), or auto (default: directional on CUDA, double-backward
-    /// on the CPU, where the two are about as fast).
+    /// difference along the force error: first-order backprop only, more structures/s on CUDA:
+    /// BENCHMARKS.md, "Training throughput"), double-backward (exact), or auto (default:
+    /// directional on CUDA, double-backward on the CPU, where the two are about as fast).
     #[arg(long)]
     force_gradient: Option<ForceGradient>,
     /// Stop after the epoch during which this many minutes of training have passed (the

@@ -47,9 +47,10 @@ pub struct ValidateMdArgs {
     /// Trajectory frame every k steps (0: no trajectories).
     #[arg(long, default_value_t = 100)]
     traj_every: u64,
-    /// Systems run at once, each on its own CPU thread (or CUDA stream). On one GPU, 3 streams
-    /// in one process were measured ~2.7x slower in total than one: there, run one process per
-    /// GPU instead (benches/gpu-validate.sh).
+    /// Systems run at once, each on its own CPU thread (or CUDA stream). On one GPU, several
+    /// streams in one process were measured slower in total than one
+    /// (docs/bench-log/06-bench-suite-baseline.md): there, run one process per GPU instead
+    /// (benches/gpu/validate.sh).
     #[arg(long, default_value_t = 1)]
     jobs: usize,
     /// Folder for report.md, report.json, etot_<system>.png and runs/.

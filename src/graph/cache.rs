@@ -250,7 +250,7 @@ impl<'a> GraphCalculator<'a> {
         if self.graphs != Graphs::Auto {
             return Ok(true);
         }
-        let fused = self.calc.model().fused()?;
+        let fused = self.calc.fused()?;
         let plan = fused.feature_split_plan(atoms, edges, self.calc.device(), self.calc.dtype())?;
         Ok(!plan.is_some_and(|p| p.edges_resident()))
     }

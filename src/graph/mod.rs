@@ -1,8 +1,8 @@
 //! CUDA graphs of the fused energy+forces call. A call of the fused path is ~60 kernels plus
 //! the memsets and copies of their outputs, each costing microseconds of host work (launch,
 //! allocation) at molecule size; captured once as a graph, a replay queues them all with one
-//! call and no allocation. (The GPU time of those kernels remains: ~0.24 ms for aspirin on an
-//! H100.)
+//! call and no allocation. (The GPU time of those kernels remains: the replayed column of
+//! BENCHMARKS.md, "Latency by size".)
 //!
 //! A [`ForceGraph`] is captured for a fixed number of atoms and an edge *capacity*: its inputs
 //! (positions, edge list, image offsets) and outputs (energies, forces) live in buffers that
@@ -359,7 +359,7 @@ impl Parts<'_> {
         // The separate kernels, even where an eager call takes the one kernel: replayed, the
         // one kernel was no faster per call, and capturing it made a later capture of the
         // graph tests fail twice (CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, cause not found).
-        let (atom_energies, forces) = self.calc.model().fused()?.separate_kernels(&inputs)?;
+        let (atom_energies, forces) = self.calc.fused()?.by_layers(&inputs)?;
         let forces = forces.to_dtype(DType::F64)?;
         let atom_energies = atom_energies.to_dtype(DType::F64)?;
         let energies = scatter_add(&atom_energies, self.atom_structure, self.structures)?;

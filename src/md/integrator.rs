@@ -1,8 +1,9 @@
 //! Velocity Verlet (NVE) and BAOAB Langevin (NVT, Leimkuhler & Matthews 2013), as tensor
 //! updates on the force provider's device. Langevin noise comes from a seeded ChaCha stream on
 //! the host (3N normals a step), so runs are reproducible and restartable on any device.
+//! The step that drives a force provider is in `step`, so that this module (which a provider's
+//! whole-step path names) depends on no provider.
 
-use super::forces::{Evaluation, ForceProvider};
 use crate::error::{Error, Result};
 use crate::ops::{md_advance, md_kick, LangevinNoise};
 use crate::units::{FS, KB, PS};
@@ -122,42 +123,6 @@ impl Integrator {
     /// Time step in ASE time units.
     pub fn dt(&self) -> f64 {
         self.dt
-    }
-
-    /// Advances `state` by one step (one force evaluation). `rng` feeds the Langevin noise.
-    /// A provider that captured the whole step as a CUDA graph runs it
-    /// ([`ForceProvider::step_captured`]); otherwise, or when it declines, the step runs op by op.
-    pub fn step(
-        &self,
-        state: &mut State,
-        forces: &mut impl ForceProvider,
-        rng: &mut ChaCha20Rng,
-    ) -> Result<()> {
-        let noise = self.draw_noise(state.positions.dim(0)?, rng);
-        if forces.step_captured(self, state, noise.as_deref())? {
-            return Ok(());
-        }
-        let noise = match noise {
-            Some(xi) => Some(Tensor::from_vec(
-                xi,
-                state.positions.shape(),
-                state.positions.device(),
-            )?),
-            None => None,
-        };
-        let (mut x, v) = self.advance(
-            &state.positions,
-            &state.velocities,
-            &state.forces,
-            noise.as_ref(),
-        )?;
-        let Evaluation { energy, forces: f } = forces.evaluate(&mut x)?;
-        state.velocities = self.kick(&v, &f)?;
-        state.positions = x;
-        state.forces = f;
-        state.energy = energy;
-        state.step += 1;
-        Ok(())
     }
 
     /// One step's Langevin noise, 3N standard normals from `rng` (none for NVE).

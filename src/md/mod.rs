@@ -8,25 +8,28 @@ mod forces;
 mod integrator;
 mod lookahead;
 mod output;
+mod positions;
 pub mod potentials;
 mod restart;
 mod run;
+mod settings;
+mod step;
 mod step_graph;
 pub mod validate;
 mod velocities;
+mod window;
 
 pub use analysis::{
     check_separation, linear_fit, mean_std, BondDeviation, Bonds, BOND_DEVIATION_LIMIT,
     BOND_FACTOR, MIN_SEPARATION,
 };
-pub use forces::{
-    device_positions, displacement2, host_positions, CalculatorForces, Evaluation, ForceProvider,
-    ListSite, PainnForces,
-};
+pub use forces::{CalculatorForces, Evaluation, ForceProvider, ListSite, PainnForces};
 pub use integrator::{Ensemble, Integrator, State};
 pub use output::{read_log, LogRecord};
+pub use positions::{device_positions, displacement2, host_positions};
 pub use restart::Restart;
-pub use run::{MdOutputs, MdSettings, MdSummary, Progress, Simulation, StopReason};
+pub use run::{MdSummary, Progress, Simulation, StopReason};
+pub use settings::{MdOutputs, MdSettings};
 pub use velocities::{
     degrees_of_freedom, kinetic_energy, masses, maxwell_boltzmann, remove_com_velocity, temperature,
 };

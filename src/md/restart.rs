@@ -2,7 +2,7 @@
 //! state, the Langevin RNG position, the neighbour-list reference, how far each output file
 //! had been written — as JSON with exactly round-tripping floats, written atomically.
 
-use super::run::MdSettings;
+use super::settings::MdSettings;
 use crate::error::{Error, Result};
 use crate::fsutil::{read_json, write_json};
 use crate::structure::Lattice;

@@ -1,101 +1,28 @@
 //! The MD driver: set-up checks, the device-resident step loop, logging, trajectory frames,
-//! restart files, the stability watch and the closing summary.
+//! restart files, the stability watch and the closing summary. Its settings (`settings`) and
+//! the judgement of its log (`window`) are modules below it, so that it uses `restart` and
+//! `validate` uses it without either pointing back.
 
 use super::analysis::{check_separation, Bonds, BOND_DEVIATION_LIMIT};
-use super::forces::{device_positions, host_positions, ForceProvider};
+use super::forces::ForceProvider;
 use super::integrator::{Ensemble, Integrator, State};
 use super::lookahead::Lookahead;
 use super::output::{read_log, write_frame, write_log, AppendFile, Frame, LogRecord};
+use super::positions::{device_positions, host_positions};
 use super::restart::{Restart, RESTART_FORMAT, RESTART_VERSION};
-use super::validate::window;
-use super::velocities::{degrees_of_freedom, masses, maxwell_boltzmann, temperature};
+use super::settings::{MdOutputs, MdSettings};
+use super::velocities::{
+    degrees_of_freedom, masses, maxwell_boltzmann, momenta_velocities, temperature,
+};
+use super::window::window;
 use crate::error::{Error, Result};
 use crate::structure::Structure;
 use candle_core::{DType, Device, Tensor};
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
-
-/// Where a run writes. Every file is opened (and the restart folder probed) before step 0.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct MdOutputs {
-    pub traj: Option<PathBuf>,
-    pub log: Option<PathBuf>,
-    pub restart: Option<PathBuf>,
-}
-
-/// Everything that defines a run (stored in restart files).
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct MdSettings {
-    /// Time step in fs.
-    pub dt_fs: f64,
-    /// Total number of steps (a resumed run continues to this step).
-    pub steps: u64,
-    pub ensemble: Ensemble,
-    /// Maxwell-Boltzmann starting temperature in K (unless `keep_momenta`).
-    pub init_temperature: f64,
-    /// Start from the structure's `momenta` column instead of random velocities.
-    pub keep_momenta: bool,
-    /// Seeds the starting velocities and the Langevin noise.
-    pub seed: u64,
-    /// Verlet skin in Å for neighbour-list providers.
-    pub skin: f64,
-    pub log_every: u64,
-    /// Trajectory frame every k steps (0: none).
-    pub traj_every: u64,
-    /// Restart file every k steps and at the end (0: none).
-    pub restart_every: u64,
-    /// Stop at the first step that breaks the bond-length criterion.
-    pub stop_when_unstable: bool,
-    pub outputs: MdOutputs,
-}
-
-impl Default for MdSettings {
-    fn default() -> Self {
-        Self {
-            dt_fs: 0.5,
-            steps: 1000,
-            ensemble: Ensemble::Nve,
-            init_temperature: 300.0,
-            keep_momenta: false,
-            seed: 0,
-            skin: 1.0,
-            log_every: 10,
-            traj_every: 100,
-            restart_every: 0,
-            stop_when_unstable: true,
-            outputs: MdOutputs::default(),
-        }
-    }
-}
-
-impl MdSettings {
-    fn validate(&self) -> Result<()> {
-        if self.log_every == 0 {
-            return Err(Error::Md("log interval must be at least 1 step".into()));
-        }
-        if !(self.init_temperature.is_finite() && self.init_temperature >= 0.0) {
-            return Err(Error::Md(format!(
-                "starting temperature must be finite and >= 0 K, got {}",
-                self.init_temperature
-            )));
-        }
-        if !(self.skin.is_finite() && self.skin >= 0.0) {
-            return Err(Error::Md(format!(
-                "Verlet skin must be finite and >= 0 Å, got {}",
-                self.skin
-            )));
-        }
-        if self.restart_every > 0 && self.outputs.restart.is_none() {
-            return Err(Error::Md(
-                "restart interval given without a restart file path".into(),
-            ));
-        }
-        self.ensemble.validate()
-    }
-}
 
 /// Reported at every log step, for progress bars.
 #[derive(Clone, Copy, Debug)]
@@ -156,7 +83,7 @@ pub struct MdSummary {
     pub redone_steps: u64,
     /// Steps run as one kernel launch each, integrator folded into the force kernel (so far,
     /// over the provider's life; with those of deferred runs later thrown away).
-    pub single_launch_steps: u64,
+    pub one_launch_steps: u64,
 }
 
 /// An MD run on one structure.
@@ -610,37 +537,9 @@ impl<F: ForceProvider> Simulation<F> {
             neighbor_list_builds: self.forces.list_builds(),
             deferred_steps: self.deferred.0,
             redone_steps: self.deferred.1,
-            single_launch_steps: self.forces.single_launch_steps(),
+            one_launch_steps: self.forces.one_launch_steps(),
         }
     }
-}
-
-/// Velocities from the structure's `momenta` column (amu·Å per ASE time unit, as ASE writes).
-fn momenta_velocities(s: &Structure, masses: &[f64]) -> Result<Vec<[f64; 3]>> {
-    let col = s
-        .arrays
-        .iter()
-        .find(|a| a.name == "momenta" && a.ncols == 3)
-        .ok_or_else(|| {
-            Error::Md("--keep-momenta: the structure has no `momenta:R:3` column".into())
-        })?;
-    (0..s.len())
-        .map(|i| {
-            let mut v = [0.0; 3];
-            for (vd, t) in v.iter_mut().zip(&col.values[3 * i..3 * i + 3]) {
-                let p: f64 = t.parse().map_err(|_| {
-                    Error::Md(format!(
-                        "atom {i}: momentum component `{t}` is not a number"
-                    ))
-                })?;
-                if !p.is_finite() {
-                    return Err(Error::Md(format!("atom {i}: momentum {p} is not finite")));
-                }
-                *vd = p / masses[i];
-            }
-            Ok(v)
-        })
-        .collect()
 }
 
 /// Opens the trajectory and log (fresh, or cut back to a restart's lengths) and checks that

@@ -6,9 +6,12 @@
 //! overwrites the state it starts from: when the check finds an atom beyond half the skin (or
 //! a value that is not finite), the step is thrown away and redone op by op, which rebuilds
 //! the list. The host reads two numbers per step (the check), nothing else.
+//!
+//! Below the force providers (the PaiNN provider captures and owns one), so it names neither
+//! them nor their module: the displacement check comes from `positions`.
 
-use super::forces::displacement2;
 use super::integrator::{Ensemble, Integrator, State};
+use super::positions::displacement2;
 use crate::calculator::PainnCalculator;
 use crate::error::Result;
 use crate::graph::{capture_graph, launch, ForceGraph, Graph};

@@ -1,8 +1,9 @@
-//! Masses, Maxwell-Boltzmann velocities, kinetic energy and temperature (ASE units: velocities
-//! in Å per ASE time unit, so E_kin = Σ m v² / 2 in eV).
+//! Masses, Maxwell-Boltzmann velocities (or those of a `momenta` column), kinetic energy and
+//! temperature (ASE units: velocities in Å per ASE time unit, so E_kin = Σ m v² / 2 in eV).
 
 use crate::elements::atomic_mass;
 use crate::error::{Error, Result};
+use crate::structure::Structure;
 use crate::units::KB;
 use rand::Rng;
 use rand_distr::StandardNormal;
@@ -83,4 +84,32 @@ pub fn maxwell_boltzmann(masses: &[f64], temperature: f64, rng: &mut impl Rng) -
         v.iter_mut().flatten().for_each(|x| *x *= scale);
     }
     v
+}
+
+/// Velocities from the structure's `momenta` column (amu·Å per ASE time unit, as ASE writes).
+pub(super) fn momenta_velocities(s: &Structure, masses: &[f64]) -> Result<Vec<[f64; 3]>> {
+    let col = s
+        .arrays
+        .iter()
+        .find(|a| a.name == "momenta" && a.ncols == 3)
+        .ok_or_else(|| {
+            Error::Md("--keep-momenta: the structure has no `momenta:R:3` column".into())
+        })?;
+    (0..s.len())
+        .map(|i| {
+            let mut v = [0.0; 3];
+            for (vd, t) in v.iter_mut().zip(&col.values[3 * i..3 * i + 3]) {
+                let p: f64 = t.parse().map_err(|_| {
+                    Error::Md(format!(
+                        "atom {i}: momentum component `{t}` is not a number"
+                    ))
+                })?;
+                if !p.is_finite() {
+                    return Err(Error::Md(format!("atom {i}: momentum {p} is not finite")));
+                }
+                *vd = p / masses[i];
+            }
+            Ok(v)
+        })
+        .collect()
 }

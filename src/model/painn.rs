@@ -1,13 +1,11 @@
 //! The whole PaiNN model: edge geometry, filters, blocks, readout, per-structure energies.
 
 use super::config::PainnConfig;
-use super::fused::FusedPainn;
 use super::message::{Edges, Message};
 use super::radial::{cosine_cutoff, gaussian_rbf};
 use super::readout::Readout;
 use super::update::Update;
 use super::Backend;
-use crate::tuning::Tuning;
 use candle_core::{Module, Result, Tensor};
 use candle_nn::{linear, Linear, VarBuilder};
 
@@ -39,10 +37,6 @@ pub struct Painn {
     pub(super) updates: Vec<Update>,
     pub(super) readout: Readout,
     backend: Backend,
-    /// What the fused path picks its kernels from.
-    tuning: Tuning,
-    /// Weights arranged for the fused path, built on its first use.
-    fused: std::sync::OnceLock<FusedPainn>,
 }
 
 impl Painn {
@@ -75,8 +69,6 @@ impl Painn {
             updates,
             readout,
             backend: Backend::default(),
-            tuning: Tuning::default(),
-            fused: std::sync::OnceLock::new(),
         })
     }
 
@@ -91,26 +83,6 @@ impl Painn {
 
     pub fn backend(&self) -> Backend {
         self.backend
-    }
-
-    /// Picks the fused path's kernels under `tuning` (before its first use).
-    pub fn with_tuning(mut self, tuning: Tuning) -> Self {
-        self.tuning = tuning;
-        self.fused = std::sync::OnceLock::new();
-        self
-    }
-
-    pub fn tuning(&self) -> &Tuning {
-        &self.tuning
-    }
-
-    /// The fused-kernel form of this model (weights read once, on first use: for inference).
-    pub fn fused(&self) -> Result<&FusedPainn> {
-        if let Some(f) = self.fused.get() {
-            return Ok(f);
-        }
-        let built = FusedPainn::new(self, &self.tuning)?;
-        Ok(self.fused.get_or_init(|| built))
     }
 
     /// Per-atom energies \[N\] in eV.

@@ -153,7 +153,7 @@ pub fn neighbor_list(
     let sorted_pos: Vec<[f64; 3]> = order.iter().map(|&i| wrapped[i as usize]).collect();
 
     // Reserve the expected number of edges (n · density · sphere) when the atoms fill a
-    // fully periodic cell: growing half a million edges by doubling costs a third of the time.
+    // fully periodic cell: growing half a million edges by doubling is a large part of the time.
     if g.periodic == [true; 3] {
         let vol = crate::structure::volume(&g.basis).abs();
         let est = n as f64 * n as f64 / vol * (4.0 / 3.0 * std::f64::consts::PI * c2 * cutoff);

@@ -4,7 +4,7 @@
 //! launches). f64; the CPU twin does the candle ops' arithmetic in their order, so CPU results
 //! are what those ops gave, and CUDA equals the CPU bit for bit (no fused multiply-adds).
 
-use super::kernel::{kernel_source, launch, Init, Kernel, Real};
+use crate::ops::launch::{kernel_source, launch, Init, Kernel, Real};
 use candle_core::{bail, DType, Result, Tensor};
 
 struct Kick {

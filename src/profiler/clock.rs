@@ -4,58 +4,10 @@
 #[cfg(feature = "cuda")]
 use crate::error::Error;
 use crate::error::Result;
+use crate::phase::{Phase, PhaseClock};
 use candle_core::Device;
 use serde::{Deserialize, Serialize};
 use std::time::Instant;
-
-/// The components of a call or step.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Phase {
-    /// Neighbour list on the host (for MD: the skin check and any rebuild).
-    NeighborList,
-    /// Host → device copies of the inputs.
-    Upload,
-    /// Model forward pass (energies).
-    Forward,
-    /// Backward pass (forces).
-    Backward,
-    /// Device → host copies of the results.
-    Download,
-    /// MD: the integrator, logging and output between force calls.
-    Integrate,
-    /// A calculator that reports no finer phases.
-    Call,
-}
-
-impl Phase {
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::NeighborList => "neighbor_list",
-            Self::Upload => "upload",
-            Self::Forward => "forward",
-            Self::Backward => "backward",
-            Self::Download => "download",
-            Self::Integrate => "integrate",
-            Self::Call => "call",
-        }
-    }
-}
-
-/// Receives phase boundaries from a calculator.
-pub trait PhaseClock {
-    /// Marks the start of `phase`, ending the phase before it.
-    fn mark(&mut self, phase: Phase) -> Result<()>;
-}
-
-/// A clock that records nothing (unprofiled calls).
-pub struct NoClock;
-
-impl PhaseClock for NoClock {
-    fn mark(&mut self, _: Phase) -> Result<()> {
-        Ok(())
-    }
-}
 
 /// The phases of one call or step: start (µs since the clock started) and durations (µs).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

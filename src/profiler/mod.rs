@@ -1,14 +1,16 @@
 //! The profiler: wraps a [`Calculator`] (or an MD [`ForceProvider`]) and records every call
 //! without the caller doing anything else — per-phase timings (CUDA events on the GPU, the host
 //! clock on the CPU), memory every N calls, then statistics, a leak check, hotspots with advice,
-//! JSON export/import and a Chrome trace.
+//! JSON export/import and a Chrome trace. The phase vocabulary the timed code marks lives in
+//! [`crate::phase`] (re-exported here), so that calculators and MD need not import the profiler.
 
 mod clock;
 mod memory;
 mod report;
 mod stats;
 
-pub use clock::{DeviceClock, NoClock, Phase, PhaseClock, Segment};
+pub use crate::phase::{NoClock, Phase, PhaseClock};
+pub use clock::{DeviceClock, Segment};
 pub use memory::{leak_check, reset_peak, rss_bytes, sample, LeakCheck, MemorySample};
 pub use report::{Hotspot, PhaseStats, ProfileReport};
 pub use stats::{quantile, Stats};

@@ -1,12 +1,12 @@
 //! Profile reports: statistics per phase, throughput, memory, leak check, hotspots with advice;
 //! JSON export and import, markdown, and a Chrome trace (chrome://tracing, Perfetto).
 
-use super::clock::Phase;
 use super::memory::{leak_check, LeakCheck, MemorySample};
 use super::stats::Stats;
 use super::CallRecord;
 use crate::error::Result;
 use crate::fsutil::{read_json, write_json};
+use crate::phase::Phase;
 use serde::{Deserialize, Serialize};
 use std::fmt::Write;
 use std::path::Path;

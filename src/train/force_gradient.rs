@@ -16,8 +16,9 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ForceGradient {
-    /// Directional on CUDA, where it runs ~2.3x as many structures per second (fewer, larger
-    /// launches); the exact double backward on the CPU, where the two are about as fast.
+    /// Directional on CUDA, where it trains more structures per second (fewer, larger launches;
+    /// BENCHMARKS.md, "Training throughput"); the exact double backward on the CPU, where the
+    /// two are about as fast.
     #[default]
     Auto,
     /// Central difference of the energy gradient along the force error (see the module docs):

@@ -5,7 +5,7 @@
 use candle_core::{DType, Device, Result, Tensor, Var};
 use mlff_distiller::model::PainnInputs;
 use mlff_distiller::model::{cosine_cutoff, gaussian_rbf};
-use mlff_distiller::ops::{self, EdgeFilter, InteractionInputs, SmallSystemPlan, StateGrad};
+use mlff_distiller::ops::{self, EdgeFilter, FeatureSplitPlan, InteractionInputs, StateGrad};
 use mlff_distiller::{Batch, PainnCalculator, Structure, Tuning};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -499,22 +499,22 @@ fn ops_norm_eps() -> f64 {
     mlff_distiller::ops::NORM_EPS
 }
 
-/// Per-atom energies and forces of `x` by the one-kernel path (`ops::small_system`), on
+/// Per-atom energies and forces of `x` by the one-kernel path (`ops::feature_split`), on
 /// whatever device `x` lives.
-pub fn one_kernel(calc: &PainnCalculator, x: &PainnInputs) -> (Tensor, Tensor) {
-    one_kernel_split(calc, x, ops::GROUPS).unwrap()
+pub fn feature_split_call(calc: &PainnCalculator, x: &PainnInputs) -> (Tensor, Tensor) {
+    feature_split_blocks(calc, x, ops::GROUPS).unwrap()
 }
 
-/// [`one_kernel`] split over `groups` thread blocks; `None` where that split does not fit
+/// [`feature_split_call`] split over `groups` thread blocks; `None` where that split does not fit
 /// the device.
-pub fn one_kernel_split(
+pub fn feature_split_blocks(
     calc: &PainnCalculator,
     x: &PainnInputs,
     groups: usize,
 ) -> Option<(Tensor, Tensor)> {
-    let fused = calc.model().fused().unwrap();
+    let fused = calc.fused().unwrap();
     let (n, e) = (x.positions.dim(0).unwrap(), x.centers.dim(0).unwrap());
-    let mut plan = SmallSystemPlan::new(fused.shape().unwrap(), n, e)
+    let mut plan = FeatureSplitPlan::new(fused.shape().unwrap(), n, e)
         .and_then(|p| p.with_groups(groups))
         .unwrap();
     if x.positions.device().is_cuda() {
@@ -525,7 +525,7 @@ pub fn one_kernel_split(
 
 /// Molecules, a lone atom, an atom beyond the cutoff of all others, and a periodic box (image
 /// offsets), flattened into one system as the kernel takes them.
-pub fn one_kernel_systems() -> Batch {
+pub fn feature_split_systems() -> Batch {
     let mut far = super::random_molecule(6, 51);
     far.positions.push([30.0, 0.0, 0.0]);
     far.numbers.push(7);

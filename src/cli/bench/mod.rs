@@ -235,7 +235,7 @@ fn time_case(
         max_de,
         max_df,
         plan: match calc.model().backend() {
-            Backend::Fused => calc.model().fused()?.plan(&inputs)?.to_json(),
+            Backend::Fused => calc.fused()?.plan(&inputs)?.to_json(),
             _ => serde_json::Value::Null,
         },
     })
@@ -265,10 +265,9 @@ pub fn run(a: BenchArgs) -> Result<ExitCode> {
         let batch = Batch::new(structures)?;
         let mut reference = None;
         for &op in &ops {
-            let model = load_model(&a, &dev)?
-                .with_backend(op)
-                .with_tuning(tuning.clone());
-            let calc = PainnCalculator::new(model, dev.clone(), a.dtype);
+            let model = load_model(&a, &dev)?.with_backend(op);
+            let calc =
+                PainnCalculator::new(model, dev.clone(), a.dtype).with_tuning(tuning.clone());
             let graphs = op == Backend::Fused && a.graphs.wanted(&calc)?;
             for graph in std::iter::once(false).chain(graphs.then_some(true)) {
                 let case = time_case(&a, &calc, name, &batch, copies, graph, &mut reference)?;
@@ -288,10 +287,8 @@ pub fn run(a: BenchArgs) -> Result<ExitCode> {
             true => Backend::Fused,
             false => ops.first().copied().unwrap_or_default(),
         };
-        let model = load_model(&a, &dev)?
-            .with_backend(op)
-            .with_tuning(tuning.clone());
-        let calc = PainnCalculator::new(model, dev.clone(), a.dtype);
+        let model = load_model(&a, &dev)?.with_backend(op);
+        let calc = PainnCalculator::new(model, dev.clone(), a.dtype).with_tuning(tuning.clone());
         eprintln!("student against its teacher: the {} path", op.name());
         let cases = teacher::compare(&calc, &a.teacher_data, a.warmup, a.repeats)?;
         teacher::print(&cases);

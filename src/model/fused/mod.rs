@@ -1,6 +1,6 @@
 //! PaiNN energies and forces with fused kernels and an explicit adjoint pass.
 //!
-//! A call runs as the plan says (`crate::plan`): one launch for small systems on CUDA (the
+//! A call runs as the plan says (`crate::plan`): one launch for feature splits on CUDA (the
 //! atom split or the feature split), else a kernel per layer ([`pass`]): the forward keeps what
 //! the adjoint needs and the adjoint is written out by hand, so a call is a few tens of
 //! launches instead of the ~1,000 of candle's backprop, which would also add a zeros + add pair
@@ -28,7 +28,7 @@ mod weights;
 pub use pass::FusedForward;
 
 use super::painn::{Painn, PainnInputs};
-use crate::ops::{atom_split, small_system, AtomSplitPlan, SmallSystemPlan};
+use crate::ops::{atom_split, feature_split, AtomSplitPlan, FeatureSplitPlan};
 use crate::plan::{LayerPlan, Plan, SystemSize, Target};
 use crate::tuning::Tuning;
 use candle_core::{DType, Device, Result, Tensor};
@@ -181,7 +181,7 @@ impl FusedPainn {
         e: usize,
         dev: &Device,
         dtype: DType,
-    ) -> Result<Option<SmallSystemPlan>> {
+    ) -> Result<Option<FeatureSplitPlan>> {
         let size = SystemSize { atoms: n, edges: e };
         let target = self.target(dev, dtype);
         Ok(crate::plan::feature_split(
@@ -196,7 +196,7 @@ impl FusedPainn {
     pub fn energies_and_forces(&self, x: &PainnInputs) -> Result<(Tensor, Tensor)> {
         match self.one_launch(x)? {
             Some(out) => Ok(out),
-            None => self.separate_kernels(x),
+            None => self.by_layers(x),
         }
     }
 
@@ -227,10 +227,10 @@ impl FusedPainn {
     /// `plan`.
     pub fn feature_split(
         &self,
-        plan: &SmallSystemPlan,
+        plan: &FeatureSplitPlan,
         x: &PainnInputs,
     ) -> Result<(Tensor, Tensor)> {
-        small_system(
+        feature_split(
             plan,
             self.packed_weights()?,
             &x.positions.detach(),
@@ -244,7 +244,7 @@ impl FusedPainn {
     /// Per-atom energies \[N\] and forces [N, 3] by [`forward`](Self::forward) and its
     /// adjoint, a kernel per layer: what CUDA graphs capture, as their replay beats the
     /// one-launch kernels there.
-    pub fn separate_kernels(&self, x: &PainnInputs) -> Result<(Tensor, Tensor)> {
+    pub fn by_layers(&self, x: &PainnInputs) -> Result<(Tensor, Tensor)> {
         let pass = self.forward(x)?;
         Ok((pass.atom_energies.clone(), pass.forces()?))
     }

@@ -209,7 +209,7 @@ impl FusedPainn {
         })
     }
 
-    /// All weights in one buffer, laid out as [`SmallSystemModel::packed_len`] says.
+    /// All weights in one buffer, laid out as [`ModelShape::packed_len`] says.
     pub fn packed_weights(&self) -> Result<&Tensor> {
         if let Some(p) = self.packed.get() {
             return Ok(p);

@@ -1,0 +1,437 @@
+//! [`PainnForces`]: a PaiNN model as MD's force provider, with its Verlet neighbour list (built
+//! on the host or the device, checked every step or deferred) and the eager call. The graph and
+//! one-launch paths are in `whole_step`, a child so that both see the provider's fields.
+
+mod whole_step;
+
+use crate::calculator::{atom_energies_and_forces, PainnCalculator};
+use crate::error::{Error, Result};
+use crate::graph::{edge_capacity, ForceGraph};
+use crate::md::forces::provider::{Evaluation, ForceProvider};
+use crate::md::integrator::{Integrator, State};
+use crate::md::positions::{
+    device_positions, displacement2, host_positions, largest_displacement2, non_finite_atom,
+};
+use crate::md::step_graph::StepGraph;
+use crate::model::PainnInputs;
+use crate::neighbors::{image_offset, wrap_positions, DeviceListBuilder, PaddedList, VerletList};
+use crate::phase::{NoClock, Phase, PhaseClock};
+use crate::structure::Structure;
+use candle_core::{DType, Device, Tensor, Var};
+
+/// Where MD builds its Verlet neighbour list (`--neighbor-list`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ListSite {
+    /// On a CUDA device wherever the device list can (molecules, and cells more than twice
+    /// the list cutoff wide along every periodic axis); on the host otherwise.
+    #[default]
+    Auto,
+    /// The host cell list (any cell): positions are copied to the host at every build.
+    Host,
+    /// The device list ([`DeviceListBuilder`]; its CPU twin on the CPU); an error where it
+    /// cannot serve the cell.
+    Device,
+}
+
+impl std::str::FromStr for ListSite {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "auto" => Ok(Self::Auto),
+            "host" => Ok(Self::Host),
+            "device" => Ok(Self::Device),
+            _ => Err(format!(
+                "unknown --neighbor-list `{s}` (expected auto, host or device)"
+            )),
+        }
+    }
+}
+
+/// A PaiNN model with a Verlet neighbour list. Between list builds everything stays on the
+/// device; the only per-step host read is the largest displacement since the last build (one
+/// scalar) that decides whether to rebuild.
+pub struct PainnForces<'a> {
+    calculator: &'a PainnCalculator,
+    template: Structure,
+    species: Tensor,
+    atom_structure: Tensor,
+    verlet: VerletList,
+    /// The list built on the device instead of `verlet` ([`ListSite`]), its builds so far,
+    /// and the slots of its next build.
+    device_list: Option<DeviceListBuilder>,
+    device_builds: usize,
+    list_capacity: usize,
+    /// Eager calls on a device list of at least this many edges take only the pairs within
+    /// the model's cutoff ([`DeviceListBuilder::prune`]).
+    prune_from: usize,
+    /// Device positions at the last build, and the edges built there.
+    reference: Option<Tensor>,
+    edges: Option<ListTensors>,
+    /// Edge lists up to this length are captured ([`with_graphs`](Self::with_graphs); 0: no
+    /// graphs).
+    graph_max_edges: usize,
+    /// `--graphs on`: a failed capture is an error (with `auto` the run goes on op by op and
+    /// [`graph_failure`](Self::graph_failure) says why).
+    graph_required: bool,
+    /// `--graphs auto`: no capture where an eager call is one kernel with its edge geometry
+    /// in shared memory (faster than the captured separate kernels).
+    graph_auto: bool,
+    graph_failure: Option<String>,
+    /// The energy+forces graph: one, re-captured with a larger edge capacity when a list
+    /// outgrows it (any shorter list fits it, padded).
+    graph: Option<ForceGraph>,
+    captures: usize,
+    /// The whole MD step around `graph`, captured at the first step.
+    steps: Option<StepGraph>,
+    /// Whether MD may defer the list checks ([`ForceProvider::defer_list_checks`]): on CUDA
+    /// devices, where each check's host read stalls the queue of launches, as the tuning says.
+    may_defer: bool,
+    /// While deferred: each evaluation's [Σ, max] |x − reference|² since then, on the device.
+    deferred: Option<Vec<Tensor>>,
+    /// Whether MD steps whose force call is one kernel run as one launch with the integrator
+    /// folded in ([`feature_split_step`](crate::ops::feature_split_step); as the tuning says),
+    /// and how many did.
+    one_launch: bool,
+    one_launch_steps: u64,
+}
+
+struct ListTensors {
+    centers: Tensor,
+    neighbors: Tensor,
+    offsets: Tensor,
+    /// Where the edges came from, for graph inputs: the image offsets of a host list, or
+    /// the padded slots of a device list.
+    source: ListSource,
+}
+
+enum ListSource {
+    Host(Vec<[f64; 3]>),
+    Device(PaddedList),
+}
+
+impl<'a> PainnForces<'a> {
+    /// Forces of `calculator` on the atoms of `template` (its numbers, cell and pbc), with a
+    /// Verlet skin in Å (pairs are listed within cutoff + skin and reused until some atom has
+    /// moved more than skin / 2).
+    pub fn new(calculator: &'a PainnCalculator, template: &Structure, skin: f64) -> Result<Self> {
+        let cfg = calculator.model().config();
+        let species =
+            cfg.species_of(&template.numbers)
+                .map_err(|(atom, z)| Error::UnknownElement {
+                    z,
+                    structure: 0,
+                    atom,
+                    known: cfg.elements.clone(),
+                })?;
+        let dev = calculator.device();
+        let n = template.len();
+        let tuning = calculator.tuning();
+        Self {
+            calculator,
+            template: Structure {
+                cell: template.cell,
+                pbc: template.pbc,
+                ..Structure::molecule(template.numbers.clone(), Vec::new())
+            },
+            species: Tensor::from_vec(species, n, dev)?,
+            atom_structure: Tensor::zeros(n, DType::U32, dev)?,
+            verlet: VerletList::new(cfg.cutoff, skin),
+            device_list: None,
+            device_builds: 0,
+            list_capacity: 0,
+            prune_from: tuning.prune_from_edges,
+            reference: None,
+            edges: None,
+            graph_max_edges: 0,
+            graph_required: false,
+            graph_auto: false,
+            graph_failure: None,
+            graph: None,
+            captures: 0,
+            steps: None,
+            may_defer: dev.is_cuda() && tuning.defer_list_checks,
+            deferred: None,
+            one_launch: tuning.one_launch_steps,
+            one_launch_steps: 0,
+        }
+        .with_list_site(ListSite::Auto)
+    }
+
+    /// Lets MD defer the neighbour-list checks of a run of steps and read them back at once
+    /// (the default on CUDA devices), or makes it check every step (the default on the CPU).
+    /// The trajectory is the same: a step whose list no longer held is redone.
+    pub fn with_deferred_checks(mut self, defer: bool) -> Self {
+        self.may_defer = defer;
+        self
+    }
+
+    /// Runs MD steps whose force call is one kernel as one launch each, integrator folded in
+    /// (the default on CUDA), or op by op around the force kernel. Same trajectories: the
+    /// integrator's arithmetic is the same, rounding for rounding.
+    pub fn with_one_launch_steps(mut self, on: bool) -> Self {
+        self.one_launch = on;
+        self
+    }
+
+    /// Builds the neighbour list where `site` says (before the first step).
+    pub fn with_list_site(mut self, site: ListSite) -> Result<Self> {
+        let dev = self.calculator.device();
+        let (cell, pbc) = (self.template.cell.as_ref(), self.template.pbc);
+        let cutoff = self.verlet.list_cutoff();
+        self.device_list = match site {
+            ListSite::Host => None,
+            ListSite::Auto if !dev.is_cuda() => None,
+            ListSite::Auto => DeviceListBuilder::new(cutoff, cell, pbc, dev).ok(),
+            ListSite::Device => Some(DeviceListBuilder::new(cutoff, cell, pbc, dev)?),
+        };
+        Ok(self)
+    }
+
+    /// Prunes device lists of at least `edges` edges to the model's cutoff before each eager
+    /// call (the tuning's `prune_from_edges` by default; `usize::MAX`: never).
+    pub fn with_pruning_from(mut self, edges: usize) -> Self {
+        self.prune_from = edges;
+        self
+    }
+
+    /// Whether the list is built on the device.
+    pub fn list_on_device(&self) -> bool {
+        self.device_list.is_some()
+    }
+
+    /// Builds the list at `host` (positions as given, not wrapped again) and uploads it.
+    fn build(&mut self, host: &[[f64; 3]]) -> Result<()> {
+        if self.device_list.is_some() {
+            let positions = device_positions(host, self.calculator.device())?;
+            return self.build_on_device(&positions, false).map(drop);
+        }
+        let (cell, pbc) = (self.template.cell.as_ref(), self.template.pbc);
+        self.verlet.invalidate();
+        self.verlet.update(host, cell, pbc)?;
+        let nl = self.verlet.list();
+        let host_offsets: Vec<[f64; 3]> =
+            nl.shifts.iter().map(|&s| image_offset(s, cell)).collect();
+        let dev = self.calculator.device();
+        let e = nl.len();
+        let offsets = host_offsets.iter().flatten().copied().collect();
+        self.edges = Some(ListTensors {
+            centers: Tensor::from_vec(nl.centers.clone(), e, dev)?,
+            neighbors: Tensor::from_vec(nl.neighbors.clone(), e, dev)?,
+            offsets: Tensor::from_vec(offsets, (e, 3), dev)?.to_dtype(self.calculator.dtype())?,
+            source: ListSource::Host(host_offsets),
+        });
+        let reference = device_positions(host, dev)?;
+        self.built(reference)
+    }
+
+    /// Builds the list on the device at `positions` ([N, 3] f64), wrapped into the cell first
+    /// when `wrap`; returns the positions the list refers to. Nothing goes to the host but the
+    /// edge count (and, where it is not finite, the atom at fault).
+    fn build_on_device(&mut self, positions: &Tensor, wrap: bool) -> Result<Tensor> {
+        let Some(builder) = &self.device_list else {
+            return Err(Error::Md("no device neighbour list".into()));
+        };
+        let x = if wrap {
+            builder.wrap(positions)?
+        } else {
+            positions.clone()
+        };
+        if !x.sum_all()?.to_scalar::<f64>()?.is_finite() {
+            return Err(non_finite_atom(&x));
+        }
+        // The graph's capacity while the list fits it, so that its slots are copied as they
+        // are; a list that overflows is built again with room to grow.
+        let mut capacity = self
+            .graph
+            .as_ref()
+            .map_or(self.list_capacity, |g| g.shape().edge_capacity);
+        let dtype = self.calculator.dtype();
+        let (list, edges) = loop {
+            let list = builder.build(&x, capacity, dtype)?;
+            let status = list.status()?;
+            if status.edges >= u32::MAX as usize {
+                return Err(Error::NeighborList(format!(
+                    "{} atoms have more than {} pairs within the list cutoff",
+                    x.dim(0)?,
+                    u32::MAX - 1
+                )));
+            }
+            if !status.overflowed {
+                break (list, status.edges);
+            }
+            capacity = edge_capacity(status.edges);
+        };
+        self.list_capacity = capacity;
+        self.device_builds += 1;
+        let (centers, neighbors, offsets) = list.narrow(edges)?;
+        self.edges = Some(ListTensors {
+            centers,
+            neighbors,
+            offsets,
+            source: ListSource::Device(list),
+        });
+        self.built(x.clone())?;
+        Ok(x)
+    }
+
+    /// After a build: the graph gets the new list, and the displacement check its reference.
+    fn built(&mut self, reference: Tensor) -> Result<()> {
+        if self.graph_max_edges > 0 {
+            self.update_graph(&reference)?;
+        }
+        if let Some(steps) = &self.steps {
+            steps.set_reference(&reference)?;
+        }
+        self.reference = Some(reference);
+        Ok(())
+    }
+
+    /// Largest squared displacement since the last build (NaN when a position is not finite).
+    fn max_displacement2(&self, positions: &Tensor, reference: &Tensor) -> Result<f64> {
+        let both = displacement2(positions, reference)?.to_vec1::<f64>()?;
+        Ok(largest_displacement2(&both))
+    }
+
+    /// Largest squared displacement since the build that the list allows: (skin / 2)².
+    fn list_limit2(&self) -> f64 {
+        let half = 0.5 * self.verlet.skin();
+        half * half
+    }
+}
+
+impl ForceProvider for PainnForces<'_> {
+    fn device(&self) -> &Device {
+        self.calculator.device()
+    }
+
+    fn evaluate(&mut self, positions: &mut Tensor) -> Result<Evaluation> {
+        self.evaluate_phased(positions, &mut NoClock)
+    }
+
+    fn evaluate_phased(
+        &mut self,
+        positions: &mut Tensor,
+        clock: &mut dyn PhaseClock,
+    ) -> Result<Evaluation> {
+        clock.mark(Phase::NeighborList)?;
+        let rebuild = match (&self.reference, &mut self.deferred) {
+            (None, _) => true,
+            (Some(r), Some(pending)) => {
+                pending.push(displacement2(positions, r)?);
+                false
+            }
+            (Some(r), None) => {
+                let d2 = self.max_displacement2(positions, r)?;
+                if d2.is_nan() {
+                    return Err(non_finite_atom(positions));
+                }
+                d2 > self.list_limit2()
+            }
+        };
+        if rebuild && self.device_list.is_some() {
+            let wrapped = self.build_on_device(positions, true)?;
+            *positions = wrapped;
+        } else if rebuild {
+            let mut host = host_positions(positions)?;
+            wrap_positions(&mut host, self.template.cell.as_ref(), self.template.pbc)?;
+            self.build(&host)?;
+            if self.template.is_periodic() {
+                *positions = device_positions(&host, self.calculator.device())?;
+            }
+        }
+        if let Some(g) = &self.graph {
+            clock.mark(Phase::Forward)?;
+            let (energies, forces) = g.replay(positions)?;
+            return Ok(Evaluation {
+                energy: energies.squeeze(0)?,
+                forces,
+            });
+        }
+        let Some(edges) = &self.edges else {
+            return Err(Error::Md("neighbour list missing after a build".into()));
+        };
+        let calc = self.calculator;
+        let (centers, neighbors, offsets) = match (&edges.source, &self.device_list) {
+            (ListSource::Device(list), Some(b)) if edges.centers.dim(0)? >= self.prune_from => {
+                let cutoff = calc.model().config().cutoff;
+                b.prune(positions, list, edges.centers.dim(0)?, cutoff)?
+            }
+            _ => (
+                edges.centers.clone(),
+                edges.neighbors.clone(),
+                edges.offsets.clone(),
+            ),
+        };
+        let var = Var::from_tensor(&positions.to_dtype(calc.dtype())?)?;
+        let inputs = PainnInputs {
+            species: self.species.clone(),
+            positions: var.as_tensor().clone(),
+            centers,
+            neighbors,
+            offsets,
+            atom_structure: self.atom_structure.clone(),
+            n_structures: 1,
+        };
+        // Forces from the model-dtype sum; the energy summed in f64, so that an f32 model's
+        // rounding of a large total (ulp 0.015 eV at 2e5 eV) does not swamp drift estimates.
+        let (atom_energies, forces) = atom_energies_and_forces(calc, &inputs, &var, clock)?;
+        Ok(Evaluation {
+            energy: atom_energies.to_dtype(DType::F64)?.sum_all()?,
+            forces: forces.to_dtype(DType::F64)?,
+        })
+    }
+
+    fn list_reference(&self) -> Result<Option<Vec<[f64; 3]>>> {
+        self.reference.as_ref().map(host_positions).transpose()
+    }
+
+    fn restore_list(&mut self, reference: &[[f64; 3]]) -> Result<()> {
+        self.build(reference)
+    }
+
+    fn list_builds(&self) -> usize {
+        self.verlet.rebuilds() + self.device_builds
+    }
+
+    fn one_launch_steps(&self) -> u64 {
+        self.one_launch_steps
+    }
+
+    /// Where the whole step is not a captured graph (which checks its own list) and a list
+    /// has been built.
+    fn defer_list_checks(&mut self) -> bool {
+        let can = self.may_defer
+            && self.graph.is_none()
+            && self.reference.is_some()
+            && self.verlet.skin() > 0.0;
+        if can && self.deferred.is_none() {
+            self.deferred = Some(Vec::new());
+        }
+        can
+    }
+
+    fn take_deferred_checks(&mut self) -> Result<Vec<f64>> {
+        let Some(pending) = self.deferred.take() else {
+            return Ok(Vec::new());
+        };
+        if pending.is_empty() {
+            return Ok(Vec::new());
+        }
+        let rows = Tensor::stack(&pending, 0)?.to_vec2::<f64>()?;
+        let limit2 = self.list_limit2();
+        Ok(rows
+            .iter()
+            .map(|d| largest_displacement2(d) / limit2)
+            .collect())
+    }
+
+    fn step_captured(
+        &mut self,
+        integrator: &Integrator,
+        state: &mut State,
+        noise: Option<&[f64]>,
+    ) -> Result<bool> {
+        self.step_whole(integrator, state, noise)
+    }
+}

@@ -1,0 +1,140 @@
+//! The [`ForceProvider`] trait MD takes its forces from, and [`CalculatorForces`], the provider
+//! over any [`Calculator`]. Names the integrator (a provider may run a whole step) but not the
+//! step that drives a provider (`md::step`), so the dependency runs one way.
+
+use crate::calculator::Calculator;
+use crate::error::{Error, Result};
+use crate::md::integrator::{Integrator, State};
+use crate::md::positions::{device_positions, host_positions};
+use crate::phase::{Phase, PhaseClock};
+use crate::structure::{Batch, Structure};
+use candle_core::{Device, Tensor};
+
+/// Potential energy (a scalar) and forces ([N, 3]), f64, on the provider's device.
+pub struct Evaluation {
+    pub energy: Tensor,
+    pub forces: Tensor,
+}
+
+/// Energies and forces for MD, device-resident.
+pub trait ForceProvider {
+    fn device(&self) -> &Device;
+
+    /// Energy and forces at `positions` ([N, 3] f64 on [`device`](Self::device)). A provider
+    /// with a neighbour list may replace `positions` by the same atoms wrapped into the periodic
+    /// cell, only when it rebuilds its list (so the Verlet displacement test stays valid).
+    fn evaluate(&mut self, positions: &mut Tensor) -> Result<Evaluation>;
+
+    /// [`evaluate`](Self::evaluate), marking its phases on `clock` (for the profiler). The
+    /// default reports the whole call as one phase.
+    fn evaluate_phased(
+        &mut self,
+        positions: &mut Tensor,
+        clock: &mut dyn PhaseClock,
+    ) -> Result<Evaluation> {
+        clock.mark(Phase::Call)?;
+        self.evaluate(positions)
+    }
+
+    /// Positions at the last neighbour-list build (for restart files); `None` without a list.
+    fn list_reference(&self) -> Result<Option<Vec<[f64; 3]>>> {
+        Ok(None)
+    }
+
+    /// Rebuilds the neighbour list from positions a restart file recorded, so that a resumed
+    /// run uses exactly the list the interrupted one had.
+    fn restore_list(&mut self, _reference: &[[f64; 3]]) -> Result<()> {
+        Ok(())
+    }
+
+    /// Neighbour-list builds so far (0 for providers without a list).
+    fn list_builds(&self) -> usize {
+        0
+    }
+
+    /// Steps run as one kernel launch each (integrator and forces in one kernel) so far.
+    fn one_launch_steps(&self) -> u64 {
+        0
+    }
+
+    /// Defers the neighbour-list check of the evaluations that follow, if the provider can:
+    /// they then neither rebuild the list nor read anything back to the host, and keep each
+    /// call's displacement on the device until [`take_deferred_checks`] (which ends the
+    /// deferral). Returns whether it defers; by default it does not, and checks every call.
+    ///
+    /// [`take_deferred_checks`]: Self::take_deferred_checks
+    fn defer_list_checks(&mut self) -> bool {
+        false
+    }
+
+    /// The deferred evaluations' checks, in order, with one host read, and checks every call
+    /// again from here on: each the largest squared displacement since the list was built over
+    /// the largest the list allows, NaN where a position was not finite. Values above 1 (or
+    /// NaN) mark calls whose list no longer held: their results are wrong.
+    fn take_deferred_checks(&mut self) -> Result<Vec<f64>> {
+        Ok(Vec::new())
+    }
+
+    /// Runs a whole step of `integrator` (with this step's Langevin `noise`) at once, if the
+    /// provider can (a captured CUDA graph, or one kernel launch): Ok(true) when `state` has
+    /// advanced, Ok(false) when the step must run op by op (no such path, or its neighbour
+    /// list no longer holds).
+    fn step_captured(
+        &mut self,
+        _integrator: &Integrator,
+        _state: &mut State,
+        _noise: Option<&[f64]>,
+    ) -> Result<bool> {
+        Ok(false)
+    }
+}
+
+/// Any [`Calculator`] (analytic potentials, or a model called the host way): positions are
+/// copied to the host every step. For tests and reference runs, not for speed.
+pub struct CalculatorForces<C> {
+    calculator: C,
+    template: Structure,
+    device: Device,
+}
+
+impl<C: Calculator> CalculatorForces<C> {
+    /// `template` gives the atoms, cell and pbc; its positions are replaced at every call.
+    pub fn new(calculator: C, template: &Structure, device: Device) -> Self {
+        let template = Structure {
+            energy: None,
+            forces: None,
+            info: Vec::new(),
+            arrays: Vec::new(),
+            ..template.clone()
+        };
+        Self {
+            calculator,
+            template,
+            device,
+        }
+    }
+}
+
+impl<C: Calculator> ForceProvider for CalculatorForces<C> {
+    fn device(&self) -> &Device {
+        &self.device
+    }
+
+    fn evaluate(&mut self, positions: &mut Tensor) -> Result<Evaluation> {
+        let mut s = self.template.clone();
+        s.positions = host_positions(positions)?;
+        if let Some((i, p)) = s
+            .positions
+            .iter()
+            .enumerate()
+            .find(|(_, p)| p.iter().any(|x| !x.is_finite()))
+        {
+            return Err(Error::NonFinite(format!("atom {i} is at {p:?}")));
+        }
+        let pred = self.calculator.compute(&Batch::from_one(s)?)?;
+        Ok(Evaluation {
+            energy: Tensor::new(pred.energies[0], &self.device)?,
+            forces: device_positions(&pred.forces[0], &self.device)?,
+        })
+    }
+}

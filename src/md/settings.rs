@@ -1,0 +1,87 @@
+//! What defines an MD run ([`MdSettings`], [`MdOutputs`]). Apart from the driver (`run`) so
+//! that restart files, which store the settings, do not depend on the driver that writes them.
+
+use super::integrator::Ensemble;
+use crate::error::{Error, Result};
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+/// Where a run writes. Every file is opened (and the restart folder probed) before step 0.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct MdOutputs {
+    pub traj: Option<PathBuf>,
+    pub log: Option<PathBuf>,
+    pub restart: Option<PathBuf>,
+}
+
+/// Everything that defines a run (stored in restart files).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct MdSettings {
+    /// Time step in fs.
+    pub dt_fs: f64,
+    /// Total number of steps (a resumed run continues to this step).
+    pub steps: u64,
+    pub ensemble: Ensemble,
+    /// Maxwell-Boltzmann starting temperature in K (unless `keep_momenta`).
+    pub init_temperature: f64,
+    /// Start from the structure's `momenta` column instead of random velocities.
+    pub keep_momenta: bool,
+    /// Seeds the starting velocities and the Langevin noise.
+    pub seed: u64,
+    /// Verlet skin in Å for neighbour-list providers.
+    pub skin: f64,
+    pub log_every: u64,
+    /// Trajectory frame every k steps (0: none).
+    pub traj_every: u64,
+    /// Restart file every k steps and at the end (0: none).
+    pub restart_every: u64,
+    /// Stop at the first step that breaks the bond-length criterion.
+    pub stop_when_unstable: bool,
+    pub outputs: MdOutputs,
+}
+
+impl Default for MdSettings {
+    fn default() -> Self {
+        Self {
+            dt_fs: 0.5,
+            steps: 1000,
+            ensemble: Ensemble::Nve,
+            init_temperature: 300.0,
+            keep_momenta: false,
+            seed: 0,
+            skin: 1.0,
+            log_every: 10,
+            traj_every: 100,
+            restart_every: 0,
+            stop_when_unstable: true,
+            outputs: MdOutputs::default(),
+        }
+    }
+}
+
+impl MdSettings {
+    /// Checks the settings before a run starts or resumes.
+    pub(super) fn validate(&self) -> Result<()> {
+        if self.log_every == 0 {
+            return Err(Error::Md("log interval must be at least 1 step".into()));
+        }
+        if !(self.init_temperature.is_finite() && self.init_temperature >= 0.0) {
+            return Err(Error::Md(format!(
+                "starting temperature must be finite and >= 0 K, got {}",
+                self.init_temperature
+            )));
+        }
+        if !(self.skin.is_finite() && self.skin >= 0.0) {
+            return Err(Error::Md(format!(
+                "Verlet skin must be finite and >= 0 Å, got {}",
+                self.skin
+            )));
+        }
+        if self.restart_every > 0 && self.outputs.restart.is_none() {
+            return Err(Error::Md(
+                "restart interval given without a restart file path".into(),
+            ));
+        }
+        self.ensemble.validate()
+    }
+}

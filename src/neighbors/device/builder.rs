@@ -1,0 +1,191 @@
+//! The builder: checks a cell fits the device list, wraps positions and builds padded lists.
+
+use super::list::{padding_offset, PaddedList};
+use super::step::{Step, StepOp, GEOMETRY_LEN};
+use crate::error::{Error, Result};
+use crate::neighbors::Geometry;
+use crate::structure::Lattice;
+use candle_core::{DType, Device, Tensor};
+
+/// Builds [`PaddedList`]s for one cutoff and cell on one device.
+#[derive(Clone, Debug)]
+pub struct DeviceListBuilder {
+    cutoff: f64,
+    periodic: bool,
+    /// The 30 numbers kernels/neighbors.cu reads: reciprocal rows, wrapping basis rows, cell
+    /// rows, periodic flags; on the device.
+    geometry: Tensor,
+    host_geometry: [f64; GEOMETRY_LEN],
+}
+
+/// Relative margin below half the perpendicular width, far above the rounding of fractional
+/// coordinates (a pair at the margin could otherwise have two candidate images).
+const HALF_WIDTH_MARGIN: f64 = 1e-9;
+
+impl DeviceListBuilder {
+    /// A builder for `cutoff` (Å) in `cell` with `pbc`. An error (naming why) where a pair may
+    /// have several images within the cutoff: a periodic axis at most twice the cutoff wide.
+    pub fn new(
+        cutoff: f64,
+        cell: Option<&Lattice>,
+        pbc: [bool; 3],
+        device: &Device,
+    ) -> Result<Self> {
+        if !(cutoff.is_finite() && cutoff > 0.0) {
+            return Err(Error::NeighborList(format!(
+                "cutoff must be positive and finite, got {cutoff}"
+            )));
+        }
+        let g = Geometry::of_cell(cell, pbc)?;
+        for k in 0..3 {
+            let fits = cutoff < 0.5 * g.widths[k] * (1.0 - HALF_WIDTH_MARGIN);
+            if g.periodic[k] && !fits {
+                return Err(Error::NeighborList(format!(
+                    "the device list needs periodic widths above twice the cutoff: axis {k} is \
+                     {:.4} Å wide, the cutoff {cutoff} Å (use the host cell list)",
+                    g.widths[k]
+                )));
+            }
+        }
+        let mut host_geometry = [0.0; GEOMETRY_LEN];
+        for k in 0..3 {
+            for d in 0..3 {
+                host_geometry[3 * k + d] = g.recip[k][d];
+                host_geometry[9 + 3 * k + d] = g.basis[k][d];
+                host_geometry[18 + 3 * k + d] = g.cell[k][d];
+            }
+            host_geometry[27 + k] = if g.periodic[k] { 1.0 } else { 0.0 };
+        }
+        Ok(Self {
+            cutoff,
+            periodic: g.periodic.iter().any(|&p| p),
+            geometry: Tensor::from_slice(&host_geometry, GEOMETRY_LEN, device)?,
+            host_geometry,
+        })
+    }
+
+    pub fn cutoff(&self) -> f64 {
+        self.cutoff
+    }
+
+    /// Offset along x of the padding slots' images.
+    pub fn pad_distance(&self) -> f64 {
+        padding_offset(self.cutoff)
+    }
+
+    /// Positions ([N, 3] f64) wrapped into the cell along periodic axes, as
+    /// [`wrap_positions`](crate::neighbors::wrap_positions); the same tensor for molecules.
+    pub fn wrap(&self, positions: &Tensor) -> Result<Tensor> {
+        self.check_positions(positions)?;
+        if !self.periodic {
+            return Ok(positions.clone());
+        }
+        let n = positions.dim(0)?;
+        self.run(Step::Wrap, &[positions], (n, 3), DType::F64, n)
+    }
+
+    /// The list of `positions` (already wrapped: see [`wrap`](Self::wrap)) in `capacity`
+    /// slots, offsets in `dtype`.
+    pub fn build(&self, positions: &Tensor, capacity: usize, dtype: DType) -> Result<PaddedList> {
+        self.check_positions(positions)?;
+        if capacity >= u32::MAX as usize {
+            return Err(Error::NeighborList(format!(
+                "capacity {capacity} does not fit u32 slots"
+            )));
+        }
+        if !matches!(dtype, DType::F32 | DType::F64) {
+            return Err(Error::NeighborList(format!(
+                "offsets must be f32 or f64, not {dtype:?}"
+            )));
+        }
+        let n = positions.dim(0)?;
+        let dev = positions.device();
+        if n == 0 {
+            return Ok(PaddedList {
+                centers: Tensor::zeros(capacity, DType::U32, dev)?,
+                neighbors: Tensor::zeros(capacity, DType::U32, dev)?,
+                offsets: Tensor::zeros((capacity, 3), dtype, dev)?,
+                status: Tensor::zeros(2, DType::U32, dev)?,
+                scan: Tensor::zeros(2, DType::U32, dev)?,
+            });
+        }
+        let x = positions.contiguous()?;
+        let counts = self.run(Step::Count, &[&x], n, DType::U32, n)?;
+        let scan = self.run(Step::Scan { capacity }, &[&counts], n + 2, DType::U32, n)?;
+        let edges = self.run(
+            Step::Fill { capacity },
+            &[&x, &scan],
+            2 * capacity,
+            DType::U32,
+            n,
+        )?;
+        let offsets = match capacity {
+            0 => Tensor::zeros((0, 3), dtype, dev)?,
+            _ => self.run(
+                Step::Offsets { capacity },
+                &[&x, &scan, &edges],
+                (capacity, 3),
+                dtype,
+                n,
+            )?,
+        };
+        Ok(PaddedList {
+            centers: edges.narrow(0, 0, capacity)?,
+            neighbors: edges.narrow(0, capacity, capacity)?,
+            offsets,
+            status: scan.narrow(0, n, 2)?,
+            scan,
+        })
+    }
+
+    pub(super) fn check_positions(&self, positions: &Tensor) -> Result<()> {
+        let n = positions.dim(0)?;
+        if positions.dims() != [n, 3] || positions.dtype() != DType::F64 {
+            return Err(Error::NeighborList(format!(
+                "positions must be [N, 3] f64, got {:?} {:?}",
+                positions.dims(),
+                positions.dtype()
+            )));
+        }
+        if n > u32::MAX as usize {
+            return Err(Error::NeighborList(format!(
+                "{n} atoms are more than u32 indices can address"
+            )));
+        }
+        if !positions.device().same_device(self.geometry.device()) {
+            return Err(Error::NeighborList(
+                "positions are not on the builder's device".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// One step on the positions' device into a new `shape` tensor of `dtype`.
+    pub(super) fn run(
+        &self,
+        step: Step,
+        inputs: &[&Tensor],
+        shape: impl Into<candle_core::Shape>,
+        dtype: DType,
+        atoms: usize,
+    ) -> Result<Tensor> {
+        let shape = shape.into();
+        let cut2 = match step {
+            Step::PruneCount { cut2 } | Step::PruneFill { cut2, .. } => cut2,
+            _ => self.cutoff * self.cutoff,
+        };
+        let op = StepOp {
+            step,
+            atoms,
+            cut2,
+            pad: self.pad_distance(),
+            periodic: self.periodic,
+            host_geometry: self.host_geometry,
+            geometry: self.geometry.clone(),
+            inputs: inputs.iter().map(|t| (*t).clone()).collect(),
+            shape,
+            dtype,
+        };
+        Ok(inputs[0].apply_op1_no_bwd(&op)?)
+    }
+}

@@ -1,0 +1,3 @@
+pub(crate) mod gather;
+pub(crate) mod rows;
+pub(crate) mod scatter_add;

@@ -1,0 +1,11 @@
+pub(crate) mod activation;
+pub(crate) mod dense;
+pub(crate) mod dense_tc;
+pub(crate) mod dense_tc_weights;
+pub(crate) mod edge_basis;
+pub(crate) mod element_sums;
+pub(crate) mod interaction;
+pub(crate) mod interaction_tile;
+pub(crate) mod message;
+pub(crate) mod update;
+pub(crate) mod update_tc;

@@ -1,0 +1,72 @@
+//! How to train: the settings saved with every checkpoint, their defaults and their checks.
+
+use super::force_gradient::ForceGradient;
+use super::schedule::Schedule;
+use crate::error::{Error, Result};
+use serde::{Deserialize, Serialize};
+
+/// How to train (saved with every checkpoint's provenance).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TrainConfig {
+    pub epochs: usize,
+    pub batch_size: usize,
+    pub lr: f64,
+    pub lr_min: f64,
+    pub warmup_steps: u64,
+    pub schedule: Schedule,
+    pub weight_decay: f64,
+    /// Weight of the mean squared energy-per-atom error (eV²).
+    pub energy_weight: f64,
+    /// Weight of the mean squared force-component error ((eV/Å)²).
+    pub force_weight: f64,
+    /// Clip the global gradient norm to this (0: no clipping).
+    pub clip_grad_norm: f64,
+    /// Decay of the exponential moving average of the weights (0: none).
+    pub ema_decay: f64,
+    pub seed: u64,
+    /// How the force loss is differentiated with respect to the weights.
+    pub force_gradient: ForceGradient,
+}
+
+impl Default for TrainConfig {
+    fn default() -> Self {
+        Self {
+            epochs: 100,
+            batch_size: 16,
+            lr: 1e-3,
+            lr_min: 1e-5,
+            warmup_steps: 100,
+            schedule: Schedule::Cosine,
+            weight_decay: 0.0,
+            energy_weight: 1.0,
+            force_weight: 100.0,
+            clip_grad_norm: 10.0,
+            ema_decay: 0.99,
+            seed: 0,
+            force_gradient: ForceGradient::default(),
+        }
+    }
+}
+
+impl TrainConfig {
+    pub fn validate(&self) -> Result<()> {
+        let bad = |m: &str| Err(Error::Train(m.to_string()));
+        if self.batch_size == 0 {
+            return bad("batch_size must be at least 1");
+        }
+        if !(self.lr > 0.0 && self.lr.is_finite()) || self.lr_min < 0.0 {
+            return bad("lr must be positive and lr_min non-negative");
+        }
+        if self.energy_weight < 0.0 || self.force_weight < 0.0 {
+            return bad("loss weights must be non-negative");
+        }
+        if self.energy_weight + self.force_weight == 0.0 {
+            return bad("energy_weight and force_weight are both 0: nothing to fit");
+        }
+        if !(0.0..1.0).contains(&self.ema_decay) {
+            return bad("ema_decay must be in [0, 1)");
+        }
+        Ok(())
+    }
+}

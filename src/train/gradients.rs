@@ -1,0 +1,133 @@
+//! The loss of a batch and its gradients: the exact double-backward pass and the directional
+//! pass of [`ForceGradient`].
+
+use super::force_gradient::{displacement_rms, step_along, ForceGradient};
+use super::metrics::HostErrors;
+use super::trainer::Trainer;
+use crate::error::{Error, Result};
+use crate::model::FusedPainn;
+use crate::neighbors::NeighborList;
+use crate::structure::Batch;
+use candle_core::backprop::GradStore;
+use candle_core::{DType, Tensor};
+
+impl Trainer {
+    /// Loss of training frames `idx` and its gradients with respect to every variable, the
+    /// force term's by [`TrainConfig::force_gradient`](super::TrainConfig::force_gradient).
+    pub fn loss_and_grads(&self, idx: &[usize]) -> Result<(f64, GradStore)> {
+        let (batch, nl) = Self::batch(&self.train, idx)?;
+        let mode = self.cfg.force_gradient.on(&self.device);
+        if mode == ForceGradient::Directional && self.cfg.force_weight > 0.0 {
+            return self.directional_loss_and_grads(&batch, &nl);
+        }
+        // Forces come from a first backward pass whose graph is kept, so the force loss can
+        // be differentiated again: that needs CANDLE_GRAD_DO_NOT_DETACH=1 in the environment
+        // before the first backward on this thread (`mlff train` sets it).
+        let loss = self.loss(&batch, &nl)?;
+        let value = loss.to_dtype(DType::F64)?.to_scalar::<f64>()?;
+        Ok((value, loss.backward()?))
+    }
+
+    /// [`ForceGradient::Directional`]: energies and forces at x by the fused kernels (no
+    /// graph), then one forward and backward pass over the batch at x + h·u and x − h·u,
+    /// u = F − F̂ (see `force_gradient`): their difference gives the force term's gradient,
+    /// their mean the energy term's.
+    fn directional_loss_and_grads(
+        &self,
+        batch: &Batch,
+        nl: &NeighborList,
+    ) -> Result<(f64, GradStore)> {
+        let model = self.calc.model();
+        let (inputs, _) = self.calc.prepare_with(batch, nl)?;
+        let fused = FusedPainn::new(model, self.calc.tuning())?;
+        let b = batch.n_structures();
+        let pass = fused.forward(&inputs)?;
+        let errors = HostErrors::of(batch, &pass.atom_energies, &pass.forces()?)?;
+        let h = step_along(&errors.forces, displacement_rms(self.dtype));
+        let step = h.unwrap_or(0.0);
+        // The batch at x + h·u and x − h·u (or at x alone when every force is exact).
+        let signs: &[f64] = if h.is_some() { &[1.0, -1.0] } else { &[0.0] };
+        let mut structures = Vec::with_capacity(signs.len() * b);
+        for &sign in signs {
+            for (k, s) in batch.structures.iter().enumerate() {
+                let u = &errors.forces[batch.offsets[k]..batch.offsets[k + 1]];
+                let mut moved = s.clone();
+                for (x, u) in moved.positions.iter_mut().zip(u) {
+                    for d in 0..3 {
+                        x[d] += sign * step * u[d];
+                    }
+                }
+                structures.push(moved);
+            }
+        }
+        // The copies keep x's neighbour list: they are ~1e-3 Å away, and a pair that crosses
+        // the cutoff in between weighs ~1e-7 (the cosine cutoff and its slope vanish there).
+        let copies = signs.len();
+        let all = Batch::new(structures)?;
+        let n = batch.n_atoms();
+        let offsets: Vec<usize> = (0..copies).map(|c| c * n).collect();
+        let all_nl = NeighborList::concat(vec![nl; copies].into_iter(), &offsets);
+        let (all_inputs, _) = self.calc.prepare_with(&all, &all_nl)?;
+        let energies = model.energies(&all_inputs)?.reshape((copies, b))?;
+        // Energy term: its gradient is 2 w_E mean(ΔE_k ∂E_k/∂θ / n_k²), ΔE_k the error at x,
+        // with ∂E_k/∂θ taken as the mean of the copies' (equal to O(h²)).
+        let dev = &self.device;
+        let weights: Vec<f64> = (0..b)
+            .map(|k| {
+                let n_k = batch.structures[k].len() as f64;
+                2.0 * errors.energy[k] / (n_k * n_k * b as f64)
+            })
+            .collect();
+        let weights = Tensor::from_vec(weights, b, dev)?.to_dtype(self.dtype)?;
+        let mean_energies = energies.mean(0)?;
+        let mut surrogate = ((mean_energies * weights)?.sum_all()? * self.cfg.energy_weight)?;
+        if let Some(h) = h {
+            let along = (energies.get(0)? - energies.get(1)?)?.sum_all()?;
+            let m = 3.0 * batch.n_atoms() as f64;
+            let c = -self.cfg.force_weight / (m * h);
+            surrogate = (surrogate + (along * c)?)?;
+        }
+        Ok((errors.loss(&self.cfg, batch), surrogate.backward()?))
+    }
+
+    /// The weighted loss as a tensor whose force term is differentiable (double backward).
+    fn loss(&self, batch: &Batch, nl: &NeighborList) -> Result<Tensor> {
+        let calc = &self.calc;
+        let (inputs, positions) = calc.prepare_with(batch, nl)?;
+        let dev = &self.device;
+        let energies = calc.model().energies(&inputs)?;
+        let n_atoms: Vec<f64> = batch.structures.iter().map(|s| s.len() as f64).collect();
+        let e_ref: Vec<f64> = batch
+            .structures
+            .iter()
+            .map(|s| s.energy.unwrap_or(0.0))
+            .collect();
+        let b = batch.n_structures();
+        let n_atoms = Tensor::from_vec(n_atoms, b, dev)?.to_dtype(self.dtype)?;
+        let e_ref = Tensor::from_vec(e_ref, b, dev)?.to_dtype(self.dtype)?;
+        let e_err = ((&energies - e_ref)? / n_atoms)?;
+        let mut loss = (e_err.sqr()?.mean_all()? * self.cfg.energy_weight)?;
+        if self.cfg.force_weight > 0.0 {
+            let forces = match energies.sum_all()?.backward()?.get(&inputs.positions) {
+                Some(g) => g.neg()?,
+                None => positions.as_tensor().zeros_like()?,
+            };
+            if !nl.is_empty() && !forces.track_op() {
+                return Err(Error::Train(
+                    "forces were detached from the graph, so the force loss has no gradient: \
+                     set CANDLE_GRAD_DO_NOT_DETACH=1 before the first backward pass"
+                        .into(),
+                ));
+            }
+            let f_ref: Vec<f64> = batch
+                .structures
+                .iter()
+                .flat_map(|s| s.forces.iter().flatten().flatten().copied())
+                .collect();
+            let f_ref = Tensor::from_vec(f_ref, (batch.n_atoms(), 3), dev)?.to_dtype(self.dtype)?;
+            let f_loss = (forces - f_ref)?.sqr()?.mean_all()?;
+            loss = (loss + (f_loss * self.cfg.force_weight)?)?;
+        }
+        Ok(loss)
+    }
+}

@@ -1,0 +1,97 @@
+//! Errors of predictions against labels: the loss on the host and the validation metrics.
+
+use super::config::TrainConfig;
+use super::trainer::Trainer;
+use crate::calculator::{atom_energies_and_forces, PainnCalculator};
+use crate::error::Result;
+use crate::model::Backend;
+use crate::profiler::NoClock;
+use crate::structure::Batch;
+use candle_core::{DType, Tensor};
+use serde::Serialize;
+
+/// Energy and force errors of one evaluation.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct Metrics {
+    pub loss: f64,
+    pub energy_mae: f64,
+    pub energy_per_atom_mae: f64,
+    pub force_mae: f64,
+    pub frames: usize,
+}
+
+/// Errors of one prediction of a batch against its labels, on the host in f64.
+pub(super) struct HostErrors {
+    /// Energy error of each structure (eV; atom energies summed in f64).
+    pub(super) energy: Vec<f64>,
+    /// Force error of each atom (eV/Å).
+    pub(super) forces: Vec<[f64; 3]>,
+}
+
+impl HostErrors {
+    pub(super) fn of(batch: &Batch, atom_energies: &Tensor, forces: &Tensor) -> Result<Self> {
+        let atom_e = atom_energies.to_dtype(DType::F64)?.to_vec1::<f64>()?;
+        let f = forces.to_dtype(DType::F64)?.to_vec2::<f64>()?;
+        let mut out = Self {
+            energy: Vec::with_capacity(batch.n_structures()),
+            forces: Vec::with_capacity(batch.n_atoms()),
+        };
+        for (k, s) in batch.structures.iter().enumerate() {
+            let atoms = batch.offsets[k]..batch.offsets[k + 1];
+            let e: f64 = atom_e[atoms.clone()].iter().sum();
+            out.energy.push(e - s.energy.unwrap_or(0.0));
+            for (fr, fp) in s.forces.iter().flatten().zip(&f[atoms]) {
+                out.forces
+                    .push([fp[0] - fr[0], fp[1] - fr[1], fp[2] - fr[2]]);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The training loss: w_E · mean((ΔE / n_atoms)²) + w_F · mean(ΔF²) over components.
+    pub(super) fn loss(&self, cfg: &TrainConfig, batch: &Batch) -> f64 {
+        let per_atom = self
+            .energy
+            .iter()
+            .zip(&batch.structures)
+            .map(|(de, s)| (de / s.len() as f64).powi(2));
+        let mut loss = cfg.energy_weight * per_atom.sum::<f64>() / self.energy.len().max(1) as f64;
+        if cfg.force_weight > 0.0 {
+            let sq = self.forces.iter().flatten().map(|c| c * c).sum::<f64>();
+            loss += cfg.force_weight * sq / (3 * self.forces.len()).max(1) as f64;
+        }
+        loss
+    }
+}
+
+impl Trainer {
+    /// Loss and errors of the EMA model on the validation frames.
+    pub fn validate(&self) -> Result<Metrics> {
+        // The fused kernels' energies and forces (inference: no graph), totals summed in f64.
+        let calc = PainnCalculator::new(self.ema_model()?, self.device.clone(), self.dtype)
+            .with_backend(Backend::Fused);
+        let mut m = Metrics::default();
+        let idx: Vec<usize> = (0..self.val.len()).collect();
+        let (mut n_f, mut loss_sum) = (0usize, 0.0);
+        for chunk in idx.chunks(self.cfg.batch_size.max(32)) {
+            let (batch, nl) = Self::batch(&self.val, chunk)?;
+            let (inputs, positions) = calc.prepare_with(&batch, &nl)?;
+            let (atom_e, f) = atom_energies_and_forces(&calc, &inputs, &positions, &mut NoClock)?;
+            let errors = HostErrors::of(&batch, &atom_e, &f)?;
+            for (de, s) in errors.energy.iter().zip(&batch.structures) {
+                m.energy_mae += de.abs();
+                m.energy_per_atom_mae += de.abs() / s.len() as f64;
+            }
+            m.force_mae += errors.forces.iter().flatten().map(|c| c.abs()).sum::<f64>();
+            n_f += 3 * errors.forces.len();
+            loss_sum += errors.loss(&self.cfg, &batch) * chunk.len() as f64;
+        }
+        let n = self.val.len().max(1) as f64;
+        m.frames = self.val.len();
+        m.loss = loss_sum / n;
+        m.energy_mae /= n;
+        m.energy_per_atom_mae /= n;
+        m.force_mae /= n_f.max(1) as f64;
+        Ok(m)
+    }
+}

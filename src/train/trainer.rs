@@ -1,0 +1,245 @@
+//! The training loop: set-up, seeded epochs of optimiser steps, the EMA of the weights.
+
+use super::adamw::AdamW;
+use super::config::TrainConfig;
+use super::data::Dataset;
+use super::reference::{fit_reference_energies, fit_scale_shift};
+use super::schedule::LrSchedule;
+use super::variables::{set_vars, snapshot, FIXED};
+use crate::calculator::PainnCalculator;
+use crate::checkpoint::Checkpoint;
+use crate::error::{Error, Result};
+use crate::model::Backend;
+use crate::model::{init_varmap, Painn, PainnConfig};
+use crate::neighbors::{structure_neighbor_list, NeighborList};
+use crate::structure::{Batch, Structure};
+use candle_core::{DType, Device, Tensor};
+use candle_nn::{VarBuilder, VarMap};
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use std::collections::{BTreeMap, HashMap};
+
+/// A labelled frame with its neighbour list (positions never change during training).
+pub(super) struct Frame {
+    pub(super) structure: Structure,
+    pub(super) edges: NeighborList,
+}
+
+pub struct Trainer {
+    pub model_cfg: PainnConfig,
+    pub cfg: TrainConfig,
+    pub(super) device: Device,
+    pub(super) dtype: DType,
+    pub(super) varmap: VarMap,
+    pub(super) calc: PainnCalculator,
+    pub(super) opt: AdamW,
+    /// The fixed statistics (their EMA is themselves).
+    pub(super) fixed: BTreeMap<String, Tensor>,
+    /// EMA of the trainable weights, flat in the optimiser's order.
+    pub(super) ema: Tensor,
+    pub schedule: LrSchedule,
+    pub(super) train: Vec<Frame>,
+    pub(super) val: Vec<Frame>,
+    pub epoch: usize,
+    pub best_val_loss: f64,
+}
+
+fn frames(structures: &[Structure], cutoff: f64) -> Result<Vec<Frame>> {
+    structures
+        .iter()
+        .map(|s| {
+            Ok(Frame {
+                edges: structure_neighbor_list(s, cutoff)?,
+                structure: s.clone(),
+            })
+        })
+        .collect()
+}
+
+impl Trainer {
+    /// Sets up training from scratch (seeded init, statistics fitted to `train`) or from the
+    /// weights of `init` (fine-tuning: its statistics are kept).
+    pub fn new(
+        model_cfg: &PainnConfig,
+        cfg: &TrainConfig,
+        train: &Dataset,
+        val: &Dataset,
+        device: &Device,
+        dtype: DType,
+        init: Option<&Checkpoint>,
+    ) -> Result<Self> {
+        cfg.validate()?;
+        model_cfg.validate()?;
+        train.check_elements(model_cfg)?;
+        val.check_elements(model_cfg)?;
+        let varmap = init_varmap(model_cfg, cfg.seed, dtype, device)?;
+        match init {
+            Some(ck) => set_vars(&varmap, &ck.tensors)?,
+            None => {
+                let refs = fit_reference_energies(&train.frames, &model_cfg.elements);
+                let (scale, shift) = fit_scale_shift(&train.frames, &model_cfg.elements, &refs);
+                let stats = BTreeMap::from([
+                    (
+                        "readout.atom_ref".to_string(),
+                        Tensor::new(refs, &Device::Cpu)?,
+                    ),
+                    (
+                        "readout.scale".to_string(),
+                        Tensor::new(&[scale], &Device::Cpu)?,
+                    ),
+                    (
+                        "readout.shift".to_string(),
+                        Tensor::new(&[shift], &Device::Cpu)?,
+                    ),
+                ]);
+                set_vars(&varmap, &stats)?;
+            }
+        }
+        let model = Painn::new(model_cfg, VarBuilder::from_varmap(&varmap, dtype, device))?;
+        let calc = PainnCalculator::new(model, device.clone(), dtype);
+        let mut trainable: Vec<_> = varmap
+            .data()
+            .lock()
+            .expect("varmap lock")
+            .iter()
+            .filter(|(k, _)| !FIXED.contains(&k.as_str()))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        trainable.sort_by(|a, b| a.0.cmp(&b.0));
+        let opt = AdamW::new(trainable, cfg.weight_decay)?;
+        let mut fixed = snapshot(&varmap)?;
+        fixed.retain(|k, _| FIXED.contains(&k.as_str()));
+        let ema = opt.flat_weights()?;
+        let train = frames(&train.frames, model_cfg.cutoff)?;
+        let val = frames(&val.frames, model_cfg.cutoff)?;
+        let steps_per_epoch = train.len().div_ceil(cfg.batch_size) as u64;
+        let schedule = LrSchedule::new(
+            cfg.schedule.clone(),
+            cfg.lr,
+            cfg.lr_min,
+            cfg.warmup_steps,
+            steps_per_epoch * cfg.epochs as u64,
+        );
+        Ok(Self {
+            model_cfg: model_cfg.clone(),
+            cfg: cfg.clone(),
+            device: device.clone(),
+            dtype,
+            varmap,
+            calc,
+            opt,
+            fixed,
+            ema,
+            schedule,
+            train,
+            val,
+            epoch: 0,
+            best_val_loss: f64::INFINITY,
+        })
+    }
+
+    /// Runs the model's autograd graph with `ops` (the same maths; `Custom` by default).
+    pub fn with_backend(mut self, backend: Backend) -> Self {
+        self.calc = self.calc.with_backend(backend);
+        self
+    }
+
+    /// Picks the fused kernels of the force-gradient passes under `tuning`.
+    pub fn with_tuning(mut self, tuning: crate::tuning::Tuning) -> Self {
+        self.calc = self.calc.with_tuning(tuning);
+        self
+    }
+
+    pub fn n_train(&self) -> usize {
+        self.train.len()
+    }
+
+    pub fn step(&self) -> u64 {
+        self.opt.step
+    }
+
+    pub fn optimizer(&self) -> &AdamW {
+        &self.opt
+    }
+
+    /// The batch of training frames `idx`, with its merged neighbour list.
+    pub(super) fn batch(frames: &[Frame], idx: &[usize]) -> Result<(Batch, NeighborList)> {
+        let batch = Batch::new(idx.iter().map(|&k| frames[k].structure.clone()).collect())?;
+        let nl = NeighborList::concat(idx.iter().map(|&k| &frames[k].edges), &batch.offsets);
+        Ok((batch, nl))
+    }
+
+    /// One pass over the training frames in a seeded order (the order depends on the seed and
+    /// the epoch only, so a resumed run sees the same batches). `on_step(step, loss)` is called
+    /// after every optimiser step. Returns the mean training loss.
+    pub fn train_epoch(&mut self, mut on_step: impl FnMut(u64, f64)) -> Result<f64> {
+        let mut order: Vec<usize> = (0..self.train.len()).collect();
+        let mut rng = ChaCha8Rng::seed_from_u64(self.cfg.seed ^ (self.epoch as u64 + 1) << 32);
+        order.shuffle(&mut rng);
+        let (mut total, mut n) = (0.0, 0usize);
+        for idx in order.chunks(self.cfg.batch_size) {
+            let (loss, grads) = self.loss_and_grads(idx)?;
+            if !loss.is_finite() {
+                return Err(Error::Train(format!(
+                    "loss became {loss} at step {} (epoch {}): lower the learning rate",
+                    self.opt.step + 1,
+                    self.epoch
+                )));
+            }
+            let grads = self.opt.flat_grads(&grads)?;
+            let scale = match self.cfg.clip_grad_norm {
+                c if c > 0.0 => {
+                    let norm = AdamW::norm(&grads)?;
+                    if norm > c {
+                        c / norm
+                    } else {
+                        1.0
+                    }
+                }
+                _ => 1.0,
+            };
+            let lr = self.schedule.at(self.opt.step + 1);
+            let weights = self.opt.step_flat(&grads, lr, scale)?;
+            self.update_ema(&weights)?;
+            total += loss * idx.len() as f64;
+            n += idx.len();
+            on_step(self.opt.step, loss);
+        }
+        self.epoch += 1;
+        Ok(total / n.max(1) as f64)
+    }
+
+    /// Folds the weights after a step (flat, in the optimiser's order) into their EMA.
+    fn update_ema(&mut self, weights: &Tensor) -> Result<()> {
+        let d = self.cfg.ema_decay;
+        if d == 0.0 {
+            self.ema = weights.clone();
+            return Ok(());
+        }
+        // Warm-up of the decay so early weights do not dominate.
+        let t = self.opt.step as f64;
+        let d = d.min((1.0 + t) / (10.0 + t));
+        self.ema = ((&self.ema * d)? + (weights * (1.0 - d))?)?;
+        debug_assert!(!self.ema.track_op(), "the EMA is recorded in the graph");
+        Ok(())
+    }
+
+    /// The EMA of every tensor of the model by name (fixed statistics included, unchanged).
+    pub(super) fn ema_tensors(&self) -> Result<BTreeMap<String, Tensor>> {
+        let mut out = self.fixed.clone();
+        for ((name, _), t) in self.opt.vars().iter().zip(self.opt.unflatten(&self.ema)?) {
+            out.insert(name.clone(), t.contiguous()?);
+        }
+        Ok(out)
+    }
+
+    /// The EMA weights as a model (what checkpoints hold and validation uses).
+    pub fn ema_model(&self) -> Result<Painn> {
+        let map: HashMap<String, Tensor> = self.ema_tensors()?.into_iter().collect();
+        Ok(Painn::new(
+            &self.model_cfg,
+            VarBuilder::from_tensors(map, self.dtype, &self.device),
+        )?)
+    }
+}
