@@ -7,13 +7,14 @@
 #
 #   CUDA_COMPUTE_CAP=90 bash benches/gpu/build.sh   # 90: H100/H200; 80: A100; 89: L40/RTX 40xx
 #
-# GPU_TESTS and GPU_BINS name other targets (space-separated; empty: none), PACK another
+# GPU_TESTS and GPU_BINS name other targets (space-separated; empty: none; GPU_LIB=0 leaves the
+# library's unit tests out), PACK another
 # name for the tarball (each bundled binary holds candle's kernels: ~13 MB packed). Then copy
 # the tarball and the repository to the GPU host and use benches/gpu/run.sh there
 # (benches/gpu/README.md).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-: "${CUDA_COMPUTE_CAP:?set CUDA_COMPUTE_CAP to the GPU's compute capability, e.g. 90}"
+: "${CUDA_COMPUTE_CAP:?set CUDA_COMPUTE_CAP to the compute capability of the GPU, e.g. 90}"
 tests=${GPU_TESTS-gpu gpu_graphs gpu_second_order}
 bins=${GPU_BINS-mlff md_water_box}
 pack=${PACK:-target/gpu-pack.tar.xz}
@@ -30,7 +31,8 @@ if [ ${#targets[@]} -gt 0 ]; then
   cargo build --release --features cuda "${targets[@]}" --message-format=json-render-diagnostics >> "$json"
 fi
 if [ -n "$tests" ]; then
-  test_targets=(--lib)
+  test_targets=()
+  [ "${GPU_LIB:-1}" = 1 ] && test_targets+=(--lib)
   for t in $tests; do test_targets+=(--test "$t"); done
   cargo test --release --features cuda --no-run "${test_targets[@]}" \
     --message-format=json-render-diagnostics >> "$json"

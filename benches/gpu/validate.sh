@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `mlff validate-md` of the five shipped systems on a 4-GPU machine, one process per GPU (one
-# process with several CUDA streams was measured 3x slower per stream: see BENCHMARKS.md), with
+# process with several CUDA streams was measured slower per stream:
+# docs/bench-log/06-bench-suite-baseline.md), with
 # the CUDA tests and the GPU suite (benches/gpu/suite.sh) on GPUs that finish early. From the
 # repository root after benches/gpu/build.sh made the pack PACK.
 # Results: $OUT/validate.tar.gz (reports, plots, logs, trajectories) and summaries.
