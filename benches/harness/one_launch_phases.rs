@@ -103,7 +103,7 @@ fn main() -> Result<()> {
     let groups: Vec<usize> = (groups.split(','))
         .map(|g| g.trim().parse().context("BLOCKS: a comma list of counts"))
         .collect::<Result<_>>()?;
-    let (mut feature_split, mut atom_split_columns) = (Vec::new(), Vec::new());
+    let (mut feature_split_columns, mut atom_split_columns) = (Vec::new(), Vec::new());
     for name in names.split(',') {
         let (base, copies) = match name.rsplit_once("-x") {
             Some((base, b)) => (base, b.parse::<usize>().context("batch size")?),
@@ -137,7 +137,7 @@ fn main() -> Result<()> {
             eprintln!("{name}, {g} blocks: max |F - F(first split)| = {df:.2e} eV/Å");
             let heading = format!("{name} ({n} atoms, {e} edges, {g} blocks)");
             let phases = || feature_split_phase_times(&plan, w, [&pos, &x.offsets], index);
-            feature_split.push(measure(&dev, heading, call, phases)?);
+            feature_split_columns.push(measure(&dev, heading, call, phases)?);
         }
         let plan = AtomSplitPlan::fit(model, n, e, &dev, DType::F32)
             .map_err(anyhow::Error::msg)
@@ -148,19 +148,17 @@ fn main() -> Result<()> {
             )
         };
         let heading = format!(
-            "{name} ({n} atoms, {e} edges, {} blocks of {}{})",
+            "{name} ({n} atoms, {e} edges, {} blocks of {})",
             plan.blocks(),
             plan.atoms_per_block(),
-            if plan.tensor_cores() {
-                ", tensor cores"
-            } else {
-                ""
-            }
         );
         let phases = || atom_split_phase_times(&plan, [w, w_out], [&pos, &x.offsets], index);
         atom_split_columns.push(measure(&dev, heading, call, phases)?);
     }
-    print_table("Feature split (`ops::feature_split`), µs", &feature_split);
+    print_table(
+        "Feature split (`ops::feature_split`), µs",
+        &feature_split_columns,
+    );
     print_table("Atom split (`ops::atom_split`), µs", &atom_split_columns);
     Ok(())
 }
