@@ -557,6 +557,17 @@ fn whitespace_tolerance() {
     assert!(s.is_empty());
 }
 
+/// A UTF-8 byte-order mark before the first atom count (as some editors write) is skipped, in
+/// text and in bytes read from a file.
+#[test]
+fn a_byte_order_mark_is_skipped() {
+    let plain = parse(GOOD);
+    assert_eq!(parse(&format!("\u{feff}{GOOD}")), plain);
+    let bytes = [b"\xEF\xBB\xBF".as_slice(), GOOD.as_bytes()].concat();
+    let read = mlff_distiller::io::parse_extxyz_bytes(&bytes, Path::new("bom.xyz")).unwrap();
+    assert_eq!(read, plain);
+}
+
 // ---------------------------------------------------------------------------------------
 // Malformed input
 // ---------------------------------------------------------------------------------------

@@ -124,6 +124,16 @@ fn md_errors_name_the_cause() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("friction"), "{err}");
 
+    // Intervals of 0 steps would write nothing: refused naming the flag, before any output.
+    let traj = dir.path().join("t.extxyz");
+    for flag in ["--traj-every", "--log-every"] {
+        let o = md(&["--steps", "5", "--traj", traj.to_str().unwrap(), flag, "0"]);
+        assert_eq!(o.status.code(), Some(2), "{flag}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains(flag) && err.contains("'0'"), "{err}");
+        assert!(!traj.exists(), "{flag} 0 opened the trajectory");
+    }
+
     // CUDA graphs on the CPU: refused with the reason, before any step.
     let o = md(&["--steps", "5", "--graphs", "on"]);
     assert_eq!(o.status.code(), Some(1));

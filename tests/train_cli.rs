@@ -51,6 +51,17 @@ fn train_resume_and_eval_from_the_command_line() {
         mlff(&args)
     };
 
+    // A negative or non-finite time limit is refused naming the flag, before any output.
+    for bad in ["-1", "nan", "inf"] {
+        let o = train(&out, &["--max-minutes", bad]);
+        assert_eq!(o.status.code(), Some(2), "{bad}");
+        assert!(stderr(&o).contains("--max-minutes"), "{}", stderr(&o));
+        assert!(
+            !out.exists(),
+            "--max-minutes {bad} created the output folder"
+        );
+    }
+
     // A limit already passed stops the run after its first epoch, with everything saved.
     let o = train(&out, &["--max-minutes", "0"]);
     assert!(o.status.success(), "{}", stderr(&o));

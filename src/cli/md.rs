@@ -58,13 +58,15 @@ pub struct MdArgs {
     /// Trajectory (extended XYZ with energy, forces, momenta), appended and flushed per frame.
     #[arg(long)]
     traj: Option<PathBuf>,
-    #[arg(long, default_value_t = 100)]
+    /// Steps between trajectory frames (at least 1).
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
     traj_every: u64,
     /// JSON-lines log: step, time_fs, e_pot, e_kin, e_tot (eV), temperature (K),
     /// bond_deviation (Å).
     #[arg(long)]
     log: Option<PathBuf>,
-    #[arg(long, default_value_t = 10)]
+    /// Steps between log lines (at least 1).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
     log_every: u64,
     /// Write a restart file every K steps and at the end (0: never).
     #[arg(long, default_value_t = 0)]

@@ -76,7 +76,7 @@ pub struct TrainArgs {
     force_gradient: Option<ForceGradient>,
     /// Stop after the epoch during which this many minutes of training have passed (the
     /// checkpoints and state are saved; --resume continues).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true, value_parser = parse_minutes)]
     max_minutes: Option<f64>,
     #[arg(long, default_value = "f32", value_parser = parse_dtype)]
     dtype: DType,
@@ -286,4 +286,12 @@ fn path_list(out: &Path) -> String {
     ]
     .map(|f| out.join(f).display().to_string())
     .join(", ")
+}
+
+/// `--max-minutes`: a finite number of minutes, zero or more.
+fn parse_minutes(s: &str) -> std::result::Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(m) if m.is_finite() && m >= 0.0 => Ok(m),
+        _ => Err(format!("`{s}` is not a number of minutes (0 or more)")),
+    }
 }

@@ -20,6 +20,8 @@ pub fn read_extxyz(path: &Path) -> Result<Vec<Structure>> {
 /// Parses the bytes of an extended XYZ file (already read, e.g. to hash them too);
 /// `path_for_errors` only labels errors.
 pub fn parse_extxyz_bytes(bytes: &[u8], path_for_errors: &Path) -> Result<Vec<Structure>> {
+    // A UTF-8 byte-order mark (editors on Windows write one) is not part of the atom count.
+    let bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes);
     match std::str::from_utf8(bytes) {
         Ok(text) => Parser::new(text, path_for_errors, None).run(),
         Err(e) => {
@@ -36,6 +38,7 @@ pub fn parse_extxyz_bytes(bytes: &[u8], path_for_errors: &Path) -> Result<Vec<St
 
 /// Parses extended XYZ text; `path_for_errors` only labels errors.
 pub fn parse_extxyz_str(text: &str, path_for_errors: &Path) -> Result<Vec<Structure>> {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     Parser::new(text, path_for_errors, None).run()
 }
 
