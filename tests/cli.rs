@@ -227,3 +227,64 @@ fn bench_compares_the_student_with_its_teachers_recorded_time() {
         "{err}"
     );
 }
+
+/// Predictions that would not be finite are errors naming the frame and atoms, and write no
+/// output: overlapping atoms are refused up front (as `mlff md` refuses them), and a
+/// checkpoint holding a NaN weight is refused at the first non-finite energy or force.
+#[test]
+fn predict_refuses_overlapping_atoms_and_non_finite_results() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("pred.extxyz");
+    let model = root().join("models/painn-gfn2.safetensors");
+    let predict = |model: &std::path::Path, frames: &std::path::Path| {
+        mlff(&[
+            "predict",
+            model.to_str().unwrap(),
+            frames.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+            "--device",
+            "cpu",
+        ])
+    };
+    let overlapping = dir.path().join("overlap.extxyz");
+    let frame =
+        |z: f64| format!("3\nProperties=species:S:1:pos:R:3\nO 0 0 0\nH 0 0 {z}\nH 0 0.96 0\n");
+    std::fs::write(&overlapping, format!("{}{}", frame(0.96), frame(0.0))).unwrap();
+    let o = predict(&model, &overlapping);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(
+        err.contains("frame 1") && err.contains("atoms 0 and 1"),
+        "{err}"
+    );
+    assert!(!out.exists(), "a refused prediction wrote its output");
+
+    // The shipped model with one NaN weight.
+    let ck = mlff_distiller::checkpoint::load(&model).unwrap();
+    let mut tensors = ck.tensors.clone();
+    let name = "readout.hidden.weight";
+    let w = tensors[name]
+        .flatten_all()
+        .unwrap()
+        .to_vec1::<f32>()
+        .unwrap();
+    let mut w = w;
+    w[0] = f32::NAN;
+    let shape = tensors[name].shape().clone();
+    tensors.insert(
+        name.into(),
+        candle_core::Tensor::from_vec(w, shape, &candle_core::Device::Cpu).unwrap(),
+    );
+    let poisoned = dir.path().join("nan.safetensors");
+    mlff_distiller::checkpoint::save(&poisoned, &ck.config, &tensors, &ck.provenance).unwrap();
+    let frames = root().join("data/aspirin_rmd17_10frames.extxyz");
+    let o = predict(&poisoned, &frames);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(
+        err.contains("frame 0") && err.contains("not finite"),
+        "{err}"
+    );
+    assert!(!out.exists(), "a refused prediction wrote its output");
+}

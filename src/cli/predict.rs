@@ -33,6 +33,11 @@ pub fn run(a: PredictArgs) -> Result<()> {
     let calc = a.graphs.wrap(&model)?;
     let frames = read_extxyz(&a.input)?;
     anyhow::ensure!(!frames.is_empty(), "{}: no frames", a.input.display());
+    // Overlapping atoms give non-finite forces: refused up front, as `mlff md` refuses them.
+    for (k, s) in frames.iter().enumerate() {
+        mlff_distiller::md::check_separation(s)
+            .map_err(|e| anyhow::anyhow!("{}: frame {k}: {e}", a.input.display()))?;
+    }
     let mut out = Vec::with_capacity(frames.len());
     for (c, chunk) in frames.chunks(a.batch_size).enumerate() {
         let first = c * a.batch_size;
@@ -41,7 +46,26 @@ pub fn run(a: PredictArgs) -> Result<()> {
         let pred = calc
             .compute(&batch)
             .with_context(|| format!("{}: frames from {first}", a.input.display()))?;
-        for (s, (e, f)) in chunk.iter().zip(pred.energies.into_iter().zip(pred.forces)) {
+        for (k, (s, (e, f))) in chunk
+            .iter()
+            .zip(pred.energies.into_iter().zip(pred.forces))
+            .enumerate()
+        {
+            // A non-finite result (a NaN weight, say) is an error naming the frame and atom;
+            // nothing has been written yet.
+            let frame = first + k;
+            anyhow::ensure!(
+                e.is_finite(),
+                "{}: frame {frame}: the predicted energy is {e} (not finite)",
+                a.input.display()
+            );
+            if let Some(atom) = f.iter().position(|r| r.iter().any(|x| !x.is_finite())) {
+                anyhow::bail!(
+                    "{}: frame {frame}: the predicted force on atom {atom} is {:?} (not finite)",
+                    a.input.display(),
+                    f[atom]
+                );
+            }
             out.push(with_prediction(s.clone(), e, f));
         }
     }
