@@ -110,6 +110,7 @@ fn md_writes_log_trajectory_restart_and_resumes() {
 #[test]
 fn md_errors_name_the_cause() {
     let dir = tempfile::tempdir().unwrap();
+    let p = |n: &str| dir.path().join(n).to_str().unwrap().to_owned();
     let bad = dir.path().join("no-such-dir/t.extxyz");
     let o = md(&["--steps", "5", "--traj", bad.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(1));
@@ -123,6 +124,24 @@ fn md_errors_name_the_cause() {
     let o = md(&["--ensemble", "nvt", "--friction", "0"]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("friction"), "{err}");
+
+    // An output in a missing folder is refused naming its flag, before the run, not after it.
+    let missing = dir.path().join("missing/s.json");
+    let o = md(&[
+        "--steps",
+        "5",
+        "--summary-json",
+        missing.to_str().unwrap(),
+        "--log",
+        &p("l"),
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("--summary-json") && err.contains("missing"),
+        "{err}"
+    );
+    assert!(!dir.path().join("l").exists(), "the run started");
 
     // Intervals of 0 steps would write nothing: refused naming the flag, before any output.
     let traj = dir.path().join("t.extxyz");

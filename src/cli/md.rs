@@ -101,6 +101,24 @@ pub struct MdArgs {
 }
 
 pub fn run(a: MdArgs) -> Result<ExitCode> {
+    // Every output's folder must exist before the run starts, so that none fails at its end.
+    let outputs = [
+        ("--traj", &a.traj),
+        ("--log", &a.log),
+        ("--restart-file", &a.restart_file),
+        ("--summary-json", &a.summary_json),
+    ];
+    for (flag, path) in outputs {
+        let Some(path) = path else { continue };
+        let folder = path.parent().filter(|p| !p.as_os_str().is_empty());
+        if let Some(folder) = folder.filter(|f| !f.is_dir()) {
+            bail!(
+                "{flag} {}: the folder {} does not exist",
+                path.display(),
+                folder.display()
+            );
+        }
+    }
     let summary = match &a.resume {
         Some(path) => resume(&a, path)?,
         None => fresh(&a)?,
