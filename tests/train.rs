@@ -452,3 +452,28 @@ fn several_files_are_one_dataset_and_errors_name_the_file() {
     let err = Dataset::load_all(&[a, b]).unwrap_err().to_string();
     assert!(err.contains("b.extxyz") && err.contains("frame 2"), "{err}");
 }
+
+/// Settings that would train nothing are refused before any output: 0 epochs (the CLI used to
+/// print "done" naming checkpoints it never wrote), and the other bad settings name theirs.
+#[test]
+fn settings_that_train_nothing_are_refused() {
+    let refused = |cfg: TrainConfig, what: &str| {
+        let err = cfg.validate().unwrap_err().to_string();
+        assert!(err.contains(what), "{err}");
+    };
+    refused(
+        TrainConfig {
+            epochs: 0,
+            ..train_config()
+        },
+        "epochs",
+    );
+    refused(
+        TrainConfig {
+            batch_size: 0,
+            ..train_config()
+        },
+        "batch_size",
+    );
+    assert!(train_config().validate().is_ok());
+}

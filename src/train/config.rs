@@ -52,6 +52,11 @@ impl Default for TrainConfig {
 impl TrainConfig {
     pub fn validate(&self) -> Result<()> {
         let bad = |m: &str| Err(Error::Train(m.to_string()));
+        if self.epochs == 0 {
+            return bad(
+                "epochs must be at least 1 (0 would train nothing and write no checkpoint)",
+            );
+        }
         if self.batch_size == 0 {
             return bad("batch_size must be at least 1");
         }
