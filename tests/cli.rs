@@ -251,25 +251,24 @@ fn predict_refuses_overlapping_atoms_and_non_finite_results() {
     let frame =
         |z: f64| format!("3\nProperties=species:S:1:pos:R:3\nO 0 0 0\nH 0 0 {z}\nH 0 0.96 0\n");
     std::fs::write(&overlapping, format!("{}{}", frame(0.96), frame(0.0))).unwrap();
-    let o = predict(&model, &overlapping);
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(!o.status.success());
-    assert!(
-        err.contains("frame 1") && err.contains("atoms 0 and 1"),
-        "{err}"
-    );
-    assert!(!out.exists(), "a refused prediction wrote its output");
+    // Refused with an error holding `words`, and no output written.
+    let refused = |o: std::process::Output, words: &[&str]| {
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success());
+        assert!(words.iter().all(|w| err.contains(w)), "{err}");
+        assert!(!out.exists(), "a refused prediction wrote its output");
+    };
+    refused(predict(&model, &overlapping), &["frame 1", "atoms 0 and 1"]);
 
     // The shipped model with one NaN weight.
     let ck = mlff_distiller::checkpoint::load(&model).unwrap();
     let mut tensors = ck.tensors.clone();
     let name = "readout.hidden.weight";
-    let w = tensors[name]
+    let mut w = tensors[name]
         .flatten_all()
         .unwrap()
         .to_vec1::<f32>()
         .unwrap();
-    let mut w = w;
     w[0] = f32::NAN;
     let shape = tensors[name].shape().clone();
     tensors.insert(
@@ -279,12 +278,5 @@ fn predict_refuses_overlapping_atoms_and_non_finite_results() {
     let poisoned = dir.path().join("nan.safetensors");
     mlff_distiller::checkpoint::save(&poisoned, &ck.config, &tensors, &ck.provenance).unwrap();
     let frames = root().join("data/aspirin_rmd17_10frames.extxyz");
-    let o = predict(&poisoned, &frames);
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(!o.status.success());
-    assert!(
-        err.contains("frame 0") && err.contains("not finite"),
-        "{err}"
-    );
-    assert!(!out.exists(), "a refused prediction wrote its output");
+    refused(predict(&poisoned, &frames), &["frame 0", "not finite"]);
 }

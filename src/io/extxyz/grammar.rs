@@ -326,14 +326,14 @@ pub(super) fn split_key_values(
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn kv(line: &str) -> Vec<(String, Option<String>)> {
+    pub(in crate::io::extxyz) fn kv(line: &str) -> Vec<(String, Option<String>)> {
         split_key_values(line).unwrap()
     }
 
-    fn p(k: &str, v: Option<&str>) -> (String, Option<String>) {
+    pub(in crate::io::extxyz) fn p(k: &str, v: Option<&str>) -> (String, Option<String>) {
         (k.to_owned(), v.map(str::to_owned))
     }
 

@@ -262,16 +262,8 @@ fn format_frame(s: &Structure, buf: &mut String) -> std::result::Result<(), Stri
 
 #[cfg(test)]
 mod tests {
-    use super::super::grammar::split_key_values;
+    use super::super::grammar::tests::{kv, p};
     use super::*;
-
-    fn kv(line: &str) -> Vec<(String, Option<String>)> {
-        split_key_values(line).unwrap()
-    }
-
-    fn p(k: &str, v: Option<&str>) -> (String, Option<String>) {
-        (k.to_owned(), v.map(str::to_owned))
-    }
 
     #[test]
     fn escaping_round_trips() {
