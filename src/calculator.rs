@@ -5,7 +5,7 @@ use crate::checkpoint;
 use crate::error::{Error, Result};
 use crate::model::Backend;
 use crate::model::{FusedPainn, Painn, PainnInputs};
-use crate::neighbors::{batch_neighbor_list, image_offset, NeighborList};
+use crate::neighbors::{batch_neighbor_list, image_offset, wrap_batch, NeighborList};
 use crate::phase::{NoClock, Phase, PhaseClock};
 use crate::structure::Batch;
 use crate::tuning::Tuning;
@@ -22,6 +22,26 @@ pub struct Prediction {
 }
 
 impl Prediction {
+    /// The first non-finite energy or force (a NaN weight, overlapping atoms) as
+    /// [`Error::NonFiniteResult`], structures counted within this prediction.
+    pub fn check_finite(&self) -> Result<()> {
+        for (k, (e, f)) in self.energies.iter().zip(&self.forces).enumerate() {
+            if !e.is_finite() {
+                return Err(Error::NonFiniteResult {
+                    structure: k,
+                    what: format!("the predicted energy is {e}"),
+                });
+            }
+            if let Some(i) = f.iter().position(|r| r.iter().any(|x| !x.is_finite())) {
+                return Err(Error::NonFiniteResult {
+                    structure: k,
+                    what: format!("the predicted force on atom {i} is {:?}", f[i]),
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// Copies energies \[S\] and forces [N, 3] (any float dtype) off the device, the forces
     /// split by structure as `batch` holds its atoms.
     pub fn from_device(batch: &Batch, energies: &Tensor, forces: &Tensor) -> Result<Self> {
@@ -141,8 +161,9 @@ impl PainnCalculator {
     /// Host-side preparation: species, neighbour list, image offsets, uploaded to the device.
     /// Returns the inputs and the positions variable that forces are taken against.
     pub fn prepare(&self, batch: &Batch) -> Result<(PainnInputs, Var)> {
-        let nl = batch_neighbor_list(batch, self.model.config().cutoff)?;
-        self.prepare_with(batch, &nl)
+        let batch = wrap_batch(batch)?;
+        let nl = batch_neighbor_list(&batch, self.model.config().cutoff)?;
+        self.prepare_with(&batch, &nl)
     }
 
     /// Like [`prepare`](Self::prepare) with a neighbour list the caller built (e.g. a Verlet
@@ -277,8 +298,9 @@ impl Calculator for PainnCalculator {
 
     fn compute_phased(&self, batch: &Batch, clock: &mut dyn PhaseClock) -> Result<Prediction> {
         clock.mark(Phase::NeighborList)?;
-        let nl = batch_neighbor_list(batch, self.model.config().cutoff)?;
-        self.compute_with(batch, &nl, clock)
+        let batch = wrap_batch(batch)?;
+        let nl = batch_neighbor_list(&batch, self.model.config().cutoff)?;
+        self.compute_with(&batch, &nl, clock)
     }
 
     fn cutoff(&self) -> f64 {

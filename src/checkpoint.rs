@@ -118,7 +118,7 @@ pub fn save_varmap(
 pub fn load(path: &Path) -> Result<Checkpoint> {
     let bytes = std::fs::read(path).map_err(|source| Error::Io {
         path: path.into(),
-        source,
+        cause: source,
     })?;
     parse(path, &bytes)
 }

@@ -4,11 +4,12 @@ use std::path::PathBuf;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("{path}: {source}")]
+    /// The cause is part of the message and not a `source()` as well, so that a chain of
+    /// errors printed whole says it once.
+    #[error("{path}: {cause}")]
     Io {
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
 
     /// Malformed extended XYZ. `frame` counts from 0, `line` from 1.
@@ -23,6 +24,15 @@ pub enum Error {
     /// A JSON file (report, restart) that cannot be written or read as what it should hold.
     #[error("{path}: {msg}")]
     Json { path: PathBuf, msg: String },
+
+    /// An output that would replace an input or another output, exists already, or is being
+    /// written by another run (the message names the flags, the paths and the holder).
+    #[error("{0}")]
+    Output(String),
+
+    /// The run was stopped by a signal (SIGINT is 2, SIGTERM 15) after saving what it had.
+    #[error("stopped by signal {0}")]
+    Interrupted(i32),
 
     #[error("invalid structure: {0}")]
     Structure(String),
@@ -66,11 +76,53 @@ pub enum Error {
     #[error("non-finite values: {0}")]
     NonFinite(String),
 
+    /// A model's energy or force came out NaN or infinite; `structure` counts within the
+    /// batch or prediction, and callers that know the file say which frame it was.
+    #[error("structure {structure}: {what} (not finite)")]
+    NonFiniteResult { structure: usize, what: String },
+
     #[error("device: {0}")]
     Device(String),
 
     #[error(transparent)]
     Candle(#[from] candle_core::Error),
+}
+
+impl Error {
+    /// The same error with the structure it names (in a batch) counted `by` further, for a
+    /// batch that starts at structure `by` of a larger set.
+    pub fn shifted(self, by: usize) -> Self {
+        let renumber = |m: String| match m
+            .strip_prefix("structure ")
+            .and_then(|r| r.split_once(": "))
+        {
+            Some((k, rest)) => match k.parse::<usize>() {
+                Ok(k) => format!("structure {}: {rest}", k + by),
+                Err(_) => m,
+            },
+            None => m,
+        };
+        match self {
+            Error::NonFiniteResult { structure, what } => Error::NonFiniteResult {
+                structure: structure + by,
+                what,
+            },
+            Error::UnknownElement {
+                z,
+                structure,
+                atom,
+                known,
+            } => Error::UnknownElement {
+                z,
+                structure: structure + by,
+                atom,
+                known,
+            },
+            Error::Structure(m) => Error::Structure(renumber(m)),
+            Error::NeighborList(m) => Error::NeighborList(renumber(m)),
+            other => other,
+        }
+    }
 }
 
 /// What is wrong with a checkpoint file; one variant per kind of defect so callers and tests

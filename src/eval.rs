@@ -137,8 +137,14 @@ pub fn evaluate(
     let mut per_element: BTreeMap<String, Acc> = BTreeMap::new();
     let mut per_molecule: BTreeMap<String, Acc> = BTreeMap::new();
     let mut parity = Parity::default();
-    for chunk in frames.chunks(batch_size.max(1)) {
-        let pred = calc.compute(&Batch::new(chunk.to_vec())?)?;
+    let size = batch_size.max(1);
+    for (c, chunk) in frames.chunks(size).enumerate() {
+        // Errors about one structure name it by its index in `frames`.
+        let first = c * size;
+        let pred = Batch::new(chunk.to_vec())
+            .and_then(|b| calc.compute(&b))
+            .and_then(|p| p.check_finite().map(|_| p))
+            .map_err(|e| e.shifted(first))?;
         for (s, (e, forces)) in chunk.iter().zip(pred.energies.iter().zip(&pred.forces)) {
             let mol = per_molecule.entry(molecule_name(s)).or_default();
             overall.add_frame(s, *e);

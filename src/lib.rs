@@ -9,6 +9,7 @@ pub mod error;
 pub mod eval;
 pub mod fsutil;
 pub mod graph;
+pub mod interrupt;
 pub mod io;
 pub mod md;
 pub mod model;

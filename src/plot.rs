@@ -20,7 +20,7 @@ fn register_font() {
 fn plot_err(path: &Path, e: impl std::fmt::Display) -> Error {
     Error::Io {
         path: path.into(),
-        source: std::io::Error::other(format!("drawing the plot: {e}")),
+        cause: std::io::Error::other(format!("drawing the plot: {e}")),
     }
 }
 

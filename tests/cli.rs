@@ -260,23 +260,7 @@ fn predict_refuses_overlapping_atoms_and_non_finite_results() {
     };
     refused(predict(&model, &overlapping), &["frame 1", "atoms 0 and 1"]);
 
-    // The shipped model with one NaN weight.
-    let ck = mlff_distiller::checkpoint::load(&model).unwrap();
-    let mut tensors = ck.tensors.clone();
-    let name = "readout.hidden.weight";
-    let mut w = tensors[name]
-        .flatten_all()
-        .unwrap()
-        .to_vec1::<f32>()
-        .unwrap();
-    w[0] = f32::NAN;
-    let shape = tensors[name].shape().clone();
-    tensors.insert(
-        name.into(),
-        candle_core::Tensor::from_vec(w, shape, &candle_core::Device::Cpu).unwrap(),
-    );
-    let poisoned = dir.path().join("nan.safetensors");
-    mlff_distiller::checkpoint::save(&poisoned, &ck.config, &tensors, &ck.provenance).unwrap();
+    let poisoned = common::poisoned_model(dir.path());
     let frames = root().join("data/aspirin_rmd17_10frames.extxyz");
     refused(predict(&poisoned, &frames), &["frame 0", "not finite"]);
 }

@@ -152,6 +152,7 @@ fn outputs_in(dir: &Path, st: MdSettings) -> MdSettings {
             traj: Some(dir.join("traj.extxyz")),
             log: Some(dir.join("log.jsonl")),
             restart: Some(dir.join("restart.json")),
+            append: false,
         },
         ..st
     }

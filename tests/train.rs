@@ -357,7 +357,7 @@ fn resume_continues_exactly() {
     )
     .unwrap();
     let err = t.load_state(&state).unwrap_err().to_string();
-    assert!(err.contains("different training settings"), "{err}");
+    assert!(err.contains("lr 0.005 there, 0.01 now"), "{err}");
 }
 
 #[test]

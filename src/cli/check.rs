@@ -11,11 +11,23 @@ pub struct CheckArgs {
     /// Also write the report as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Replace --json if it exists (by default it is refused).
+    #[arg(long)]
+    overwrite: bool,
     #[command(flatten)]
     device: DeviceArgs,
 }
 
 pub fn run(a: CheckArgs) -> Result<()> {
+    let mut io = mlff_distiller::fsutil::OutputSet::new();
+    if let Some(p) = &a.json {
+        io.output(
+            "--json",
+            p,
+            mlff_distiller::fsutil::Mode::overwrite_if(a.overwrite),
+        );
+    }
+    let _claim = super::claim(&io)?;
     let report = system_report();
     println!(
         "mlff {} (cuda feature: {})",

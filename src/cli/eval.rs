@@ -4,6 +4,7 @@ use super::{BatchGraphArgs, ModelArgs};
 use anyhow::Result;
 use clap::Args;
 use mlff_distiller::eval::{evaluate, Errors};
+use mlff_distiller::fsutil::{Mode, OutputSet};
 use mlff_distiller::train::Dataset;
 use std::path::PathBuf;
 
@@ -22,6 +23,9 @@ pub struct EvalArgs {
     plot: Option<PathBuf>,
     #[arg(long, default_value_t = 32)]
     batch_size: usize,
+    /// Replace outputs that exist already (by default they are refused).
+    #[arg(long)]
+    overwrite: bool,
     #[command(flatten)]
     run: ModelArgs,
     #[command(flatten)]
@@ -44,11 +48,25 @@ fn row(name: &str, e: &Errors) -> String {
 }
 
 pub fn run(a: EvalArgs) -> Result<()> {
+    anyhow::ensure!(a.batch_size > 0, "--batch-size must be at least 1");
+    let mut io = OutputSet::new();
+    io.input("MODEL", &a.model);
+    for d in &a.data {
+        io.input("DATA", d);
+    }
+    let mode = Mode::overwrite_if(a.overwrite);
+    for (flag, p) in [("--json", &a.json), ("--plot", &a.plot)] {
+        if let Some(p) = p {
+            io.output(flag, p, mode);
+        }
+    }
+    let _claim = super::claim(&io)?;
     let model = a.run.calculator(&a.model)?;
     let ds = Dataset::load_all(&a.data)?;
     ds.check_elements(model.model().config())?;
     let calc = a.graphs.wrap(&model)?;
-    let (report, parity) = evaluate(&calc, &ds.frames, a.batch_size)?;
+    let (report, parity) = evaluate(&calc, &ds.frames, a.batch_size)
+        .map_err(|e| super::at_frame(e, |k| ds.origin_of(k)))?;
     BatchGraphArgs::report(&calc);
     println!(
         "{} on {} ({} frames)",

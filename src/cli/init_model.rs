@@ -4,6 +4,7 @@ use anyhow::Result;
 use candle_core::{DType, Device};
 use clap::Args;
 use mlff_distiller::checkpoint;
+use mlff_distiller::fsutil::{Mode, OutputSet};
 use mlff_distiller::model::{init_varmap, PainnConfig};
 use std::path::PathBuf;
 
@@ -19,6 +20,9 @@ pub struct InitModelArgs {
     /// Seed of the initialisation.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// Replace outputs that exist already (by default they are refused).
+    #[arg(long)]
+    overwrite: bool,
 }
 
 pub fn run(a: InitModelArgs) -> Result<()> {
@@ -26,6 +30,12 @@ pub fn run(a: InitModelArgs) -> Result<()> {
         Some(p) => PainnConfig::from_file(p)?,
         None => PainnConfig::default(),
     };
+    let mut io = OutputSet::new();
+    if let Some(c) = &a.config {
+        io.input("--config", c);
+    }
+    io.output("--output", &a.output, Mode::overwrite_if(a.overwrite));
+    let _claim = super::claim(&io)?;
     if let Some(note) = cfg.fused_note() {
         eprintln!("note: {note}");
     }

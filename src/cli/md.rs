@@ -1,11 +1,12 @@
 //! `mlff md`: molecular dynamics with a student model, with restarts and a stability summary.
 
-use super::{parse_dtype, DynamicsArgs, ModelArgs};
+use super::{claim, parse_dtype, DynamicsArgs, ModelArgs};
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
-use mlff_distiller::fsutil::{sha256_file, write_json};
+use mlff_distiller::fsutil::{sha256_file, write_json, Claim, Mode, OutputSet};
 use mlff_distiller::graph::Graphs;
+use mlff_distiller::interrupt::StopFlag;
 use mlff_distiller::io::read_extxyz;
 use mlff_distiller::md::{
     Ensemble, MdOutputs, MdSettings, MdSummary, PainnForces, Progress, Restart, Simulation,
@@ -55,7 +56,8 @@ pub struct MdArgs {
     /// velocities.
     #[arg(long)]
     keep_momenta: bool,
-    /// Trajectory (extended XYZ with energy, forces, momenta), appended and flushed per frame.
+    /// Trajectory (extended XYZ with energy, forces, momenta), flushed frame by frame; an
+    /// existing file is refused unless --overwrite or --append.
     #[arg(long)]
     traj: Option<PathBuf>,
     /// Steps between trajectory frames (at least 1).
@@ -68,7 +70,8 @@ pub struct MdArgs {
     /// Steps between log lines (at least 1).
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
     log_every: u64,
-    /// Write a restart file every K steps and at the end (0: never).
+    /// Write a restart file every K steps and at the end (0: only when the run is stopped by
+    /// SIGINT or SIGTERM, and only where no restart file exists).
     #[arg(long, default_value_t = 0)]
     restart_every: u64,
     /// Restart file path (default: <traj>.restart.json, or mlff-md.restart.json).
@@ -78,7 +81,7 @@ pub struct MdArgs {
     #[arg(long, conflicts_with_all = [
         "structure", "frame", "dt", "ensemble", "temperature", "init_temperature", "friction",
         "seed", "skin", "keep_momenta", "traj", "traj_every", "log", "log_every",
-        "restart_every", "restart_file", "dtype", "backend", "keep_going",
+        "restart_every", "restart_file", "dtype", "backend", "keep_going", "append",
     ])]
     resume: Option<PathBuf>,
     /// auto: run each step as one CUDA graph replay where possible (a CUDA device, --backend
@@ -96,49 +99,74 @@ pub struct MdArgs {
     /// Also write the closing summary as JSON here.
     #[arg(long)]
     summary_json: Option<PathBuf>,
+    /// Replace outputs that exist already (by default they are refused).
+    #[arg(long, conflicts_with = "append")]
+    overwrite: bool,
+    /// Add to an existing --traj and --log instead of refusing them.
+    #[arg(long)]
+    append: bool,
+    /// With --resume: continue the restart's state in new files in this folder (its
+    /// trajectory and log, cut to the restart's step, are copied there first), e.g. from an
+    /// older restart file, leaving the original run as it is.
+    #[arg(long, requires = "resume")]
+    branch: Option<PathBuf>,
     #[command(flatten)]
     run: ModelArgs,
 }
 
 pub fn run(a: MdArgs) -> Result<ExitCode> {
-    // Every output's folder must exist before the run starts, so that none fails at its end.
-    let outputs = [
-        ("--traj", &a.traj),
-        ("--log", &a.log),
-        ("--restart-file", &a.restart_file),
-        ("--summary-json", &a.summary_json),
-    ];
-    for (flag, path) in outputs {
-        let Some(path) = path else { continue };
-        let folder = path.parent().filter(|p| !p.as_os_str().is_empty());
-        if let Some(folder) = folder.filter(|f| !f.is_dir()) {
-            bail!(
-                "{flag} {}: the folder {} does not exist",
-                path.display(),
-                folder.display()
-            );
-        }
-    }
-    let summary = match &a.resume {
-        Some(path) => resume(&a, path)?,
-        None => fresh(&a)?,
+    let stop = StopFlag::on_signals().context("installing the SIGINT/SIGTERM handlers")?;
+    let (summary, _claim) = match &a.resume {
+        Some(path) => resume(&a, path, stop)?,
+        None => fresh(&a, stop)?,
     };
     print_summary(&summary);
     if let Some(p) = &a.summary_json {
         write_json(p, &summary)?;
     }
-    Ok(if summary.stable && summary.finite {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(EXIT_UNSTABLE)
+    Ok(match summary.stop {
+        StopReason::Interrupted { signal, .. } => ExitCode::from(128 + signal as u8),
+        _ if summary.stable && summary.finite => ExitCode::SUCCESS,
+        _ => ExitCode::from(EXIT_UNSTABLE),
     })
 }
 
-fn fresh(a: &MdArgs) -> Result<MdSummary> {
+/// Number flags checked by name before anything is read or opened.
+fn check_flags(a: &MdArgs) -> Result<()> {
+    let d = &a.dynamics;
+    let positive = [("--dt", d.dt, "fs")];
+    let non_negative = [
+        ("--temperature", d.temperature, "K"),
+        ("--skin", d.skin, "Å"),
+        ("--init-temperature", a.init_temperature.unwrap_or(0.0), "K"),
+    ];
+    for (flag, v, unit) in positive {
+        anyhow::ensure!(
+            v.is_finite() && v > 0.0,
+            "{flag} {v}: must be finite and > 0 {unit}"
+        );
+    }
+    for (flag, v, unit) in non_negative {
+        anyhow::ensure!(
+            v.is_finite() && v >= 0.0,
+            "{flag} {v}: must be finite and >= 0 {unit}"
+        );
+    }
+    if matches!(a.ensemble, EnsembleArg::Nvt) {
+        let f = d.friction;
+        anyhow::ensure!(
+            f.is_finite() && f > 0.0,
+            "--friction {f}: must be finite and > 0 (1/ps)"
+        );
+    }
+    Ok(())
+}
+
+fn fresh(a: &MdArgs, stop: StopFlag) -> Result<(MdSummary, Claim)> {
     let (Some(model), Some(structure)) = (&a.model, &a.structure) else {
         bail!("--model and --structure are required unless --resume is given");
     };
-    let start = pick_frame(structure, a.frame)?;
+    check_flags(a)?;
     let ensemble = match a.ensemble {
         EnsembleArg::Nve => Ensemble::Nve,
         EnsembleArg::Nvt => Ensemble::Nvt {
@@ -146,15 +174,39 @@ fn fresh(a: &MdArgs) -> Result<MdSummary> {
             friction: a.dynamics.friction,
         },
     };
-    // Absolute paths in the restart file, so a resume works from any folder.
-    let absolute = |p: &PathBuf| std::path::absolute(p).unwrap_or_else(|_| p.clone());
-    let traj = a.traj.as_ref().map(absolute);
-    let restart = (a.restart_every > 0).then(|| {
-        absolute(&a.restart_file.clone().unwrap_or_else(|| match &traj {
-            Some(t) => PathBuf::from(format!("{}.restart.json", t.display())),
-            None => PathBuf::from("mlff-md.restart.json"),
-        }))
+    // Without --restart-every, a restart file is written only if the run is interrupted, and
+    // only where none exists.
+    let restart = a.restart_file.clone().unwrap_or_else(|| match &a.traj {
+        Some(t) => PathBuf::from(format!("{}.restart.json", t.display())),
+        None => PathBuf::from("mlff-md.restart.json"),
     });
+    let restart =
+        (a.restart_every > 0 || a.restart_file.is_some() || !restart.exists()).then_some(restart);
+    let mut io = OutputSet::new();
+    io.input("--model", model).input("--structure", structure);
+    if let Some(t) = &a.run.tuning.tuning {
+        io.input("--tuning", t);
+    }
+    let keep = match (a.overwrite, a.append) {
+        (true, _) => Mode::Overwrite,
+        (_, true) => Mode::Append,
+        _ => Mode::Create,
+    };
+    const HINT: &str = "pass --overwrite to replace it or --append to add to it";
+    for (flag, path) in [("--traj", &a.traj), ("--log", &a.log)] {
+        if let Some(p) = path {
+            io.output_with_hint(flag, p, keep, HINT);
+        }
+    }
+    let replace = Mode::overwrite_if(a.overwrite);
+    if let Some(r) = &restart {
+        io.output("--restart-file", r, replace);
+    }
+    if let Some(p) = &a.summary_json {
+        io.output("--summary-json", p, replace);
+    }
+    // Absolute paths here; restart files store them relative to their own folder.
+    let absolute = |p: &PathBuf| std::path::absolute(p).unwrap_or_else(|_| p.clone());
     let settings = MdSettings {
         dt_fs: a.dynamics.dt,
         steps: a.steps.unwrap_or(1000),
@@ -168,11 +220,20 @@ fn fresh(a: &MdArgs) -> Result<MdSummary> {
         restart_every: a.restart_every,
         stop_when_unstable: !a.keep_going,
         outputs: MdOutputs {
-            traj,
+            traj: a.traj.as_ref().map(absolute),
             log: a.log.as_ref().map(absolute),
-            restart,
+            restart: restart.as_ref().map(absolute),
+            append: a.append,
         },
     };
+    settings.validate()?;
+    let start = pick_frame(structure, a.frame)?;
+    let claim = claim(&io)?;
+    for (flag, path) in [("--traj", &a.traj), ("--log", &a.log)] {
+        if let Some(p) = path.as_ref().filter(|p| a.append && p.exists()) {
+            eprintln!("{flag} {}: appending to the existing file", p.display());
+        }
+    }
     let calc = a.run.calculator(model)?;
     let caller = json!({
         "model": absolute(model),
@@ -194,13 +255,23 @@ fn fresh(a: &MdArgs) -> Result<MdSummary> {
         describe(&settings.ensemble),
         calc.device()
     );
-    let mut sim = Simulation::new(forces, &start, settings, caller)
+    let sim = Simulation::new(forces, &start, settings, caller)
         .with_context(|| format!("{}: frame {}", structure.display(), a.frame))?;
-    run_with_progress(&mut sim)
+    let summary = run_with_progress(&mut sim.with_stop(stop))?;
+    Ok((summary, claim))
 }
 
-fn resume(a: &MdArgs, path: &Path) -> Result<MdSummary> {
+fn resume(a: &MdArgs, path: &Path, stop: StopFlag) -> Result<(MdSummary, Claim)> {
     let mut restart = Restart::load(path)?;
+    if let Some(folder) = &a.branch {
+        restart.branch(folder, a.overwrite)?;
+        eprintln!(
+            "md: branching {} (step {}) into {}",
+            path.display(),
+            restart.step,
+            folder.display()
+        );
+    }
     let c = &restart.caller;
     let recorded = |k: &str| c.get(k).and_then(|v| v.as_str()).map(str::to_owned);
     let model = match (&a.model, recorded("model")) {
@@ -208,6 +279,24 @@ fn resume(a: &MdArgs, path: &Path) -> Result<MdSummary> {
         (None, Some(m)) => PathBuf::from(m),
         (None, None) => bail!("{}: records no model; pass --model", path.display()),
     };
+    let mut io = OutputSet::new();
+    io.input("--model", &model);
+    let outs = &restart.settings.outputs;
+    for (flag, p) in [("--traj", &outs.traj), ("--log", &outs.log)] {
+        if let Some(p) = p {
+            io.output(flag, p, Mode::Continue);
+        }
+    }
+    if let Some(r) = &outs.restart {
+        io.output("--restart-file", r, Mode::Overwrite);
+    }
+    if let Some(p) = &a.summary_json {
+        io.output("--summary-json", p, Mode::overwrite_if(a.overwrite));
+    }
+    let claim = claim(&io)?;
+    if a.branch.is_none() {
+        restart.check_current(path)?;
+    }
     let sha = sha256_file(&model)?;
     if recorded("model_sha256").is_some_and(|s| s != sha) {
         bail!(
@@ -252,8 +341,9 @@ fn resume(a: &MdArgs, path: &Path) -> Result<MdSummary> {
         restart.step,
         restart.settings.steps
     );
-    let mut sim = Simulation::resume(forces, restart)?;
-    run_with_progress(&mut sim)
+    let sim = Simulation::resume(forces, restart)?;
+    let summary = run_with_progress(&mut sim.with_stop(stop))?;
+    Ok((summary, claim))
 }
 
 fn run_with_progress(sim: &mut Simulation<PainnForces>) -> Result<MdSummary> {
@@ -346,6 +436,10 @@ pub fn print_summary(s: &MdSummary) {
             atoms.0, atoms.1
         ),
         StopReason::NonFinite { step, what } => format!("NaN at step {step}: {what}"),
+        StopReason::Interrupted { step, signal } => format!(
+            "INTERRUPTED by signal {signal} at step {step} (the restart file, if the run has one, \
+             holds that step)"
+        ),
     };
     println!(
         "stability (Fu et al. 2023, any of {} bonds > 0.5 Å off): {verdict}; largest bond \

@@ -181,6 +181,59 @@ impl BatchGraphArgs {
     }
 }
 
+/// Claims a command's outputs ([`OutputSet::claim`]) for this command line, with a note per
+/// temporary file of a killed run removed on the way.
+pub fn claim(io: &mlff_distiller::fsutil::OutputSet) -> Result<mlff_distiller::fsutil::Claim> {
+    let holder = std::env::args().collect::<Vec<_>>().join(" ");
+    let claim = io.claim(&holder)?;
+    for p in &claim.removed_temps {
+        eprintln!(
+            "note: removed {}, left by a run that was killed",
+            p.display()
+        );
+    }
+    Ok(claim)
+}
+
+/// An error about structure `k` of a batch, told as frame `locate(k)` of its file.
+pub fn at_frame(
+    e: mlff_distiller::Error,
+    locate: impl Fn(usize) -> (std::path::PathBuf, usize),
+) -> anyhow::Error {
+    match batch_member(&e) {
+        Some((k, what)) => {
+            let (file, frame) = locate(k);
+            anyhow::anyhow!("{}: frame {frame}: {what}", file.display())
+        }
+        None => e.into(),
+    }
+}
+
+/// (structure, the rest of the message) of an error about one structure of a batch.
+fn batch_member(e: &mlff_distiller::Error) -> Option<(usize, String)> {
+    use mlff_distiller::Error;
+    match e {
+        Error::NonFiniteResult { structure, what } => {
+            Some((*structure, format!("{what} (not finite)")))
+        }
+        Error::UnknownElement {
+            z,
+            structure,
+            atom,
+            known,
+        } => Some((
+            *structure,
+            format!("atom {atom}: element Z={z} is not in the model's elements {known:?}"),
+        )),
+        Error::Structure(m) | Error::NeighborList(m) => {
+            let rest = m.strip_prefix("structure ")?;
+            let (k, what) = rest.split_once(": ")?;
+            Some((k.parse().ok()?, what.to_string()))
+        }
+        _ => None,
+    }
+}
+
 /// `--dtype f32|f64`.
 pub fn parse_dtype(s: &str) -> std::result::Result<candle_core::DType, String> {
     match s {
@@ -197,7 +250,7 @@ pub fn run() -> Result<ExitCode> {
         Command::Predict(a) => predict::run(a),
         Command::InitModel(a) => init_model::run(a),
         Command::Bench(a) => return bench::run(a),
-        Command::Train(a) => train::run(*a),
+        Command::Train(a) => return train::run(*a),
         Command::Eval(a) => eval::run(a),
         Command::Md(a) => return md::run(*a),
         Command::ValidateMd(a) => validate_md::run(*a),

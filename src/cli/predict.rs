@@ -1,8 +1,9 @@
 //! `mlff predict MODEL FILE`: energies and forces for every frame, written as extended XYZ.
 
 use super::{BatchGraphArgs, ModelArgs};
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::Args;
+use mlff_distiller::fsutil::{Mode, OutputSet};
 use mlff_distiller::io::{read_extxyz, write_extxyz};
 use mlff_distiller::structure::ExtraArray;
 use mlff_distiller::{Batch, Calculator, Structure};
@@ -18,6 +19,9 @@ pub struct PredictArgs {
     /// `ref_energy` and `ref_forces`).
     #[arg(short, long)]
     output: Option<PathBuf>,
+    /// Replace --output if it exists (by default it is refused).
+    #[arg(long)]
+    overwrite: bool,
     /// Frames per model call.
     #[arg(long, default_value_t = 32)]
     batch_size: usize,
@@ -29,6 +33,15 @@ pub struct PredictArgs {
 
 pub fn run(a: PredictArgs) -> Result<()> {
     anyhow::ensure!(a.batch_size > 0, "--batch-size must be at least 1");
+    let mut io = OutputSet::new();
+    io.input("MODEL", &a.model).input("FILE", &a.input);
+    if let Some(t) = &a.run.tuning.tuning {
+        io.input("--tuning", t);
+    }
+    if let Some(out) = &a.output {
+        io.output("--output", out, Mode::overwrite_if(a.overwrite));
+    }
+    let _claim = super::claim(&io)?;
     let model = a.run.calculator(&a.model)?;
     let calc = a.graphs.wrap(&model)?;
     let frames = read_extxyz(&a.input)?;
@@ -42,30 +55,15 @@ pub fn run(a: PredictArgs) -> Result<()> {
     for (c, chunk) in frames.chunks(a.batch_size).enumerate() {
         let first = c * a.batch_size;
         let batch = Batch::new(chunk.to_vec())
-            .with_context(|| format!("{}: frames from {first}", a.input.display()))?;
+            .map_err(|e| super::at_frame(e, |k| (a.input.clone(), first + k)))?;
         let pred = calc
             .compute(&batch)
-            .with_context(|| format!("{}: frames from {first}", a.input.display()))?;
-        for (k, (s, (e, f))) in chunk
-            .iter()
-            .zip(pred.energies.into_iter().zip(pred.forces))
-            .enumerate()
-        {
-            // A non-finite result (a NaN weight, say) is an error naming the frame and atom;
-            // nothing has been written yet.
-            let frame = first + k;
-            anyhow::ensure!(
-                e.is_finite(),
-                "{}: frame {frame}: the predicted energy is {e} (not finite)",
-                a.input.display()
-            );
-            if let Some(atom) = f.iter().position(|r| r.iter().any(|x| !x.is_finite())) {
-                anyhow::bail!(
-                    "{}: frame {frame}: the predicted force on atom {atom} is {:?} (not finite)",
-                    a.input.display(),
-                    f[atom]
-                );
-            }
+            .map_err(|e| super::at_frame(e, |k| (a.input.clone(), first + k)))?;
+        // A non-finite result (a NaN weight, say) is an error naming the frame and atom;
+        // nothing has been written yet.
+        pred.check_finite()
+            .map_err(|e| super::at_frame(e, |k| (a.input.clone(), first + k)))?;
+        for (s, (e, f)) in chunk.iter().zip(pred.energies.into_iter().zip(pred.forces)) {
             out.push(with_prediction(s.clone(), e, f));
         }
     }

@@ -7,12 +7,16 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use mlff_distiller::checkpoint;
 use mlff_distiller::device::device_name;
+use mlff_distiller::fsutil::{Mode, OutputSet};
+use mlff_distiller::interrupt::StopFlag;
 use mlff_distiller::model::PainnConfig;
 use mlff_distiller::train::{
     split_by_trajectory, Dataset, ForceGradient, Metrics, Schedule, TrainConfig, Trainer,
 };
+use serde_json::json;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 use std::time::Instant;
 
 #[derive(Args)]
@@ -40,6 +44,9 @@ pub struct TrainArgs {
     /// Continue the run in --out from its state.safetensors (same data and settings).
     #[arg(long)]
     resume: bool,
+    /// Start a new run in an --out that holds one, replacing its files.
+    #[arg(long, conflicts_with = "resume")]
+    overwrite: bool,
     /// Training settings as JSON (the fields of the flags below); flags given override it.
     #[arg(long)]
     train_config: Option<PathBuf>,
@@ -129,7 +136,7 @@ fn train_config(a: &TrainArgs) -> Result<TrainConfig> {
     Ok(c)
 }
 
-pub fn run(a: TrainArgs) -> Result<()> {
+pub fn run(a: TrainArgs) -> Result<ExitCode> {
     let cfg = train_config(&a)?;
     let init = a.init.as_deref().map(checkpoint::load).transpose()?;
     let model_cfg = match (&a.config, &init) {
@@ -166,12 +173,15 @@ pub fn run(a: TrainArgs) -> Result<()> {
     std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
     let state_path = a.out.join("state.safetensors");
     let log_path = a.out.join("log.jsonl");
-    if !a.resume && (state_path.exists() || log_path.exists()) {
+    if !a.resume && !a.overwrite && (state_path.exists() || log_path.exists()) {
         bail!(
-            "{} already holds a training run: pass --resume to continue it, or choose another --out",
+            "{} already holds a training run: pass --resume to continue it, --overwrite to \
+             start over, or choose another --out",
             a.out.display()
         );
     }
+    let _claim = claim_outputs(&a)?;
+    let stop = StopFlag::on_signals().context("installing the SIGINT/SIGTERM handlers")?;
     let mut t = Trainer::new(
         &model_cfg,
         &cfg,
@@ -182,7 +192,8 @@ pub fn run(a: TrainArgs) -> Result<()> {
         init.as_ref(),
     )?
     .with_backend(a.backend)
-    .with_tuning(a.tuning.load()?);
+    .with_tuning(a.tuning.load()?)
+    .with_stop(stop);
     if a.resume {
         t.load_state(&state_path)?;
         eprintln!("resuming at epoch {} (step {})", t.epoch, t.step());
@@ -196,7 +207,9 @@ pub fn run(a: TrainArgs) -> Result<()> {
     );
     let mut log = std::fs::OpenOptions::new()
         .create(true)
-        .append(true)
+        .write(true)
+        .append(a.resume)
+        .truncate(!a.resume)
         .open(&log_path)
         .with_context(|| format!("opening {}", log_path.display()))?;
     let provenance = |t: &Trainer, best: &Metrics| {
@@ -230,10 +243,32 @@ pub fn run(a: TrainArgs) -> Result<()> {
         let bar = ProgressBar::new(steps_per_epoch).with_style(style.clone());
         bar.set_prefix(format!("{}/{}", t.epoch + 1, cfg.epochs));
         let started = Instant::now();
-        let train_loss = t.train_epoch(|_, loss| {
+        let trained = t.train_epoch(|_, loss| {
             bar.set_message(format!("loss {loss:.4e}"));
             bar.inc(1);
-        })?;
+        });
+        let train_loss = match trained {
+            Err(mlff_distiller::Error::Interrupted(signal)) => {
+                bar.finish_and_clear();
+                let last = a.out.join("last.safetensors");
+                // Not validated: the metrics of a whole epoch do not describe these weights.
+                let mut p = provenance(&t, &Metrics::default());
+                p["validation_metrics"] = serde_json::Value::Null;
+                p["interrupted"] = json!({"signal": signal, "step": t.step()});
+                t.save_checkpoint(&last, &p)?;
+                eprintln!(
+                    "stopped by signal {signal} in epoch {} at step {}: {} holds the weights \
+                     of this step; {} (what --resume continues from) the end of epoch {}",
+                    t.epoch + 1,
+                    t.step(),
+                    last.display(),
+                    state_path.display(),
+                    t.epoch
+                );
+                return Ok(ExitCode::from(128 + signal as u8));
+            }
+            other => other?,
+        };
         let train_s = started.elapsed().as_secs_f64();
         bar.finish_and_clear();
         let m = t.validate()?;
@@ -274,7 +309,42 @@ pub fn run(a: TrainArgs) -> Result<()> {
         }
     }
     eprintln!("done: {}", path_list(&a.out));
-    Ok(())
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Every input and the four files of --out, checked and locked before any is written.
+fn claim_outputs(a: &TrainArgs) -> Result<mlff_distiller::fsutil::Claim> {
+    let mut io = OutputSet::new();
+    for p in &a.train {
+        io.input("--train", p);
+    }
+    for p in &a.val {
+        io.input("--val", p);
+    }
+    for (flag, p) in [
+        ("--config", &a.config),
+        ("--init", &a.init),
+        ("--train-config", &a.train_config),
+        ("--tuning", &a.tuning.tuning),
+    ] {
+        if let Some(p) = p {
+            io.input(flag, p);
+        }
+    }
+    let (kept, replaced) = match (a.resume, a.overwrite) {
+        (true, _) => (Mode::Continue, Mode::Overwrite),
+        (false, true) => (Mode::Overwrite, Mode::Overwrite),
+        (false, false) => (Mode::Create, Mode::Create),
+    };
+    for (name, mode) in [
+        ("state.safetensors", kept),
+        ("log.jsonl", kept),
+        ("best.safetensors", replaced),
+        ("last.safetensors", replaced),
+    ] {
+        io.output("--out", &a.out.join(name), mode);
+    }
+    super::claim(&io)
 }
 
 fn path_list(out: &Path) -> String {

@@ -15,7 +15,7 @@
 use super::{edge_capacity, ForceGraph, GraphEdges, GraphShape, Graphs, HostEdges};
 use crate::calculator::{edge_offsets, Calculator, PainnCalculator, Prediction};
 use crate::error::Result;
-use crate::neighbors::{batch_neighbor_list, NeighborList};
+use crate::neighbors::{batch_neighbor_list, wrap_batch, NeighborList};
 use crate::profiler::{NoClock, Phase, PhaseClock};
 use crate::structure::Batch;
 use candle_core::Tensor;
@@ -263,12 +263,13 @@ impl Calculator for GraphCalculator<'_> {
 
     fn compute_phased(&self, batch: &Batch, clock: &mut dyn PhaseClock) -> Result<Prediction> {
         clock.mark(Phase::NeighborList)?;
-        let nl = batch_neighbor_list(batch, self.cutoff())?;
-        if let Some(pred) = self.replayed(batch, &nl, clock)? {
+        let batch = wrap_batch(batch)?;
+        let nl = batch_neighbor_list(&batch, self.cutoff())?;
+        if let Some(pred) = self.replayed(&batch, &nl, clock)? {
             return Ok(pred);
         }
         self.state.borrow_mut().stats.eager += 1;
-        self.calc.compute_with(batch, &nl, clock)
+        self.calc.compute_with(&batch, &nl, clock)
     }
 
     fn cutoff(&self) -> f64 {

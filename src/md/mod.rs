@@ -4,6 +4,7 @@
 //! back (with momenta), exact restarts, and the stability and drift summary.
 
 mod analysis;
+mod continuity;
 mod forces;
 mod integrator;
 mod lookahead;
@@ -25,9 +26,9 @@ pub use analysis::{
 };
 pub use forces::{CalculatorForces, Evaluation, ForceProvider, ListSite, PainnForces};
 pub use integrator::{Ensemble, Integrator, State};
-pub use output::{read_log, LogRecord};
+pub use output::{read_log, LogRecord, Tail};
 pub use positions::{device_positions, displacement2, host_positions};
-pub use restart::Restart;
+pub use restart::{new_run_id, Restart};
 pub use run::{MdSummary, Progress, Simulation, StopReason};
 pub use settings::{MdOutputs, MdSettings};
 pub use velocities::{

@@ -2,7 +2,9 @@
 //! flushed record by record, and cut back to a restart's recorded length on resume (so a resumed
 //! run's files equal an uninterrupted run's).
 
+use super::settings::MdOutputs;
 use crate::error::{Error, Result};
+use crate::fsutil::sha256_hex;
 use crate::io::write_extxyz_to;
 use crate::structure::{ExtraArray, Structure};
 use serde::{Deserialize, Serialize};
@@ -23,11 +25,24 @@ pub struct LogRecord {
     pub bond_deviation: f64,
 }
 
-/// A file written only by appending, that knows its length.
+/// A file written only by appending, that knows its length and its last record (what a
+/// restart file records to recognise the file later).
 pub struct AppendFile {
     path: PathBuf,
     writer: BufWriter<File>,
     len: u64,
+    /// Where the last record written by this process starts, and its bytes.
+    last: Option<(u64, Vec<u8>)>,
+    /// The last record before that (from the restart file a run resumed from).
+    earlier: Option<Tail>,
+}
+
+/// An output's last record as a restart file records it: where it starts and the SHA-256 of
+/// its bytes (up to the recorded length).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tail {
+    pub start: u64,
+    pub sha256: String,
 }
 
 impl AppendFile {
@@ -38,12 +53,31 @@ impl AppendFile {
             path: path.into(),
             writer: BufWriter::new(file),
             len: 0,
+            last: None,
+            earlier: None,
+        })
+    }
+
+    /// Opens `path` to add to its end (creating it if missing).
+    pub fn append(path: &Path) -> Result<Self> {
+        let file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map_err(|e| io_err(path, e))?;
+        let len = file.metadata().map_err(|e| io_err(path, e))?.len();
+        Ok(Self {
+            path: path.into(),
+            writer: BufWriter::new(file),
+            len,
+            last: None,
+            earlier: None,
         })
     }
 
     /// Opens `path` to continue after its first `len` bytes (what a restart file recorded);
     /// anything after them was written after that restart and will be written again.
-    pub fn resume(path: &Path, len: u64) -> Result<Self> {
+    pub fn resume(path: &Path, len: u64, tail: Option<Tail>) -> Result<Self> {
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -66,6 +100,8 @@ impl AppendFile {
             path: path.into(),
             writer: BufWriter::new(file),
             len,
+            last: None,
+            earlier: tail,
         })
     }
 
@@ -78,8 +114,20 @@ impl AppendFile {
             .write_all(bytes)
             .and_then(|_| self.writer.flush())
             .map_err(|e| io_err(&self.path, e))?;
+        self.last = Some((self.len, bytes.to_vec()));
         self.len += bytes.len() as u64;
         Ok(())
+    }
+
+    /// The last record written by this process, if any.
+    pub fn tail(&self) -> Option<Tail> {
+        match &self.last {
+            Some((start, bytes)) => Some(Tail {
+                start: *start,
+                sha256: sha256_hex(bytes),
+            }),
+            None => self.earlier.clone(),
+        }
     }
 
     /// Flushes to the disk and returns the length, for a restart file to record.
@@ -95,7 +143,7 @@ impl AppendFile {
 fn io_err(path: &Path, source: std::io::Error) -> Error {
     Error::Io {
         path: path.into(),
-        source,
+        cause: source,
     }
 }
 
@@ -162,4 +210,47 @@ pub fn write_frame(file: &mut AppendFile, f: Frame) -> Result<()> {
     let mut buf = Vec::new();
     write_extxyz_to(&mut buf, std::slice::from_ref(&s))?;
     file.write(&buf)
+}
+
+/// Opens the trajectory and log (fresh, or cut back to a restart's lengths) and checks that
+/// the restart file's folder can be written, all before step 0.
+pub(super) fn open_outputs(
+    out: &MdOutputs,
+    resume: Option<[(Option<u64>, Option<Tail>); 2]>,
+) -> Result<(Option<AppendFile>, Option<AppendFile>)> {
+    type Recorded = Option<(Option<u64>, Option<Tail>)>;
+    let open = |path: &Option<PathBuf>, recorded: Recorded| -> Result<Option<AppendFile>> {
+        match (path, recorded) {
+            (None, _) => Ok(None),
+            (Some(p), None) if out.append => AppendFile::append(p).map(Some),
+            (Some(p), None) => AppendFile::create(p).map(Some),
+            (Some(p), Some((Some(len), tail))) => AppendFile::resume(p, len, tail).map(Some),
+            (Some(p), Some((None, _))) => Err(Error::Md(format!(
+                "{}: the restart file records no length for this output",
+                p.display()
+            ))),
+        }
+    };
+    if let Some(r) = &out.restart {
+        probe_writable(r)?;
+    }
+    let [traj_at, log_at] = resume.map_or([None, None], |r| r.map(Some));
+    let traj = open(&out.traj, traj_at)?;
+    let log = open(&out.log, log_at)?;
+    Ok((traj, log))
+}
+
+/// Fails now, naming the path, if a file cannot be created beside `path`.
+fn probe_writable(path: &Path) -> Result<()> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let probe = dir.join(format!(".mlff-probe.{}", std::process::id()));
+    std::fs::File::create(&probe)
+        .and_then(|_| std::fs::remove_file(&probe))
+        .map_err(|source| Error::Io {
+            path: path.into(),
+            cause: source,
+        })
 }

@@ -1,16 +1,21 @@
 //! Restart files: everything a killed run needs to continue bit for bit (on the CPU) — the
 //! state, the Langevin RNG position, the neighbour-list reference, how far each output file
-//! had been written — as JSON with exactly round-tripping floats, written atomically.
+//! had been written and how its last record ended — as JSON with exactly round-tripping
+//! floats, written atomically. Output paths are stored relative to the restart file's folder,
+//! so that a copied run folder continues in the copy.
 
+use super::output::Tail;
 use super::settings::MdSettings;
 use crate::error::{Error, Result};
 use crate::fsutil::{read_json, write_json};
 use crate::structure::Lattice;
 use serde::{Deserialize, Serialize};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 pub const RESTART_FORMAT: &str = "mlff-md-restart";
-pub const RESTART_VERSION: u32 = 1;
+/// Version 2 added the run id, the outputs' last records and relative paths; version 1 files
+/// (absolute paths) still load.
+pub const RESTART_VERSION: u32 = 2;
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Restart {
@@ -32,6 +37,14 @@ pub struct Restart {
     pub rng_word_pos: String,
     pub traj_bytes: Option<u64>,
     pub log_bytes: Option<u64>,
+    /// The trajectory's and the log's last record up to their recorded lengths.
+    #[serde(default)]
+    pub traj_tail: Option<Tail>,
+    #[serde(default)]
+    pub log_tail: Option<Tail>,
+    /// The same for every restart file of one run, branches get a new one.
+    #[serde(default)]
+    pub run_id: Option<String>,
     pub max_bond_deviation: f64,
     pub unstable_at_step: Option<u64>,
     pub list_builds: usize,
@@ -40,15 +53,25 @@ pub struct Restart {
 }
 
 impl Restart {
+    /// Writes the file atomically, with the output paths relative to its folder.
     pub fn save(&self, path: &Path) -> Result<()> {
-        write_json(path, self)
+        let mut r = self.clone();
+        let folder = folder_of(path);
+        let outs = &mut r.settings.outputs;
+        for p in [&mut outs.traj, &mut outs.log, &mut outs.restart]
+            .into_iter()
+            .flatten()
+        {
+            *p = relative_to(p, &folder);
+        }
+        write_json(path, &r)
     }
 
     /// Reads and checks a restart file: format, version, array lengths, finite values.
     pub fn load(path: &Path) -> Result<Self> {
-        let r: Restart = read_json(path, "an mlff md restart file")?;
+        let mut r: Restart = read_json(path, "an mlff md restart file")?;
         let bad = |msg: String| Error::Md(format!("restart file {}: {msg}", path.display()));
-        if r.format != RESTART_FORMAT || r.version != RESTART_VERSION {
+        if r.format != RESTART_FORMAT || !(1..=RESTART_VERSION).contains(&r.version) {
             return Err(bad(format!(
                 "format `{}` version {}, this build reads `{RESTART_FORMAT}` version \
                  {RESTART_VERSION}",
@@ -79,6 +102,77 @@ impl Restart {
                 r.rng_word_pos
             )));
         }
+        let folder = folder_of(path);
+        let outs = &mut r.settings.outputs;
+        for p in [&mut outs.traj, &mut outs.log, &mut outs.restart]
+            .into_iter()
+            .flatten()
+        {
+            if p.is_relative() {
+                *p = folder.join(&*p);
+            }
+        }
         Ok(r)
+    }
+}
+
+/// A new run id (16 hex digits from the operating system's randomness).
+pub fn new_run_id() -> String {
+    format!("{:016x}", rand::random::<u64>())
+}
+
+/// The absolute, link-free folder of `path` (as given where it cannot be resolved).
+pub(super) fn folder_of(path: &Path) -> PathBuf {
+    let folder = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    folder
+        .canonicalize()
+        .or_else(|_| std::path::absolute(folder))
+        .unwrap_or_else(|_| folder.to_path_buf())
+}
+
+/// `path` relative to the folder `base` (both resolved); as given where they share no root.
+fn relative_to(path: &Path, base: &Path) -> PathBuf {
+    let Some(name) = path.file_name() else {
+        return path.to_path_buf();
+    };
+    let dir = folder_of(path);
+    let (a, b): (Vec<_>, Vec<_>) = (dir.components().collect(), base.components().collect());
+    let common = a.iter().zip(&b).take_while(|(x, y)| x == y).count();
+    if common == 0 {
+        return dir.join(name);
+    }
+    let mut out = PathBuf::new();
+    for _ in common..b.len() {
+        out.push("..");
+    }
+    for c in &a[common..] {
+        out.push(c);
+    }
+    out.join(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn output_paths_are_stored_relative_to_the_restart_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        let run = dir.path().join("run");
+        std::fs::create_dir_all(run.join("out")).unwrap();
+        let base = folder_of(&run.join("r.json"));
+        assert_eq!(
+            relative_to(&run.join("t.extxyz"), &base),
+            Path::new("t.extxyz")
+        );
+        assert_eq!(
+            relative_to(&run.join("out/l.jsonl"), &base),
+            Path::new("out/l.jsonl")
+        );
+        let up = dir.path().join("elsewhere.extxyz");
+        assert_eq!(relative_to(&up, &base), Path::new("../elsewhere.extxyz"));
     }
 }

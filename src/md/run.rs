@@ -7,21 +7,21 @@ use super::analysis::{check_separation, Bonds, BOND_DEVIATION_LIMIT};
 use super::forces::ForceProvider;
 use super::integrator::{Ensemble, Integrator, State};
 use super::lookahead::Lookahead;
-use super::output::{read_log, write_frame, write_log, AppendFile, Frame, LogRecord};
+use super::output::{open_outputs, read_log, write_frame, write_log, AppendFile, Frame, LogRecord};
 use super::positions::{device_positions, host_positions};
-use super::restart::{Restart, RESTART_FORMAT, RESTART_VERSION};
-use super::settings::{MdOutputs, MdSettings};
+use super::restart::{new_run_id, Restart, RESTART_FORMAT, RESTART_VERSION};
+use super::settings::MdSettings;
 use super::velocities::{
     degrees_of_freedom, masses, maxwell_boltzmann, momenta_velocities, temperature,
 };
 use super::window::window;
 use crate::error::{Error, Result};
+use crate::interrupt::StopFlag;
 use crate::structure::Structure;
 use candle_core::{DType, Device, Tensor};
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
 use serde::Serialize;
-use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 /// Reported at every log step, for progress bars.
@@ -47,6 +47,12 @@ pub enum StopReason {
     NonFinite {
         step: u64,
         what: String,
+    },
+    /// SIGINT or SIGTERM (or [`StopFlag::raise`]): the restart file (if the run has one) was
+    /// written at `step`.
+    Interrupted {
+        step: u64,
+        signal: i32,
     },
 }
 
@@ -105,6 +111,9 @@ pub struct Simulation<F: ForceProvider> {
     traj: Option<AppendFile>,
     log: Option<AppendFile>,
     caller: serde_json::Value,
+    /// Shared by every restart file of this run ([`Restart::check_current`]).
+    run_id: String,
+    stop: StopFlag,
     /// Step 0 still to be logged (fresh runs).
     fresh: bool,
     /// Steps run with deferred list checks, and of them thrown away ([`MdSummary`]).
@@ -152,6 +161,13 @@ impl<F: ForceProvider> Simulation<F> {
                 "the energy of the starting structure is {e0}"
             )));
         }
+        let f0 = host_positions(&start.forces)?;
+        if let Some(i) = f0.iter().position(|f| f.iter().any(|x| !x.is_finite())) {
+            return Err(Error::NonFinite(format!(
+                "the force on atom {i} of the starting structure is {:?}",
+                f0[i]
+            )));
+        }
         let state = State {
             positions,
             velocities: device_positions(&velocities, &device)?,
@@ -164,6 +180,7 @@ impl<F: ForceProvider> Simulation<F> {
         )
         .map(|mut s| {
             s.fresh = true;
+            s.run_id = new_run_id();
             s
         })
     }
@@ -193,7 +210,10 @@ impl<F: ForceProvider> Simulation<F> {
         }
         let (traj, log) = open_outputs(
             &settings.outputs,
-            Some((restart.traj_bytes, restart.log_bytes)),
+            Some([
+                (restart.traj_bytes, restart.traj_tail.clone()),
+                (restart.log_bytes, restart.log_tail.clone()),
+            ]),
         )?;
         let records = match (&log, restart.log_bytes) {
             (Some(l), Some(len)) => read_log(l.path(), len)?,
@@ -220,6 +240,8 @@ impl<F: ForceProvider> Simulation<F> {
             restart.caller,
         )?;
         sim.records = records;
+        // (Version 1 restart files had no run id.)
+        sim.run_id = restart.run_id.unwrap_or_else(new_run_id);
         sim.max_bond_deviation = restart.max_bond_deviation;
         sim.unstable_at_step = restart.unstable_at_step;
         Ok(sim)
@@ -261,9 +283,17 @@ impl<F: ForceProvider> Simulation<F> {
             traj,
             log,
             caller,
+            run_id: String::new(),
+            stop: StopFlag::new(),
             fresh: false,
             deferred: (0, 0),
         })
+    }
+
+    /// Stops the run (after writing its restart file, if it has one) once `stop` is raised.
+    pub fn with_stop(mut self, stop: StopFlag) -> Self {
+        self.stop = stop;
+        self
     }
 
     pub fn settings(&self) -> &MdSettings {
@@ -302,6 +332,14 @@ impl<F: ForceProvider> Simulation<F> {
         let s = self.settings.clone();
         let mut ahead = Lookahead::default();
         while stop == StopReason::Completed && self.state.step < s.steps {
+            if let Some(signal) = self.stop.raised() {
+                self.write_restart()?;
+                stop = StopReason::Interrupted {
+                    step: self.state.step,
+                    signal,
+                };
+                break;
+            }
             // Steps up to the next one that writes something (that one included) run with
             // their list checks read back at once, before anything is written; a step redone
             // after a run whose list stopped holding checks its own (it rebuilds the list).
@@ -494,6 +532,9 @@ impl<F: ForceProvider> Simulation<F> {
             rng_word_pos: self.rng.get_word_pos().to_string(),
             traj_bytes,
             log_bytes,
+            traj_tail: self.traj.as_ref().and_then(AppendFile::tail),
+            log_tail: self.log.as_ref().and_then(AppendFile::tail),
+            run_id: Some(self.run_id.clone()),
             max_bond_deviation: self.max_bond_deviation,
             unstable_at_step: self.unstable_at_step,
             list_builds: self.forces.list_builds(),
@@ -540,44 +581,4 @@ impl<F: ForceProvider> Simulation<F> {
             one_launch_steps: self.forces.one_launch_steps(),
         }
     }
-}
-
-/// Opens the trajectory and log (fresh, or cut back to a restart's lengths) and checks that
-/// the restart file's folder can be written, all before step 0.
-fn open_outputs(
-    out: &MdOutputs,
-    resume: Option<(Option<u64>, Option<u64>)>,
-) -> Result<(Option<AppendFile>, Option<AppendFile>)> {
-    let open = |path: &Option<PathBuf>, len: Option<Option<u64>>| -> Result<Option<AppendFile>> {
-        match (path, len) {
-            (None, _) => Ok(None),
-            (Some(p), None) => AppendFile::create(p).map(Some),
-            (Some(p), Some(Some(len))) => AppendFile::resume(p, len).map(Some),
-            (Some(p), Some(None)) => Err(Error::Md(format!(
-                "{}: the restart file records no length for this output",
-                p.display()
-            ))),
-        }
-    };
-    if let Some(r) = &out.restart {
-        probe_writable(r)?;
-    }
-    let traj = open(&out.traj, resume.map(|r| r.0))?;
-    let log = open(&out.log, resume.map(|r| r.1))?;
-    Ok((traj, log))
-}
-
-/// Fails now, naming the path, if a file cannot be created beside `path`.
-fn probe_writable(path: &Path) -> Result<()> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    let probe = dir.join(format!(".mlff-probe.{}", std::process::id()));
-    std::fs::File::create(&probe)
-        .and_then(|_| std::fs::remove_file(&probe))
-        .map_err(|source| Error::Io {
-            path: path.into(),
-            source,
-        })
 }

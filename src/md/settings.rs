@@ -12,6 +12,9 @@ pub struct MdOutputs {
     pub traj: Option<PathBuf>,
     pub log: Option<PathBuf>,
     pub restart: Option<PathBuf>,
+    /// Add to an existing trajectory and log instead of starting them anew.
+    #[serde(default)]
+    pub append: bool,
 }
 
 /// Everything that defines a run (stored in restart files).
@@ -61,7 +64,7 @@ impl Default for MdSettings {
 
 impl MdSettings {
     /// Checks the settings before a run starts or resumes.
-    pub(super) fn validate(&self) -> Result<()> {
+    pub fn validate(&self) -> Result<()> {
         if self.log_every == 0 {
             return Err(Error::Md("log interval must be at least 1 step".into()));
         }

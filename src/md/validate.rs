@@ -76,7 +76,7 @@ pub fn run_suite(
     let runs_dir = out.join("runs");
     std::fs::create_dir_all(&runs_dir).map_err(|source| Error::Io {
         path: runs_dir.clone(),
-        source,
+        cause: source,
     })?;
     let next = AtomicUsize::new(0);
     let done = Mutex::new(Vec::new());
@@ -165,6 +165,7 @@ fn run_one(
                 traj: (s.traj_every > 0).then(|| runs_dir.join(format!("{stem}.extxyz"))),
                 log: Some(log.clone()),
                 restart: None,
+                append: false,
             },
             ..Default::default()
         };
@@ -221,7 +222,10 @@ fn rename_run_files(dir: &Path, from: &str, to: &str) -> Result<std::path::PathB
         let src = dir.join(format!("{from}.{ext}"));
         if src.exists() {
             let dst = dir.join(format!("{to}.{ext}"));
-            std::fs::rename(&src, &dst).map_err(|source| Error::Io { path: dst, source })?;
+            std::fs::rename(&src, &dst).map_err(|source| Error::Io {
+                path: dst,
+                cause: source,
+            })?;
         }
     }
     Ok(dir.join(format!("{to}.jsonl")))

@@ -64,7 +64,7 @@ impl PainnConfig {
     pub fn from_file(path: &std::path::Path) -> Result<Self> {
         let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
             path: path.into(),
-            source,
+            cause: source,
         })?;
         Self::from_json(&text).map_err(|e| Error::Config(format!("{}: {e}", path.display())))
     }

@@ -167,6 +167,31 @@ pub fn wrap_positions(
     Ok(())
 }
 
+/// `batch` with the positions of its periodic structures wrapped into their cells in f64
+/// wherever one lies outside, so that no coordinate far out loses digits when the model casts
+/// it to f32 (energies and forces do not depend on which image of an atom is given).
+pub fn wrap_batch(batch: &Batch) -> Result<std::borrow::Cow<'_, Batch>> {
+    let mut wrapped: Option<Vec<Structure>> = None;
+    for (k, s) in batch.structures.iter().enumerate() {
+        let g = Geometry::of_cell(s.cell.as_ref(), s.pbc)?;
+        let outside = |x: &[f64; 3]| {
+            let f = g.frac(x);
+            (0..3).any(|d| g.periodic[d] && !(0.0..1.0).contains(&f[d]))
+        };
+        if g.periodic.iter().any(|&p| p) && s.positions.iter().any(outside) {
+            let all = wrapped.get_or_insert_with(|| batch.structures.clone());
+            wrap_positions(&mut all[k].positions, s.cell.as_ref(), s.pbc)?;
+        }
+    }
+    Ok(match wrapped {
+        Some(structures) => std::borrow::Cow::Owned(Batch {
+            structures,
+            offsets: batch.offsets.clone(),
+        }),
+        None => std::borrow::Cow::Borrowed(batch),
+    })
+}
+
 /// Distances `|x_j - x_i|` of the given pairs under the minimum-image convention along periodic
 /// directions (fractional differences rounded to the nearest integer): exact for pairs closer
 /// than half the smallest perpendicular cell width, which is what bond checks need.

@@ -37,7 +37,7 @@ impl Dataset {
     pub fn load(path: &Path) -> Result<Self> {
         let bytes = std::fs::read(path).map_err(|source| Error::Io {
             path: path.into(),
-            source,
+            cause: source,
         })?;
         let mut ds = Self::from_frames(path, parse_extxyz_bytes(&bytes, path)?)?;
         ds.sources[0].sha256 = sha256_hex(&bytes);
@@ -97,6 +97,12 @@ impl Dataset {
             .map(|s| s.path.display().to_string())
             .collect();
         names.join(", ")
+    }
+
+    /// The file and the frame within it of frame `k` of the set.
+    pub fn origin_of(&self, k: usize) -> (PathBuf, usize) {
+        let (source, frame) = self.origin.get(k).copied().unwrap_or((0, k));
+        (self.sources[source].path.clone(), frame)
     }
 
     fn err(&self, frame: usize, msg: String) -> Error {

@@ -8,6 +8,25 @@ use crate::error::{Error, Result};
 use candle_core::{DType, Device, Tensor};
 use std::collections::{BTreeMap, HashMap};
 
+/// "lr 0.001 there, 0.002 now; seed 1 there, 2 now" for the settings that differ.
+fn differences(saved: &TrainConfig, now: &TrainConfig) -> String {
+    let as_map = |c: &TrainConfig| match serde_json::to_value(c) {
+        Ok(serde_json::Value::Object(m)) => m,
+        _ => serde_json::Map::new(),
+    };
+    let (a, b) = (as_map(saved), as_map(now));
+    let keys: std::collections::BTreeSet<&String> = a.keys().chain(b.keys()).collect();
+    let null = serde_json::Value::Null;
+    keys.into_iter()
+        .filter(|k| a.get(*k) != b.get(*k))
+        .map(|k| {
+            let (x, y) = (a.get(k).unwrap_or(&null), b.get(k).unwrap_or(&null));
+            format!("{k} {x} there, {y} now")
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
 impl Trainer {
     /// Writes the EMA weights as a checkpoint.
     pub fn save_checkpoint(
@@ -61,7 +80,7 @@ impl Trainer {
     pub fn load_state(&mut self, path: &std::path::Path) -> Result<()> {
         let bytes = std::fs::read(path).map_err(|source| Error::Io {
             path: path.into(),
-            source,
+            cause: source,
         })?;
         let bad = |m: String| Error::Train(format!("{}: {m}", path.display()));
         let (_, header) = safetensors::SafeTensors::read_metadata(&bytes)
@@ -79,8 +98,8 @@ impl Trainer {
             .map_err(|e| bad(format!("train_config: {e}")))?;
         if saved != self.cfg {
             return Err(bad(format!(
-                "it was written with different training settings ({}); resume with the same ones",
-                serde_json::to_string(&saved).unwrap_or_default()
+                "it was written with other training settings ({}); resume with the same ones",
+                differences(&saved, &self.cfg)
             )));
         }
         let parse = |k: &str| get(k)?.parse::<f64>().map_err(|e| bad(format!("{k}: {e}")));

@@ -9,9 +9,10 @@ use super::variables::{set_vars, snapshot, FIXED};
 use crate::calculator::PainnCalculator;
 use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
+use crate::interrupt::StopFlag;
 use crate::model::Backend;
 use crate::model::{init_varmap, Painn, PainnConfig};
-use crate::neighbors::{structure_neighbor_list, NeighborList};
+use crate::neighbors::{structure_neighbor_list, wrap_positions, NeighborList};
 use crate::structure::{Batch, Structure};
 use candle_core::{DType, Device, Tensor};
 use candle_nn::{VarBuilder, VarMap};
@@ -43,15 +44,21 @@ pub struct Trainer {
     pub(super) val: Vec<Frame>,
     pub epoch: usize,
     pub best_val_loss: f64,
+    /// Checked after every optimiser step ([`Trainer::with_stop`]).
+    pub(super) stop: StopFlag,
 }
 
+/// The frames with their lists; periodic positions wrapped into the cell in f64 first (see
+/// [`wrap_positions`]: the labels do not change, f32 digits are kept).
 fn frames(structures: &[Structure], cutoff: f64) -> Result<Vec<Frame>> {
     structures
         .iter()
         .map(|s| {
+            let mut structure = s.clone();
+            wrap_positions(&mut structure.positions, s.cell.as_ref(), s.pbc)?;
             Ok(Frame {
-                edges: structure_neighbor_list(s, cutoff)?,
-                structure: s.clone(),
+                edges: structure_neighbor_list(&structure, cutoff)?,
+                structure,
             })
         })
         .collect()
@@ -136,6 +143,7 @@ impl Trainer {
             val,
             epoch: 0,
             best_val_loss: f64::INFINITY,
+            stop: StopFlag::new(),
         })
     }
 
@@ -148,6 +156,13 @@ impl Trainer {
     /// Picks the fused kernels of the force-gradient passes under `tuning`.
     pub fn with_tuning(mut self, tuning: crate::tuning::Tuning) -> Self {
         self.calc = self.calc.with_tuning(tuning);
+        self
+    }
+
+    /// Ends an epoch early with [`Error::Interrupted`] after the step during which `stop` was
+    /// raised (the weights are those of that step; the epoch count is not advanced).
+    pub fn with_stop(mut self, stop: StopFlag) -> Self {
+        self.stop = stop;
         self
     }
 
@@ -205,6 +220,9 @@ impl Trainer {
             total += loss * idx.len() as f64;
             n += idx.len();
             on_step(self.opt.step, loss);
+            if let Some(signal) = self.stop.raised() {
+                return Err(Error::Interrupted(signal));
+            }
         }
         self.epoch += 1;
         Ok(total / n.max(1) as f64)

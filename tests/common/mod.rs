@@ -166,6 +166,28 @@ pub fn mlff(args: &[&str]) -> std::process::Output {
         .expect("run mlff")
 }
 
+/// The shipped model with one NaN weight, written into `dir`.
+pub fn poisoned_model(dir: &std::path::Path) -> std::path::PathBuf {
+    let ck =
+        mlff_distiller::checkpoint::load(&root().join("models/painn-gfn2.safetensors")).unwrap();
+    let mut tensors = ck.tensors.clone();
+    let name = "readout.hidden.weight";
+    let mut w = tensors[name]
+        .flatten_all()
+        .unwrap()
+        .to_vec1::<f32>()
+        .unwrap();
+    w[0] = f32::NAN;
+    let shape = tensors[name].shape().clone();
+    tensors.insert(
+        name.into(),
+        candle_core::Tensor::from_vec(w, shape, &candle_core::Device::Cpu).unwrap(),
+    );
+    let poisoned = dir.join("nan.safetensors");
+    mlff_distiller::checkpoint::save(&poisoned, &ck.config, &tensors, &ck.provenance).unwrap();
+    poisoned
+}
+
 /// Writes a model config JSON into `dir` and returns its path.
 pub fn config_file(dir: &std::path::Path, json: &str) -> std::path::PathBuf {
     let path = dir.join("config.json");

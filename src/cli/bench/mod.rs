@@ -4,7 +4,7 @@
 mod teacher;
 
 use super::{parse_dtype, DeviceArgs};
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device, Tensor};
 use clap::Args;
 use mlff_distiller::bench::{BenchCase, BenchReport};
@@ -58,6 +58,9 @@ pub struct BenchArgs {
     /// Write the results as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Replace --json if it exists (by default it is refused).
+    #[arg(long)]
+    overwrite: bool,
     /// Write report.md, report.json and the plots (latency vs atoms, throughput vs batch,
     /// memory vs atoms) into this folder.
     #[arg(long)]
@@ -205,6 +208,22 @@ fn time_case(
     let out = last.context("no timed call")?;
     let e = out.energies.to_dtype(DType::F32)?.to_vec1::<f32>()?;
     let f = (out.forces.to_dtype(DType::F32)?.flatten_all()?).to_vec1::<f32>()?;
+    // A NaN weight or a degenerate system: an error naming the case, structure and atom.
+    if let Some(k) = e.iter().position(|x| !x.is_finite()) {
+        bail!(
+            "{name} ({}): the energy of structure {k} is {} (not finite)",
+            calc.model().backend().name(),
+            e[k]
+        );
+    }
+    if let Some(c) = f.iter().position(|x| !x.is_finite()) {
+        bail!(
+            "{name} ({}): the force on atom {} of the batch is not finite ({})",
+            calc.model().backend().name(),
+            c / 3,
+            f[c]
+        );
+    }
     let (max_de, max_df) = match reference.as_ref() {
         None => {
             if let Some(dir) = &a.export {
@@ -243,6 +262,20 @@ fn time_case(
 
 pub fn run(a: BenchArgs) -> Result<ExitCode> {
     anyhow::ensure!(a.repeats > 0, "--repeats must be at least 1");
+    let mut io = mlff_distiller::fsutil::OutputSet::new();
+    for (flag, p) in [("--baseline", &a.baseline), ("--tuning", &a.tuning.tuning)] {
+        if let Some(p) = p {
+            io.input(flag, p);
+        }
+    }
+    if let Some(p) = &a.json {
+        io.output(
+            "--json",
+            p,
+            mlff_distiller::fsutil::Mode::overwrite_if(a.overwrite),
+        );
+    }
+    let _claim = super::claim(&io)?;
     let dev = a.device.open()?;
     for dir in [&a.export, &a.out].into_iter().flatten() {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;

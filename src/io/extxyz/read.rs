@@ -12,7 +12,7 @@ use crate::structure::{ExtraArray, Structure};
 pub fn read_extxyz(path: &Path) -> Result<Vec<Structure>> {
     let bytes = fs::read(path).map_err(|source| Error::Io {
         path: path.to_path_buf(),
-        source,
+        cause: source,
     })?;
     parse_extxyz_bytes(&bytes, path)
 }
@@ -169,9 +169,8 @@ impl<'a> Parser<'a> {
             if tokens.len() != header.ncols {
                 let msg = if tokens.is_empty() {
                     format!(
-                        "blank line where atom {} of {natoms} was expected \
-                         (atom count on line {count_no})",
-                        atom + 1
+                        "blank line where atom {atom} (counted from 0) of {natoms} was \
+                         expected (atom count on line {count_no})"
                     )
                 } else {
                     format!(
@@ -253,10 +252,7 @@ impl<'a> Parser<'a> {
             *x = t.parse().map_err(|_| {
                 self.err(
                     ln,
-                    format!(
-                        "cannot parse `{t}` as a number (column `{name}` of atom {})",
-                        atom + 1
-                    ),
+                    format!("cannot parse `{t}` as a number (column `{name}` of atom {atom})"),
                 )
             })?;
         }

@@ -19,7 +19,7 @@ pub fn write_extxyz(path: &Path, frames: &[Structure]) -> Result<()> {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let io_err = |p: &Path, source: io::Error| Error::Io {
         path: p.to_path_buf(),
-        source,
+        cause: source,
     };
     let name = path.file_name().ok_or_else(|| {
         io_err(
@@ -79,12 +79,12 @@ fn write_frames<W: Write>(w: &mut W, frames: &[Structure], path: &Path) -> Resul
         format_frame(s, &mut buf).map_err(|m| Error::Structure(format!("frame {k}: {m}")))?;
         w.write_all(buf.as_bytes()).map_err(|source| Error::Io {
             path: path.to_path_buf(),
-            source,
+            cause: source,
         })?;
     }
     w.flush().map_err(|source| Error::Io {
         path: path.to_path_buf(),
-        source,
+        cause: source,
     })
 }
 

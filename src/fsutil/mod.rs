@@ -1,4 +1,15 @@
-//! File helpers that never lose data already written.
+//! File helpers that never lose data already written: atomic writes, outputs checked and
+//! locked before a command opens them, and the clean-up of what killed runs left.
+
+mod identity;
+mod lock;
+mod outputs;
+mod temp;
+
+pub use identity::FileKey;
+pub use lock::{lock_path, OutputLock};
+pub use outputs::{Claim, Mode, OutputSet, OVERWRITE_HINT};
+pub use temp::{clean_stale_temps, process_alive, temp_owner};
 
 use crate::error::{Error, Result};
 use std::io::Write;
@@ -17,7 +28,7 @@ pub fn write_atomic_with(
 ) -> Result<()> {
     let io = |source| Error::Io {
         path: path.into(),
-        source,
+        cause: source,
     };
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
@@ -60,7 +71,7 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 pub fn sha256_file(path: &Path) -> Result<String> {
     let bytes = std::fs::read(path).map_err(|source| Error::Io {
         path: path.into(),
-        source,
+        cause: source,
     })?;
     Ok(sha256_hex(&bytes))
 }
@@ -79,7 +90,7 @@ pub fn write_json<T: serde::Serialize>(path: &Path, value: &T) -> Result<()> {
 pub fn read_json<T: serde::de::DeserializeOwned>(path: &Path, what: &str) -> Result<T> {
     let bytes = std::fs::read(path).map_err(|source| Error::Io {
         path: path.into(),
-        source,
+        cause: source,
     })?;
     serde_json::from_slice(&bytes).map_err(|e| Error::Json {
         path: path.into(),
