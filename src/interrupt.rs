@@ -4,7 +4,7 @@
 //! (130, 143), as a shell expects. A second signal ends the process at once.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 pub const SIGINT: i32 = 2;
 pub const SIGTERM: i32 = 15;
@@ -19,19 +19,28 @@ impl StopFlag {
         Self::default()
     }
 
-    /// A flag raised by SIGINT and SIGTERM, which from now on no longer end the process at
-    /// once (a second one does, with status 128 + its number).
+    /// The flag raised by SIGINT and SIGTERM, which from now on no longer end the process at
+    /// once (a second one does, with status 128 + its number). The handlers are installed
+    /// once per process (a handler the process had runs after ours, e.g. Python's, which
+    /// raises KeyboardInterrupt once Python runs again); each call starts a run with the flag
+    /// lowered.
     pub fn on_signals() -> std::io::Result<Self> {
-        let flag = Self::new();
-        #[cfg(unix)]
-        {
-            let armed = Arc::new(AtomicBool::new(false));
-            for sig in [SIGINT, SIGTERM] {
-                signal_hook::flag::register_conditional_shutdown(sig, 128 + sig, armed.clone())?;
-                signal_hook::flag::register(sig, armed.clone())?;
-                signal_hook::flag::register_usize(sig, flag.0.clone(), sig as usize)?;
+        static HANDLERS: OnceLock<(StopFlag, Arc<AtomicBool>)> = OnceLock::new();
+        let (flag, armed) = match HANDLERS.get() {
+            Some(h) => h.clone(),
+            None => {
+                let h = (Self::new(), Arc::new(AtomicBool::new(false)));
+                #[cfg(unix)]
+                for sig in [SIGINT, SIGTERM] {
+                    signal_hook::flag::register_conditional_shutdown(sig, 128 + sig, h.1.clone())?;
+                    signal_hook::flag::register(sig, h.1.clone())?;
+                    signal_hook::flag::register_usize(sig, h.0 .0.clone(), sig as usize)?;
+                }
+                HANDLERS.get_or_init(|| h).clone()
             }
-        }
+        };
+        flag.0.store(0, Ordering::SeqCst);
+        armed.store(false, Ordering::SeqCst);
         Ok(flag)
     }
 

@@ -1,8 +1,10 @@
-//! mlff-distiller: PaiNN student force fields on candle, CPU and CUDA.
+//! mlff-distiller: PaiNN student force fields on candle, CPU and CUDA. `cli` is the `mlff`
+//! command itself, so that the binary and the Python package run the same code.
 
 pub mod bench;
 pub mod calculator;
 pub mod checkpoint;
+pub mod cli;
 pub mod device;
 pub mod elements;
 pub mod error;

@@ -76,6 +76,8 @@ fn bench_cli_writes_reports_and_fails_on_regression() {
             "3",
             "--device",
             "cpu",
+            // Each run below rewrites the first one's reports.
+            "--overwrite",
             "--out",
         ];
         v.push(out.to_str().unwrap());

@@ -157,6 +157,31 @@ fn existing_outputs_need_overwrite_or_append() {
     let o = predict(&[]);
     assert!(stderr(&o).contains("exists already"), "{}", stderr(&o));
     assert!(predict(&["--overwrite"]).status.success());
+
+    // Report folders: their reports are refused too.
+    let reports = d.join("bench");
+    let bench = |extra: &[&str]| {
+        let mut args = vec![
+            "bench",
+            "--systems",
+            "ethanol",
+            "--repeats",
+            "3",
+            "--warmup",
+            "0",
+        ];
+        args.extend_from_slice(&["--device", "cpu", "--out", s(&reports)]);
+        args.extend_from_slice(extra);
+        mlff(&args)
+    };
+    assert!(bench(&[]).status.success());
+    let o = bench(&[]);
+    assert!(
+        stderr(&o).contains("report.json: exists already"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(bench(&["--overwrite"]).status.success());
 }
 
 /// Copies the files (not folders) of `from` into a new folder `to`.

@@ -1,9 +1,9 @@
 //! `mlff check`: what this build and machine can run.
 
 use super::DeviceArgs;
+use crate::device::{self, system_report};
 use anyhow::Result;
 use clap::Args;
-use mlff_distiller::device::{self, system_report};
 use std::path::PathBuf;
 
 #[derive(Args)]
@@ -19,13 +19,9 @@ pub struct CheckArgs {
 }
 
 pub fn run(a: CheckArgs) -> Result<()> {
-    let mut io = mlff_distiller::fsutil::OutputSet::new();
+    let mut io = crate::fsutil::OutputSet::new();
     if let Some(p) = &a.json {
-        io.output(
-            "--json",
-            p,
-            mlff_distiller::fsutil::Mode::overwrite_if(a.overwrite),
-        );
+        io.output("--json", p, crate::fsutil::Mode::overwrite_if(a.overwrite));
     }
     let _claim = super::claim(&io)?;
     let report = system_report();
@@ -63,7 +59,7 @@ pub fn run(a: CheckArgs) -> Result<()> {
         report["selected_device"] = device::device_name(&dev).into();
         report["warm_up_ms"] = (warm_up.as_secs_f64() * 1e3).into();
         report["warm_up_again_ms"] = (again.as_secs_f64() * 1e3).into();
-        mlff_distiller::fsutil::write_json(&path, &report)?;
+        crate::fsutil::write_json(&path, &report)?;
     }
     Ok(())
 }

@@ -1,11 +1,11 @@
 //! `mlff eval MODEL DATA`: accuracy against labelled frames.
 
 use super::{BatchGraphArgs, ModelArgs};
+use crate::eval::{evaluate, Errors};
+use crate::fsutil::{Mode, OutputSet};
+use crate::train::Dataset;
 use anyhow::Result;
 use clap::Args;
-use mlff_distiller::eval::{evaluate, Errors};
-use mlff_distiller::fsutil::{Mode, OutputSet};
-use mlff_distiller::train::Dataset;
 use std::path::PathBuf;
 
 #[derive(Args)]
@@ -97,7 +97,7 @@ pub fn run(a: EvalArgs) -> Result<()> {
             "model": a.model, "data": ds.sources,
             "units": {"energy": "eV", "forces": "eV/Å"}, "report": report,
         });
-        mlff_distiller::fsutil::write_json(path, &v)?;
+        crate::fsutil::write_json(path, &v)?;
     }
     if let Some(path) = &a.plot {
         let title = format!(
@@ -105,13 +105,7 @@ pub fn run(a: EvalArgs) -> Result<()> {
             report.overall.force_mae * 1e3,
             ds.frames.len()
         );
-        mlff_distiller::plot::parity_png(
-            path,
-            &parity.reference,
-            &parity.predicted,
-            &title,
-            "eV/Å",
-        )?;
+        crate::plot::parity_png(path, &parity.reference, &parity.predicted, &title, "eV/Å")?;
     }
     Ok(())
 }

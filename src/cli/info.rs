@@ -1,9 +1,9 @@
 //! `mlff info MODEL`.
 
+use crate::checkpoint;
+use crate::io::extxyz::symbol;
 use anyhow::Result;
 use clap::Args;
-use mlff_distiller::checkpoint;
-use mlff_distiller::io::extxyz::symbol;
 use std::path::PathBuf;
 
 #[derive(Args)]

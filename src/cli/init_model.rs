@@ -1,11 +1,11 @@
 //! `mlff init-model`: a seeded random checkpoint, the starting point before training.
 
+use crate::checkpoint;
+use crate::fsutil::{Mode, OutputSet};
+use crate::model::{init_varmap, PainnConfig};
 use anyhow::Result;
 use candle_core::{DType, Device};
 use clap::Args;
-use mlff_distiller::checkpoint;
-use mlff_distiller::fsutil::{Mode, OutputSet};
-use mlff_distiller::model::{init_varmap, PainnConfig};
 use std::path::PathBuf;
 
 #[derive(Args)]

@@ -1,19 +1,19 @@
 //! `mlff md`: molecular dynamics with a student model, with restarts and a stability summary.
 
 use super::{claim, parse_dtype, DynamicsArgs, ModelArgs};
-use anyhow::{bail, Context, Result};
-use clap::{Args, ValueEnum};
-use indicatif::{ProgressBar, ProgressStyle};
-use mlff_distiller::fsutil::{sha256_file, write_json, Claim, Mode, OutputSet};
-use mlff_distiller::graph::Graphs;
-use mlff_distiller::interrupt::StopFlag;
-use mlff_distiller::io::read_extxyz;
-use mlff_distiller::md::{
+use crate::fsutil::{sha256_file, write_json, Claim, Mode, OutputSet};
+use crate::graph::Graphs;
+use crate::interrupt::StopFlag;
+use crate::io::read_extxyz;
+use crate::md::{
     Ensemble, MdOutputs, MdSettings, MdSummary, PainnForces, Progress, Restart, Simulation,
     StopReason,
 };
-use mlff_distiller::model::Backend;
-use mlff_distiller::Structure;
+use crate::model::Backend;
+use crate::Structure;
+use anyhow::{bail, Context, Result};
+use clap::{Args, ValueEnum};
+use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;

@@ -11,9 +11,9 @@ mod profile;
 mod train;
 mod validate_md;
 
+use crate::device::{self, DeviceSpec};
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
-use mlff_distiller::device::{self, DeviceSpec};
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -96,20 +96,20 @@ pub struct DynamicsArgs {
     /// the GPU; host: the host cell list (any cell); device: the device list, an error where
     /// the cell does not allow it. Both list the same edges.
     #[arg(long, default_value = "auto")]
-    pub neighbor_list: mlff_distiller::md::ListSite,
+    pub neighbor_list: crate::md::ListSite,
 }
 
 /// `--tuning` shared by every command that computes.
 #[derive(Args, Clone, Default)]
 pub struct TuningArgs {
-    #[arg(long, value_name = "FILE", help = mlff_distiller::tuning::HELP)]
+    #[arg(long, value_name = "FILE", help = crate::tuning::HELP)]
     pub tuning: Option<std::path::PathBuf>,
 }
 
 impl TuningArgs {
     /// The tuning in force: defaults, the file, then the environment's pairs.
-    pub fn load(&self) -> Result<mlff_distiller::Tuning> {
-        Ok(mlff_distiller::Tuning::load(self.tuning.as_deref())?)
+    pub fn load(&self) -> Result<crate::Tuning> {
+        Ok(crate::Tuning::load(self.tuning.as_deref())?)
     }
 }
 
@@ -121,7 +121,7 @@ pub struct ModelArgs {
     /// fused (fused kernels and an explicit force pass: the fastest), autograd (candle's
     /// backprop through our edge ops) or stock (candle's backprop and index_select/index_add).
     #[arg(long, alias = "ops", default_value = "fused")]
-    pub backend: mlff_distiller::model::Backend,
+    pub backend: crate::model::Backend,
     #[command(flatten)]
     pub tuning: TuningArgs,
     #[command(flatten)]
@@ -130,10 +130,10 @@ pub struct ModelArgs {
 
 impl ModelArgs {
     /// Opens the device and loads `model` onto it.
-    pub fn calculator(&self, model: &std::path::Path) -> Result<mlff_distiller::PainnCalculator> {
+    pub fn calculator(&self, model: &std::path::Path) -> Result<crate::PainnCalculator> {
         let tuning = self.tuning.load()?;
         let dev = self.device.open()?;
-        let calc = mlff_distiller::PainnCalculator::from_checkpoint(model, &dev, self.dtype)?
+        let calc = crate::PainnCalculator::from_checkpoint(model, &dev, self.dtype)?
             .with_backend(self.backend)
             .with_tuning(tuning);
         calc.check_ops()
@@ -151,23 +151,20 @@ pub struct BatchGraphArgs {
     /// by op); on: every batch, an error where graphs cannot run; off: never. The same
     /// energies and forces either way, to f32 rounding (atomic sums may add in another order).
     #[arg(long, default_value = "auto")]
-    pub graphs: mlff_distiller::graph::Graphs,
+    pub graphs: crate::graph::Graphs,
 }
 
 impl BatchGraphArgs {
     /// `calc` with graphs as asked.
     pub fn wrap<'a>(
         &self,
-        calc: &'a mlff_distiller::PainnCalculator,
-    ) -> Result<mlff_distiller::graph::GraphCalculator<'a>> {
-        Ok(mlff_distiller::graph::GraphCalculator::new(
-            calc,
-            self.graphs,
-        )?)
+        calc: &'a crate::PainnCalculator,
+    ) -> Result<crate::graph::GraphCalculator<'a>> {
+        Ok(crate::graph::GraphCalculator::new(calc, self.graphs)?)
     }
 
     /// One line on stderr about the graphs used, if any were tried.
-    pub fn report(calc: &mlff_distiller::graph::GraphCalculator) {
+    pub fn report(calc: &crate::graph::GraphCalculator) {
         let s = calc.stats();
         if s.captures > 0 {
             eprintln!(
@@ -181,9 +178,15 @@ impl BatchGraphArgs {
     }
 }
 
+/// Prints clap's message (help, version, or a bad flag) as clap would and returns its status.
+fn report_clap(e: clap::Error) -> ExitCode {
+    let _ = e.print();
+    ExitCode::from(e.exit_code() as u8)
+}
+
 /// Claims a command's outputs ([`OutputSet::claim`]) for this command line, with a note per
 /// temporary file of a killed run removed on the way.
-pub fn claim(io: &mlff_distiller::fsutil::OutputSet) -> Result<mlff_distiller::fsutil::Claim> {
+pub fn claim(io: &crate::fsutil::OutputSet) -> Result<crate::fsutil::Claim> {
     let holder = std::env::args().collect::<Vec<_>>().join(" ");
     let claim = io.claim(&holder)?;
     for p in &claim.removed_temps {
@@ -197,7 +200,7 @@ pub fn claim(io: &mlff_distiller::fsutil::OutputSet) -> Result<mlff_distiller::f
 
 /// An error about structure `k` of a batch, told as frame `locate(k)` of its file.
 pub fn at_frame(
-    e: mlff_distiller::Error,
+    e: crate::Error,
     locate: impl Fn(usize) -> (std::path::PathBuf, usize),
 ) -> anyhow::Error {
     match batch_member(&e) {
@@ -210,8 +213,8 @@ pub fn at_frame(
 }
 
 /// (structure, the rest of the message) of an error about one structure of a batch.
-fn batch_member(e: &mlff_distiller::Error) -> Option<(usize, String)> {
-    use mlff_distiller::Error;
+fn batch_member(e: &crate::Error) -> Option<(usize, String)> {
+    use crate::Error;
     match e {
         Error::NonFiniteResult { structure, what } => {
             Some((*structure, format!("{what} (not finite)")))
@@ -234,6 +237,27 @@ fn batch_member(e: &mlff_distiller::Error) -> Option<(usize, String)> {
     }
 }
 
+/// Adds the report `files` a command writes into the folder `dir` (created here if missing)
+/// to `io` as outputs of `flag`.
+pub fn report_files(
+    io: &mut crate::fsutil::OutputSet,
+    flag: &str,
+    dir: &std::path::Path,
+    files: &[&str],
+    overwrite: bool,
+) -> Result<()> {
+    std::fs::create_dir_all(dir)
+        .map_err(|e| anyhow::anyhow!("{flag} {}: cannot create the folder: {e}", dir.display()))?;
+    for f in files {
+        io.output(
+            flag,
+            &dir.join(f),
+            crate::fsutil::Mode::overwrite_if(overwrite),
+        );
+    }
+    Ok(())
+}
+
 /// `--dtype f32|f64`.
 pub fn parse_dtype(s: &str) -> std::result::Result<candle_core::DType, String> {
     match s {
@@ -243,8 +267,19 @@ pub fn parse_dtype(s: &str) -> std::result::Result<candle_core::DType, String> {
     }
 }
 
-pub fn run() -> Result<ExitCode> {
-    match Cli::parse().command {
+/// Runs `mlff` with `args` (the first is the program name). `--help`, `--version` and bad
+/// flags come back as a [`clap::Error`] inside the error, for the caller to print and exit
+/// with its status ([`clap::Error::exit_code`]).
+pub fn run<I, T>(args: I) -> Result<ExitCode>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let cli = match Cli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(e) => return Ok(report_clap(e)),
+    };
+    match cli.command {
         Command::Check(a) => check::run(a),
         Command::Info(a) => info::run(a),
         Command::Predict(a) => predict::run(a),

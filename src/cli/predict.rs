@@ -1,12 +1,12 @@
 //! `mlff predict MODEL FILE`: energies and forces for every frame, written as extended XYZ.
 
 use super::{BatchGraphArgs, ModelArgs};
+use crate::fsutil::{Mode, OutputSet};
+use crate::io::{read_extxyz, write_extxyz};
+use crate::structure::ExtraArray;
+use crate::{Batch, Calculator, Structure};
 use anyhow::Result;
 use clap::Args;
-use mlff_distiller::fsutil::{Mode, OutputSet};
-use mlff_distiller::io::{read_extxyz, write_extxyz};
-use mlff_distiller::structure::ExtraArray;
-use mlff_distiller::{Batch, Calculator, Structure};
 use std::path::PathBuf;
 
 #[derive(Args)]
@@ -48,7 +48,7 @@ pub fn run(a: PredictArgs) -> Result<()> {
     anyhow::ensure!(!frames.is_empty(), "{}: no frames", a.input.display());
     // Overlapping atoms give non-finite forces: refused up front, as `mlff md` refuses them.
     for (k, s) in frames.iter().enumerate() {
-        mlff_distiller::md::check_separation(s)
+        crate::md::check_separation(s)
             .map_err(|e| anyhow::anyhow!("{}: frame {k}: {e}", a.input.display()))?;
     }
     let mut out = Vec::with_capacity(frames.len());

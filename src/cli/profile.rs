@@ -4,14 +4,14 @@
 
 use super::md::pick_frame;
 use super::ModelArgs;
+use crate::fsutil::write_atomic;
+use crate::graph::Graphs;
+use crate::md::{Ensemble, ForceProvider, ListSite, MdSettings, PainnForces, Simulation};
+use crate::plot::{histogram_png, lines_png, Line};
+use crate::profiler::{ProfiledForces, Profiler};
+use crate::{PainnCalculator, Structure};
 use anyhow::Result;
 use clap::Args;
-use mlff_distiller::fsutil::write_atomic;
-use mlff_distiller::graph::Graphs;
-use mlff_distiller::md::{Ensemble, ForceProvider, ListSite, MdSettings, PainnForces, Simulation};
-use mlff_distiller::plot::{histogram_png, lines_png, Line};
-use mlff_distiller::profiler::{ProfiledForces, Profiler};
-use mlff_distiller::{PainnCalculator, Structure};
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -43,6 +43,9 @@ pub struct ProfileArgs {
     /// Chrome trace of every step's phases (open in chrome://tracing or ui.perfetto.dev).
     #[arg(long)]
     trace: Option<PathBuf>,
+    /// Replace reports that exist already (by default they are refused).
+    #[arg(long)]
+    overwrite: bool,
     /// auto: the force calls replayed as CUDA graphs where possible (CUDA, --backend fused)
     /// and worth it (up to the tuning's graph_auto_max_edges, not one-kernel molecules); on:
     /// always, an error where impossible; off: never. (The profiler times phases, so the
@@ -88,6 +91,21 @@ fn provider<'a>(
 }
 
 pub fn run(a: ProfileArgs) -> Result<()> {
+    let mut io = crate::fsutil::OutputSet::new();
+    io.input("MODEL", &a.model).input("STRUCTURE", &a.structure);
+    if let Some(dir) = &a.out {
+        super::report_files(
+            &mut io,
+            "--out",
+            dir,
+            &["report.md", "profile.json"],
+            a.overwrite,
+        )?;
+    }
+    if let Some(t) = &a.trace {
+        io.output("--trace", t, crate::fsutil::Mode::overwrite_if(a.overwrite));
+    }
+    let _claim = super::claim(&io)?;
     let calc: PainnCalculator = a.run.calculator(&a.model)?;
     let s = pick_frame(&a.structure, 0)?;
     let dev = calc.device().clone();
@@ -119,8 +137,8 @@ pub fn run(a: ProfileArgs) -> Result<()> {
         .profiler()
         .report(&label, a.leak_tolerance_mib * 1048576.0);
     report.tuning = serde_json::to_value(calc.tuning())?;
-    if calc.model().backend() == mlff_distiller::model::Backend::Fused {
-        let (inputs, _) = calc.prepare(&mlff_distiller::Batch::new(vec![s.clone()])?)?;
+    if calc.model().backend() == crate::model::Backend::Fused {
+        let (inputs, _) = calc.prepare(&crate::Batch::new(vec![s.clone()])?)?;
         report.plan = calc.fused()?.plan(&inputs)?.to_json();
     }
     let mut md = report.markdown();
@@ -148,13 +166,12 @@ pub fn run(a: ProfileArgs) -> Result<()> {
             &latencies,
             50,
         )?;
-        let series =
-            |name: &str, get: fn(&mlff_distiller::profiler::MemorySample) -> Option<u64>| Line {
-                label: name.into(),
-                points: (report.memory.iter())
-                    .filter_map(|m| get(m).map(|b| (m.call as f64, b as f64 / 1048576.0)))
-                    .collect(),
-            };
+        let series = |name: &str, get: fn(&crate::profiler::MemorySample) -> Option<u64>| Line {
+            label: name.into(),
+            points: (report.memory.iter())
+                .filter_map(|m| get(m).map(|b| (m.call as f64, b as f64 / 1048576.0)))
+                .collect(),
+        };
         let lines: Vec<Line> = [
             series("process RSS", |m| m.rss_bytes),
             series("CUDA pool in use", |m| m.pool_used_bytes),

@@ -1,18 +1,18 @@
 //! `mlff train`: fit a PaiNN student to labelled frames.
 
 use super::{parse_dtype, DeviceArgs};
+use crate::checkpoint;
+use crate::device::device_name;
+use crate::fsutil::{Mode, OutputSet};
+use crate::interrupt::StopFlag;
+use crate::model::PainnConfig;
+use crate::train::{
+    split_by_trajectory, Dataset, ForceGradient, Metrics, Schedule, TrainConfig, Trainer,
+};
 use anyhow::{bail, Context, Result};
 use candle_core::DType;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
-use mlff_distiller::checkpoint;
-use mlff_distiller::device::device_name;
-use mlff_distiller::fsutil::{Mode, OutputSet};
-use mlff_distiller::interrupt::StopFlag;
-use mlff_distiller::model::PainnConfig;
-use mlff_distiller::train::{
-    split_by_trajectory, Dataset, ForceGradient, Metrics, Schedule, TrainConfig, Trainer,
-};
 use serde_json::json;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -90,7 +90,7 @@ pub struct TrainArgs {
     /// The ops of the autograd graph that training differentiates (the same maths): autograd
     /// (our gather/scatter ops), fused (the differentiable fused message op) or stock.
     #[arg(long, alias = "ops", default_value = "autograd")]
-    backend: mlff_distiller::model::Backend,
+    backend: crate::model::Backend,
     #[command(flatten)]
     tuning: super::TuningArgs,
     #[command(flatten)]
@@ -248,7 +248,7 @@ pub fn run(a: TrainArgs) -> Result<ExitCode> {
             bar.inc(1);
         });
         let train_loss = match trained {
-            Err(mlff_distiller::Error::Interrupted(signal)) => {
+            Err(crate::Error::Interrupted(signal)) => {
                 bar.finish_and_clear();
                 let last = a.out.join("last.safetensors");
                 // Not validated: the metrics of a whole epoch do not describe these weights.
@@ -313,7 +313,7 @@ pub fn run(a: TrainArgs) -> Result<ExitCode> {
 }
 
 /// Every input and the four files of --out, checked and locked before any is written.
-fn claim_outputs(a: &TrainArgs) -> Result<mlff_distiller::fsutil::Claim> {
+fn claim_outputs(a: &TrainArgs) -> Result<crate::fsutil::Claim> {
     let mut io = OutputSet::new();
     for p in &a.train {
         io.input("--train", p);

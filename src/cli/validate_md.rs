@@ -2,17 +2,17 @@
 //! models and code paths, reported as markdown, JSON and E_tot(t) plots.
 
 use super::{parse_dtype, DeviceArgs, DynamicsArgs};
+use crate::device::with_own_stream;
+use crate::fsutil::{sha256_file, write_atomic, write_json};
+use crate::graph::Graphs;
+use crate::io::read_extxyz;
+use crate::md::validate::{markdown, plot_energies, run_suite, SuiteSettings};
+use crate::model::Backend;
+use crate::systems::start_geometry;
+use crate::{PainnCalculator, Structure};
 use anyhow::{Context, Result};
 use candle_core::DType;
 use clap::Args;
-use mlff_distiller::device::with_own_stream;
-use mlff_distiller::fsutil::{sha256_file, write_atomic, write_json};
-use mlff_distiller::graph::Graphs;
-use mlff_distiller::io::read_extxyz;
-use mlff_distiller::md::validate::{markdown, plot_energies, run_suite, SuiteSettings};
-use mlff_distiller::model::Backend;
-use mlff_distiller::systems::start_geometry;
-use mlff_distiller::{PainnCalculator, Structure};
 use serde_json::json;
 use std::path::{Path, PathBuf};
 
@@ -56,6 +56,9 @@ pub struct ValidateMdArgs {
     /// Folder for report.md, report.json, etot_<system>.png and runs/.
     #[arg(long)]
     out: PathBuf,
+    /// Replace reports that exist already (by default they are refused).
+    #[arg(long)]
+    overwrite: bool,
     #[arg(long, default_value = "f32", value_parser = parse_dtype)]
     dtype: DType,
     /// auto: the fused path's steps replayed as CUDA graphs on a CUDA device where `mlff md`
@@ -101,6 +104,18 @@ pub fn run(a: ValidateMdArgs) -> Result<()> {
         .iter()
         .map(|s| load_system(s))
         .collect::<Result<Vec<_>>>()?;
+    let mut io = crate::fsutil::OutputSet::new();
+    for m in &a.models {
+        io.input("--model", m);
+    }
+    super::report_files(
+        &mut io,
+        "--out",
+        &a.out,
+        &["report.md", "report.json"],
+        a.overwrite,
+    )?;
+    let _claim = super::claim(&io)?;
     let mut models = Vec::new();
     for m in &a.models {
         models.push(json!({"path": m, "sha256": sha256_file(m)?}));
@@ -117,7 +132,7 @@ pub fn run(a: ValidateMdArgs) -> Result<()> {
                     .with_backend(op)
                     .with_tuning(tuning.clone());
                 calc.check_ops()
-                    .map_err(|e| mlff_distiller::Error::Config(format!("{}: {e}", m.display())))?;
+                    .map_err(|e| crate::Error::Config(format!("{}: {e}", m.display())))?;
                 out.push((format!("{stem}/{}", op.name()), calc));
             }
         }
@@ -127,7 +142,7 @@ pub fn run(a: ValidateMdArgs) -> Result<()> {
     make_variants(&dev)?;
     let devices = (0..a.jobs.max(1))
         .map(|_| with_own_stream(&dev))
-        .collect::<mlff_distiller::Result<Vec<_>>>()?;
+        .collect::<crate::Result<Vec<_>>>()?;
     let settings = SuiteSettings {
         nve_windows: a.nve_steps.clone(),
         nvt_steps: a.nvt_steps,
@@ -164,7 +179,7 @@ pub fn run(a: ValidateMdArgs) -> Result<()> {
             );
         },
     )?;
-    let gpu = mlff_distiller::device::gpu_infos()
+    let gpu = crate::device::gpu_infos()
         .ok()
         .and_then(|g| g.into_iter().next())
         .filter(|_| dev.is_cuda())
@@ -178,7 +193,7 @@ pub fn run(a: ValidateMdArgs) -> Result<()> {
             .map(|m| format!("`{}`", m.display()))
             .collect::<Vec<_>>()
             .join(", "),
-        mlff_distiller::device::device_name(&dev),
+        crate::device::device_name(&dev),
         a.dtype,
         env!("CARGO_PKG_VERSION")
     );
@@ -186,7 +201,7 @@ pub fn run(a: ValidateMdArgs) -> Result<()> {
     write_atomic(&a.out.join("report.md"), md.as_bytes())?;
     let report = json!({
         "models": models,
-        "device": mlff_distiller::device::device_name(&dev),
+        "device": crate::device::device_name(&dev),
         "dtype": format!("{:?}", a.dtype),
         "settings": settings,
         "runs": reports,

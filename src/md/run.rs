@@ -24,14 +24,16 @@ use rand_chacha::ChaCha20Rng;
 use serde::Serialize;
 use std::time::Instant;
 
-/// Reported at every log step, for progress bars.
+/// Reported at every log step, for progress bars and callbacks.
 #[derive(Clone, Copy, Debug)]
-pub struct Progress {
+pub struct Progress<'a> {
     pub step: u64,
     pub steps: u64,
     pub record: LogRecord,
     /// Steps per second since this invocation started.
     pub steps_per_s: f64,
+    /// Positions at this step, Å (read for the log anyway).
+    pub positions: &'a [[f64; 3]],
 }
 
 /// Why a run ended.
@@ -118,6 +120,8 @@ pub struct Simulation<F: ForceProvider> {
     fresh: bool,
     /// Steps run with deferred list checks, and of them thrown away ([`MdSummary`]).
     deferred: (u64, u64),
+    /// Positions at the last observed step (for [`Progress`]).
+    observed: Vec<[f64; 3]>,
 }
 
 impl<F: ForceProvider> Simulation<F> {
@@ -287,6 +291,7 @@ impl<F: ForceProvider> Simulation<F> {
             stop: StopFlag::new(),
             fresh: false,
             deferred: (0, 0),
+            observed: Vec::new(),
         })
     }
 
@@ -383,6 +388,7 @@ impl<F: ForceProvider> Simulation<F> {
                     steps: s.steps,
                     record,
                     steps_per_s: (k - first_step) as f64 / elapsed.max(1e-9),
+                    positions: &self.observed,
                 });
             }
         }
@@ -493,7 +499,7 @@ impl<F: ForceProvider> Simulation<F> {
                 traj,
                 Frame {
                     system: &self.system,
-                    positions,
+                    positions: positions.clone(),
                     velocities: host_positions(&self.state.velocities)?,
                     masses: &self.masses,
                     energy: e_pot,
@@ -503,6 +509,7 @@ impl<F: ForceProvider> Simulation<F> {
                 },
             )?;
         }
+        self.observed = positions;
         Ok(stop)
     }
 

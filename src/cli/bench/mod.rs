@@ -4,19 +4,19 @@
 mod teacher;
 
 use super::{parse_dtype, DeviceArgs};
+use crate::bench::{BenchCase, BenchReport};
+use crate::calculator::{edge_offsets, DeviceOutput};
+use crate::device::{device_name, synchronize};
+use crate::graph::{ForceGraph, GraphEdges, Graphs, HostEdges};
+use crate::model::Backend;
+use crate::model::{init_varmap, Painn, PainnConfig, PainnInputs};
+use crate::neighbors::batch_neighbor_list;
+use crate::profiler::{reset_peak, sample, Stats};
+use crate::systems::{aspirin, start_geometry, water_box};
+use crate::{checkpoint, Batch, PainnCalculator, Structure};
 use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device, Tensor};
 use clap::Args;
-use mlff_distiller::bench::{BenchCase, BenchReport};
-use mlff_distiller::calculator::{edge_offsets, DeviceOutput};
-use mlff_distiller::device::{device_name, synchronize};
-use mlff_distiller::graph::{ForceGraph, GraphEdges, Graphs, HostEdges};
-use mlff_distiller::model::Backend;
-use mlff_distiller::model::{init_varmap, Painn, PainnConfig, PainnInputs};
-use mlff_distiller::neighbors::batch_neighbor_list;
-use mlff_distiller::profiler::{reset_peak, sample, Stats};
-use mlff_distiller::systems::{aspirin, start_geometry, water_box};
-use mlff_distiller::{checkpoint, Batch, PainnCalculator, Structure};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
@@ -58,7 +58,7 @@ pub struct BenchArgs {
     /// Write the results as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
-    /// Replace --json if it exists (by default it is refused).
+    /// Replace --json and --out's reports if they exist (by default they are refused).
     #[arg(long)]
     overwrite: bool,
     /// Write report.md, report.json and the plots (latency vs atoms, throughput vs batch,
@@ -262,18 +262,23 @@ fn time_case(
 
 pub fn run(a: BenchArgs) -> Result<ExitCode> {
     anyhow::ensure!(a.repeats > 0, "--repeats must be at least 1");
-    let mut io = mlff_distiller::fsutil::OutputSet::new();
+    let mut io = crate::fsutil::OutputSet::new();
     for (flag, p) in [("--baseline", &a.baseline), ("--tuning", &a.tuning.tuning)] {
         if let Some(p) = p {
             io.input(flag, p);
         }
     }
     if let Some(p) = &a.json {
-        io.output(
-            "--json",
-            p,
-            mlff_distiller::fsutil::Mode::overwrite_if(a.overwrite),
-        );
+        io.output("--json", p, crate::fsutil::Mode::overwrite_if(a.overwrite));
+    }
+    if let Some(dir) = &a.out {
+        super::report_files(
+            &mut io,
+            "--out",
+            dir,
+            &["report.json", "report.md"],
+            a.overwrite,
+        )?;
     }
     let _claim = super::claim(&io)?;
     let dev = a.device.open()?;
@@ -342,7 +347,7 @@ pub fn run(a: BenchArgs) -> Result<ExitCode> {
     }
     if let Some(dir) = &a.out {
         report.save(&dir.join("report.json"))?;
-        mlff_distiller::fsutil::write_atomic(&dir.join("report.md"), report.markdown().as_bytes())?;
+        crate::fsutil::write_atomic(&dir.join("report.md"), report.markdown().as_bytes())?;
         let plots = report.plots(dir)?;
         eprintln!(
             "wrote {}/report.md, report.json and {} plots",
@@ -402,7 +407,7 @@ fn export(
         .structures
         .iter()
         .flat_map(|s| &s.numbers)
-        .map(|&z| mlff_distiller::elements::atomic_mass(z).context(format!("no mass for Z = {z}")))
+        .map(|&z| crate::elements::atomic_mass(z).context(format!("no mass for Z = {z}")))
         .collect::<Result<Vec<f64>>>()?;
     let tensors = [
         ("species", cpu(&x.species)?),
@@ -429,7 +434,7 @@ fn export(
     let meta =
         std::collections::HashMap::from([("n_structures".to_string(), x.n_structures.to_string())]);
     let bytes = safetensors::serialize(tensors, Some(meta))?;
-    mlff_distiller::fsutil::write_atomic(path, &bytes)?;
+    crate::fsutil::write_atomic(path, &bytes)?;
     Ok(())
 }
 

@@ -5,10 +5,10 @@
 //! timed on the same kind of call: one structure in, energy and forces out on the host,
 //! neighbour list and transfers included.
 
+use crate::eval::molecule_name;
+use crate::io::read_extxyz;
+use crate::{Batch, Calculator, Structure};
 use anyhow::{bail, Result};
-use mlff_distiller::eval::molecule_name;
-use mlff_distiller::io::read_extxyz;
-use mlff_distiller::{Batch, Calculator, Structure};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
