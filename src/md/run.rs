@@ -333,6 +333,15 @@ impl<F: ForceProvider> Simulation<F> {
             if let Some(reason) = self.observe(true, self.settings.traj_every > 0)? {
                 stop = reason;
             }
+            if let Some(&record) = self.records.last() {
+                progress(&Progress {
+                    step: 0,
+                    steps: self.settings.steps,
+                    record,
+                    steps_per_s: 0.0,
+                    positions: &self.observed,
+                });
+            }
         }
         let s = self.settings.clone();
         let mut ahead = Lookahead::default();

@@ -1,0 +1,74 @@
+"""The ASE calculator."""
+
+from __future__ import annotations
+
+import numpy as np
+from ase.calculators.calculator import Calculator as AseCalculator
+from ase.calculators.calculator import all_changes
+
+from . import _native
+from .model import as_model
+
+
+class Calculator(AseCalculator):
+    """An ASE calculator of a distilled student: energy (and free_energy, the same), forces
+    and per-atom energies (`energies`).
+
+    `model` is a path or a `Model`. Between calls it keeps the system's neighbour list (with
+    a `skin` in Å: rebuilt once an atom has moved half of it), device buffers and CUDA
+    graphs, so that an ASE MD loop pays little more than the model call; a change of atoms,
+    elements, cell or periodicity starts afresh. The GIL is released while it computes.
+    """
+
+    implemented_properties = ["energy", "free_energy", "forces", "energies"]
+
+    def __init__(
+        self,
+        model,
+        device: str = "auto",
+        dtype: str = "float32",
+        graphs: str = "auto",
+        skin: float = 1.0,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.model = as_model(model, device=device, dtype=dtype, graphs=graphs)
+        self.skin = skin
+        self._graphs = graphs
+        self._session = None
+        self._key = None
+
+    def _system(self, atoms):
+        periodic = bool(atoms.pbc.any())
+        cell = np.array(atoms.cell[:], dtype=np.float64) if periodic else None
+        pbc = np.array(atoms.pbc, dtype=bool) if periodic else None
+        numbers = np.ascontiguousarray(atoms.numbers, dtype=np.int64)
+        key = (numbers.tobytes(), None if cell is None else cell.tobytes(),
+               None if pbc is None else pbc.tobytes())
+        return numbers, cell, pbc, key
+
+    def calculate(self, atoms=None, properties=("energy",), system_changes=all_changes):
+        super().calculate(atoms, properties, system_changes)
+        atoms = self.atoms
+        positions = np.ascontiguousarray(atoms.positions, dtype=np.float64)
+        numbers, cell, pbc, key = self._system(atoms)
+        if "energies" in properties:
+            energies, forces, per_atom = self.model.compute_arrays(
+                positions, numbers,
+                None if cell is None else cell[None],
+                None if pbc is None else pbc[None],
+                atom_energies=True,
+            )
+            energy = float(energies[0])
+            self.results["energies"] = per_atom
+        else:
+            if self._session is None or self._key != key:
+                self._session = _native.Session(
+                    self.model.native, positions, numbers, cell, pbc,
+                    skin=self.skin, graphs=self._graphs,
+                )
+                self._key = key
+            energy, forces = self._session.evaluate(positions)
+        self.results["energy"] = energy
+        self.results["free_energy"] = energy
+        self.results["forces"] = forces

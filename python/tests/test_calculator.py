@@ -1,0 +1,109 @@
+"""The ASE calculator and batched calls against `mlff predict`, finite differences, and
+one-by-one calls; bad input raises naming the cause."""
+
+import ase.io
+import numpy as np
+import pytest
+from ase import Atom, Atoms
+from ase.calculators.fd import calculate_numerical_forces
+
+import mlff_distiller as mf
+
+
+@pytest.mark.parametrize("dtype,tol", [("float32", 2e-4), ("float64", 1e-9)])
+def test_calculator_equals_mlff_predict(root, model_path, tmp_path, dtype, tol):
+    frames = root / "data" / "gfn2" / "aspirin_test.extxyz"
+    out = tmp_path / "pred.extxyz"
+    status = mf.main(["predict", model_path, frames, "-o", out, "--device", "cpu",
+                      "--dtype", dtype.replace("float", "f")])
+    assert status == 0
+    predicted = ase.io.read(out, ":6")
+    calc = mf.Calculator(model_path, device="cpu", dtype=dtype)
+    for atoms, want in zip(ase.io.read(frames, ":6"), predicted):
+        atoms.calc = calc
+        e = atoms.get_potential_energy()
+        assert abs(e - want.get_potential_energy()) < tol * max(1.0, abs(e)) * 10
+        np.testing.assert_allclose(atoms.get_forces(), want.get_forces(), atol=tol * 10, rtol=0)
+        assert atoms.get_potential_energy(force_consistent=True) == e
+
+
+def test_forces_are_minus_the_energy_gradient(root, model_path):
+    atoms = ase.io.read(root / "data" / "gfn2" / "start" / "ethanol.extxyz")
+    atoms.calc = mf.Calculator(model_path, device="cpu", dtype="float64")
+    numerical = calculate_numerical_forces(atoms, eps=1e-4)
+    np.testing.assert_allclose(atoms.get_forces(), numerical, atol=1e-6, rtol=0)
+    # Per-atom energies add up to the energy.
+    assert abs(atoms.get_potential_energies().sum() - atoms.get_potential_energy()) < 1e-9
+
+
+def test_one_calculator_follows_changes_of_the_system(root, model_path):
+    calc = mf.Calculator(model_path, device="cpu", dtype="float64")
+    atoms = ase.io.read(root / "data" / "gfn2" / "start" / "ethanol.extxyz")
+
+    def check(a):
+        a.calc = calc
+        got = (a.get_potential_energy(), a.get_forces())
+        fresh = a.copy()
+        fresh.calc = mf.Calculator(calc.model, skin=calc.skin)
+        assert abs(got[0] - fresh.get_potential_energy()) < 1e-9
+        np.testing.assert_allclose(got[1], fresh.get_forces(), atol=1e-9, rtol=0)
+        return got
+
+    e0, _ = check(atoms)
+    moved = atoms.copy()
+    moved.positions[0] += [0.3, -0.2, 0.1]
+    assert check(moved)[0] != e0
+    grown = atoms.copy()
+    grown.append(Atom("H", (4.0, 4.0, 4.0)))
+    check(grown)
+    swapped = atoms.copy()
+    swapped.numbers[np.where(swapped.numbers == 8)[0][0]] = 7
+    check(swapped)
+    boxed = atoms.copy()
+    boxed.cell = [7.0, 7.5, 8.0]
+    boxed.pbc = True
+    check(boxed)
+    boxed.cell = [6.0, 7.5, 8.0]
+    check(boxed)
+
+
+def test_a_batch_equals_one_by_one(root, model_path):
+    model = mf.Model(model_path, device="cpu", dtype="float64")
+    frames = ase.io.read(root / "data" / "gfn2" / "aspirin_test.extxyz", ":3")
+    frames += ase.io.read(root / "data" / "gfn2" / "water8_test.extxyz", ":2")
+    box = frames[-1].copy()
+    box.cell = [9.0, 9.0, 9.0]
+    box.pbc = True
+    frames.append(box)
+    energies, forces = model.compute(frames)
+    assert energies.shape == (len(frames),)
+    for k, atoms in enumerate(frames):
+        e, f = model.compute([atoms])
+        assert abs(e[0] - energies[k]) < 1e-9
+        np.testing.assert_allclose(f[0], forces[k], atol=1e-9, rtol=0)
+
+
+def test_bad_input_raises_naming_the_cause(root, model_path, tmp_path):
+    model = mf.Model(model_path, device="cpu")
+    water = Atoms("OHH", positions=[[0, 0, 0], [0, 0, 0.97], [0.94, 0, -0.24]])
+    chlorine = Atoms("OCl", positions=[[0, 0, 0], [0, 0, 1.7]])
+    with pytest.raises(ValueError, match="Z=17"):
+        model.compute([water, chlorine])
+    with pytest.raises(ValueError, match=r"positions\[1\].*not finite"):
+        model.compute_arrays([[0, 0, 0], [np.nan, 0, 0]], [8, 1])
+    with pytest.raises(ValueError, match="positions: shape"):
+        model.compute_arrays(np.zeros((3, 2)), [8, 1, 1])
+    with pytest.raises(ValueError, match="structure_index"):
+        model.compute_arrays(np.zeros((3, 3)), [8, 1, 1], structure_index=[0, 2, 2])
+    water.calc = mf.Calculator(model)
+    water.positions[1] = water.positions[0]
+    with pytest.raises(ValueError, match="not finite|atoms 0 and 1"):
+        water.get_forces()
+    with pytest.raises(FileNotFoundError, match="missing.safetensors"):
+        mf.Model(tmp_path / "missing.safetensors")
+    corrupt = tmp_path / "corrupt.safetensors"
+    corrupt.write_bytes(b"not a checkpoint at all")
+    with pytest.raises(ValueError, match="corrupt.safetensors"):
+        mf.Model(corrupt)
+    with pytest.raises(ValueError, match="dtype"):
+        mf.Model(model_path, dtype="float16")
