@@ -38,6 +38,25 @@ class Calculator(AseCalculator):
         self._session = None
         self._key = None
 
+    def check_state(self, atoms, tol=1e-15):
+        """What changed since the last calculation: positions, numbers, cell, pbc (the model
+        reads nothing else). ASE's general comparison costs more than a small molecule's
+        model call on a GPU."""
+        last = getattr(self, "_last", None)
+        if self.atoms is None or last is None:
+            return list(all_changes)
+        positions, numbers, cell, pbc = last
+        changes = []
+        if len(atoms) != len(numbers) or not np.array_equal(atoms.numbers, numbers):
+            changes += ["positions", "numbers"]
+        elif np.abs(atoms.positions - positions).max(initial=0.0) > tol:
+            changes.append("positions")
+        if np.abs(atoms.cell.array - cell).max() > tol:
+            changes.append("cell")
+        if not np.array_equal(atoms.pbc, pbc):
+            changes.append("pbc")
+        return changes
+
     def _system(self, atoms):
         periodic = bool(atoms.pbc.any())
         cell = np.array(atoms.cell[:], dtype=np.float64) if periodic else None
@@ -72,3 +91,5 @@ class Calculator(AseCalculator):
         self.results["energy"] = energy
         self.results["free_energy"] = energy
         self.results["forces"] = forces
+        self._last = (positions.copy(), atoms.numbers.copy(), atoms.cell.array.copy(),
+                      atoms.pbc.copy())

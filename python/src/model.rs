@@ -388,7 +388,20 @@ impl Session {
             let forces = forces;
             let mut t = device_positions(&rows, forces.0.device())?;
             let e = forces.0.evaluate(&mut t)?;
-            Ok((e.energy.to_scalar::<f64>()?, host_positions(&e.forces)?))
+            // Energy and forces in one read from the device (each read waits for the queue).
+            let both = candle_core::Tensor::cat(
+                &[
+                    e.energy.reshape(1)?.to_dtype(DType::F64)?,
+                    e.forces.flatten_all()?.to_dtype(DType::F64)?,
+                ],
+                0,
+            )?
+            .to_vec1::<f64>()?;
+            let f = both[1..]
+                .chunks_exact(3)
+                .map(|c| [c[0], c[1], c[2]])
+                .collect();
+            Ok((both[0], f))
         });
         let (energy, f) = out.map_err(to_py)?;
         if !energy.is_finite() {

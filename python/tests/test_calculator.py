@@ -11,14 +11,14 @@ import mlff_distiller as mf
 
 
 @pytest.mark.parametrize("dtype,tol", [("float32", 2e-4), ("float64", 1e-9)])
-def test_calculator_equals_mlff_predict(root, model_path, tmp_path, dtype, tol):
+def test_calculator_equals_mlff_predict(root, model_path, tmp_path, dtype, tol, device):
     frames = root / "data" / "gfn2" / "aspirin_test.extxyz"
     out = tmp_path / "pred.extxyz"
-    status = mf.main(["predict", model_path, frames, "-o", out, "--device", "cpu",
+    status = mf.main(["predict", model_path, frames, "-o", out, "--device", device,
                       "--dtype", dtype.replace("float", "f")])
     assert status == 0
     predicted = ase.io.read(out, ":6")
-    calc = mf.Calculator(model_path, device="cpu", dtype=dtype)
+    calc = mf.Calculator(model_path, device=device, dtype=dtype)
     for atoms, want in zip(ase.io.read(frames, ":6"), predicted):
         atoms.calc = calc
         e = atoms.get_potential_energy()
@@ -27,17 +27,17 @@ def test_calculator_equals_mlff_predict(root, model_path, tmp_path, dtype, tol):
         assert atoms.get_potential_energy(force_consistent=True) == e
 
 
-def test_forces_are_minus_the_energy_gradient(root, model_path):
+def test_forces_are_minus_the_energy_gradient(root, model_path, device):
     atoms = ase.io.read(root / "data" / "gfn2" / "start" / "ethanol.extxyz")
-    atoms.calc = mf.Calculator(model_path, device="cpu", dtype="float64")
+    atoms.calc = mf.Calculator(model_path, device=device, dtype="float64")
     numerical = calculate_numerical_forces(atoms, eps=1e-4)
     np.testing.assert_allclose(atoms.get_forces(), numerical, atol=1e-6, rtol=0)
     # Per-atom energies add up to the energy.
     assert abs(atoms.get_potential_energies().sum() - atoms.get_potential_energy()) < 1e-9
 
 
-def test_one_calculator_follows_changes_of_the_system(root, model_path):
-    calc = mf.Calculator(model_path, device="cpu", dtype="float64")
+def test_one_calculator_follows_changes_of_the_system(root, model_path, device):
+    calc = mf.Calculator(model_path, device=device, dtype="float64")
     atoms = ase.io.read(root / "data" / "gfn2" / "start" / "ethanol.extxyz")
 
     def check(a):
@@ -67,8 +67,8 @@ def test_one_calculator_follows_changes_of_the_system(root, model_path):
     check(boxed)
 
 
-def test_a_batch_equals_one_by_one(root, model_path):
-    model = mf.Model(model_path, device="cpu", dtype="float64")
+def test_a_batch_equals_one_by_one(root, model_path, device):
+    model = mf.Model(model_path, device=device, dtype="float64")
     frames = ase.io.read(root / "data" / "gfn2" / "aspirin_test.extxyz", ":3")
     frames += ase.io.read(root / "data" / "gfn2" / "water8_test.extxyz", ":2")
     box = frames[-1].copy()
@@ -83,8 +83,8 @@ def test_a_batch_equals_one_by_one(root, model_path):
         np.testing.assert_allclose(f[0], forces[k], atol=1e-9, rtol=0)
 
 
-def test_bad_input_raises_naming_the_cause(root, model_path, tmp_path):
-    model = mf.Model(model_path, device="cpu")
+def test_bad_input_raises_naming_the_cause(root, model_path, tmp_path, device):
+    model = mf.Model(model_path, device=device)
     water = Atoms("OHH", positions=[[0, 0, 0], [0, 0, 0.97], [0.94, 0, -0.24]])
     chlorine = Atoms("OCl", positions=[[0, 0, 0], [0, 0, 1.7]])
     with pytest.raises(ValueError, match="Z=17"):

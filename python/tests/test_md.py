@@ -22,8 +22,8 @@ def aspirin(root):
     return atoms
 
 
-def test_ase_velocity_verlet_conserves_energy_and_equals_the_engine(root, model_path):
-    model = mf.Model(model_path, device="cpu", dtype="float64")
+def test_ase_velocity_verlet_conserves_energy_and_equals_the_engine(root, model_path, device):
+    model = mf.Model(model_path, device=device, dtype="float64")
     start = aspirin(root)
     atoms = start.copy()
     atoms.calc = mf.Calculator(model)
@@ -43,13 +43,13 @@ def test_ase_velocity_verlet_conserves_energy_and_equals_the_engine(root, model_
     np.testing.assert_allclose(engine.get_momenta(), atoms.get_momenta(), atol=1e-6, rtol=0)
 
 
-def test_md_run_writes_like_mlff_md_and_calls_back(root, model_path, tmp_path):
+def test_md_run_writes_like_mlff_md_and_calls_back(root, model_path, tmp_path, device):
     atoms = ase.io.read(root / "data" / "gfn2" / "start" / "ethanol.extxyz")
     seen = []
     traj, log = tmp_path / "t.extxyz", tmp_path / "l.jsonl"
     final, summary = mf.md.run(
         atoms, model_path, steps=40, ensemble="nvt", temperature=400, traj=traj,
-        traj_every=20, log=log, log_every=10, restart_every=20, device="cpu",
+        traj_every=20, log=log, log_every=10, restart_every=20, device=device,
         callback=lambda step, record, x: seen.append((step, record["e_tot"], x.shape)),
     )
     assert [s for s, _, _ in seen] == [0, 10, 20, 30, 40]
@@ -62,20 +62,20 @@ def test_md_run_writes_like_mlff_md_and_calls_back(root, model_path, tmp_path):
     assert summary["ensemble"].startswith("NVT") or "nvt" in summary["ensemble"].lower()
     # The restart file continues with the command.
     assert mf.main(["md", "--resume", tmp_path / "t.extxyz.restart.json", "--steps", "60",
-                    "--device", "cpu"]) == 0
+                    "--device", device]) == 0
     # Outputs are claimed as `mlff md` claims them.
     with pytest.raises(ValueError, match="exists already"):
-        mf.md.run(atoms, model_path, steps=10, traj=traj, device="cpu")
+        mf.md.run(atoms, model_path, steps=10, traj=traj, device=device)
 
     def stop(step, record, x):
         if step >= 20:
             raise RuntimeError("enough")
 
     with pytest.raises(RuntimeError, match="enough"):
-        mf.md.run(atoms, model_path, steps=1000, device="cpu", callback=stop)
+        mf.md.run(atoms, model_path, steps=1000, device=device, callback=stop)
 
 
-def test_the_readme_script_runs(root, monkeypatch):
+def test_the_readme_script_runs(root, monkeypatch, device):
     """The README's five lines, as written: 1,000 ASE steps with the shipped model."""
     text = (root / "README.md").read_text()
     script = text.split("```python\n", 1)[1].split("```", 1)[0]
@@ -84,5 +84,5 @@ def test_the_readme_script_runs(root, monkeypatch):
     scope = {}
     exec(compile(script, "README.md", "exec"), scope)
     atoms = scope["atoms"]
-    assert atoms.calc.model.device in ("cpu", "cuda:0")
+    assert atoms.calc.model.device.startswith(device), "device=\"auto\" picks the GPU where there is one"
     assert np.isfinite(atoms.get_potential_energy())
