@@ -1,16 +1,39 @@
 """mlff-distiller from Python: distilled PaiNN students as an ASE calculator, batched calls,
-MD on the engine, and training and evaluation with the `mlff` command's options.
+MD on the engine, training and evaluation with the `mlff` command's options, and the teacher
+bridge (`mlff_distiller.teachers`) that makes the training data.
 
     from mlff_distiller import Calculator
     atoms.calc = Calculator("models/painn-gfn2.safetensors")
 
-Units are ASE's: Å, eV, eV/Å, amu, fs.
+Units are ASE's: Å, eV, eV/Å, amu, fs. The engine (the compiled `_native` module) is loaded
+on first use, so that `mlff_distiller.teachers` works from a source checkout too.
 """
 
-from ._native import __version__
-from .model import Model
-from .calculator import Calculator
-from .commands import main, train, evaluate
-from . import md
+import importlib
 
-__all__ = ["Model", "Calculator", "main", "train", "evaluate", "md", "__version__"]
+_LAZY = {
+    "Model": ("model", "Model"),
+    "Calculator": ("calculator", "Calculator"),
+    "main": ("commands", "main"),
+    "train": ("commands", "train"),
+    "evaluate": ("commands", "evaluate"),
+    "md": ("md", None),
+    "teachers": ("teachers", None),
+    "__version__": ("_native", "__version__"),
+}
+
+__all__ = ["Model", "Calculator", "main", "train", "evaluate", "md", "teachers", "__version__"]
+
+
+def __getattr__(name):
+    if name not in _LAZY:
+        raise AttributeError(f"module 'mlff_distiller' has no attribute {name!r}")
+    module, attr = _LAZY[name]
+    m = importlib.import_module(f".{module}", __name__)
+    value = m if attr is None else getattr(m, attr)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(list(globals()) + __all__)

@@ -15,13 +15,14 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 TEACHERS_DIR = HERE.parent
-sys.path.insert(0, str(TEACHERS_DIR))
+# The bridge lives in the Python package; from a checkout it imports without the engine.
+sys.path.insert(0, str(TEACHERS_DIR.parent / "python"))
 
 import ase.io  # noqa: E402
 from ase import Atoms  # noqa: E402
 from ase.build import molecule  # noqa: E402
 
-import teachers as T  # noqa: E402
+from mlff_distiller.teachers import core as T  # noqa: E402
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
