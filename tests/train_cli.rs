@@ -88,6 +88,16 @@ fn train_resume_and_eval_from_the_command_line() {
     assert_eq!(log.len(), 3);
     assert_eq!(log[2]["epoch"], 3);
     assert!(log[2]["val_force_mae"].as_f64().unwrap().is_finite());
+    // Throughput and peak memory, per epoch and for the run.
+    for line in &log {
+        assert!(line["structures_per_s"].as_f64().unwrap() > 0.0, "{line}");
+        assert!(line["memory_peak_mb"].as_f64().unwrap() > 1.0, "{line}");
+    }
+    assert!(
+        stderr(&o).contains("structures/s, peak memory"),
+        "{}",
+        stderr(&o)
+    );
 
     // The checkpoint says how it was trained: on the CPU `auto` is the double backward.
     let o = mlff(&["info", out.join("last.safetensors").to_str().unwrap()]);

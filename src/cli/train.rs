@@ -6,6 +6,7 @@ use crate::device::device_name;
 use crate::fsutil::{Mode, OutputSet};
 use crate::interrupt::StopFlag;
 use crate::model::PainnConfig;
+use crate::profiler::{reset_peak, sample};
 use crate::train::{
     split_by_trajectory, Dataset, ForceGradient, Metrics, Schedule, TrainConfig, Trainer,
 };
@@ -239,9 +240,11 @@ pub fn run(a: TrainArgs) -> Result<ExitCode> {
         "epoch {prefix} [{bar:30}] {pos}/{len} {msg} ({per_sec}, eta {eta})",
     )
     .expect("valid template");
+    let (mut speeds, mut peak) = (Vec::new(), 0.0f64);
     while t.epoch < cfg.epochs {
         let bar = ProgressBar::new(steps_per_epoch).with_style(style.clone());
         bar.set_prefix(format!("{}/{}", t.epoch + 1, cfg.epochs));
+        reset_peak(&dev);
         let started = Instant::now();
         let trained = t.train_epoch(|_, loss| {
             bar.set_message(format!("loss {loss:.4e}"));
@@ -270,6 +273,8 @@ pub fn run(a: TrainArgs) -> Result<ExitCode> {
             other => other?,
         };
         let train_s = started.elapsed().as_secs_f64();
+        speeds.push(t.n_train() as f64 / train_s);
+        peak = peak.max(peak_mb(&dev));
         bar.finish_and_clear();
         let m = t.validate()?;
         t.schedule.observe(m.loss);
@@ -287,6 +292,8 @@ pub fn run(a: TrainArgs) -> Result<ExitCode> {
             "epoch_train_s": train_s, "structures_per_s": t.n_train() as f64 / train_s,
             "elapsed_s": run_started.elapsed().as_secs_f64(),
             "best": improved,
+            // The device's allocator pool on CUDA, the process's resident set on the CPU.
+            "memory_peak_mb": peak_mb(&dev),
         });
         writeln!(log, "{line}").with_context(|| format!("writing {}", log_path.display()))?;
         eprintln!(
@@ -307,6 +314,20 @@ pub fn run(a: TrainArgs) -> Result<ExitCode> {
                 break;
             }
         }
+    }
+    if !speeds.is_empty() {
+        speeds.sort_by(f64::total_cmp);
+        eprintln!(
+            "{} epochs this run: median {:.1} structures/s, peak memory {:.0} MB ({})",
+            speeds.len(),
+            speeds[speeds.len() / 2],
+            peak,
+            if matches!(dev, candle_core::Device::Cpu) {
+                "resident set"
+            } else {
+                "device pool"
+            }
+        );
     }
     eprintln!("done: {}", path_list(&a.out));
     Ok(ExitCode::SUCCESS)
@@ -356,6 +377,13 @@ fn path_list(out: &Path) -> String {
     ]
     .map(|f| out.join(f).display().to_string())
     .join(", ")
+}
+
+/// Peak memory since the last `reset_peak`, MB: the device's allocator pool on CUDA (its
+/// high-water mark), the process's resident set on the CPU.
+fn peak_mb(dev: &candle_core::Device) -> f64 {
+    let s = sample(dev, 0);
+    s.pool_high_bytes.or(s.rss_bytes).unwrap_or(0) as f64 / 1e6
 }
 
 /// `--max-minutes`: a finite number of minutes, zero or more.
