@@ -24,6 +24,10 @@ pub enum Phase {
     Integrate,
     /// A calculator that reports no finer phases.
     Call,
+    /// Training: a batch (and its displaced copies) assembled on the host.
+    Batch,
+    /// Training: gradient flattening and clipping, the AdamW update and the EMA.
+    Optimizer,
 }
 
 impl Phase {
@@ -36,6 +40,8 @@ impl Phase {
             Self::Download => "download",
             Self::Integrate => "integrate",
             Self::Call => "call",
+            Self::Batch => "batch",
+            Self::Optimizer => "optimizer",
         }
     }
 }

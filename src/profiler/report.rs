@@ -87,6 +87,10 @@ fn advice(phase: Phase, atoms: f64) -> String {
             write frames less often"
             .into(),
         Phase::Call => "the whole call (this calculator reports no finer phases)".into(),
+        Phase::Batch => "the training batch assembled on the host: prepare the next one while \
+                         the device trains"
+            .into(),
+        Phase::Optimizer => "the optimiser: fused updates over flat parameter buffers".into(),
     }
 }
 

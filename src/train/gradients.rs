@@ -7,6 +7,7 @@ use super::trainer::Trainer;
 use crate::error::{Error, Result};
 use crate::model::FusedPainn;
 use crate::neighbors::NeighborList;
+use crate::phase::{NoClock, Phase, PhaseClock};
 use crate::structure::Batch;
 use candle_core::backprop::GradStore;
 use candle_core::{DType, Tensor};
@@ -15,16 +16,28 @@ impl Trainer {
     /// Loss of training frames `idx` and its gradients with respect to every variable, the
     /// force term's by [`TrainConfig::force_gradient`](super::TrainConfig::force_gradient).
     pub fn loss_and_grads(&self, idx: &[usize]) -> Result<(f64, GradStore)> {
+        self.loss_and_grads_phased(idx, &mut NoClock)
+    }
+
+    /// [`loss_and_grads`](Self::loss_and_grads) with its phases marked on `clock`.
+    pub fn loss_and_grads_phased(
+        &self,
+        idx: &[usize],
+        clock: &mut dyn PhaseClock,
+    ) -> Result<(f64, GradStore)> {
+        clock.mark(Phase::Batch)?;
         let (batch, nl) = Self::batch(&self.train, idx)?;
         let mode = self.cfg.force_gradient.on(&self.device);
         if mode == ForceGradient::Directional && self.cfg.force_weight > 0.0 {
-            return self.directional_loss_and_grads(&batch, &nl);
+            return self.directional_loss_and_grads(&batch, &nl, clock);
         }
+        clock.mark(Phase::Forward)?;
         // Forces come from a first backward pass whose graph is kept, so the force loss can
         // be differentiated again: that needs CANDLE_GRAD_DO_NOT_DETACH=1 in the environment
         // before the first backward on this thread (`mlff train` sets it).
         let loss = self.loss(&batch, &nl)?;
         let value = loss.to_dtype(DType::F64)?.to_scalar::<f64>()?;
+        clock.mark(Phase::Backward)?;
         Ok((value, loss.backward()?))
     }
 
@@ -36,13 +49,19 @@ impl Trainer {
         &self,
         batch: &Batch,
         nl: &NeighborList,
+        clock: &mut dyn PhaseClock,
     ) -> Result<(f64, GradStore)> {
         let model = self.calc.model();
+        clock.mark(Phase::Upload)?;
         let (inputs, _) = self.calc.prepare_with(batch, nl)?;
+        clock.mark(Phase::Forward)?;
         let fused = FusedPainn::new(model, self.calc.tuning())?;
         let b = batch.n_structures();
         let pass = fused.forward(&inputs)?;
-        let errors = HostErrors::of(batch, &pass.atom_energies, &pass.forces()?)?;
+        let forces = pass.forces()?;
+        clock.mark(Phase::Download)?;
+        let errors = HostErrors::of(batch, &pass.atom_energies, &forces)?;
+        clock.mark(Phase::Batch)?;
         let h = step_along(&errors.forces, displacement_rms(self.dtype));
         let step = h.unwrap_or(0.0);
         // The batch at x + h·u and x − h·u (or at x alone when every force is exact).
@@ -67,7 +86,9 @@ impl Trainer {
         let n = batch.n_atoms();
         let offsets: Vec<usize> = (0..copies).map(|c| c * n).collect();
         let all_nl = NeighborList::concat(vec![nl; copies].into_iter(), &offsets);
+        clock.mark(Phase::Upload)?;
         let (all_inputs, _) = self.calc.prepare_with(&all, &all_nl)?;
+        clock.mark(Phase::Forward)?;
         let energies = model.energies(&all_inputs)?.reshape((copies, b))?;
         // Energy term: its gradient is 2 w_E mean(ΔE_k ∂E_k/∂θ / n_k²), ΔE_k the error at x,
         // with ∂E_k/∂θ taken as the mean of the copies' (equal to O(h²)).
@@ -87,6 +108,7 @@ impl Trainer {
             let c = -self.cfg.force_weight / (m * h);
             surrogate = (surrogate + (along * c)?)?;
         }
+        clock.mark(Phase::Backward)?;
         Ok((errors.loss(&self.cfg, batch), surrogate.backward()?))
     }
 

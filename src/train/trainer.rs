@@ -13,6 +13,7 @@ use crate::interrupt::StopFlag;
 use crate::model::Backend;
 use crate::model::{init_varmap, Painn, PainnConfig};
 use crate::neighbors::{structure_neighbor_list, wrap_positions, NeighborList};
+use crate::phase::{NoClock, Phase, PhaseClock};
 use crate::structure::{Batch, Structure};
 use candle_core::{DType, Device, Tensor};
 use candle_nn::{VarBuilder, VarMap};
@@ -194,7 +195,23 @@ impl Trainer {
         order.shuffle(&mut rng);
         let (mut total, mut n) = (0.0, 0usize);
         for idx in order.chunks(self.cfg.batch_size) {
-            let (loss, grads) = self.loss_and_grads(idx)?;
+            let loss = self.optimizer_step(idx, &mut NoClock)?;
+            total += loss * idx.len() as f64;
+            n += idx.len();
+            on_step(self.opt.step, loss);
+            if let Some(signal) = self.stop.raised() {
+                return Err(Error::Interrupted(signal));
+            }
+        }
+        self.epoch += 1;
+        Ok(total / n.max(1) as f64)
+    }
+
+    /// One optimiser step on the training frames `idx`, its phases marked on `clock`
+    /// (`benches/harness/train_step_times` reads them). Returns the batch's loss.
+    pub fn optimizer_step(&mut self, idx: &[usize], clock: &mut dyn PhaseClock) -> Result<f64> {
+        {
+            let (loss, grads) = self.loss_and_grads_phased(idx, clock)?;
             if !loss.is_finite() {
                 return Err(Error::Train(format!(
                     "loss became {loss} at step {} (epoch {}): lower the learning rate",
@@ -202,6 +219,7 @@ impl Trainer {
                     self.epoch
                 )));
             }
+            clock.mark(Phase::Optimizer)?;
             let grads = self.opt.flat_grads(&grads)?;
             let scale = match self.cfg.clip_grad_norm {
                 c if c > 0.0 => {
@@ -217,15 +235,8 @@ impl Trainer {
             let lr = self.schedule.at(self.opt.step + 1);
             let weights = self.opt.step_flat(&grads, lr, scale)?;
             self.update_ema(&weights)?;
-            total += loss * idx.len() as f64;
-            n += idx.len();
-            on_step(self.opt.step, loss);
-            if let Some(signal) = self.stop.raised() {
-                return Err(Error::Interrupted(signal));
-            }
+            Ok(loss)
         }
-        self.epoch += 1;
-        Ok(total / n.max(1) as f64)
     }
 
     /// Folds the weights after a step (flat, in the optimiser's order) into their EMA.
