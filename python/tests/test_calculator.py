@@ -107,3 +107,47 @@ def test_bad_input_raises_naming_the_cause(root, model_path, tmp_path, device):
         mf.Model(corrupt)
     with pytest.raises(ValueError, match="dtype"):
         mf.Model(model_path, dtype="float16")
+
+
+def test_the_gil_is_released_while_the_engine_computes(root, model_path, device):
+    """Another Python thread runs while a batch is being computed: the main thread's loop
+    keeps turning inside the engine calls' time windows. (A model is used by the thread that
+    made it: the engine's state is not shared between threads.)"""
+    import threading
+    import time
+
+    frames = ase.io.read(root / "data" / "gfn2" / "aspirin_test.extxyz", ":")
+    positions = np.concatenate([a.positions for a in frames])
+    numbers = np.concatenate([a.numbers for a in frames])
+    index = np.repeat(np.arange(len(frames)), [len(a) for a in frames])
+    windows, failure, done = [], [], threading.Event()
+
+    def work():
+        try:
+            model = mf.Model(model_path, device=device)
+            for _ in range(4):
+                t0 = time.perf_counter()
+                model.compute_arrays(positions, numbers, structure_index=index)
+                windows.append((t0, time.perf_counter()))
+        except Exception as e:  # reported below, not lost in the thread
+            failure.append(e)
+        finally:
+            done.set()
+
+    ticks = []
+    t = threading.Thread(target=work)
+    t.start()
+    while not done.is_set():
+        ticks.append(time.perf_counter())
+    t.join()
+    assert not failure, failure
+    # Turns of this loop well inside the calls: none if the calls held the GIL. (Between
+    # taking a window's time and entering the call the GIL may pass to this thread for one
+    # switch interval: the margin is four of them.)
+    import sys
+
+    margin = 4 * sys.getswitchinterval()
+    inside = sum(1 for x in ticks for a, b in windows[1:] if a + margin < x < b - margin)
+    span = sum(b - a for a, b in windows[1:])
+    assert span > 10 * margin, f"calls too short to tell: {span} s"
+    assert inside > 1000, (inside, span)
