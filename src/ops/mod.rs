@@ -19,6 +19,7 @@ pub(crate) mod edges;
 mod integrator;
 pub mod launch;
 pub(crate) mod layers;
+mod optimizer;
 pub(crate) mod whole;
 
 /// The shipped models' shapes (128 features, 20 basis functions), for which the kernels have
@@ -52,6 +53,7 @@ pub use layers::update::{
     StateGrad, NORM_EPS,
 };
 pub use layers::update_tc::{update_tc, update_tc_adjoint, UpdateOutputs, UPDATE_TC_FEATURES};
+pub use optimizer::{adamw_ema, AdamWStep};
 #[cfg(feature = "profiling")]
 pub use whole::atom_split::atom_split_phase_times;
 pub use whole::atom_split::{

@@ -91,31 +91,39 @@ impl AdamW {
         self.flatten(|_, v| Ok(v.as_tensor().detach()))
     }
 
-    /// Global L2 norm of a flat gradient (one read from the device).
-    pub fn norm(flat: &Tensor) -> Result<f64> {
-        let sq = flat.sqr()?.sum_all()?.to_dtype(candle_core::DType::F64)?;
-        Ok(sq.to_scalar::<f64>()?.sqrt())
-    }
-
-    /// One update with learning rate `lr` from the flat gradient `g` (see
-    /// [`flat_grads`](Self::flat_grads)), multiplied by `grad_scale` first (gradient
-    /// clipping). Returns the new weights as one flat vector.
-    pub fn step_flat(&mut self, g: &Tensor, lr: f64, grad_scale: f64) -> Result<Tensor> {
+    /// One AdamW update with learning rate `lr` from the flat gradient `g` (see
+    /// [`flat_grads`](Self::flat_grads)), its norm clipped to `clip` (0: none) on the device,
+    /// and the EMA of the weights (`decay`; 0: the EMA is the weights), all in one kernel
+    /// ([`crate::ops::adamw_ema`]). Returns (weights, EMA) as flat vectors.
+    pub fn step_flat_with_ema(
+        &mut self,
+        g: &Tensor,
+        lr: f64,
+        clip: f64,
+        ema: &Tensor,
+        decay: f64,
+    ) -> Result<(Tensor, Tensor)> {
         self.step += 1;
         let t = self.step as i32;
-        let (b1, b2) = (self.beta1, self.beta2);
-        let c1 = 1.0 - b1.powi(t);
-        let c2 = 1.0 - b2.powi(t);
-        let g = (g * grad_scale)?;
-        self.m = ((&self.m * b1)? + (&g * (1.0 - b1))?)?;
-        self.v = ((&self.v * b2)? + (g.sqr()? * (1.0 - b2))?)?;
-        let update = ((&self.m / c1)? / ((&self.v / c2)?.sqrt()? + self.eps)?)?;
-        let decayed = (self.flat_weights()? * (1.0 - lr * self.weight_decay))?;
-        let theta = (decayed - (update * lr)?)?;
+        let step = crate::ops::AdamWStep {
+            lr,
+            beta1: self.beta1,
+            beta2: self.beta2,
+            c1: 1.0 - self.beta1.powi(t),
+            c2: 1.0 - self.beta2.powi(t),
+            eps: self.eps,
+            weight_decay: self.weight_decay,
+            clip,
+            decay,
+        };
+        let theta = self.flat_weights()?;
+        let (m, v, theta, ema) = crate::ops::adamw_ema(g, &self.m, &self.v, &theta, ema, step)?;
+        self.m = m;
+        self.v = v;
         for ((_, var), value) in self.vars.iter().zip(self.unflatten(&theta)?) {
             var.set(&value)?;
         }
-        Ok(theta)
+        Ok((theta, ema))
     }
 
     /// Moments as named tensors (`m.NAME`, `v.NAME`), for a resumable training state.

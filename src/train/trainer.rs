@@ -221,37 +221,20 @@ impl Trainer {
             }
             clock.mark(Phase::Optimizer)?;
             let grads = self.opt.flat_grads(&grads)?;
-            let scale = match self.cfg.clip_grad_norm {
-                c if c > 0.0 => {
-                    let norm = AdamW::norm(&grads)?;
-                    if norm > c {
-                        c / norm
-                    } else {
-                        1.0
-                    }
-                }
-                _ => 1.0,
-            };
             let lr = self.schedule.at(self.opt.step + 1);
-            let weights = self.opt.step_flat(&grads, lr, scale)?;
-            self.update_ema(&weights)?;
+            // The EMA's decay is warmed up so that early weights do not dominate.
+            let t = (self.opt.step + 1) as f64;
+            let decay = match self.cfg.ema_decay {
+                d if d > 0.0 => d.min((1.0 + t) / (10.0 + t)),
+                _ => 0.0,
+            };
+            let clip = self.cfg.clip_grad_norm.max(0.0);
+            let (_, ema) = self
+                .opt
+                .step_flat_with_ema(&grads, lr, clip, &self.ema, decay)?;
+            self.ema = ema;
             Ok(loss)
         }
-    }
-
-    /// Folds the weights after a step (flat, in the optimiser's order) into their EMA.
-    fn update_ema(&mut self, weights: &Tensor) -> Result<()> {
-        let d = self.cfg.ema_decay;
-        if d == 0.0 {
-            self.ema = weights.clone();
-            return Ok(());
-        }
-        // Warm-up of the decay so early weights do not dominate.
-        let t = self.opt.step as f64;
-        let d = d.min((1.0 + t) / (10.0 + t));
-        self.ema = ((&self.ema * d)? + (weights * (1.0 - d))?)?;
-        debug_assert!(!self.ema.track_op(), "the EMA is recorded in the graph");
-        Ok(())
     }
 
     /// The EMA of every tensor of the model by name (fixed statistics included, unchanged).

@@ -10,6 +10,7 @@ mod md;
 mod model;
 mod neighbors;
 mod one_launch;
+mod optimizer;
 
 use candle_core::{DType, Device};
 use common::*;
