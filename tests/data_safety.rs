@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{mlff, poisoned_model, root};
+use common::{mlff, poisoned_model, root, s};
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
@@ -15,10 +15,6 @@ fn model() -> PathBuf {
 
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
 }
 
 /// `mlff md` on the shipped student from `structure`, on the CPU, with `extra`, run in `dir`.
@@ -245,25 +241,19 @@ fn a_stale_restart_is_refused_and_can_branch_into_new_files() {
         assert_eq!(std::fs::read(&log).unwrap(), live.1, "the live log changed");
     };
 
+    // A resume from `file` refused as stale, saying `why`, with the live files unchanged.
+    let refused_as_stale = |file: &Path, why: &str| {
+        let o = resume(file, &["--steps", "80"]);
+        assert_eq!(o.status.code(), Some(1));
+        let err = stderr(&o);
+        assert!(err.contains("is stale") && err.contains(why), "{err}");
+        unchanged();
+    };
     // An older copy beside the live restart file.
-    let o = resume(&old, &["--steps", "80"]);
-    assert_eq!(o.status.code(), Some(1));
-    let err = stderr(&o);
-    assert!(
-        err.contains("is stale") && err.contains("at step 60"),
-        "{err}"
-    );
-    unchanged();
+    refused_as_stale(&old, "at step 60");
     // The older copy put back in place of the live one: the outputs went on past it.
     std::fs::copy(&old, &restart).unwrap();
-    let o = resume(&restart, &["--steps", "80"]);
-    assert_eq!(o.status.code(), Some(1));
-    let err = stderr(&o);
-    assert!(
-        err.contains("is stale") && err.contains("goes on to step 60"),
-        "{err}"
-    );
-    unchanged();
+    refused_as_stale(&restart, "goes on to step 60");
 
     // Branching continues the old state in new files; the original run stays as it is.
     let branch = dir.path().join("branch");

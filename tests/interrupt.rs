@@ -5,14 +5,10 @@
 
 mod common;
 
-use common::root;
+use common::{root, s};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
 
 fn spawn(dir: &Path, args: &[&str]) -> Child {
     Command::new(env!("CARGO_BIN_EXE_mlff"))

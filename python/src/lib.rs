@@ -4,6 +4,7 @@
 //! drives the MD engine; `main` runs the `mlff` command in process. The GIL is released while
 //! the engine computes. The Python package (`mlff_distiller/`) wraps these in ASE terms.
 
+mod arrays;
 mod md;
 mod model;
 
@@ -41,12 +42,8 @@ fn run_command(py: Python<'_>, args: Vec<String>) -> (i32, Option<String>) {
 /// The masses (amu) the engine uses for `numbers`.
 #[pyfunction]
 fn masses(numbers: Vec<i64>) -> PyResult<Vec<f64>> {
-    let z = numbers
-        .iter()
-        .map(|&v| {
-            u8::try_from(v)
-                .map_err(|_| PyValueError::new_err(format!("{v} is not an atomic number")))
-        })
+    let z = (numbers.iter().enumerate())
+        .map(|(i, &v)| arrays::atomic_number(i, v))
         .collect::<PyResult<Vec<u8>>>()?;
     mlff_distiller::md::masses(&z).map_err(to_py)
 }

@@ -2,6 +2,7 @@
 //! locked as the command does), restart files and summary, and a Python callback at every log
 //! step. The GIL is released between callbacks.
 
+use crate::arrays::{array, atomic_number, bad, rows};
 use crate::model::{Model, SameThread};
 use crate::to_py;
 use mlff_distiller::fsutil::{Mode, OutputSet};
@@ -10,33 +11,10 @@ use mlff_distiller::md::{
     Ensemble, ListSite, MdOutputs, MdSettings, PainnForces, Progress, Simulation,
 };
 use mlff_distiller::structure::{ExtraArray, Structure};
-use numpy::ndarray::Array2;
-use numpy::{IntoPyArray, PyArray2, PyReadonlyArray1, PyReadonlyArray2};
-use pyo3::exceptions::PyValueError;
+use numpy::{PyArray2, PyReadonlyArray1, PyReadonlyArray2};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use std::path::PathBuf;
-
-fn bad(msg: String) -> PyErr {
-    PyValueError::new_err(msg)
-}
-
-fn rows(a: &PyReadonlyArray2<'_, f64>, name: &str, n: usize) -> PyResult<Vec<[f64; 3]>> {
-    let a = a.as_array();
-    if a.shape() != [n, 3] {
-        return Err(bad(format!(
-            "{name}: shape {:?}, expected [{n}, 3]",
-            a.shape()
-        )));
-    }
-    Ok(a.rows().into_iter().map(|r| [r[0], r[1], r[2]]).collect())
-}
-
-fn array<'py>(py: Python<'py>, rows: &[[f64; 3]]) -> PyResult<Bound<'py, PyArray2<f64>>> {
-    let flat: Vec<f64> = rows.iter().flatten().copied().collect();
-    let a = Array2::from_shape_vec((rows.len(), 3), flat).map_err(|e| bad(e.to_string()))?;
-    Ok(a.into_pyarray(py))
-}
 
 /// Runs MD from `positions` (Å) of atoms `numbers` (with `cell`/`pbc` for periodic systems;
 /// `momenta` in ASE's units to start from them instead of Maxwell-Boltzmann velocities).
@@ -81,14 +59,9 @@ pub fn run_md<'py>(
     let z = numbers.as_array();
     let n = z.len();
     let numbers: Vec<u8> = (z.iter().enumerate())
-        .map(|(i, &v)| {
-            u8::try_from(v)
-                .ok()
-                .filter(|&v| v > 0)
-                .ok_or_else(|| bad(format!("numbers[{i}] = {v} is not an atomic number")))
-        })
+        .map(|(i, &v)| atomic_number(i, v))
         .collect::<PyResult<_>>()?;
-    let mut start = Structure::molecule(numbers, rows(&positions, "positions", n)?);
+    let mut start = Structure::molecule(numbers, rows(positions.as_array(), "positions", n)?);
     if let Some(c) = &cell {
         let c = c.as_array();
         if c.shape() != [3, 3] {
@@ -105,7 +78,7 @@ pub fn run_md<'py>(
         start.pbc = std::array::from_fn(|d| p[d]);
     }
     if let Some(m) = &momenta {
-        let values = rows(m, "momenta", n)?
+        let values = rows(m.as_array(), "momenta", n)?
             .iter()
             .flatten()
             .map(|x| format!("{x:e}"))
@@ -178,18 +151,14 @@ pub fn run_md<'py>(
     settings.validate().map_err(to_py)?;
     let mut io = OutputSet::new();
     io.input("model", &model.borrow().path);
-    let keep = match (overwrite, append) {
-        (true, _) => Mode::Overwrite,
-        (_, true) => Mode::Append,
-        _ => Mode::Create,
-    };
+    let keep = Mode::for_existing(overwrite, append);
     for (flag, p) in [("traj", &traj), ("log", &log)] {
         if let Some(p) = p {
             io.output_with_hint(flag, p, keep, "pass overwrite=True or append=True");
         }
     }
     if let Some(r) = &restart {
-        io.output("restart_file", r, Mode::overwrite_if(overwrite));
+        io.output("restart_file", r, Mode::for_existing(overwrite, false));
     }
     let holder = format!("python: mlff_distiller.md.run (pid {})", std::process::id());
     let _claim = io.claim(&holder).map_err(to_py)?;
@@ -229,7 +198,7 @@ pub fn run_md<'py>(
                 let called = fields
                     .iter()
                     .try_for_each(|(k, v)| record.set_item(k, v))
-                    .and_then(|_| array(py, p.positions))
+                    .map(|_| array(py, p.positions))
                     .and_then(|x| cb.call1(py, (p.step, record, x)).map(|_| ()));
                 if let Err(e) = called {
                     *failed.0 = Some(e);
@@ -247,5 +216,5 @@ pub fn run_md<'py>(
     }
     let (x, v, summary) = out.map_err(to_py)?;
     let json = serde_json::to_string(&summary).map_err(|e| bad(e.to_string()))?;
-    Ok((array(py, &x)?, array(py, &v)?, json))
+    Ok((array(py, &x), array(py, &v), json))
 }

@@ -2,6 +2,7 @@
 //! system's state between calls (the MD force provider: a Verlet list with a skin, device
 //! buffers, CUDA graphs), for ASE's calculator interface.
 
+use crate::arrays::{array, atomic_number, bad, rows};
 use crate::to_py;
 use candle_core::DType;
 use mlff_distiller::calculator::atom_energies_and_forces;
@@ -12,12 +13,10 @@ use mlff_distiller::model::Backend;
 use mlff_distiller::phase::NoClock;
 use mlff_distiller::structure::Lattice;
 use mlff_distiller::{Batch, Calculator, PainnCalculator, Structure, Tuning};
-use numpy::ndarray::{Array1, Array2};
+use numpy::ndarray::{Array1, ArrayView1, ArrayView2, ArrayView3, Axis};
 use numpy::{
-    IntoPyArray, PyArray1, PyArray2, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray2,
-    PyReadonlyArray3,
+    IntoPyArray, PyArray1, PyArray2, PyReadonlyArray1, PyReadonlyArray2, PyReadonlyArray3,
 };
-use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use std::path::PathBuf;
 
@@ -26,10 +25,6 @@ use std::path::PathBuf;
 pub(crate) struct SameThread<T>(pub T);
 // SAFETY: only ever moved into `Python::detach`, which runs the closure on the calling thread.
 unsafe impl<T> Send for SameThread<T> {}
-
-fn bad(msg: String) -> PyErr {
-    PyValueError::new_err(msg)
-}
 
 /// `float32`/`f32` or `float64`/`f64`.
 pub(crate) fn parse_dtype(s: &str) -> PyResult<DType> {
@@ -151,13 +146,12 @@ impl Model {
         Option<Bound<'py, PyArray1<f64>>>,
     )> {
         let batch = batch_of(
-            &positions,
-            &numbers,
-            cells.as_ref(),
-            pbc.as_ref(),
-            structure_index.as_ref(),
+            positions.as_array(),
+            numbers.as_array(),
+            cells.as_ref().map(|c| c.as_array()),
+            pbc.as_ref().map(|p| p.as_array()),
+            structure_index.as_ref().map(|s| s.as_array()),
         )?;
-        let n = batch.n_atoms();
         let calc = self.calc;
         let graphs = SameThread(self.graphs.as_ref());
         let out = py.detach(move || -> mlff_distiller::Result<_> {
@@ -189,11 +183,10 @@ impl Model {
             }
         });
         let (pred, atoms) = out.map_err(to_py)?;
-        let flat: Vec<f64> = pred.forces.iter().flatten().flatten().copied().collect();
-        let forces = Array2::from_shape_vec((n, 3), flat).map_err(|e| bad(e.to_string()))?;
+        let forces: Vec<[f64; 3]> = pred.forces.concat();
         Ok((
             Array1::from_vec(pred.energies).into_pyarray(py),
-            forces.into_pyarray(py),
+            array(py, &forces),
             atoms.map(|a| Array1::from_vec(a).into_pyarray(py)),
         ))
     }
@@ -201,14 +194,12 @@ impl Model {
 
 /// Checks the arrays' shapes and values, naming the argument, and makes the batch.
 fn batch_of(
-    positions: &PyReadonlyArray2<'_, f64>,
-    numbers: &PyReadonlyArray1<'_, i64>,
-    cells: Option<&PyReadonlyArray3<'_, f64>>,
-    pbc: Option<&PyReadonlyArray2<'_, bool>>,
-    structure_index: Option<&PyReadonlyArray1<'_, i64>>,
+    x: ArrayView2<'_, f64>,
+    z: ArrayView1<'_, i64>,
+    cells: Option<ArrayView3<'_, f64>>,
+    pbc: Option<ArrayView2<'_, bool>>,
+    structure_index: Option<ArrayView1<'_, i64>>,
 ) -> PyResult<Batch> {
-    let x = positions.as_array();
-    let z = numbers.as_array();
     let n = x.nrows();
     if x.ncols() != 3 {
         return Err(bad(format!(
@@ -225,7 +216,6 @@ fn batch_of(
     let index: Vec<usize> = match structure_index {
         None => vec![0; n],
         Some(s) => {
-            let s = s.as_array();
             if s.len() != n {
                 return Err(bad(format!(
                     "structure_index: {} values for {n} atoms",
@@ -251,7 +241,6 @@ fn batch_of(
     let cells: Option<Vec<Lattice>> = match cells {
         None => None,
         Some(c) => {
-            let c = c.as_array();
             if c.shape() != [n_structures, 3, 3] {
                 return Err(bad(format!(
                     "cells: shape {:?}, expected [{n_structures}, 3, 3]",
@@ -268,7 +257,6 @@ fn batch_of(
     let pbc: Vec<[bool; 3]> = match pbc {
         None => vec![[cells.is_some(); 3]; n_structures],
         Some(p) => {
-            let p = p.as_array();
             if p.shape() != [n_structures, 3] {
                 return Err(bad(format!(
                     "pbc: shape {:?}, expected [{n_structures}, 3]",
@@ -282,10 +270,7 @@ fn batch_of(
     };
     let mut structures: Vec<Structure> = Vec::with_capacity(n_structures);
     for (i, (&k, &zi)) in index.iter().zip(z.iter()).enumerate() {
-        let zi = u8::try_from(zi)
-            .ok()
-            .filter(|&v| v > 0)
-            .ok_or_else(|| bad(format!("numbers[{i}] = {zi} is not an atomic number")))?;
+        let zi = atomic_number(i, zi)?;
         let row = [x[[i, 0]], x[[i, 1]], x[[i, 2]]];
         if row.iter().any(|v| !v.is_finite()) {
             return Err(bad(format!("positions[{i}] = {row:?} is not finite")));
@@ -329,28 +314,18 @@ impl Session {
         skin: f64,
         graphs: &str,
     ) -> PyResult<Self> {
-        let py = model.py();
-        let cells = match &cell {
-            Some(c) => {
-                let c = c.as_array();
-                if c.shape() != [3, 3] {
-                    return Err(bad(format!("cell: shape {:?}, expected [3, 3]", c.shape())));
-                }
-                Some(numpy::ndarray::Array3::from_shape_fn(
-                    (1, 3, 3),
-                    |(_, r, d)| c[[r, d]],
-                ))
-            }
-            None => None,
-        };
-        let cells = cells.map(|c| c.into_pyarray(py).readonly());
-        let pbc = pbc.map(|p| {
-            let p = p.as_array();
-            numpy::ndarray::Array2::from_shape_fn((1, p.len()), |(_, d)| p[d])
-                .into_pyarray(py)
-                .readonly()
-        });
-        let batch = batch_of(&positions, &numbers, cells.as_ref(), pbc.as_ref(), None)?;
+        // One structure: the cell and pbc as a batch of one, without copies.
+        let cell = cell.as_ref().map(|c| c.as_array());
+        if let Some(c) = cell.filter(|c| c.shape() != [3, 3]) {
+            return Err(bad(format!("cell: shape {:?}, expected [3, 3]", c.shape())));
+        }
+        let batch = batch_of(
+            positions.as_array(),
+            numbers.as_array(),
+            cell.map(|c| c.insert_axis(Axis(0))),
+            pbc.as_ref().map(|p| p.as_array().insert_axis(Axis(0))),
+            None,
+        )?;
         let structure = batch.structures.into_iter().next().unwrap_or_default();
         if !(skin.is_finite() && skin >= 0.0) {
             return Err(bad(format!("skin {skin}: must be finite and >= 0 Å")));
@@ -374,15 +349,7 @@ impl Session {
         py: Python<'py>,
         positions: PyReadonlyArray2<'py, f64>,
     ) -> PyResult<(f64, Bound<'py, PyArray2<f64>>)> {
-        let x = positions.as_array();
-        if x.shape() != [self.n, 3] {
-            return Err(bad(format!(
-                "positions: shape {:?}, expected [{}, 3]",
-                x.shape(),
-                self.n
-            )));
-        }
-        let rows: Vec<[f64; 3]> = x.rows().into_iter().map(|r| [r[0], r[1], r[2]]).collect();
+        let rows = rows(positions.as_array(), "positions", self.n)?;
         let forces = SameThread(&mut self.forces);
         let out = py.detach(move || -> mlff_distiller::Result<(f64, Vec<[f64; 3]>)> {
             let forces = forces;
@@ -404,20 +371,12 @@ impl Session {
             Ok((both[0], f))
         });
         let (energy, f) = out.map_err(to_py)?;
-        if !energy.is_finite() {
-            return Err(bad(format!(
-                "the predicted energy is {energy} (not finite)"
-            )));
-        }
-        if let Some(i) = f.iter().position(|r| r.iter().any(|v| !v.is_finite())) {
-            return Err(bad(format!(
-                "the predicted force on atom {i} is {:?} (not finite)",
-                f[i]
-            )));
-        }
-        let flat: Vec<f64> = f.into_iter().flatten().collect();
-        let arr = Array2::from_shape_vec((self.n, 3), flat).map_err(|e| bad(e.to_string()))?;
-        Ok((energy, arr.into_pyarray(py)))
+        let pred = mlff_distiller::Prediction {
+            energies: vec![energy],
+            forces: vec![f],
+        };
+        pred.check_finite().map_err(to_py)?;
+        Ok((energy, array(py, &pred.forces[0])))
     }
 
     /// The model this session runs.

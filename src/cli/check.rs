@@ -21,7 +21,11 @@ pub struct CheckArgs {
 pub fn run(a: CheckArgs) -> Result<()> {
     let mut io = crate::fsutil::OutputSet::new();
     if let Some(p) = &a.json {
-        io.output("--json", p, crate::fsutil::Mode::overwrite_if(a.overwrite));
+        io.output(
+            "--json",
+            p,
+            crate::fsutil::Mode::for_existing(a.overwrite, false),
+        );
     }
     let _claim = super::claim(&io)?;
     let report = system_report();

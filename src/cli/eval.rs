@@ -54,7 +54,7 @@ pub fn run(a: EvalArgs) -> Result<()> {
     for d in &a.data {
         io.input("DATA", d);
     }
-    let mode = Mode::overwrite_if(a.overwrite);
+    let mode = Mode::for_existing(a.overwrite, false);
     for (flag, p) in [("--json", &a.json), ("--plot", &a.plot)] {
         if let Some(p) = p {
             io.output(flag, p, mode);

@@ -34,7 +34,11 @@ pub fn run(a: InitModelArgs) -> Result<()> {
     if let Some(c) = &a.config {
         io.input("--config", c);
     }
-    io.output("--output", &a.output, Mode::overwrite_if(a.overwrite));
+    io.output(
+        "--output",
+        &a.output,
+        Mode::for_existing(a.overwrite, false),
+    );
     let _claim = super::claim(&io)?;
     if let Some(note) = cfg.fused_note() {
         eprintln!("note: {note}");

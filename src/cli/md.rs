@@ -187,18 +187,14 @@ fn fresh(a: &MdArgs, stop: StopFlag) -> Result<(MdSummary, Claim)> {
     if let Some(t) = &a.run.tuning.tuning {
         io.input("--tuning", t);
     }
-    let keep = match (a.overwrite, a.append) {
-        (true, _) => Mode::Overwrite,
-        (_, true) => Mode::Append,
-        _ => Mode::Create,
-    };
+    let keep = Mode::for_existing(a.overwrite, a.append);
     const HINT: &str = "pass --overwrite to replace it or --append to add to it";
     for (flag, path) in [("--traj", &a.traj), ("--log", &a.log)] {
         if let Some(p) = path {
             io.output_with_hint(flag, p, keep, HINT);
         }
     }
-    let replace = Mode::overwrite_if(a.overwrite);
+    let replace = Mode::for_existing(a.overwrite, false);
     if let Some(r) = &restart {
         io.output("--restart-file", r, replace);
     }
@@ -291,7 +287,7 @@ fn resume(a: &MdArgs, path: &Path, stop: StopFlag) -> Result<(MdSummary, Claim)>
         io.output("--restart-file", r, Mode::Overwrite);
     }
     if let Some(p) = &a.summary_json {
-        io.output("--summary-json", p, Mode::overwrite_if(a.overwrite));
+        io.output("--summary-json", p, Mode::for_existing(a.overwrite, false));
     }
     let claim = claim(&io)?;
     if a.branch.is_none() {

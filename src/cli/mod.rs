@@ -252,7 +252,7 @@ pub fn report_files(
         io.output(
             flag,
             &dir.join(f),
-            crate::fsutil::Mode::overwrite_if(overwrite),
+            crate::fsutil::Mode::for_existing(overwrite, false),
         );
     }
     Ok(())

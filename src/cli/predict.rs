@@ -39,7 +39,7 @@ pub fn run(a: PredictArgs) -> Result<()> {
         io.input("--tuning", t);
     }
     if let Some(out) = &a.output {
-        io.output("--output", out, Mode::overwrite_if(a.overwrite));
+        io.output("--output", out, Mode::for_existing(a.overwrite, false));
     }
     let _claim = super::claim(&io)?;
     let model = a.run.calculator(&a.model)?;

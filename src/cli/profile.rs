@@ -103,7 +103,11 @@ pub fn run(a: ProfileArgs) -> Result<()> {
         )?;
     }
     if let Some(t) = &a.trace {
-        io.output("--trace", t, crate::fsutil::Mode::overwrite_if(a.overwrite));
+        io.output(
+            "--trace",
+            t,
+            crate::fsutil::Mode::for_existing(a.overwrite, false),
+        );
     }
     let _claim = super::claim(&io)?;
     let calc: PainnCalculator = a.run.calculator(&a.model)?;

@@ -23,12 +23,13 @@ pub enum Mode {
 }
 
 impl Mode {
-    /// `Overwrite` when the user said so (`--overwrite`), else `Create`.
-    pub fn overwrite_if(overwrite: bool) -> Self {
-        if overwrite {
-            Self::Overwrite
-        } else {
-            Self::Create
+    /// What the user asked for an existing output: `--overwrite` replaces it, `--append`
+    /// (where a command has it) adds to it, neither refuses it.
+    pub fn for_existing(overwrite: bool, append: bool) -> Self {
+        match (overwrite, append) {
+            (true, _) => Self::Overwrite,
+            (_, true) => Self::Append,
+            _ => Self::Create,
         }
     }
 }

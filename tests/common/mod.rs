@@ -166,6 +166,11 @@ pub fn mlff(args: &[&str]) -> std::process::Output {
         .expect("run mlff")
 }
 
+/// A path as a command-line argument.
+pub fn s(p: &std::path::Path) -> &str {
+    p.to_str().unwrap()
+}
+
 /// The shipped model with one NaN weight, written into `dir`.
 pub fn poisoned_model(dir: &std::path::Path) -> std::path::PathBuf {
     let ck =

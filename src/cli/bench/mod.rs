@@ -269,7 +269,11 @@ pub fn run(a: BenchArgs) -> Result<ExitCode> {
         }
     }
     if let Some(p) = &a.json {
-        io.output("--json", p, crate::fsutil::Mode::overwrite_if(a.overwrite));
+        io.output(
+            "--json",
+            p,
+            crate::fsutil::Mode::for_existing(a.overwrite, false),
+        );
     }
     if let Some(dir) = &a.out {
         super::report_files(
