@@ -96,6 +96,22 @@ pub struct LayerPlan {
     pub tiled: bool,
 }
 
+impl LayerPlan {
+    /// The plan with cuBLAS where it took the tensor-core layers: those read weights packed on
+    /// the host once per model, which a model whose weights change every call (training)
+    /// would pay on every call.
+    pub fn without_packed_weights(mut self) -> Self {
+        for path in [&mut self.dense_atoms, &mut self.dense_vectors] {
+            if *path == DensePath::TensorCores {
+                *path = DensePath::Matmul;
+            }
+        }
+        self.mix_adjoint_tensor_cores = false;
+        self.update_one_launch = false;
+        self
+    }
+}
+
 impl Plan {
     /// A short name: `atom_split`, `feature_split` or `layers`.
     pub fn name(&self) -> &'static str {

@@ -22,6 +22,7 @@
 //! State tensors are component-major [4N, F] (s, then v_x, v_y, v_z), so that s and v are
 //! contiguous row ranges that cuBLAS takes without copies.
 
+mod grads;
 mod pass;
 mod weights;
 
@@ -51,10 +52,15 @@ pub struct FusedPainn {
     readout_force_seed: Tensor,
     /// Per element: atom reference + output bias × scale + shift, [n_elements].
     atom_constant: Tensor,
+    /// The readout's scale [1] (in its output weights here; the weight gradients take it out).
+    readout_scale: Tensor,
     /// What the plan picks paths from.
     tuning: Tuning,
     /// Run the CUDA paths' CPU twins on the CPU (tests).
     cpu_twins: bool,
+    /// The weights serve one call (training builds this every step): no path that packs them
+    /// on the host first.
+    used_once: bool,
     /// The weights packed for the one-launch paths, input-major and output-major, on first use.
     packed: OnceLock<Tensor>,
     packed_out_major: OnceLock<Tensor>,
@@ -113,8 +119,10 @@ impl FusedPainn {
             readout_force_seed: readout_out.weight.neg()?,
             readout: Mlp::new(Dense::of(&ro.hidden)?, readout_out)?,
             atom_constant,
+            readout_scale: scale,
             tuning: tuning.clone(),
             cpu_twins: false,
+            used_once: false,
             packed: std::sync::OnceLock::new(),
             packed_out_major: std::sync::OnceLock::new(),
             first_phi: std::sync::OnceLock::new(),
@@ -132,6 +140,14 @@ impl FusedPainn {
     /// the tuning would take them on CUDA: for tests of those twins; slower than candle's gemm.
     pub fn with_cpu_twins(mut self, on: bool) -> Self {
         self.cpu_twins = on;
+        self
+    }
+
+    /// Weights for one call (`on`): the plan then leaves out the tensor-core layers, whose
+    /// weights are packed on the host first
+    /// ([`LayerPlan::without_packed_weights`](crate::plan::LayerPlan::without_packed_weights)).
+    pub fn used_once(mut self, on: bool) -> Self {
+        self.used_once = on;
         self
     }
 
@@ -164,12 +180,11 @@ impl FusedPainn {
     /// The per-layer choices for `x` (what [`forward`](Self::forward) follows).
     fn layer_plan(&self, x: &PainnInputs) -> Result<LayerPlan> {
         let target = self.target(x.positions.device(), x.positions.dtype());
-        Ok(crate::plan::layers(
-            &self.tuning,
-            &self.shape()?,
-            size_of(x)?,
-            target,
-        ))
+        let plan = crate::plan::layers(&self.tuning, &self.shape()?, size_of(x)?, target);
+        Ok(match self.used_once {
+            true => plan.without_packed_weights(),
+            false => plan,
+        })
     }
 
     /// The feature-split launch for `n` atoms and `e` edges on `dev` in `dtype`, where the

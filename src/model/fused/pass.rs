@@ -19,16 +19,18 @@ use candle_core::{Result, Tensor};
 /// What one block's adjoint reads from its forward.
 pub(super) struct Tape {
     /// The block's input state; None where the block ran as sums per element.
-    state: Option<Tensor>,
+    pub(super) state: Option<Tensor>,
     /// φ's pre-activation, except in the first block (gathered per element, no adjoint).
-    phi_pre: Option<Tensor>,
+    pub(super) phi_pre: Option<Tensor>,
     /// φ's output; None where the block ran as sums per element ([`FirstBlockSums`]).
-    phi: Option<Tensor>,
-    mixed: Tensor,
-    ctx_pre: Tensor,
-    act: Tensor,
+    pub(super) phi: Option<Tensor>,
+    pub(super) mixed: Tensor,
+    pub(super) ctx_pre: Tensor,
+    pub(super) act: Tensor,
     /// The block's filter rows, when kept for the adjoint.
-    rows: Option<Tensor>,
+    pub(super) rows: Option<Tensor>,
+    /// The state after the messages [4N, F], kept for the weight gradients only.
+    pub(super) messaged: Option<Tensor>,
 }
 
 /// What the forces' adjoint takes from the readout: its pre-activation, or (on tensor cores,
@@ -42,15 +44,18 @@ impl FusedPainn {
     /// Per-atom energies [N] from the last state's s rows, and the readout's tape: on tensor
     /// cores (`ops::readout_tc`) one launch that also gives −∂E/∂s, else the MLP (its output
     /// bias is in the per-element constants) and a gather of those.
+    /// `seed_only` false keeps the pre-activation (the weight gradients need it).
     fn readout(
         &self,
         s: &Tensor,
         species: &Tensor,
         path: DensePath,
+        seed_only: bool,
     ) -> Result<(Tensor, ReadoutTape)> {
         let ro = &self.readout;
         let (h, f) = ro.hidden.weight.dims2()?;
-        if path == DensePath::TensorCores && dense_tc_fits(f, h) && dense_tc_fits(h, f) {
+        let fits = dense_tc_fits(f, h) && dense_tc_fits(h, f);
+        if seed_only && path == DensePath::TensorCores && fits {
             let [w1, _, _, w1t] = ro.tc()?;
             let w = ro.out.weight.flatten_all()?;
             let (energies, seed) = readout_tc(
@@ -131,7 +136,7 @@ impl FusedPainn {
 
     /// dL/dv [3N, F] of [`mix`](Self::mix) for dL/d(mixed) `g`, plus `add` [3N, F]: in one
     /// launch on tensor cores where the plan says, else the product, then the add.
-    fn mix_adjoint_adding(
+    pub(super) fn mix_adjoint_adding(
         &self,
         b: &Block,
         g: &Tensor,
@@ -150,7 +155,7 @@ impl FusedPainn {
 
     /// Block `b`'s filter as the plan says: the weights, or the rows in `rows` (made there
     /// when it holds none).
-    fn filter<'a>(
+    pub(super) fn filter<'a>(
         &self,
         b: &'a Block,
         basis: &Tensor,
@@ -187,8 +192,18 @@ impl FusedPainn {
 
     /// The forward pass: per-atom energies (eV) and what `FusedForward::forces` needs.
     pub fn forward<'a>(&'a self, x: &'a PainnInputs) -> Result<FusedForward<'a>> {
+        self.forward_planned(x, self.layer_plan(x)?, false)
+    }
+
+    /// The forward pass as `plan` says; `for_weights` keeps what the weight gradients need
+    /// besides what the forces' adjoint does (`grads`).
+    pub(super) fn forward_planned<'a>(
+        &'a self,
+        x: &'a PainnInputs,
+        plan: LayerPlan,
+        for_weights: bool,
+    ) -> Result<FusedForward<'a>> {
         let n = x.positions.dim(0)?;
-        let plan = self.layer_plan(x)?;
         let positions = x.positions.detach();
         let basis = edge_basis(
             &positions,
@@ -248,13 +263,15 @@ impl FusedPainn {
                 ctx_pre,
                 act,
                 rows,
+                messaged: for_weights.then_some(messaged),
             });
             state = Some(next);
         }
         let Some(state) = state else {
             candle_core::bail!("the model has no interaction blocks")
         };
-        let (atom_energies, readout) = self.readout(&state.narrow(0, 0, n)?, &x.species, path)?;
+        let last_s = state.narrow(0, 0, n)?;
+        let (atom_energies, readout) = self.readout(&last_s, &x.species, path, !for_weights)?;
         Ok(FusedForward {
             model: self,
             plan,
@@ -263,19 +280,22 @@ impl FusedPainn {
             basis,
             tape,
             readout,
+            last_s,
             atom_energies,
         })
     }
 }
 /// A fused forward pass, ready for its adjoint.
 pub struct FusedForward<'a> {
-    model: &'a FusedPainn,
-    plan: LayerPlan,
-    inputs: &'a PainnInputs,
-    positions: Tensor,
-    basis: Tensor,
-    tape: Vec<Tape>,
-    readout: ReadoutTape,
+    pub(super) model: &'a FusedPainn,
+    pub(super) plan: LayerPlan,
+    pub(super) inputs: &'a PainnInputs,
+    pub(super) positions: Tensor,
+    pub(super) basis: Tensor,
+    pub(super) tape: Vec<Tape>,
+    pub(super) readout: ReadoutTape,
+    /// The last state's s rows [N, F], the readout's input.
+    pub(super) last_s: Tensor,
     /// Energy of each atom [N], eV.
     pub atom_energies: Tensor,
 }
