@@ -84,7 +84,11 @@ fn cuda_training_gradients_match_cpu() {
         s.forces = Some(f);
     }
     let ds = Dataset::from_frames(std::path::Path::new("mem"), frames).unwrap();
-    for mode in [ForceGradient::DoubleBackward, ForceGradient::Directional] {
+    for mode in [
+        ForceGradient::DoubleBackward,
+        ForceGradient::Directional,
+        ForceGradient::Fused,
+    ] {
         let tc = TrainConfig {
             force_gradient: mode,
             ..TrainConfig::default()
@@ -127,7 +131,8 @@ fn training_gradients_agree(
     // ~1e-16 of each energy, reach its weight gradients amplified by ~1/h: 1e-8 of the largest
     // gradient there (measured 1.7e-9 on an H100), 1e-9 for the exact double backward.
     let bound = match tc.force_gradient {
-        mlff_distiller::train::ForceGradient::Directional => 1e-8,
+        mlff_distiller::train::ForceGradient::Directional
+        | mlff_distiller::train::ForceGradient::Fused => 1e-8,
         _ => 1e-9,
     };
     for (a, b) in g_cpu.iter().zip(&g_gpu) {

@@ -142,7 +142,11 @@ fn training_lowers_the_validation_loss() {
     second_order();
     let train = dataset(teacher_data(24, 1));
     let val = dataset(teacher_data(8, 2));
-    for mode in [ForceGradient::DoubleBackward, ForceGradient::Directional] {
+    for mode in [
+        ForceGradient::DoubleBackward,
+        ForceGradient::Directional,
+        ForceGradient::Fused,
+    ] {
         let cfg = TrainConfig {
             force_gradient: mode,
             ..train_config()
@@ -170,7 +174,11 @@ fn training_lowers_the_validation_loss() {
 fn force_loss_gradients_match_finite_differences() {
     second_order();
     let train = dataset(teacher_data(6, 3));
-    let modes = [ForceGradient::DoubleBackward, ForceGradient::Directional];
+    let modes = [
+        ForceGradient::DoubleBackward,
+        ForceGradient::Directional,
+        ForceGradient::Fused,
+    ];
     for (mode, (ew, fw)) in modes
         .into_iter()
         .flat_map(|m| [(m, (0.0, 1.0)), (m, (1.0, 10.0))])
@@ -230,16 +238,23 @@ fn force_loss_gradients_match_finite_differences() {
     }
 }
 
-/// The directional force gradient (one first-order pass over x ± h·u) equals the double
-/// backward's gradient for every weight: to 1e-7 of the largest in f64, and to the f32 level
-/// that training sees.
+/// The directional force gradient (one first-order pass over x ± h·u, through autograd or the
+/// fused kernels) equals the double backward's gradient for every weight: to 1e-7 of the
+/// largest in f64, and to the f32 level that training sees; with and without forces.
 #[test]
 fn directional_force_gradient_equals_double_backward() {
     second_order();
     let train = dataset(teacher_data(6, 5));
-    for (dtype, tol) in [(DType::F64, 1e-7), (DType::F32, 2e-3)] {
+    let cases = [
+        (DType::F64, 1e-7, ForceGradient::Directional, 10.0),
+        (DType::F32, 2e-3, ForceGradient::Directional, 10.0),
+        (DType::F64, 1e-7, ForceGradient::Fused, 10.0),
+        (DType::F32, 2e-3, ForceGradient::Fused, 10.0),
+        (DType::F64, 1e-10, ForceGradient::Fused, 0.0),
+    ];
+    for (dtype, tol, mode, force_weight) in cases {
         let grads = |mode| {
-            let t = trainer(&train, mode, (1.0, 10.0), dtype);
+            let t = trainer(&train, mode, (1.0, force_weight), dtype);
             let (loss, g) = t.loss_and_grads(&[0, 1, 3, 4]).unwrap();
             let flat: Vec<(String, Vec<f64>)> = t
                 .optimizer()
@@ -254,10 +269,10 @@ fn directional_force_gradient_equals_double_backward() {
             (loss, flat)
         };
         let (loss_exact, exact) = grads(ForceGradient::DoubleBackward);
-        let (loss_dir, directional) = grads(ForceGradient::Directional);
+        let (loss_dir, directional) = grads(mode);
         assert!(
             (loss_exact - loss_dir).abs() <= 1e-5 * loss_exact,
-            "{dtype:?}: loss {loss_exact} vs {loss_dir}"
+            "{dtype:?} {mode:?}: loss {loss_exact} vs {loss_dir}"
         );
         let largest = exact
             .iter()
@@ -268,7 +283,8 @@ fn directional_force_gradient_equals_double_backward() {
             for (k, (x, y)) in a.iter().zip(b).enumerate() {
                 assert!(
                     (x - y).abs() <= tol * largest,
-                    "{dtype:?} {name}[{k}]: double backward {x} vs directional {y} (largest {largest})"
+                    "{dtype:?} {mode:?} w_F {force_weight} {name}[{k}]: double backward {x} vs \
+                     {y} (largest {largest})"
                 );
             }
         }
@@ -281,7 +297,11 @@ fn directional_force_gradient_equals_double_backward() {
 fn validation_loss_is_the_training_loss() {
     second_order();
     let frames = dataset(teacher_data(6, 7));
-    for mode in [ForceGradient::DoubleBackward, ForceGradient::Directional] {
+    for mode in [
+        ForceGradient::DoubleBackward,
+        ForceGradient::Directional,
+        ForceGradient::Fused,
+    ] {
         let t = trainer(&frames, mode, (3.0, 10.0), DType::F64);
         let (train_loss, _) = t.loss_and_grads(&[0, 1, 2, 3, 4, 5]).unwrap();
         let val = t.validate().unwrap();
@@ -304,7 +324,11 @@ fn resume_continues_exactly() {
     };
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state.safetensors");
-    for mode in [ForceGradient::DoubleBackward, ForceGradient::Directional] {
+    for mode in [
+        ForceGradient::DoubleBackward,
+        ForceGradient::Directional,
+        ForceGradient::Fused,
+    ] {
         let cfg = TrainConfig {
             force_gradient: mode,
             ..cfg.clone()
@@ -476,4 +500,47 @@ fn settings_that_train_nothing_are_refused() {
         "batch_size",
     );
     assert!(train_config().validate().is_ok());
+}
+
+/// A short training with the fused weight gradients reaches the validation errors of the
+/// exact double backward from the same seeds: their difference, averaged over three seeds, is
+/// within the spread that the seed alone gives the exact runs (in f32).
+#[test]
+fn fused_and_autograd_training_reach_the_same_errors() {
+    second_order();
+    let train = dataset(teacher_data(24, 11));
+    let val = dataset(teacher_data(8, 12));
+    let run = |mode, seed| {
+        let cfg = TrainConfig {
+            force_gradient: mode,
+            seed,
+            ..train_config()
+        };
+        let mut t = tiny_trainer(&cfg, &train, &val, DType::F32);
+        for _ in 0..30 {
+            t.train_epoch(|_, _| {}).unwrap();
+        }
+        let v = t.validate().unwrap();
+        [v.loss, v.force_mae, v.energy_mae]
+    };
+    let seeds = [1u64, 2, 3];
+    let exact: Vec<[f64; 3]> = seeds
+        .iter()
+        .map(|&s| run(ForceGradient::DoubleBackward, s))
+        .collect();
+    let fused: Vec<[f64; 3]> = seeds
+        .iter()
+        .map(|&s| run(ForceGradient::Fused, s))
+        .collect();
+    for (k, what) in ["loss", "force MAE", "energy MAE"].iter().enumerate() {
+        let mean = |runs: &[[f64; 3]]| runs.iter().map(|r| r[k]).sum::<f64>() / 3.0;
+        let spread = exact.iter().map(|r| r[k]).fold(f64::MIN, f64::max)
+            - exact.iter().map(|r| r[k]).fold(f64::MAX, f64::min);
+        let (a, b) = (mean(&fused), mean(&exact));
+        eprintln!("{what}: fused {a}, double backward {b}, spread over seeds {spread}");
+        assert!(
+            (a - b).abs() <= spread,
+            "{what}: fused {a} vs double backward {b}; the seeds spread {spread}"
+        );
+    }
 }

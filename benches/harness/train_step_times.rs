@@ -1,10 +1,12 @@
-//! Where a training step's time goes: `mlff train`'s optimiser step (the directional force
-//! gradient on CUDA) on batches of labelled frames, its phases timed with CUDA events on the
-//! GPU (the host clock on the CPU): the batch and its displaced copies assembled on the host,
-//! uploads, the fused pass at x, the errors read back, the autograd forward over the copies,
-//! its backward, and the optimiser (flattening, clipping, AdamW, the EMA).
+//! Where a training step's time goes: `mlff train`'s optimiser step on batches of labelled
+//! frames, its phases timed with CUDA events on the GPU (the host clock on the CPU): the batch
+//! and its displaced copies assembled on the host, uploads, the fused pass at x, the errors
+//! read back, the forward over the copies (autograd's graph, or the fused forward), its
+//! backward, and the optimiser (flattening, clipping, AdamW, the EMA). GRADIENT is a
+//! `--force-gradient` (default fused).
 //!
-//!     cargo bench --features cuda --bench train_step_times -- MODEL TRAIN.extxyz [BATCH [STEPS]]
+//!     cargo bench --features cuda --bench train_step_times -- \
+//!         MODEL TRAIN.extxyz [BATCH [STEPS [GRADIENT]]]
 
 use anyhow::{Context, Result};
 use candle_core::DType;
@@ -25,13 +27,16 @@ fn main() -> Result<()> {
     let data = PathBuf::from(args.get(1).context("MODEL TRAIN.extxyz [BATCH [STEPS]]")?);
     let batch: usize = args.get(2).map_or(Ok(8), |s| s.parse())?;
     let steps: usize = args.get(3).map_or(Ok(50), |s| s.parse())?;
+    let gradient: ForceGradient = match args.get(4) {
+        Some(s) => s.parse().map_err(anyhow::Error::msg)?,
+        None => ForceGradient::Fused,
+    };
     let dev = select(DeviceSpec::Auto)?.device;
     let init = checkpoint::load(&model)?;
     let ds = Dataset::load(&data)?;
-    // The directional force gradient, as `mlff train` runs on CUDA (on the CPU too here).
     let cfg = TrainConfig {
         batch_size: batch,
-        force_gradient: ForceGradient::Directional,
+        force_gradient: gradient,
         ..TrainConfig::default()
     };
     let mut t = Trainer::new(&init.config, &cfg, &ds, &ds, &dev, DType::F32, Some(&init))?;
@@ -55,10 +60,11 @@ fn main() -> Result<()> {
     }
     let wall = started.elapsed().as_secs_f64();
     println!(
-        "{} on {:?}, batch {batch}, {steps} steps: {:.0} µs/step marked, {:.0} µs/step wall, \
-         {:.0} structures/s",
+        "{} on {:?}, {}, batch {batch}, {steps} steps: {:.0} µs/step marked, {:.0} µs/step \
+         wall, {:.0} structures/s",
         model.display(),
         dev,
+        gradient.name(),
         total / steps as f64,
         wall / steps as f64 * 1e6,
         (steps * batch) as f64 / wall
@@ -72,5 +78,54 @@ fn main() -> Result<()> {
             100.0 * us / total
         );
     }
+    parts(&init, &ds, batch, &dev)?;
+    Ok(())
+}
+
+/// The fused step's device work one piece at a time (synchronised, 20 repetitions each): the
+/// fused form of the weights (as training makes it, for one step), the pass at x, and the
+/// weight gradients over 2B copies.
+fn parts(
+    init: &checkpoint::Checkpoint,
+    ds: &Dataset,
+    batch: usize,
+    dev: &candle_core::Device,
+) -> Result<()> {
+    use mlff_distiller::device::synchronize;
+    use mlff_distiller::model::FusedPainn;
+    use mlff_distiller::{Batch, PainnCalculator, Tuning};
+    let calc = PainnCalculator::new(init.model(dev, DType::F32)?, dev.clone(), DType::F32);
+    let frames: Vec<_> = ds.frames.iter().take(batch).cloned().collect();
+    let x = Batch::new(frames.clone())?;
+    let copies = Batch::new([frames.clone(), frames].concat())?;
+    let (inputs, _) = calc.prepare(&x)?;
+    let (all, _) = calc.prepare(&copies)?;
+    let seed = candle_core::Tensor::ones(copies.n_atoms(), DType::F32, dev)?;
+    let time = |what: &str, f: &mut dyn FnMut() -> Result<()>| -> Result<()> {
+        f()?;
+        synchronize(dev)?;
+        let t = std::time::Instant::now();
+        for _ in 0..20 {
+            f()?;
+        }
+        synchronize(dev)?;
+        println!("| {what} | {:.0} |", t.elapsed().as_secs_f64() / 20.0 * 1e6);
+        Ok(())
+    };
+    println!("| part (batch {batch}) | µs |\n|---|---:|");
+    let tuning = Tuning::default();
+    let new = || FusedPainn::new(calc.model(), &tuning).map(|f| f.used_once(true));
+    time("FusedPainn::new", &mut || {
+        new()?;
+        Ok(())
+    })?;
+    time("new + energies and forces at x", &mut || {
+        new()?.energies_and_forces(&inputs)?;
+        Ok(())
+    })?;
+    time("new + weight gradients, 2B copies", &mut || {
+        new()?.weight_gradients(&all, &seed)?;
+        Ok(())
+    })?;
     Ok(())
 }

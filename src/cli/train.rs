@@ -76,10 +76,10 @@ pub struct TrainArgs {
     ema_decay: Option<f64>,
     #[arg(long)]
     seed: Option<u64>,
-    /// How the force loss is differentiated: directional (the energy gradient's central
-    /// difference along the force error: first-order backprop only, more structures/s on CUDA:
-    /// BENCHMARKS.md, "Training throughput"), double-backward (exact), or auto (default:
-    /// directional on CUDA, double-backward on the CPU, where the two are about as fast).
+    /// How the force loss is differentiated: fused (the energy gradient's central difference
+    /// along the force error, the weight gradients from the fused kernels' adjoint: the most
+    /// structures/s, BENCHMARKS.md, "Training throughput"), directional (the same through
+    /// candle's autograd), double-backward (exact, autograd), or auto (default: fused).
     #[arg(long)]
     force_gradient: Option<ForceGradient>,
     /// Stop after the epoch during which this many minutes of training have passed (the

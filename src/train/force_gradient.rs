@@ -8,7 +8,9 @@
 //! the batch through one ordinary forward and backward pass, instead of a backward pass whose
 //! own graph is differentiated again (several times the ops, each a launch on the GPU). The
 //! copies' mean energy also gives the energy term's gradient (exact to O(h²)); the loss values
-//! themselves come from the energies and forces at x.
+//! themselves come from the energies and forces at x. That pass runs either through candle's
+//! autograd ([`ForceGradient::Directional`]) or through the fused kernels' hand-written adjoint
+//! ([`ForceGradient::Fused`], `FusedPainn::weight_gradients`).
 
 use serde::{Deserialize, Serialize};
 
@@ -16,13 +18,15 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ForceGradient {
-    /// Directional on CUDA, where it trains more structures per second (fewer, larger launches;
-    /// BENCHMARKS.md, "Training throughput"); the exact double backward on the CPU, where the
-    /// two are about as fast.
+    /// Fused: the most structures per second on CUDA and on the CPU (BENCHMARKS.md,
+    /// "Training throughput").
     #[default]
     Auto,
+    /// The directional gradient with the displaced copies' weight gradients from the fused
+    /// kernels' adjoint: no autograd graph at all.
+    Fused,
     /// Central difference of the energy gradient along the force error (see the module docs):
-    /// first-order backprop only; forces at x by the fused kernels.
+    /// first-order backprop through candle's autograd; forces at x by the fused kernels.
     Directional,
     /// Exact: backprop through the backward pass that gives the forces (needs
     /// CANDLE_GRAD_DO_NOT_DETACH=1 before the first backward on the thread).
@@ -31,17 +35,17 @@ pub enum ForceGradient {
 
 impl ForceGradient {
     /// The way used on `device` (`Auto` resolved).
-    pub fn on(self, device: &candle_core::Device) -> Self {
-        match (self, device) {
-            (Self::Auto, candle_core::Device::Cpu) => Self::DoubleBackward,
-            (Self::Auto, _) => Self::Directional,
-            (mode, _) => mode,
+    pub fn on(self, _device: &candle_core::Device) -> Self {
+        match self {
+            Self::Auto => Self::Fused,
+            mode => mode,
         }
     }
 
     pub fn name(self) -> &'static str {
         match self {
             Self::Auto => "auto",
+            Self::Fused => "fused",
             Self::Directional => "directional",
             Self::DoubleBackward => "double-backward",
         }
@@ -53,10 +57,12 @@ impl std::str::FromStr for ForceGradient {
     fn from_str(s: &str) -> std::result::Result<Self, String> {
         match s {
             "auto" => Ok(Self::Auto),
+            "fused" => Ok(Self::Fused),
             "directional" => Ok(Self::Directional),
             "double-backward" => Ok(Self::DoubleBackward),
             _ => Err(format!(
-                "unknown force gradient `{s}` (expected auto, directional or double-backward)"
+                "unknown force gradient `{s}` (expected auto, fused, directional or \
+                 double-backward)"
             )),
         }
     }
@@ -98,13 +104,14 @@ mod tests {
     #[test]
     fn auto_resolves_by_device_and_names_parse_back() {
         let cpu = candle_core::Device::Cpu;
-        assert_eq!(ForceGradient::Auto.on(&cpu), ForceGradient::DoubleBackward);
+        assert_eq!(ForceGradient::Auto.on(&cpu), ForceGradient::Fused);
         assert_eq!(
             ForceGradient::Directional.on(&cpu),
             ForceGradient::Directional
         );
         for g in [
             ForceGradient::Auto,
+            ForceGradient::Fused,
             ForceGradient::Directional,
             ForceGradient::DoubleBackward,
         ] {

@@ -1,5 +1,5 @@
 //! The loss of a batch and its gradients: the exact double-backward pass and the directional
-//! pass of [`ForceGradient`].
+//! pass of [`ForceGradient`] through autograd (the fused one is `fused_step`).
 
 use super::force_gradient::{displacement_rms, step_along, ForceGradient};
 use super::metrics::HostErrors;
@@ -28,6 +28,9 @@ impl Trainer {
         clock.mark(Phase::Batch)?;
         let (batch, nl) = Self::batch(&self.train, idx)?;
         let mode = self.cfg.force_gradient.on(&self.device);
+        if mode == ForceGradient::Fused {
+            return self.fused_loss_and_grads(&batch, &nl, clock);
+        }
         if mode == ForceGradient::Directional && self.cfg.force_weight > 0.0 {
             return self.directional_loss_and_grads(&batch, &nl, clock);
         }
@@ -55,7 +58,7 @@ impl Trainer {
         clock.mark(Phase::Upload)?;
         let (inputs, _) = self.calc.prepare_with(batch, nl)?;
         clock.mark(Phase::Forward)?;
-        let fused = FusedPainn::new(model, self.calc.tuning())?;
+        let fused = FusedPainn::new(model, self.calc.tuning())?.used_once(true);
         let b = batch.n_structures();
         let pass = fused.forward(&inputs)?;
         let forces = pass.forces()?;

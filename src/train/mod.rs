@@ -9,6 +9,7 @@ mod adamw;
 mod config;
 mod data;
 mod force_gradient;
+mod fused_step;
 mod gradients;
 mod metrics;
 mod reference;
