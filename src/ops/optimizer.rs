@@ -1,9 +1,12 @@
 //! The optimiser step over flat parameter buffers as one kernel (kernels/optimizer.cu):
 //! gradient clipping with the norm read on the device, AdamW, and the EMA of the weights,
-//! instead of a dozen candle ops and a host read of the gradient norm per training step.
+//! instead of a dozen candle ops and a host read of the gradient norm per training step. The
+//! values that change every step (learning rate, bias corrections, EMA decay) are read from a
+//! device tensor ([`AdamWStep::values`]), so that a captured training step replays with new
+//! ones.
 
 use crate::ops::launch::{kernel_source, launch, Init, Kernel, Real};
-use candle_core::{bail, Result, Tensor};
+use candle_core::{bail, DType, Device, Result, Tensor};
 
 /// The AdamW hyper-parameters of one step; `c1`, `c2` are the bias corrections 1 − βᵗ.
 #[derive(Clone, Copy, Debug)]
@@ -36,23 +39,27 @@ impl Kernel for AdamWEma {
     }
     fn reals(&self) -> Vec<f64> {
         let s = &self.s;
-        vec![
-            s.lr,
-            s.beta1,
-            s.beta2,
-            s.c1,
-            s.c2,
-            s.eps,
-            s.weight_decay,
-            s.clip,
-            s.decay,
-        ]
+        vec![s.beta1, s.beta2, s.eps, s.weight_decay, s.clip]
     }
     fn cpu<T: Real>(&self, x: &[&[T]], _: &[&[u32]], out: &mut [T]) {
         let [g, m, v, theta, ema, sq] = [x[0], x[1], x[2], x[3], x[4], x[5]];
-        let s = &self.s;
+        let f = |k: usize| candle_core::WithDType::to_f64(x[6][k]);
+        let s = AdamWStep {
+            lr: f(0),
+            c1: f(1),
+            c2: f(2),
+            decay: f(3),
+            ..self.s
+        };
         let n = self.n;
         let norm = candle_core::WithDType::to_f64(sq[0]).sqrt();
+        if !norm.is_finite() {
+            // A gradient that is not finite leaves everything as it was (see the kernel).
+            for (k, part) in [m, v, theta, ema].into_iter().enumerate() {
+                out[k * n..(k + 1) * n].copy_from_slice(&part[..n]);
+            }
+            return;
+        }
         let scale = T::of(if s.clip > 0.0 && norm > s.clip {
             s.clip / norm
         } else {
@@ -81,8 +88,18 @@ impl Kernel for AdamWEma {
     }
 }
 
+impl AdamWStep {
+    /// The values that change from step to step, [lr, c1, c2, decay], as the kernel reads
+    /// them (`dtype` on `dev`).
+    pub fn values(&self, dtype: DType, dev: &Device) -> Result<Tensor> {
+        Tensor::new(&[self.lr, self.c1, self.c2, self.decay], dev)?.to_dtype(dtype)
+    }
+}
+
 /// One AdamW step with EMA from the flat gradient `g`, moments `m`, `v`, weights `theta` and
-/// EMA `ema` (all \[P\], one dtype): returns (m', v', theta', ema').
+/// EMA `ema` (all \[P\], one dtype): returns (m', v', theta', ema'). The step's learning rate,
+/// bias corrections and decay come from `values` ([`AdamWStep::values`]), the rest of `step`
+/// from its fields.
 pub fn adamw_ema(
     g: &Tensor,
     m: &Tensor,
@@ -90,8 +107,17 @@ pub fn adamw_ema(
     theta: &Tensor,
     ema: &Tensor,
     step: AdamWStep,
+    values: &Tensor,
 ) -> Result<(Tensor, Tensor, Tensor, Tensor)> {
     let n = g.elem_count();
+    if values.dims() != [4] || values.dtype() != g.dtype() {
+        bail!(
+            "adamw_ema: step values {:?} {:?}, not [4] {:?}",
+            values.dims(),
+            values.dtype(),
+            g.dtype()
+        )
+    }
     for (name, t) in [("m", m), ("v", v), ("theta", theta), ("ema", ema)] {
         if t.elem_count() != n || t.dtype() != g.dtype() {
             bail!(
@@ -108,7 +134,7 @@ pub fn adamw_ema(
     let (g, m, v, theta, ema) = (flat(g)?, flat(m)?, flat(v)?, flat(theta)?, flat(ema)?);
     let out = launch(
         AdamWEma { n, s: step },
-        &[&g, &m, &v, &theta, &ema, &sq],
+        &[&g, &m, &v, &theta, &ema, &sq, values],
         &[],
         4 * n,
         Init::Uninit,
@@ -124,7 +150,6 @@ pub fn adamw_ema(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use candle_core::{DType, Device};
 
     /// The candle ops the kernel replaced (AdamW on flat buffers, clipping by a host-read
     /// norm, the EMA), as the reference.
@@ -167,6 +192,34 @@ mod tests {
     }
 
     #[test]
+    fn a_gradient_that_is_not_finite_changes_nothing() {
+        let dev = Device::Cpu;
+        let r = |k: f64| Tensor::new(&[0.5 * k, -1.0, 2.0 + k], &dev).unwrap();
+        let g = Tensor::new(&[1.0, f64::NAN, 0.0], &dev).unwrap();
+        let s = AdamWStep {
+            lr: 1e-3,
+            beta1: 0.9,
+            beta2: 0.999,
+            c1: 0.1,
+            c2: 0.001,
+            eps: 1e-8,
+            weight_decay: 0.01,
+            clip: 10.0,
+            decay: 0.9,
+        };
+        let values = s.values(DType::F64, &dev).unwrap();
+        let inputs = [r(1.0), r(2.0).abs().unwrap(), r(3.0), r(4.0)];
+        let [m, v, th, ema] = &inputs;
+        let (a, b, c, d) = adamw_ema(&g, m, v, th, ema, s, &values).unwrap();
+        for (got, want) in [a, b, c, d].iter().zip(&inputs) {
+            assert_eq!(
+                got.to_vec1::<f64>().unwrap(),
+                want.to_vec1::<f64>().unwrap()
+            );
+        }
+    }
+
+    #[test]
     fn the_kernel_twin_equals_the_ops_it_replaced() {
         let dev = Device::Cpu;
         for (dtype, tol) in [(DType::F64, 1e-14), (DType::F32, 1e-6)] {
@@ -189,7 +242,8 @@ mod tests {
                     clip,
                     decay,
                 };
-                let (a, b, c, d) = adamw_ema(&g, &m, &v, &th, &ema, s).unwrap();
+                let values = s.values(dtype, &dev).unwrap();
+                let (a, b, c, d) = adamw_ema(&g, &m, &v, &th, &ema, s, &values).unwrap();
                 for (got, want) in [a, b, c, d].iter().zip(by_ops(&g, &m, &v, &th, &ema, s)) {
                     let diff = (got - &want).unwrap().abs().unwrap().max_all().unwrap();
                     let scale = want.abs().unwrap().max_all().unwrap();

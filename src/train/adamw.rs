@@ -3,7 +3,8 @@
 //!
 //! Moments and the update live in flat vectors of all trainable weights: one step is a few
 //! dozen launches on the GPU (a gather of the gradients, the update, a copy into each
-//! variable) instead of about a dozen per variable.
+//! variable) instead of about a dozen per variable. The moments keep their buffers (they are
+//! `Var`s, written in place), so that a captured training step (`step_graph`) updates them.
 
 use crate::error::Result;
 use candle_core::backprop::GradStore;
@@ -15,8 +16,8 @@ pub struct AdamW {
     vars: Vec<(String, Var)>,
     /// Where each variable starts in the flat vectors.
     starts: Vec<usize>,
-    m: Tensor,
-    v: Tensor,
+    m: Var,
+    v: Var,
     pub step: u64,
     pub beta1: f64,
     pub beta2: f64,
@@ -36,8 +37,8 @@ impl AdamW {
             Some((_, v)) => (v.dtype(), v.device().clone()),
             None => (candle_core::DType::F32, candle_core::Device::Cpu),
         };
-        let m = Tensor::zeros(total, dtype, &device)?;
-        let v = m.clone();
+        let m = Var::zeros(total, dtype, &device)?;
+        let v = Var::zeros(total, dtype, &device)?;
         Ok(Self {
             vars,
             starts,
@@ -91,21 +92,11 @@ impl AdamW {
         self.flatten(|_, v| Ok(v.as_tensor().detach()))
     }
 
-    /// One AdamW update with learning rate `lr` from the flat gradient `g` (see
-    /// [`flat_grads`](Self::flat_grads)), its norm clipped to `clip` (0: none) on the device,
-    /// and the EMA of the weights (`decay`; 0: the EMA is the weights), all in one kernel
-    /// ([`crate::ops::adamw_ema`]). Returns (weights, EMA) as flat vectors.
-    pub fn step_flat_with_ema(
-        &mut self,
-        g: &Tensor,
-        lr: f64,
-        clip: f64,
-        ema: &Tensor,
-        decay: f64,
-    ) -> Result<(Tensor, Tensor)> {
-        self.step += 1;
-        let t = self.step as i32;
-        let step = crate::ops::AdamWStep {
+    /// The next step's hyper-parameters: learning rate `lr`, the gradient norm clipped to
+    /// `clip` (0: none), EMA decay `decay` (0: the EMA is the weights).
+    pub fn next_step(&self, lr: f64, clip: f64, decay: f64) -> crate::ops::AdamWStep {
+        let t = (self.step + 1) as i32;
+        crate::ops::AdamWStep {
             lr,
             beta1: self.beta1,
             beta2: self.beta2,
@@ -115,15 +106,68 @@ impl AdamW {
             weight_decay: self.weight_decay,
             clip,
             decay,
-        };
+        }
+    }
+
+    /// One AdamW update from the flat gradient `g` (see [`flat_grads`](Self::flat_grads)) as
+    /// `step` says, its learning rate, bias corrections and decay read from `values`
+    /// ([`AdamWStep::values`](crate::ops::AdamWStep::values)), the EMA `ema` updated with it,
+    /// all in one kernel ([`crate::ops::adamw_ema`]); the moments, the variables and `ema` are
+    /// written in place. Device work only (the step count is the caller's to advance).
+    pub fn update(
+        &self,
+        g: &Tensor,
+        step: crate::ops::AdamWStep,
+        values: &Tensor,
+        ema: &Var,
+    ) -> Result<()> {
         let theta = self.flat_weights()?;
-        let (m, v, theta, ema) = crate::ops::adamw_ema(g, &self.m, &self.v, &theta, ema, step)?;
-        self.m = m;
-        self.v = v;
+        let (m, v, theta, e) =
+            crate::ops::adamw_ema(g, &self.m, &self.v, &theta, ema, step, values)?;
+        self.m.set(&m)?;
+        self.v.set(&v)?;
+        ema.set(&e)?;
         for ((_, var), value) in self.vars.iter().zip(self.unflatten(&theta)?) {
             var.set(&value)?;
         }
-        Ok((theta, ema))
+        Ok(())
+    }
+
+    /// One AdamW step with learning rate `lr` from the flat gradient `g`, its norm clipped to
+    /// `clip` (0: none), and the EMA `ema` (`decay`; 0: the EMA is the weights): see
+    /// [`update`](Self::update).
+    pub fn step_flat_with_ema(
+        &mut self,
+        g: &Tensor,
+        lr: f64,
+        clip: f64,
+        ema: &Var,
+        decay: f64,
+    ) -> Result<()> {
+        let step = self.next_step(lr, clip, decay);
+        let values = step.values(g.dtype(), g.device())?;
+        self.update(g, step, &values, ema)?;
+        self.step += 1;
+        Ok(())
+    }
+
+    /// Copies of the moments and the weights, for [`restore`](Self::restore).
+    pub(super) fn snapshot(&self) -> Result<[Tensor; 3]> {
+        Ok([
+            self.m.as_tensor().copy()?,
+            self.v.as_tensor().copy()?,
+            self.flat_weights()?,
+        ])
+    }
+
+    /// Puts back the moments and weights of a [`snapshot`](Self::snapshot), in place.
+    pub(super) fn restore(&self, [m, v, theta]: &[Tensor; 3]) -> Result<()> {
+        self.m.set(m)?;
+        self.v.set(v)?;
+        for ((_, var), value) in self.vars.iter().zip(self.unflatten(theta)?) {
+            var.set(&value)?;
+        }
+        Ok(())
     }
 
     /// Moments as named tensors (`m.NAME`, `v.NAME`), for a resumable training state.
@@ -131,8 +175,8 @@ impl AdamW {
         let mut out = BTreeMap::new();
         let (m, v) = (self.unflatten(&self.m)?, self.unflatten(&self.v)?);
         for (((name, _), m), v) in self.vars.iter().zip(m).zip(v) {
-            out.insert(format!("m.{name}"), m.contiguous()?);
-            out.insert(format!("v.{name}"), v.contiguous()?);
+            out.insert(format!("m.{name}"), m.copy()?);
+            out.insert(format!("v.{name}"), v.copy()?);
         }
         Ok(out)
     }
@@ -152,7 +196,9 @@ impl AdamW {
             })
         };
         let (m, v) = (named("m")?, named("v")?);
-        (self.m, self.v, self.step) = (m, v, step);
+        self.m.set(&m)?;
+        self.v.set(&v)?;
+        self.step = step;
         Ok(())
     }
 }

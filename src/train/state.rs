@@ -115,13 +115,14 @@ impl Trainer {
             self.fixed
                 .insert(k.clone(), v.to_device(&self.device)?.to_dtype(self.dtype)?);
         }
-        self.ema = self.opt.flatten(|k, var| {
+        let flat = self.opt.flatten(|k, var| {
             let name = &self.opt.vars()[k].0;
             let t = ema
                 .get(name)
                 .ok_or_else(|| bad(format!("the EMA lacks `{name}`")))?;
             Ok(t.to_device(var.device())?.to_dtype(var.dtype())?)
         })?;
+        self.ema.set(&flat)?;
         let moments: BTreeMap<String, Tensor> = all
             .iter()
             .filter(|(k, _)| k.starts_with("m.") || k.starts_with("v."))

@@ -28,8 +28,17 @@ fn adamw_ema_cuda_equals_cpu() {
             };
             let run = |dev: &Device| {
                 let v = r(3, dev).sqr().unwrap();
-                let (a, b, c, d) =
-                    adamw_ema(&r(1, dev), &r(2, dev), &v, &r(4, dev), &r(5, dev), s).unwrap();
+                let values = s.values(dtype, dev).unwrap();
+                let (a, b, c, d) = adamw_ema(
+                    &r(1, dev),
+                    &r(2, dev),
+                    &v,
+                    &r(4, dev),
+                    &r(5, dev),
+                    s,
+                    &values,
+                )
+                .unwrap();
                 [a, b, c, d].map(|t| {
                     t.to_dtype(DType::F64)
                         .unwrap()
