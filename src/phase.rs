@@ -28,6 +28,8 @@ pub enum Phase {
     Batch,
     /// Training: gradient flattening and clipping, the AdamW update and the EMA.
     Optimizer,
+    /// Training: a step captured as a CUDA graph (its first run).
+    Capture,
 }
 
 impl Phase {
@@ -42,6 +44,7 @@ impl Phase {
             Self::Call => "call",
             Self::Batch => "batch",
             Self::Optimizer => "optimizer",
+            Self::Capture => "capture",
         }
     }
 }

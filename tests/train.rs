@@ -544,3 +544,19 @@ fn fused_and_autograd_training_reach_the_same_errors() {
         );
     }
 }
+
+/// `--graphs on` where steps cannot replay (the CPU) is an error naming why; auto runs op by op.
+#[test]
+fn graphs_on_the_cpu_are_refused_and_auto_runs_without() {
+    use mlff_distiller::graph::Graphs;
+    let frames = dataset(teacher_data(4, 13));
+    let cfg = TrainConfig {
+        force_gradient: ForceGradient::Fused,
+        ..train_config()
+    };
+    let mut on = tiny_trainer(&cfg, &frames, &frames, DType::F32).with_graphs(Graphs::On);
+    let err = on.train_epoch(|_, _| {}).unwrap_err().to_string();
+    assert!(err.contains("--graphs on") && err.contains("CUDA"), "{err}");
+    let mut auto = tiny_trainer(&cfg, &frames, &frames, DType::F32).with_graphs(Graphs::Auto);
+    assert!(auto.train_epoch(|_, _| {}).unwrap().is_finite());
+}

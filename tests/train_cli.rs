@@ -102,10 +102,7 @@ fn train_resume_and_eval_from_the_command_line() {
     // The checkpoint says how it was trained: `auto` is the fused gradient.
     let o = mlff(&["info", out.join("last.safetensors").to_str().unwrap()]);
     let info = String::from_utf8_lossy(&o.stdout);
-    assert!(
-        info.contains(r#""force_gradient": "fused""#),
-        "{info}"
-    );
+    assert!(info.contains(r#""force_gradient": "fused""#), "{info}");
     assert!(info.contains(r#""backend": "autograd""#), "{info}");
 
     // The directional gradient trains on the CPU too, and says so.

@@ -2,16 +2,18 @@
 //! frames, its phases timed with CUDA events on the GPU (the host clock on the CPU): the batch
 //! and its displaced copies assembled on the host, uploads, the fused pass at x, the errors
 //! read back, the forward over the copies (autograd's graph, or the fused forward), its
-//! backward, and the optimiser (flattening, clipping, AdamW, the EMA). GRADIENT is a
-//! `--force-gradient` (default fused).
+//! backward, and the optimiser (flattening, clipping, AdamW, the EMA); a step replayed as a
+//! CUDA graph shows as upload, forward (the replay) and download (the loss). GRADIENT is a
+//! `--force-gradient` (default fused), GRAPHS a `--graphs` (default auto).
 //!
 //!     cargo bench --features cuda --bench train_step_times -- \
-//!         MODEL TRAIN.extxyz [BATCH [STEPS [GRADIENT]]]
+//!         MODEL TRAIN.extxyz [BATCH [STEPS [GRADIENT [GRAPHS]]]]
 
 use anyhow::{Context, Result};
 use candle_core::DType;
 use mlff_distiller::checkpoint;
 use mlff_distiller::device::{select, DeviceSpec};
+use mlff_distiller::graph::Graphs;
 use mlff_distiller::phase::Phase;
 use mlff_distiller::profiler::DeviceClock;
 use mlff_distiller::train::{Dataset, ForceGradient, TrainConfig, Trainer};
@@ -31,6 +33,10 @@ fn main() -> Result<()> {
         Some(s) => s.parse().map_err(anyhow::Error::msg)?,
         None => ForceGradient::Fused,
     };
+    let graphs: Graphs = match args.get(5) {
+        Some(s) => s.parse().map_err(anyhow::Error::msg)?,
+        None => Graphs::Auto,
+    };
     let dev = select(DeviceSpec::Auto)?.device;
     let init = checkpoint::load(&model)?;
     let ds = Dataset::load(&data)?;
@@ -39,7 +45,8 @@ fn main() -> Result<()> {
         force_gradient: gradient,
         ..TrainConfig::default()
     };
-    let mut t = Trainer::new(&init.config, &cfg, &ds, &ds, &dev, DType::F32, Some(&init))?;
+    let mut t = Trainer::new(&init.config, &cfg, &ds, &ds, &dev, DType::F32, Some(&init))?
+        .with_graphs(graphs);
     let n = t.n_train();
     let idx = |k: usize| -> Vec<usize> { (0..batch).map(|j| (k * batch + j) % n).collect() };
     for k in 0..5 {
@@ -60,8 +67,8 @@ fn main() -> Result<()> {
     }
     let wall = started.elapsed().as_secs_f64();
     println!(
-        "{} on {:?}, {}, batch {batch}, {steps} steps: {:.0} µs/step marked, {:.0} µs/step \
-         wall, {:.0} structures/s",
+        "{} on {:?}, {}, graphs {graphs:?}, batch {batch}, {steps} steps: {:.0} µs/step \
+         marked, {:.0} µs/step wall, {:.0} structures/s",
         model.display(),
         dev,
         gradient.name(),

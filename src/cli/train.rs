@@ -4,6 +4,7 @@ use super::{parse_dtype, DeviceArgs};
 use crate::checkpoint;
 use crate::device::device_name;
 use crate::fsutil::{Mode, OutputSet};
+use crate::graph::Graphs;
 use crate::interrupt::StopFlag;
 use crate::model::PainnConfig;
 use crate::profiler::{reset_peak, sample};
@@ -86,6 +87,11 @@ pub struct TrainArgs {
     /// checkpoints and state are saved; --resume continues).
     #[arg(long, allow_negative_numbers = true, value_parser = parse_minutes)]
     max_minutes: Option<f64>,
+    /// auto: replay each training step as one CUDA graph where possible (a CUDA device and
+    /// --force-gradient fused; one capture per batch shape, up to 8); on: an error where
+    /// impossible; off: launch every kernel.
+    #[arg(long, default_value = "auto")]
+    graphs: Graphs,
     #[arg(long, default_value = "f32", value_parser = parse_dtype)]
     dtype: DType,
     /// The ops of the autograd graph that training differentiates (the same maths): autograd
@@ -194,6 +200,7 @@ pub fn run(a: TrainArgs) -> Result<ExitCode> {
     )?
     .with_backend(a.backend)
     .with_tuning(a.tuning.load()?)
+    .with_graphs(a.graphs)
     .with_stop(stop);
     if a.resume {
         t.load_state(&state_path)?;

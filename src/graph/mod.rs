@@ -427,7 +427,7 @@ pub fn pad_edges(
 
 /// `edges` padded to `capacity` as device tensors: centers and neighbors [C] u32, image
 /// offsets [C, 3] in `dtype`.
-fn edge_tensors(
+pub(crate) fn edge_tensors(
     edges: HostEdges,
     atoms: usize,
     capacity: usize,
@@ -478,6 +478,17 @@ fn padded_tensors(list: &PaddedList, dtype: DType) -> Result<[Tensor; 3]> {
 
 /// Runs `step` twice to warm up (kernels loaded, the fused weights built, candle's small
 /// host-to-device uploads cached) and captures a third run on the device's stream.
+/// Whether graphs can be captured on `dev`: a CUDA device without cudarc's per-buffer event
+/// tracking (opened by [`crate::device::select`] or [`crate::device::with_own_stream`]).
+pub fn capturable(dev: &Device) -> bool {
+    #[cfg(feature = "cuda")]
+    if let Device::Cuda(cuda) = dev {
+        return !cuda.is_event_tracking();
+    }
+    let _ = dev;
+    false
+}
+
 #[cfg(feature = "cuda")]
 pub(crate) fn capture_graph(dev: &Device, step: impl Fn() -> Result<()>) -> Result<Graph> {
     use candle_core::cuda_backend::cudarc::driver::sys;

@@ -91,6 +91,9 @@ fn advice(phase: Phase, atoms: f64) -> String {
                          the device trains"
             .into(),
         Phase::Optimizer => "the optimiser: fused updates over flat parameter buffers".into(),
+        Phase::Capture => "capturing a training step as a CUDA graph, once per batch shape: \
+                           batches of fewer distinct sizes capture fewer"
+            .into(),
     }
 }
 

@@ -6,13 +6,20 @@
 //! x ± h·u and each atom's seed d(surrogate)/dEᵢ are then device tensors, so nothing waits for
 //! the host until the loss is read. `FusedPainn::weight_gradients` over the copies gives the
 //! gradients: the force term's from their difference, the energy term's from their mean.
+//!
+//! On CUDA the whole step, AdamW and the EMA included, is captured once per batch shape and
+//! replayed ([`Trainer::replayed`], `step_graph`).
 
 use super::force_gradient::displacement_rms;
+use super::step_graph::{Buffers, StepGraph, StepInputs, MAX_GRAPHS};
 use super::trainer::Trainer;
+use crate::calculator::edge_offsets;
 use crate::error::{Error, Result};
+use crate::graph::{edge_capacity, edge_tensors, HostEdges};
 use crate::model::{FusedPainn, PainnInputs};
 use crate::neighbors::NeighborList;
 use crate::ops::scatter_add;
+use crate::ops::AdamWStep;
 use crate::phase::{Phase, PhaseClock};
 use crate::structure::Batch;
 use candle_core::backprop::GradStore;
@@ -20,15 +27,15 @@ use candle_core::{DType, Device, Tensor};
 
 /// A batch's labels on the device: reference energies and 1 / atoms per structure (f64),
 /// reference forces [N, 3] (the model's dtype).
-struct Labels {
+pub(super) struct Labels {
     energy: Tensor,
     inv_atoms: Tensor,
     forces: Tensor,
 }
 
 impl Labels {
-    /// In one upload.
-    fn of(batch: &Batch, dtype: DType, dev: &Device) -> Result<Self> {
+    /// The labels of `batch` in one buffer, [Ê (B) | 1 / n (B) | F̂ (3N)] f64, on `dev`.
+    pub(super) fn packed(batch: &Batch, dev: &Device) -> Result<Tensor> {
         let (b, n) = (batch.n_structures(), batch.n_atoms());
         let mut host = Vec::with_capacity(2 * b + 3 * n);
         host.extend(batch.structures.iter().map(|s| s.energy.unwrap_or(0.0)));
@@ -42,11 +49,15 @@ impl Labels {
         if host.len() != 2 * b + 3 * n {
             return Err(Error::Train("a training frame has no forces".into()));
         }
-        let all = Tensor::from_vec(host, 2 * b + 3 * n, dev)?;
+        Ok(Tensor::from_vec(host, 2 * b + 3 * n, dev)?)
+    }
+
+    /// Views of a [`packed`](Self::packed) buffer of `b` structures and `n` atoms.
+    pub(super) fn of(packed: &Tensor, b: usize, n: usize, dtype: DType) -> Result<Self> {
         Ok(Self {
-            energy: all.narrow(0, 0, b)?,
-            inv_atoms: all.narrow(0, b, b)?,
-            forces: all
+            energy: packed.narrow(0, 0, b)?,
+            inv_atoms: packed.narrow(0, b, b)?,
+            forces: packed
                 .narrow(0, 2 * b, 3 * n)?
                 .reshape((n, 3))?
                 .to_dtype(dtype)?,
@@ -84,14 +95,33 @@ impl Trainer {
         nl: &NeighborList,
         clock: &mut dyn PhaseClock,
     ) -> Result<(f64, GradStore)> {
-        let (dev, dtype, cfg) = (&self.device, self.dtype, &self.cfg);
         clock.mark(Phase::Upload)?;
         let (x, _) = self.calc.prepare_with(batch, nl)?;
-        let labels = Labels::of(batch, dtype, dev)?;
+        let packed = Labels::packed(batch, &self.device)?;
+        let labels = Labels::of(&packed, batch.n_structures(), batch.n_atoms(), self.dtype)?;
         clock.mark(Phase::Forward)?;
+        let (loss, named) = self.fused_device_step(&x, &labels, true)?;
+        let grads = self.grad_store(named)?;
+        clock.mark(Phase::Download)?;
+        Ok((loss.to_scalar::<f64>()?, grads))
+    }
+
+    /// The loss (an f64 scalar) and the weight gradients by name of the batch `x` with labels
+    /// `labels`: device work only, nothing read back (what a captured step holds).
+    /// `one_launch` lets the pass at x take the one-launch kernels where the plan does.
+    pub(super) fn fused_device_step(
+        &self,
+        x: &PainnInputs,
+        labels: &Labels,
+        one_launch: bool,
+    ) -> Result<(Tensor, Vec<(String, Tensor)>)> {
+        let (dtype, cfg) = (self.dtype, &self.cfg);
         let fused = FusedPainn::new(self.calc.model(), self.calc.tuning())?.used_once(true);
-        let (atom_energies, forces) = fused.energies_and_forces(&x)?;
-        let (b, m) = (batch.n_structures(), 3.0 * batch.n_atoms() as f64);
+        let (atom_energies, forces) = match one_launch {
+            true => fused.energies_and_forces(x)?,
+            false => fused.by_layers(x)?,
+        };
+        let (b, m) = (x.n_structures, 3.0 * x.species.dim(0)? as f64);
         // Energy errors per structure, summed in f64 (structure energies dwarf their errors).
         let sums = scatter_add(&atom_energies.to_dtype(DType::F64)?, &x.atom_structure, b)?;
         let per_atom = ((sums - &labels.energy)? * &labels.inv_atoms)?;
@@ -106,7 +136,7 @@ impl Trainer {
             true => {
                 // h = rms / RMS(u); the force term −(w_F / M h)(E(x + h·u) − E(x − h·u)). An
                 // exact force (u = 0) leaves the copies at x and the term at zero.
-                let u_rms = (u_sq / m)?.sqrt()?.maximum(1e-30)?;
+                let u_rms = (u_sq / m)?.affine(1.0, 1e-60)?.sqrt()?;
                 let rms = displacement_rms(dtype);
                 let h = u_rms.recip()?.affine(rms, 0.0)?;
                 let c = (u_rms * (-cfg.force_weight / (m * rms)))?;
@@ -119,15 +149,112 @@ impl Trainer {
         };
         // The copies keep x's neighbour list: they are ~1e-3 Å away, and a pair that crosses
         // the cutoff in between weighs ~1e-7 (the cosine cutoff and its slope vanish there).
-        let all = copies_of(&x, positions, copies)?;
+        let all = copies_of(x, positions, copies)?;
         let seeds = seeds
             .index_select(&all.atom_structure, 0)?
             .to_dtype(dtype)?;
-        let named = fused.weight_gradients(&all, &seeds)?;
-        let grads = self.grad_store(named)?;
-        clock.mark(Phase::Download)?;
-        let loss = loss.to_scalar::<f64>()?;
-        Ok((loss, grads))
+        Ok((loss, fused.weight_gradients(&all, &seeds)?))
+    }
+
+    /// Gradients by name as one flat vector in the optimiser's order.
+    pub(super) fn flat_named(&self, named: Vec<(String, Tensor)>) -> Result<Tensor> {
+        let store = self.grad_store(named)?;
+        self.opt.flat_grads(&store)
+    }
+
+    /// The step on `idx` replayed as a CUDA graph (`step_graph`; captured first where none
+    /// fits), or None where steps run op by op: graphs off, or a batch shape beyond
+    /// [`MAX_GRAPHS`].
+    pub(super) fn replayed(
+        &mut self,
+        idx: &[usize],
+        step: AdamWStep,
+        clock: &mut dyn PhaseClock,
+    ) -> Result<Option<f64>> {
+        if !self.graphed()? {
+            return Ok(None);
+        }
+        clock.mark(Phase::Batch)?;
+        let (batch, nl) = Self::batch(&self.train, idx)?;
+        let (atoms, structures) = (batch.n_atoms(), batch.n_structures());
+        let fits = |g: &StepGraph| g.fits(atoms, structures, nl.len());
+        let k = match self.step_graphs.iter().position(fits) {
+            Some(k) => k,
+            None => {
+                // A longer list than its shape's graph holds replaces that graph.
+                self.step_graphs
+                    .retain(|g| !g.same_atoms(atoms, structures));
+                if self.step_graphs.len() >= MAX_GRAPHS {
+                    return Ok(None);
+                }
+                clock.mark(Phase::Capture)?;
+                let inputs = self.step_inputs(&batch, &nl, edge_capacity(nl.len()), &step)?;
+                let graph = self.capture_step(&inputs, step)?;
+                self.step_graphs.push(graph);
+                self.step_graphs.len() - 1
+            }
+        };
+        clock.mark(Phase::Upload)?;
+        let graph = &self.step_graphs[k];
+        let inputs = self.step_inputs(&batch, &nl, graph.capacity(), &step)?;
+        clock.mark(Phase::Forward)?;
+        graph.run(&inputs).map(Some)
+    }
+
+    /// `batch`'s inputs for a captured step: its edges padded to `capacity`.
+    fn step_inputs(
+        &self,
+        batch: &Batch,
+        nl: &NeighborList,
+        capacity: usize,
+        step: &AdamWStep,
+    ) -> Result<StepInputs> {
+        let (n, dev, dtype) = (batch.n_atoms(), &self.device, self.dtype);
+        let offsets = edge_offsets(batch, nl);
+        let edges = HostEdges {
+            centers: &nl.centers,
+            neighbors: &nl.neighbors,
+            offsets: &offsets,
+        };
+        let cutoff = self.calc.model().config().cutoff;
+        let [centers, neighbors, offsets] = edge_tensors(edges, n, capacity, cutoff, dev, dtype)?;
+        let positions: Vec<f64> = batch.positions().into_iter().flatten().collect();
+        let x = PainnInputs {
+            species: Tensor::from_vec(self.calc.species_of(batch)?, n, dev)?,
+            positions: Tensor::from_vec(positions, (n, 3), dev)?.to_dtype(dtype)?,
+            centers,
+            neighbors,
+            offsets,
+            atom_structure: Tensor::from_vec(batch.atom_structure(), n, dev)?,
+            n_structures: batch.n_structures(),
+        };
+        Ok(StepInputs {
+            x,
+            labels: Labels::packed(batch, dev)?,
+            values: step.values(dtype, dev)?,
+        })
+    }
+
+    /// The fused step (loss, gradients, AdamW, EMA, the variables written) on `inputs`,
+    /// captured. The capture's two warm-up runs update the weights; they are put back, so the
+    /// first replay takes the batch's step.
+    fn capture_step(&self, inputs: &StepInputs, step: AdamWStep) -> Result<StepGraph> {
+        let kept = self.opt.snapshot()?;
+        let ema = self.ema.as_tensor().copy()?;
+        let captured = StepGraph::capture(&self.device, Buffers::new(inputs)?, |b| {
+            let inputs = b.inputs();
+            let (b_count, n) = (inputs.x.n_structures, inputs.x.species.dim(0)?);
+            let labels = Labels::of(&inputs.labels, b_count, n, self.dtype)?;
+            // The separate kernels at x, as `graph::ForceGraph` captures them.
+            let (loss, named) = self.fused_device_step(&inputs.x, &labels, false)?;
+            let g = self.flat_named(named)?;
+            self.opt.update(&g, step, &inputs.values, &self.ema)?;
+            b.loss.set(&loss.reshape(1)?)?;
+            Ok(())
+        });
+        self.opt.restore(&kept)?;
+        self.ema.set(&ema)?;
+        captured
     }
 
     /// Gradients by variable name (`FusedPainn::weight_gradients`) as the store backprop

@@ -15,6 +15,7 @@ mod metrics;
 mod reference;
 mod schedule;
 mod state;
+mod step_graph;
 mod trainer;
 mod variables;
 

@@ -3,19 +3,22 @@
 use super::adamw::AdamW;
 use super::config::TrainConfig;
 use super::data::Dataset;
+use super::force_gradient::ForceGradient;
 use super::reference::{fit_reference_energies, fit_scale_shift};
 use super::schedule::LrSchedule;
+use super::step_graph::StepGraph;
 use super::variables::{set_vars, snapshot, FIXED};
 use crate::calculator::PainnCalculator;
 use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
+use crate::graph::Graphs;
 use crate::interrupt::StopFlag;
 use crate::model::Backend;
 use crate::model::{init_varmap, Painn, PainnConfig};
 use crate::neighbors::{structure_neighbor_list, wrap_positions, NeighborList};
 use crate::phase::{NoClock, Phase, PhaseClock};
 use crate::structure::{Batch, Structure};
-use candle_core::{DType, Device, Tensor};
+use candle_core::{DType, Device, Tensor, Var};
 use candle_nn::{VarBuilder, VarMap};
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
@@ -39,7 +42,7 @@ pub struct Trainer {
     /// The fixed statistics (their EMA is themselves).
     pub(super) fixed: BTreeMap<String, Tensor>,
     /// EMA of the trainable weights, flat in the optimiser's order.
-    pub(super) ema: Tensor,
+    pub(super) ema: Var,
     pub schedule: LrSchedule,
     pub(super) train: Vec<Frame>,
     pub(super) val: Vec<Frame>,
@@ -47,6 +50,9 @@ pub struct Trainer {
     pub best_val_loss: f64,
     /// Checked after every optimiser step ([`Trainer::with_stop`]).
     pub(super) stop: StopFlag,
+    /// Whether steps replay as CUDA graphs ([`Trainer::with_graphs`]), and those captured.
+    graphs: Graphs,
+    pub(super) step_graphs: Vec<StepGraph>,
 }
 
 /// The frames with their lists; periodic positions wrapped into the cell in f64 first (see
@@ -118,7 +124,7 @@ impl Trainer {
         let opt = AdamW::new(trainable, cfg.weight_decay)?;
         let mut fixed = snapshot(&varmap)?;
         fixed.retain(|k, _| FIXED.contains(&k.as_str()));
-        let ema = opt.flat_weights()?;
+        let ema = Var::from_tensor(&opt.flat_weights()?)?;
         let train = frames(&train.frames, model_cfg.cutoff)?;
         let val = frames(&val.frames, model_cfg.cutoff)?;
         let steps_per_epoch = train.len().div_ceil(cfg.batch_size) as u64;
@@ -145,7 +151,33 @@ impl Trainer {
             epoch: 0,
             best_val_loss: f64::INFINITY,
             stop: StopFlag::new(),
+            graphs: Graphs::Auto,
+            step_graphs: Vec::new(),
         })
+    }
+
+    /// Replays each fused step as a CUDA graph (`step_graph`): `Auto` where it can (a CUDA
+    /// device opened with a stream of its own, as `device::select` does, and the fused force
+    /// gradient), `On` (an error where it cannot), `Off`.
+    pub fn with_graphs(mut self, graphs: Graphs) -> Self {
+        self.graphs = graphs;
+        self
+    }
+
+    /// Whether steps replay as graphs; `On` where they cannot is an error naming why.
+    pub(super) fn graphed(&self) -> Result<bool> {
+        let why_not = if self.cfg.force_gradient.on(&self.device) != ForceGradient::Fused {
+            Some("they need --force-gradient fused")
+        } else if !crate::graph::capturable(&self.device) {
+            Some("they need a CUDA device with a stream of its own (device::select)")
+        } else {
+            None
+        };
+        match (self.graphs, why_not) {
+            (Graphs::Off, _) | (Graphs::Auto, Some(_)) => Ok(false),
+            (_, None) => Ok(true),
+            (Graphs::On, Some(why)) => Err(Error::Train(format!("--graphs on: {why}"))),
+        }
     }
 
     /// Runs the model's autograd graph with `ops` (the same maths; `Custom` by default).
@@ -210,38 +242,47 @@ impl Trainer {
     /// One optimiser step on the training frames `idx`, its phases marked on `clock`
     /// (`benches/harness/train_step_times` reads them). Returns the batch's loss.
     pub fn optimizer_step(&mut self, idx: &[usize], clock: &mut dyn PhaseClock) -> Result<f64> {
-        {
-            let (loss, grads) = self.loss_and_grads_phased(idx, clock)?;
-            if !loss.is_finite() {
-                return Err(Error::Train(format!(
-                    "loss became {loss} at step {} (epoch {}): lower the learning rate",
-                    self.opt.step + 1,
-                    self.epoch
-                )));
+        let lr = self.schedule.at(self.opt.step + 1);
+        // The EMA's decay is warmed up so that early weights do not dominate.
+        let t = (self.opt.step + 1) as f64;
+        let decay = match self.cfg.ema_decay {
+            d if d > 0.0 => d.min((1.0 + t) / (10.0 + t)),
+            _ => 0.0,
+        };
+        let step = self
+            .opt
+            .next_step(lr, self.cfg.clip_grad_norm.max(0.0), decay);
+        let loss = match self.replayed(idx, step, clock)? {
+            Some(loss) => loss,
+            None => {
+                let (loss, grads) = self.loss_and_grads_phased(idx, clock)?;
+                if loss.is_finite() {
+                    clock.mark(Phase::Optimizer)?;
+                    let grads = self.opt.flat_grads(&grads)?;
+                    let values = step.values(self.dtype, &self.device)?;
+                    self.opt.update(&grads, step, &values, &self.ema)?;
+                }
+                loss
             }
-            clock.mark(Phase::Optimizer)?;
-            let grads = self.opt.flat_grads(&grads)?;
-            let lr = self.schedule.at(self.opt.step + 1);
-            // The EMA's decay is warmed up so that early weights do not dominate.
-            let t = (self.opt.step + 1) as f64;
-            let decay = match self.cfg.ema_decay {
-                d if d > 0.0 => d.min((1.0 + t) / (10.0 + t)),
-                _ => 0.0,
-            };
-            let clip = self.cfg.clip_grad_norm.max(0.0);
-            let (_, ema) = self
-                .opt
-                .step_flat_with_ema(&grads, lr, clip, &self.ema, decay)?;
-            self.ema = ema;
-            Ok(loss)
+        };
+        // (A replayed step whose gradient was not finite left the weights as they were.)
+        if !loss.is_finite() {
+            return Err(Error::Train(format!(
+                "loss became {loss} at step {} (epoch {}): lower the learning rate",
+                self.opt.step + 1,
+                self.epoch
+            )));
         }
+        self.opt.step += 1;
+        Ok(loss)
     }
 
     /// The EMA of every tensor of the model by name (fixed statistics included, unchanged).
     pub(super) fn ema_tensors(&self) -> Result<BTreeMap<String, Tensor>> {
         let mut out = self.fixed.clone();
         for ((name, _), t) in self.opt.vars().iter().zip(self.opt.unflatten(&self.ema)?) {
-            out.insert(name.clone(), t.contiguous()?);
+            // A copy: the EMA buffer is written in place by the next step.
+            out.insert(name.clone(), t.copy()?);
         }
         Ok(out)
     }

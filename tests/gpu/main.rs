@@ -11,6 +11,7 @@ mod model;
 mod neighbors;
 mod one_launch;
 mod optimizer;
+mod train_graphs;
 mod weight_grads;
 
 use candle_core::{DType, Device};
