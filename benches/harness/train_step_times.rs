@@ -48,7 +48,11 @@ fn main() -> Result<()> {
     let mut t = Trainer::new(&init.config, &cfg, &ds, &ds, &dev, DType::F32, Some(&init))?
         .with_graphs(graphs);
     let n = t.n_train();
-    let idx = |k: usize| -> Vec<usize> { (0..batch).map(|j| (k * batch + j) % n).collect() };
+    // Frames spread over the file (a stride prime to its length, as a shuffle would), so that
+    // a file of several molecules gives batches of several sizes.
+    let stride = (7919..).find(|s| gcd(*s, n) == 1).unwrap_or(1);
+    let idx =
+        |k: usize| -> Vec<usize> { (0..batch).map(|j| ((k * batch + j) * stride) % n).collect() };
     for k in 0..5 {
         t.optimizer_step(&idx(k), &mut mlff_distiller::phase::NoClock)?;
     }
@@ -87,6 +91,13 @@ fn main() -> Result<()> {
     }
     parts(&init, &ds, batch, &dev)?;
     Ok(())
+}
+
+fn gcd(a: usize, b: usize) -> usize {
+    match b {
+        0 => a,
+        _ => gcd(b, a % b),
+    }
 }
 
 /// The fused step's device work one piece at a time (synchronised, 20 repetitions each): the

@@ -11,7 +11,8 @@
 //! replayed ([`Trainer::replayed`], `step_graph`).
 
 use super::force_gradient::displacement_rms;
-use super::step_graph::{Buffers, StepGraph, StepInputs, MAX_GRAPHS};
+use super::labels::Labels;
+use super::step_graph::{Buffers, StepGraph, StepInputs, BUCKET_ATOMS, MAX_GRAPHS};
 use super::trainer::Trainer;
 use crate::calculator::edge_offsets;
 use crate::error::{Error, Result};
@@ -23,47 +24,7 @@ use crate::ops::AdamWStep;
 use crate::phase::{Phase, PhaseClock};
 use crate::structure::Batch;
 use candle_core::backprop::GradStore;
-use candle_core::{DType, Device, Tensor};
-
-/// A batch's labels on the device: reference energies and 1 / atoms per structure (f64),
-/// reference forces [N, 3] (the model's dtype).
-pub(super) struct Labels {
-    energy: Tensor,
-    inv_atoms: Tensor,
-    forces: Tensor,
-}
-
-impl Labels {
-    /// The labels of `batch` in one buffer, [Ê (B) | 1 / n (B) | F̂ (3N)] f64, on `dev`.
-    pub(super) fn packed(batch: &Batch, dev: &Device) -> Result<Tensor> {
-        let (b, n) = (batch.n_structures(), batch.n_atoms());
-        let mut host = Vec::with_capacity(2 * b + 3 * n);
-        host.extend(batch.structures.iter().map(|s| s.energy.unwrap_or(0.0)));
-        host.extend(batch.structures.iter().map(|s| 1.0 / s.len().max(1) as f64));
-        host.extend(
-            batch
-                .structures
-                .iter()
-                .flat_map(|s| s.forces.iter().flatten().flatten().copied()),
-        );
-        if host.len() != 2 * b + 3 * n {
-            return Err(Error::Train("a training frame has no forces".into()));
-        }
-        Ok(Tensor::from_vec(host, 2 * b + 3 * n, dev)?)
-    }
-
-    /// Views of a [`packed`](Self::packed) buffer of `b` structures and `n` atoms.
-    pub(super) fn of(packed: &Tensor, b: usize, n: usize, dtype: DType) -> Result<Self> {
-        Ok(Self {
-            energy: packed.narrow(0, 0, b)?,
-            inv_atoms: packed.narrow(0, b, b)?,
-            forces: packed
-                .narrow(0, 2 * b, 3 * n)?
-                .reshape((n, 3))?
-                .to_dtype(dtype)?,
-        })
-    }
-}
+use candle_core::{DType, Tensor};
 
 /// `copies` copies of `x` side by side as one batch, at `positions` [copies · N, 3]: every
 /// index shifted by the atoms (structures) before its copy, on the device.
@@ -97,7 +58,7 @@ impl Trainer {
     ) -> Result<(f64, GradStore)> {
         clock.mark(Phase::Upload)?;
         let (x, _) = self.calc.prepare_with(batch, nl)?;
-        let packed = Labels::packed(batch, &self.device)?;
+        let packed = Labels::packed(batch, None, &self.device)?;
         let labels = Labels::of(&packed, batch.n_structures(), batch.n_atoms(), self.dtype)?;
         clock.mark(Phase::Forward)?;
         let (loss, named) = self.fused_device_step(&x, &labels, true)?;
@@ -121,25 +82,30 @@ impl Trainer {
             true => fused.energies_and_forces(x)?,
             false => fused.by_layers(x)?,
         };
-        let (b, m) = (x.n_structures, 3.0 * x.species.dim(0)? as f64);
+        let (s, inv_b, inv_m) = (
+            x.n_structures,
+            &labels.inv_structures,
+            &labels.inv_components,
+        );
         // Energy errors per structure, summed in f64 (structure energies dwarf their errors).
-        let sums = scatter_add(&atom_energies.to_dtype(DType::F64)?, &x.atom_structure, b)?;
+        let sums = scatter_add(&atom_energies.to_dtype(DType::F64)?, &x.atom_structure, s)?;
         let per_atom = ((sums - &labels.energy)? * &labels.inv_atoms)?;
-        let u = (forces - &labels.forces)?;
+        let u = (forces - &labels.forces)?.broadcast_mul(&labels.mask.unsqueeze(1)?)?;
         let u_sq = u.sqr()?.sum_all()?.to_dtype(DType::F64)?;
-        let loss = ((per_atom.sqr()?.sum_all()? * (cfg.energy_weight / b as f64))?
-            + (&u_sq * (cfg.force_weight / m))?)?;
+        let loss = (((per_atom.sqr()?.sum_all()? * inv_b)? * cfg.energy_weight)?
+            + ((&u_sq * inv_m)? * cfg.force_weight)?)?;
         // The energy term's seed of each structure: 2 w_E ΔE_k / (n_k² B), shared by the copies.
-        let energy_seed = ((per_atom * &labels.inv_atoms)? * (2.0 * cfg.energy_weight / b as f64))?;
+        let energy_seed =
+            (((per_atom * &labels.inv_atoms)?.broadcast_mul(inv_b))? * (2.0 * cfg.energy_weight))?;
         let (positions, seeds, copies) = match cfg.force_weight > 0.0 {
             false => (x.positions.clone(), energy_seed, 1),
             true => {
                 // h = rms / RMS(u); the force term −(w_F / M h)(E(x + h·u) − E(x − h·u)). An
                 // exact force (u = 0) leaves the copies at x and the term at zero.
-                let u_rms = (u_sq / m)?.affine(1.0, 1e-60)?.sqrt()?;
+                let u_rms = (u_sq * inv_m)?.affine(1.0, 1e-60)?.sqrt()?;
                 let rms = displacement_rms(dtype);
                 let h = u_rms.recip()?.affine(rms, 0.0)?;
-                let c = (u_rms * (-cfg.force_weight / (m * rms)))?;
+                let c = ((&u_rms * inv_m)? * (-cfg.force_weight / rms))?;
                 let half = (energy_seed * 0.5)?;
                 let seeds = Tensor::cat(&[half.broadcast_add(&c)?, half.broadcast_sub(&c)?], 0)?;
                 let step = u.broadcast_mul(&h.to_dtype(dtype)?)?;
@@ -162,9 +128,12 @@ impl Trainer {
         self.opt.flat_grads(&store)
     }
 
-    /// The step on `idx` replayed as a CUDA graph (`step_graph`; captured first where none
-    /// fits), or None where steps run op by op: graphs off, or a batch shape beyond
-    /// [`MAX_GRAPHS`].
+    /// The step on `idx` replayed as a CUDA graph (`step_graph`), or None where steps run op
+    /// by op: graphs off, or no room for another graph ([`MAX_GRAPHS`]). A batch runs on the
+    /// smallest captured graph of its structure count that holds its atoms and edges, padded
+    /// to it; where none does, one is captured: for its exact atom count the first time, then
+    /// (batches of this many structures come in several sizes) for its atoms rounded up to a
+    /// multiple of [`BUCKET_ATOMS`], which later batches of other sizes share.
     pub(super) fn replayed(
         &mut self,
         idx: &[usize],
@@ -176,19 +145,32 @@ impl Trainer {
         }
         clock.mark(Phase::Batch)?;
         let (batch, nl) = Self::batch(&self.train, idx)?;
-        let (atoms, structures) = (batch.n_atoms(), batch.n_structures());
-        let fits = |g: &StepGraph| g.fits(atoms, structures, nl.len());
-        let k = match self.step_graphs.iter().position(fits) {
-            Some(k) => k,
+        let (atoms, structures) = (batch.n_atoms(), batch.n_structures() + 1);
+        let fitting = self
+            .step_graphs
+            .iter()
+            .enumerate()
+            .filter(|(_, g)| g.fits(atoms, structures, nl.len()))
+            .min_by_key(|(_, g)| g.atoms());
+        let k = match fitting {
+            Some((k, _)) => k,
             None => {
-                // A longer list than its shape's graph holds replaces that graph.
-                self.step_graphs
-                    .retain(|g| !g.same_atoms(atoms, structures));
+                let sizes = self
+                    .step_graphs
+                    .iter()
+                    .filter(|g| g.structures() == structures);
+                let size = match sizes.count() {
+                    0 => atoms,
+                    _ => atoms.next_multiple_of(BUCKET_ATOMS),
+                };
+                // A longer list than its size's graph holds replaces that graph.
+                self.step_graphs.retain(|g| !g.same_atoms(size, structures));
                 if self.step_graphs.len() >= MAX_GRAPHS {
                     return Ok(None);
                 }
                 clock.mark(Phase::Capture)?;
-                let inputs = self.step_inputs(&batch, &nl, edge_capacity(nl.len()), &step)?;
+                let capacity = edge_capacity(nl.len() * size / atoms.max(1));
+                let inputs = self.step_inputs(&batch, &nl, size, capacity, &step)?;
                 let graph = self.capture_step(&inputs, step)?;
                 self.step_graphs.push(graph);
                 self.step_graphs.len() - 1
@@ -196,20 +178,30 @@ impl Trainer {
         };
         clock.mark(Phase::Upload)?;
         let graph = &self.step_graphs[k];
-        let inputs = self.step_inputs(&batch, &nl, graph.capacity(), &step)?;
+        let inputs = self.step_inputs(&batch, &nl, graph.atoms(), graph.capacity(), &step)?;
         clock.mark(Phase::Forward)?;
         graph.run(&inputs).map(Some)
     }
 
-    /// `batch`'s inputs for a captured step: its edges padded to `capacity`.
-    fn step_inputs(
+    /// `batch`'s inputs for a captured step of `size` atoms (the padding atoms isolated, far
+    /// apart, in one more structure) and `capacity` edges (padded beyond the cutoff).
+    pub(super) fn step_inputs(
         &self,
         batch: &Batch,
         nl: &NeighborList,
+        size: usize,
         capacity: usize,
         step: &AdamWStep,
     ) -> Result<StepInputs> {
-        let (n, dev, dtype) = (batch.n_atoms(), &self.device, self.dtype);
+        let (n, b, dev, dtype) = (
+            batch.n_atoms(),
+            batch.n_structures(),
+            &self.device,
+            self.dtype,
+        );
+        let pad = size.checked_sub(n).ok_or_else(|| {
+            Error::Train(format!("a batch of {n} atoms given to a step of {size}"))
+        })?;
         let offsets = edge_offsets(batch, nl);
         let edges = HostEdges {
             centers: &nl.centers,
@@ -217,20 +209,28 @@ impl Trainer {
             offsets: &offsets,
         };
         let cutoff = self.calc.model().config().cutoff;
-        let [centers, neighbors, offsets] = edge_tensors(edges, n, capacity, cutoff, dev, dtype)?;
-        let positions: Vec<f64> = batch.positions().into_iter().flatten().collect();
+        let [centers, neighbors, offsets] =
+            edge_tensors(edges, size, capacity, cutoff, dev, dtype)?;
+        let mut positions: Vec<f64> = batch.positions().into_iter().flatten().collect();
+        // Padding atoms 2 r_c + 1 Å apart, far from the batch: no edges, no forces.
+        let far = 2.0 * cutoff + 1.0;
+        positions.extend((0..pad).flat_map(|k| [1e4 + far * k as f64, 0.0, 0.0]));
+        let mut species = self.calc.species_of(batch)?;
+        species.resize(size, 0);
+        let mut atom_structure = batch.atom_structure();
+        atom_structure.resize(size, b as u32);
         let x = PainnInputs {
-            species: Tensor::from_vec(self.calc.species_of(batch)?, n, dev)?,
-            positions: Tensor::from_vec(positions, (n, 3), dev)?.to_dtype(dtype)?,
+            species: Tensor::from_vec(species, size, dev)?,
+            positions: Tensor::from_vec(positions, (size, 3), dev)?.to_dtype(dtype)?,
             centers,
             neighbors,
             offsets,
-            atom_structure: Tensor::from_vec(batch.atom_structure(), n, dev)?,
-            n_structures: batch.n_structures(),
+            atom_structure: Tensor::from_vec(atom_structure, size, dev)?,
+            n_structures: b + 1,
         };
         Ok(StepInputs {
             x,
-            labels: Labels::packed(batch, dev)?,
+            labels: Labels::packed(batch, Some(pad), dev)?,
             values: step.values(dtype, dev)?,
         })
     }
@@ -271,5 +271,82 @@ impl Trainer {
             store.insert(var.as_tensor(), g);
         }
         Ok(store)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::PainnConfig;
+    use crate::train::{Dataset, TrainConfig};
+    use candle_core::Device;
+
+    /// Three aspirins, moved and labelled differently.
+    fn dataset() -> Dataset {
+        let frames = (0..3)
+            .map(|k| {
+                let mut s = crate::systems::aspirin();
+                for (i, x) in s.positions.iter_mut().enumerate() {
+                    x[(i + k) % 3] += 0.05 * ((i * 7 + k) % 5) as f64 - 0.1;
+                }
+                s.energy = Some(-100.0 - k as f64);
+                let n = s.len();
+                s.forces = Some(
+                    (0..n)
+                        .map(|i| [0.1 * (i % 3) as f64, -0.2, k as f64])
+                        .collect(),
+                );
+                s
+            })
+            .collect();
+        Dataset::from_frames(std::path::Path::new("mem"), frames).unwrap()
+    }
+
+    /// A batch padded as a captured step runs it (isolated atoms in one more structure, edges
+    /// beyond the cutoff) gives the loss and gradients of the batch itself.
+    #[test]
+    fn padded_steps_give_the_batch_loss_and_gradients() {
+        let cfg = PainnConfig {
+            hidden: 8,
+            n_blocks: 2,
+            n_rbf: 6,
+            cutoff: 3.5,
+            elements: vec![1, 6, 8],
+        };
+        let ds = dataset();
+        let tc = TrainConfig::default();
+        let t = Trainer::new(&cfg, &tc, &ds, &ds, &Device::Cpu, DType::F64, None).unwrap();
+        let (batch, nl) = Trainer::batch(&t.train, &[0, 2]).unwrap();
+        let (n, b) = (batch.n_atoms(), batch.n_structures());
+        let packed = Labels::packed(&batch, None, &t.device).unwrap();
+        let labels = Labels::of(&packed, b, n, DType::F64).unwrap();
+        let (x, _) = t.calc.prepare_with(&batch, &nl).unwrap();
+        let (loss, grads) = t.fused_device_step(&x, &labels, true).unwrap();
+        let step = t.opt.next_step(1e-3, 10.0, 0.9);
+        let inputs = t
+            .step_inputs(&batch, &nl, n + 7, nl.len() + 40, &step)
+            .unwrap();
+        let labels = Labels::of(&inputs.labels, b + 1, n + 7, DType::F64).unwrap();
+        let (padded_loss, padded) = t.fused_device_step(&inputs.x, &labels, false).unwrap();
+        let (loss, padded_loss) = (
+            loss.to_scalar::<f64>().unwrap(),
+            padded_loss.to_scalar::<f64>().unwrap(),
+        );
+        assert!(loss > 0.0 && (loss - padded_loss).abs() <= 1e-12 * loss);
+        for ((name, g), (_, p)) in grads.iter().zip(&padded) {
+            let scale = g
+                .abs()
+                .unwrap()
+                .max_all()
+                .unwrap()
+                .to_scalar::<f64>()
+                .unwrap();
+            let diff = (g - p).unwrap().abs().unwrap().max_all().unwrap();
+            let diff = diff.to_scalar::<f64>().unwrap();
+            // Sums over more (zero) terms round differently; the directional gradient's seeds
+            // ±c ~ 1/h take that to ~1e-9 of a gradient (as CPU against CUDA).
+            assert!(diff <= 1e-8 * scale.max(1e-12), "{name}: {diff} of {scale}");
+        }
+        assert!(t.step_inputs(&batch, &nl, n - 1, nl.len(), &step).is_err());
     }
 }

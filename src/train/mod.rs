@@ -11,6 +11,7 @@ mod data;
 mod force_gradient;
 mod fused_step;
 mod gradients;
+mod labels;
 mod metrics;
 mod reference;
 mod schedule;

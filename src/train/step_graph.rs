@@ -6,8 +6,9 @@
 //!
 //! A graph is captured for a number of atoms and structures and an edge capacity; shorter edge
 //! lists are padded with edges beyond the cutoff (`graph::pad_edges`: zero basis, zero
-//! filter, zero weight gradient). Batches of another shape capture their own graph, up to
-//! [`MAX_GRAPHS`]; beyond that they run op by op. The values that change from step to step
+//! filter, zero weight gradient), smaller batches with isolated atoms in one more structure
+//! whose labels and seeds are zero (`labels`). Up to [`MAX_GRAPHS`] are kept; a batch that
+//! fits none of them runs op by op. The values that change from step to step
 //! (learning rate, bias corrections, EMA decay) are a device input of the optimiser kernel.
 //! What the step is, the trainer says (`fused_step`); this holds the buffers and the graph.
 
@@ -16,8 +17,12 @@ use crate::graph::{capture_graph, launch, Graph};
 use crate::model::PainnInputs;
 use candle_core::{DType, Device, Tensor, Var};
 
-/// Batch shapes captured at most; a batch of yet another shape runs op by op.
+/// Batch shapes captured at most; a batch that fits none of them runs op by op.
 pub(super) const MAX_GRAPHS: usize = 8;
+
+/// Where batches of one structure count come in several sizes, graphs are captured for atom
+/// counts in steps of this, the batches padded up to them (at most this many atoms more).
+pub(super) const BUCKET_ATOMS: usize = 64;
 
 /// One batch's inputs as a step reads them: the model inputs (edges padded to the graph's
 /// capacity), the packed labels (`Labels::packed`) and the optimiser's step values
@@ -111,10 +116,20 @@ impl StepGraph {
         Ok(Self { buffers, graph })
     }
 
-    /// Whether a batch of `atoms` atoms, `structures` structures and `edges` edges runs on this
-    /// graph.
+    /// Whether a batch of up to `atoms` atoms, `structures` structures (its padding one
+    /// included) and `edges` edges runs on this graph.
     pub(super) fn fits(&self, atoms: usize, structures: usize, edges: usize) -> bool {
-        self.same_atoms(atoms, structures) && edges <= self.capacity()
+        atoms <= self.atoms() && structures == self.structures() && edges <= self.capacity()
+    }
+
+    /// The atoms it was captured for (padding included).
+    pub(super) fn atoms(&self) -> usize {
+        self.buffers.species.dim(0).unwrap_or(0)
+    }
+
+    /// The structures it was captured for (the padding one included).
+    pub(super) fn structures(&self) -> usize {
+        self.buffers.structures
     }
 
     /// Whether this graph is for `atoms` atoms in `structures` structures (whatever the edges).

@@ -10,9 +10,9 @@
 //! are one cuBLAS product, kept for the adjoint up to the tuning's bytes. On CUDA the filter is
 //! formed in the tiled kernels again: in f32 at every size they take (on tensor cores, their
 //! adjoint summing dL/d(basis) itself), in f64 from the tuning's edge count (on CUDA cores,
-//! their adjoint leaving dL/dw as rows). Forces only: the weights are read once
-//! (`FusedPainn::new`), so this path is for inference; training differentiates the graph of
-//! `Painn::atom_energies`.
+//! their adjoint leaving dL/dw as rows). The weights are read once (`FusedPainn::new`);
+//! training makes a fused form every step ([`FusedPainn::used_once`]) and takes the weights'
+//! gradients from the same adjoint (`grads`, [`FusedPainn::weight_gradients`]).
 //!
 //! The first block runs as sums per sending element (`ops::element_sums`): its context is its
 //! sender's element's and its vector features are zero, so per-atom sums of basis rows times

@@ -1,0 +1,65 @@
+//! A batch's labels on the device, as the fused step reads them, padded where a captured step
+//! runs a batch with fewer atoms than it was captured for (`step_graph`).
+
+use crate::error::{Error, Result};
+use crate::structure::Batch;
+use candle_core::{DType, Device, Tensor};
+
+/// Reference energies and 1 / atoms per structure (f64), reference forces [N, 3] and a mask of
+/// the real atoms \[N\] (the model's dtype), and 1 / structures, 1 / force components of the
+/// real batch (f64 scalars). Padding (one structure holding every padding atom) has 1 / atoms,
+/// forces and mask zero, so it adds nothing to the loss or its gradient.
+pub(super) struct Labels {
+    pub(super) energy: Tensor,
+    pub(super) inv_atoms: Tensor,
+    pub(super) forces: Tensor,
+    pub(super) mask: Tensor,
+    pub(super) inv_structures: Tensor,
+    pub(super) inv_components: Tensor,
+}
+
+impl Labels {
+    /// The labels of `batch` in one f64 buffer on `dev`, with `pad` padding atoms in one more
+    /// structure where given: [Ê (S) | 1 / n (S) | F̂ (3N) | mask (N) | 1 / B, 1 / 3n], S and N
+    /// counting the padding.
+    pub(super) fn packed(batch: &Batch, pad: Option<usize>, dev: &Device) -> Result<Tensor> {
+        let (b, n) = (batch.n_structures(), batch.n_atoms());
+        let (s, all) = (b + pad.is_some() as usize, n + pad.unwrap_or(0));
+        let mut host = Vec::with_capacity(2 * s + 4 * all + 2);
+        host.extend(batch.structures.iter().map(|s| s.energy.unwrap_or(0.0)));
+        host.extend(pad.map(|_| 0.0));
+        host.extend(batch.structures.iter().map(|s| 1.0 / s.len().max(1) as f64));
+        host.extend(pad.map(|_| 0.0));
+        let before = host.len();
+        host.extend(
+            batch
+                .structures
+                .iter()
+                .flat_map(|s| s.forces.iter().flatten().flatten().copied()),
+        );
+        if host.len() - before != 3 * n {
+            return Err(Error::Train("a training frame has no forces".into()));
+        }
+        host.extend(std::iter::repeat_n(0.0, 3 * (all - n)));
+        host.extend(std::iter::repeat_n(1.0, n));
+        host.extend(std::iter::repeat_n(0.0, all - n));
+        host.extend([1.0 / b.max(1) as f64, 1.0 / (3 * n).max(1) as f64]);
+        let len = host.len();
+        Ok(Tensor::from_vec(host, len, dev)?)
+    }
+
+    /// Views of a [`packed`](Self::packed) buffer of `s` structures and `n` atoms (padding
+    /// included).
+    pub(super) fn of(packed: &Tensor, s: usize, n: usize, dtype: DType) -> Result<Self> {
+        let at = |start: usize, len: usize| packed.narrow(0, start, len);
+        let scalar = |start: usize| -> Result<Tensor> { Ok(at(start, 1)?.squeeze(0)?) };
+        Ok(Self {
+            energy: at(0, s)?,
+            inv_atoms: at(s, s)?,
+            forces: at(2 * s, 3 * n)?.reshape((n, 3))?.to_dtype(dtype)?,
+            mask: at(2 * s + 3 * n, n)?.to_dtype(dtype)?,
+            inv_structures: scalar(2 * s + 4 * n)?,
+            inv_components: scalar(2 * s + 4 * n + 1)?,
+        })
+    }
+}
