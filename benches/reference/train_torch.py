@@ -37,18 +37,27 @@ SYMBOLS = {"H": 1, "C": 6, "N": 7, "O": 8}
 
 
 def read_frames(path):
-    """(numbers, positions, energy, forces) of every frame of an extended-XYZ file whose
-    Properties are species, pos and forces (as rMD17 and our teachers write them)."""
+    """(numbers, positions, energy, forces, cell or None) of every frame of an extended-XYZ
+    file with species, pos and forces among its Properties (rMD17, our teachers and our MD
+    trajectories write them), periodic where it gives a Lattice."""
     lines = pathlib.Path(path).read_text().splitlines()
     frames, k = [], 0
     while k < len(lines) and lines[k].strip():
         n = int(lines[k])
         comment = lines[k + 1]
         energy = float(comment.split("energy=")[1].split()[0])
+        props = comment.split("Properties=")[1].split()[0].split(":")
+        columns, at = {}, 0
+        for name, _, width in zip(props[0::3], props[1::3], props[2::3]):
+            columns[name] = (at, at + int(width))
+            at += int(width)
+        cell = None
+        if "Lattice=" in comment:
+            cell = np.array(comment.split('Lattice="')[1].split('"')[0].split(), float).reshape(3, 3)
         rows = [lines[k + 2 + i].split() for i in range(n)]
-        numbers = np.array([SYMBOLS[r[0]] for r in rows])
-        values = np.array([[float(v) for v in r[1:7]] for r in rows])
-        frames.append((numbers, values[:, :3], energy, values[:, 3:6]))
+        numbers = np.array([SYMBOLS[r[columns["species"][0]]] for r in rows])
+        part = lambda name: np.array([[float(v) for v in r[slice(*columns[name])]] for r in rows])  # noqa: E731
+        frames.append((numbers, part("pos"), energy, part("forces"), cell))
         k += n + 2
     return frames
 
@@ -145,9 +154,13 @@ def main():
     data = {"frames": frames, "species": [], "pos": [], "edges": [], "forces": []}
     zero_cell = torch.zeros(3, 3, dtype=torch.float64, device=dev)
     no_pbc = torch.zeros(3, dtype=torch.bool, device=dev)
-    for numbers, pos, _, forces in frames:
+    for numbers, pos, _, forces, cell in frames:
         p = torch.tensor(pos, device=dev, dtype=torch.float64)
-        c, nb, off = neighbor_list(p, zero_cell, no_pbc, cutoff)
+        if cell is None:
+            c, nb, off = neighbor_list(p, zero_cell, no_pbc, cutoff)
+        else:
+            box = torch.tensor(cell, device=dev, dtype=torch.float64)
+            c, nb, off = neighbor_list(p, box, ~no_pbc, cutoff)
         data["edges"].append((c, nb, off.float()))
         data["species"].append(torch.tensor([index[z] for z in numbers], device=dev))
         data["pos"].append(p.float())
