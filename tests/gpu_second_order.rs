@@ -62,27 +62,12 @@ fn cuda_ops_second_order_matches_cpu() {
 #[test]
 fn cuda_training_gradients_match_cpu() {
     use mlff_distiller::train::{Dataset, ForceGradient, TrainConfig};
-    use mlff_distiller::{Batch, Calculator, PainnCalculator};
     std::env::set_var("CANDLE_GRAD_DO_NOT_DETACH", "1");
     let cfg = common::small_config();
-    let teacher = PainnCalculator::new(
-        common::model(&cfg, 99, DType::F64, &Device::Cpu),
-        Device::Cpu,
-        DType::F64,
-    );
-    let mut frames: Vec<_> = (0..6)
+    let frames = (0..6)
         .map(|k| common::random_molecule(5 + k, k as u64))
         .collect();
-    let pred = teacher
-        .compute(&Batch::new(frames.clone()).unwrap())
-        .unwrap();
-    for (s, (e, f)) in frames
-        .iter_mut()
-        .zip(pred.energies.into_iter().zip(pred.forces))
-    {
-        s.energy = Some(e);
-        s.forces = Some(f);
-    }
+    let frames = common::labelled(&cfg, frames);
     let ds = Dataset::from_frames(std::path::Path::new("mem"), frames).unwrap();
     for mode in [
         ForceGradient::DoubleBackward,

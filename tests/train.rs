@@ -10,7 +10,7 @@ use mlff_distiller::train::{
     fit_reference_energies, split_by_trajectory, Dataset, ForceGradient, Schedule, TrainConfig,
     Trainer,
 };
-use mlff_distiller::{Batch, Calculator, Error, PainnCalculator, Structure};
+use mlff_distiller::{Error, Structure};
 use std::path::Path;
 
 /// Every test here differentiates the force loss: candle reads this once per thread, before
@@ -31,13 +31,7 @@ fn tiny_config() -> PainnConfig {
 
 /// Frames labelled by a random "teacher" PaiNN (seed 99) of the same architecture.
 fn teacher_data(n: usize, seed: u64) -> Vec<Structure> {
-    let cfg = tiny_config();
-    let teacher = PainnCalculator::new(
-        model(&cfg, 99, DType::F64, &Device::Cpu),
-        Device::Cpu,
-        DType::F64,
-    );
-    let mut frames: Vec<Structure> = (0..n)
+    let frames: Vec<Structure> = (0..n)
         .map(|k| {
             let mut s = random_molecule(4 + k % 4, seed * 1000 + k as u64);
             for z in &mut s.numbers {
@@ -49,17 +43,7 @@ fn teacher_data(n: usize, seed: u64) -> Vec<Structure> {
             s
         })
         .collect();
-    let pred = teacher
-        .compute(&Batch::new(frames.clone()).unwrap())
-        .unwrap();
-    for (s, (e, f)) in frames
-        .iter_mut()
-        .zip(pred.energies.into_iter().zip(pred.forces))
-    {
-        s.energy = Some(e);
-        s.forces = Some(f);
-    }
-    frames
+    labelled(&tiny_config(), frames)
 }
 
 fn dataset(frames: Vec<Structure>) -> Dataset {

@@ -53,6 +53,26 @@ pub fn model(cfg: &PainnConfig, seed: u64, dtype: DType, dev: &Device) -> Painn 
     Painn::new(cfg, VarBuilder::from_tensors(tensors, dtype, dev)).unwrap()
 }
 
+/// `frames` with energies and forces from a random model of `cfg` (seed 99, f64, CPU): a
+/// teacher for training tests.
+pub fn labelled(cfg: &PainnConfig, mut frames: Vec<Structure>) -> Vec<Structure> {
+    let teacher = PainnCalculator::new(
+        model(cfg, 99, DType::F64, &Device::Cpu),
+        Device::Cpu,
+        DType::F64,
+    );
+    let batch = mlff_distiller::Batch::new(frames.clone()).unwrap();
+    let pred = mlff_distiller::Calculator::compute(&teacher, &batch).unwrap();
+    for (s, (e, f)) in frames
+        .iter_mut()
+        .zip(pred.energies.into_iter().zip(pred.forces))
+    {
+        s.energy = Some(e);
+        s.forces = Some(f);
+    }
+    frames
+}
+
 pub fn calculator(dtype: DType, dev: &Device) -> PainnCalculator {
     let cfg = small_config();
     PainnCalculator::new(model(&cfg, 7, dtype, dev), dev.clone(), dtype)

@@ -14,7 +14,8 @@ fn adamw_ema_cuda_equals_cpu() {
                 .collect();
             Tensor::new(v, dev).unwrap().to_dtype(dtype).unwrap()
         };
-        for (clip, decay) in [(0.0, 0.0), (1.0, 0.99)] {
+        // (The last gradient holds a NaN: both must leave everything as it was.)
+        for (clip, decay, nan) in [(0.0, 0.0, false), (1.0, 0.99, false), (1.0, 0.99, true)] {
             let s = AdamWStep {
                 lr: 1e-3,
                 beta1: 0.9,
@@ -29,16 +30,14 @@ fn adamw_ema_cuda_equals_cpu() {
             let run = |dev: &Device| {
                 let v = r(3, dev).sqr().unwrap();
                 let values = s.values(dtype, dev).unwrap();
-                let (a, b, c, d) = adamw_ema(
-                    &r(1, dev),
-                    &r(2, dev),
-                    &v,
-                    &r(4, dev),
-                    &r(5, dev),
-                    s,
-                    &values,
-                )
-                .unwrap();
+                let mut g = r(1, dev);
+                if nan {
+                    let mut host = g.to_dtype(DType::F64).unwrap().to_vec1::<f64>().unwrap();
+                    host[n / 2] = f64::NAN;
+                    g = Tensor::new(host, dev).unwrap().to_dtype(dtype).unwrap();
+                }
+                let (a, b, c, d) =
+                    adamw_ema(&g, &r(2, dev), &v, &r(4, dev), &r(5, dev), s, &values).unwrap();
                 [a, b, c, d].map(|t| {
                     t.to_dtype(DType::F64)
                         .unwrap()
@@ -57,7 +56,7 @@ fn adamw_ema_cuda_equals_cpu() {
                     .fold(0.0f64, |m, (a, b)| m.max((a - b).abs()));
                 assert!(
                     diff <= tol * scale,
-                    "{dtype:?} clip {clip} output {k}: {diff} of {scale}"
+                    "{dtype:?} clip {clip} NaN {nan} output {k}: {diff} of {scale}"
                 );
             }
         }
