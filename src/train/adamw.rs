@@ -133,24 +133,6 @@ impl AdamW {
         Ok(())
     }
 
-    /// One AdamW step with learning rate `lr` from the flat gradient `g`, its norm clipped to
-    /// `clip` (0: none), and the EMA `ema` (`decay`; 0: the EMA is the weights): see
-    /// [`update`](Self::update).
-    pub fn step_flat_with_ema(
-        &mut self,
-        g: &Tensor,
-        lr: f64,
-        clip: f64,
-        ema: &Var,
-        decay: f64,
-    ) -> Result<()> {
-        let step = self.next_step(lr, clip, decay);
-        let values = step.values(g.dtype(), g.device())?;
-        self.update(g, step, &values, ema)?;
-        self.step += 1;
-        Ok(())
-    }
-
     /// Copies of the moments and the weights, for [`restore`](Self::restore).
     pub(super) fn snapshot(&self) -> Result<[Tensor; 3]> {
         Ok([
