@@ -1,6 +1,6 @@
 //! The shipped student against the shipped GFN2-xTB test split: per molecule, its energy and
-//! force errors stay under what README.md documents (the measured value plus a small margin),
-//! and a deliberately perturbed copy of the model fails the same bounds.
+//! force errors stay under what models/README.md documents (the measured value plus a small
+//! margin), and a deliberately perturbed copy of the model fails the same bounds.
 
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 const MODEL: &str = "models/painn-gfn2.safetensors";
 
 /// Test-set file, molecule name as `mlff eval` reports it, documented energy MAE (meV per
-/// structure) and force MAE (meV/Å), as in README.md.
+/// structure) and force MAE (meV/Å), as in models/README.md.
 const DOCUMENTED: [(&str, &str, f64, f64); 6] = [
     ("water8", "H16O8", 22.27, 19.15),
     ("ethanol", "C2H6O", 16.10, 29.79),
