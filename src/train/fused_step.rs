@@ -18,7 +18,7 @@ use crate::calculator::edge_offsets;
 use crate::error::{Error, Result};
 use crate::graph::{edge_capacity, edge_tensors, HostEdges};
 use crate::model::{FusedPainn, PainnInputs};
-use crate::neighbors::NeighborList;
+use crate::neighbors::{padding_offset, NeighborList};
 use crate::ops::scatter_add;
 use crate::ops::AdamWStep;
 use crate::phase::{Phase, PhaseClock};
@@ -158,13 +158,13 @@ impl Trainer {
         let k = match fitting {
             Some((k, _)) => k,
             None => {
-                let sizes = self
+                let mixed = self
                     .step_graphs
                     .iter()
-                    .filter(|g| g.structures() == structures);
-                let size = match sizes.count() {
-                    0 => atoms,
-                    _ => atoms.next_multiple_of(BUCKET_ATOMS),
+                    .any(|g| g.structures() == structures);
+                let size = match mixed {
+                    false => atoms,
+                    true => atoms.next_multiple_of(BUCKET_ATOMS),
                 };
                 // A longer list than its size's graph holds replaces that graph.
                 self.step_graphs.retain(|g| !g.same_atoms(size, structures));
@@ -215,8 +215,8 @@ impl Trainer {
         let [centers, neighbors, offsets] =
             edge_tensors(edges, size, capacity, cutoff, dev, dtype)?;
         let mut positions: Vec<f64> = batch.positions().into_iter().flatten().collect();
-        // Padding atoms 2 r_c + 1 Å apart, far from the batch: no edges, no forces.
-        let far = 2.0 * cutoff + 1.0;
+        // Padding atoms beyond the cutoff of each other, far from the batch: no edges, no forces.
+        let far = padding_offset(cutoff);
         positions.extend((0..pad).flat_map(|k| [1e4 + far * k as f64, 0.0, 0.0]));
         let mut species = self.calc.species_of(batch)?;
         species.resize(size, 0);

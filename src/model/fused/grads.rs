@@ -70,7 +70,6 @@ impl FusedPainn {
     ) -> Result<Vec<(String, Tensor)>> {
         let mut plan = self.layer_plan(x)?.without_packed_weights();
         plan.first_block_sums = false;
-        plan.update_one_launch = false;
         plan.filter = FilterSource::Rows { kept: true };
         plan.tiled = false;
         self.forward_planned(x, plan, true)?.weight_gradients(seed)
