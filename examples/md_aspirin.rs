@@ -36,7 +36,7 @@ fn main() -> anyhow::Result<()> {
             traj: Some(out.join("traj.extxyz")),
             log: Some(out.join("log.jsonl")),
             restart: None,
-            append: false,
+            ..Default::default()
         },
         ..Default::default()
     };

@@ -153,6 +153,7 @@ fn outputs_in(dir: &Path, st: MdSettings) -> MdSettings {
             log: Some(dir.join("log.jsonl")),
             restart: Some(dir.join("restart.json")),
             append: false,
+            traj_split: false,
         },
         ..st
     }

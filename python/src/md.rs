@@ -146,6 +146,7 @@ pub fn run_md<'py>(
             log: log.as_ref().map(absolute),
             restart: restart.as_ref().map(absolute),
             append,
+            traj_split: false,
         },
     };
     settings.validate().map_err(to_py)?;

@@ -220,6 +220,7 @@ fn fresh(a: &MdArgs, stop: StopFlag) -> Result<(MdSummary, Claim)> {
             log: a.log.as_ref().map(absolute),
             restart: restart.as_ref().map(absolute),
             append: a.append,
+            traj_split: false,
         },
     };
     settings.validate()?;

@@ -4,6 +4,7 @@
 //! back (with momenta), exact restarts, and the stability and drift summary.
 
 mod analysis;
+mod batch;
 mod continuity;
 mod forces;
 mod integrator;
@@ -24,9 +25,13 @@ pub use analysis::{
     check_separation, linear_fit, mean_std, BondDeviation, Bonds, BOND_DEVIATION_LIMIT,
     BOND_FACTOR, MIN_SEPARATION,
 };
+pub use batch::{
+    system_seed, system_traj, BatchLogRecord, BatchProgress, BatchRestart, BatchSimulation,
+    BatchSummary, HostState, SystemRestart, SystemSummary, BATCH_RESTART_FORMAT,
+};
 pub use forces::{CalculatorForces, Evaluation, ForceProvider, ListSite, PainnForces};
 pub use integrator::{Ensemble, Integrator, State};
-pub use output::{read_log, LogRecord, Tail};
+pub use output::{read_log, read_log_as, LogRecord, Tail};
 pub use positions::{device_positions, displacement2, host_positions};
 pub use restart::{new_run_id, Restart};
 pub use run::{MdSummary, Progress, Simulation, StopReason};

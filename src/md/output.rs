@@ -156,6 +156,11 @@ pub fn write_log(file: &mut AppendFile, r: &LogRecord) -> Result<()> {
 
 /// The first `len` bytes of a log as records (a resumed run's history). Errors name the line.
 pub fn read_log(path: &Path, len: u64) -> Result<Vec<LogRecord>> {
+    read_log_as(path, len)
+}
+
+/// [`read_log`] for any record type (a batch's log rows carry the system index).
+pub fn read_log_as<T: serde::de::DeserializeOwned>(path: &Path, len: u64) -> Result<Vec<T>> {
     let mut text = String::new();
     File::open(path)
         .and_then(|f| f.take(len).read_to_string(&mut text))
@@ -181,6 +186,8 @@ pub struct Frame<'a> {
     pub forces: Vec<[f64; 3]>,
     pub step: u64,
     pub time_fs: f64,
+    /// The system's index in a batch run (written as the frame's `system` key).
+    pub index: Option<usize>,
 }
 
 /// Appends one frame.
@@ -195,10 +202,13 @@ pub fn write_frame(file: &mut AppendFile, f: Frame) -> Result<()> {
         positions: f.positions,
         energy: Some(f.energy),
         forces: Some(f.forces),
-        info: vec![
+        info: [
             ("step".into(), f.step.to_string()),
             ("time_fs".into(), format!("{}", f.time_fs)),
-        ],
+        ]
+        .into_iter()
+        .chain(f.index.map(|k| ("system".into(), k.to_string())))
+        .collect(),
         arrays: vec![ExtraArray {
             name: "momenta".into(),
             kind: 'R',

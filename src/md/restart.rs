@@ -5,7 +5,7 @@
 //! so that a copied run folder continues in the copy.
 
 use super::output::Tail;
-use super::settings::MdSettings;
+use super::settings::{MdOutputs, MdSettings};
 use crate::error::{Error, Result};
 use crate::fsutil::{read_json, write_json};
 use crate::structure::Lattice;
@@ -56,14 +56,7 @@ impl Restart {
     /// Writes the file atomically, with the output paths relative to its folder.
     pub fn save(&self, path: &Path) -> Result<()> {
         let mut r = self.clone();
-        let folder = folder_of(path);
-        let outs = &mut r.settings.outputs;
-        for p in [&mut outs.traj, &mut outs.log, &mut outs.restart]
-            .into_iter()
-            .flatten()
-        {
-            *p = relative_to(p, &folder);
-        }
+        outputs_relative(&mut r.settings.outputs, path);
         write_json(path, &r)
     }
 
@@ -102,17 +95,32 @@ impl Restart {
                 r.rng_word_pos
             )));
         }
-        let folder = folder_of(path);
-        let outs = &mut r.settings.outputs;
-        for p in [&mut outs.traj, &mut outs.log, &mut outs.restart]
-            .into_iter()
-            .flatten()
-        {
-            if p.is_relative() {
-                *p = folder.join(&*p);
-            }
-        }
+        outputs_absolute(&mut r.settings.outputs, path);
         Ok(r)
+    }
+}
+
+/// The output paths of `outs` made relative to the folder of the restart file `path`.
+pub(super) fn outputs_relative(outs: &mut MdOutputs, path: &Path) {
+    let folder = folder_of(path);
+    for p in [&mut outs.traj, &mut outs.log, &mut outs.restart]
+        .into_iter()
+        .flatten()
+    {
+        *p = relative_to(p, &folder);
+    }
+}
+
+/// The relative output paths of `outs` resolved against the folder of the restart file `path`.
+pub(super) fn outputs_absolute(outs: &mut MdOutputs, path: &Path) {
+    let folder = folder_of(path);
+    for p in [&mut outs.traj, &mut outs.log, &mut outs.restart]
+        .into_iter()
+        .flatten()
+    {
+        if p.is_relative() {
+            *p = folder.join(&*p);
+        }
     }
 }
 
@@ -122,7 +130,7 @@ pub fn new_run_id() -> String {
 }
 
 /// The absolute, link-free folder of `path` (as given where it cannot be resolved).
-pub(super) fn folder_of(path: &Path) -> PathBuf {
+fn folder_of(path: &Path) -> PathBuf {
     let folder = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),

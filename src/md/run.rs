@@ -37,7 +37,7 @@ pub struct Progress<'a> {
 }
 
 /// Why a run ended.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum StopReason {
     Completed,
@@ -357,7 +357,7 @@ impl<F: ForceProvider> Simulation<F> {
             // Steps up to the next one that writes something (that one included) run with
             // their list checks read back at once, before anything is written; a step redone
             // after a run whose list stopped holding checks its own (it rebuilds the list).
-            let room = self.next_output_step() - self.state.step;
+            let room = s.next_output_step(self.state.step) - self.state.step;
             let deferred = (room as usize).min(ahead.steps());
             if deferred == 0 || !self.run_deferred(deferred, &mut ahead)? {
                 let builds = self.forces.list_builds();
@@ -377,10 +377,8 @@ impl<F: ForceProvider> Simulation<F> {
                 }
             }
             let k = self.state.step;
-            let log_now = k.is_multiple_of(s.log_every) || k == s.steps;
-            let traj_now = s.traj_every > 0 && k.is_multiple_of(s.traj_every);
-            let restart_now =
-                s.restart_every > 0 && (k.is_multiple_of(s.restart_every) || k == s.steps);
+            let w = s.writes_at(k);
+            let (log_now, traj_now, restart_now) = (w.log, w.traj, w.restart);
             if !(log_now || traj_now || restart_now) {
                 continue;
             }
@@ -402,20 +400,6 @@ impl<F: ForceProvider> Simulation<F> {
             }
         }
         Ok(self.summary(first_step, t0.elapsed().as_secs_f64(), stop))
-    }
-
-    /// The next step that logs, writes a frame or a restart file, or ends the run.
-    fn next_output_step(&self) -> u64 {
-        let s = &self.settings;
-        let k = self.state.step;
-        let next = |every: u64| match every {
-            0 => u64::MAX,
-            e => (k / e + 1) * e,
-        };
-        next(s.log_every)
-            .min(next(s.traj_every))
-            .min(next(s.restart_every))
-            .min(s.steps)
     }
 
     /// Up to `steps` steps with the force provider's list checks deferred (where it defers
@@ -515,6 +499,7 @@ impl<F: ForceProvider> Simulation<F> {
                     forces: host_positions(&self.state.forces)?,
                     step,
                     time_fs,
+                    index: None,
                 },
             )?;
         }

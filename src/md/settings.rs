@@ -15,6 +15,10 @@ pub struct MdOutputs {
     /// Add to an existing trajectory and log instead of starting them anew.
     #[serde(default)]
     pub append: bool,
+    /// A batch run writes one trajectory per system, `traj` being their folder
+    /// (`system-0000.extxyz`, ...), instead of one file with a `system` key per frame.
+    #[serde(default)]
+    pub traj_split: bool,
 }
 
 /// Everything that defines a run (stored in restart files).
@@ -62,7 +66,38 @@ impl Default for MdSettings {
     }
 }
 
+/// What a step writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Writes {
+    pub log: bool,
+    pub traj: bool,
+    pub restart: bool,
+}
+
 impl MdSettings {
+    /// What step `k` writes (the last step always logs, and writes a restart file if the
+    /// run writes them).
+    pub(super) fn writes_at(&self, k: u64) -> Writes {
+        Writes {
+            log: k.is_multiple_of(self.log_every) || k == self.steps,
+            traj: self.traj_every > 0 && k.is_multiple_of(self.traj_every),
+            restart: self.restart_every > 0
+                && (k.is_multiple_of(self.restart_every) || k == self.steps),
+        }
+    }
+
+    /// The first step after `k` that logs, writes a frame or a restart file, or ends the run.
+    pub(super) fn next_output_step(&self, k: u64) -> u64 {
+        let next = |every: u64| match every {
+            0 => u64::MAX,
+            e => (k / e + 1) * e,
+        };
+        next(self.log_every)
+            .min(next(self.traj_every))
+            .min(next(self.restart_every))
+            .min(self.steps)
+    }
+
     /// Checks the settings before a run starts or resumes.
     pub fn validate(&self) -> Result<()> {
         if self.log_every == 0 {

@@ -19,11 +19,22 @@ impl Integrator {
         rng: &mut ChaCha20Rng,
     ) -> Result<()> {
         let noise = self.draw_noise(state.positions.dim(0)?, rng);
-        if forces.step_captured(self, state, noise.as_deref())? {
+        self.step_with_noise(state, forces, noise.as_deref())
+    }
+
+    /// [`step`](Self::step) with this step's Langevin noise given (3N standard normals; none
+    /// for NVE): a batch of systems draws each system's from its own stream.
+    pub fn step_with_noise(
+        &self,
+        state: &mut State,
+        forces: &mut impl ForceProvider,
+        noise: Option<&[f64]>,
+    ) -> Result<()> {
+        if forces.step_captured(self, state, noise)? {
             return Ok(());
         }
         let noise = match noise {
-            Some(xi) => Some(Tensor::from_vec(
+            Some(xi) => Some(Tensor::from_slice(
                 xi,
                 state.positions.shape(),
                 state.positions.device(),

@@ -166,6 +166,7 @@ fn run_one(
                 log: Some(log.clone()),
                 restart: None,
                 append: false,
+                traj_split: false,
             },
             ..Default::default()
         };

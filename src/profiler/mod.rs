@@ -197,4 +197,12 @@ impl<F: ForceProvider> ForceProvider for ProfiledForces<F> {
     fn list_builds(&self) -> usize {
         self.inner.list_builds()
     }
+
+    fn systems(&self) -> usize {
+        self.inner.systems()
+    }
+
+    fn retain_systems(&mut self, keep: &[bool]) -> Result<()> {
+        self.inner.retain_systems(keep)
+    }
 }

@@ -47,6 +47,22 @@ pub trait ForceProvider {
         Ok(())
     }
 
+    /// Independent systems the provider computes in one call (energies come as \[S\] when
+    /// more than one).
+    fn systems(&self) -> usize {
+        1
+    }
+
+    /// Keeps the systems where `keep` is true, dropping the others from every later call (a
+    /// batch run freezes a system this way); providers of one system cannot.
+    fn retain_systems(&mut self, keep: &[bool]) -> Result<()> {
+        Err(Error::Md(format!(
+            "this force provider holds one system; asked to keep {} of {}",
+            keep.iter().filter(|&&k| k).count(),
+            keep.len()
+        )))
+    }
+
     /// Neighbour-list builds so far (0 for providers without a list).
     fn list_builds(&self) -> usize {
         0

@@ -14,7 +14,10 @@ use crate::md::positions::{
 };
 use crate::md::step_graph::StepGraph;
 use crate::model::PainnInputs;
-use crate::neighbors::{image_offset, wrap_positions, DeviceListBuilder, PaddedList, VerletList};
+use crate::neighbors::{
+    image_offset, neighbor_list, wrap_positions, DeviceListBuilder, NeighborList, PaddedList,
+};
+use crate::ops::scatter_add;
 use crate::phase::{NoClock, Phase, PhaseClock};
 use crate::structure::Structure;
 use candle_core::{DType, Device, Tensor, Var};
@@ -48,16 +51,27 @@ impl std::str::FromStr for ListSite {
     }
 }
 
-/// A PaiNN model with a Verlet neighbour list. Between list builds everything stays on the
-/// device; the only per-step host read is the largest displacement since the last build (one
-/// scalar) that decides whether to rebuild.
+/// A PaiNN model with a Verlet neighbour list, for one system or a batch of independent
+/// systems (molecules or cells, each with its own list; one force call for all). Between list
+/// builds everything stays on the device; the only per-step host read is the largest
+/// displacement since the last build (one scalar) that decides whether to rebuild. A batch
+/// rebuilds every system's list when any system needs it: lists are sorted by (center,
+/// neighbour), so the extra builds change no sum's order, and pairs in the skin add exact zeros.
 pub struct PainnForces<'a> {
     calculator: &'a PainnCalculator,
-    template: Structure,
+    /// The systems' numbers, cells and pbc (no positions), and where each one's atoms start
+    /// (`starts[s]..starts[s + 1]`).
+    systems: Vec<Structure>,
+    starts: Vec<usize>,
     species: Tensor,
+    /// System index of every atom.
     atom_structure: Tensor,
-    verlet: VerletList,
-    /// The list built on the device instead of `verlet` ([`ListSite`]), its builds so far,
+    cutoff: f64,
+    skin: f64,
+    /// The host list (all systems, atom indices of the batch) and its builds so far.
+    host_list: NeighborList,
+    host_builds: usize,
+    /// The list built on the device instead of `host_list` ([`ListSite`]), its builds so far,
     /// and the slots of its next build.
     device_list: Option<DeviceListBuilder>,
     device_builds: usize,
@@ -115,28 +129,56 @@ impl<'a> PainnForces<'a> {
     /// Verlet skin in Å (pairs are listed within cutoff + skin and reused until some atom has
     /// moved more than skin / 2).
     pub fn new(calculator: &'a PainnCalculator, template: &Structure, skin: f64) -> Result<Self> {
+        Self::batch(calculator, std::slice::from_ref(template), skin)
+    }
+
+    /// Forces on a batch of independent systems, their atoms one after the other in the order
+    /// given; energies come per system (\[S\]; a scalar for one system).
+    pub fn batch(
+        calculator: &'a PainnCalculator,
+        systems: &[Structure],
+        skin: f64,
+    ) -> Result<Self> {
+        if systems.is_empty() {
+            return Err(Error::Md("a batch of MD systems needs at least one".into()));
+        }
         let cfg = calculator.model().config();
-        let species =
-            cfg.species_of(&template.numbers)
+        let mut species = Vec::new();
+        let mut atom_structure = Vec::new();
+        let mut starts = vec![0];
+        for (k, s) in systems.iter().enumerate() {
+            let z = cfg
+                .species_of(&s.numbers)
                 .map_err(|(atom, z)| Error::UnknownElement {
                     z,
-                    structure: 0,
+                    structure: k,
                     atom,
                     known: cfg.elements.clone(),
                 })?;
+            species.extend(z);
+            atom_structure.extend(std::iter::repeat_n(k as u32, s.len()));
+            starts.push(species.len());
+        }
         let dev = calculator.device();
-        let n = template.len();
+        let n = species.len();
         let tuning = calculator.tuning();
         Self {
             calculator,
-            template: Structure {
-                cell: template.cell,
-                pbc: template.pbc,
-                ..Structure::molecule(template.numbers.clone(), Vec::new())
-            },
+            systems: systems
+                .iter()
+                .map(|s| Structure {
+                    cell: s.cell,
+                    pbc: s.pbc,
+                    ..Structure::molecule(s.numbers.clone(), Vec::new())
+                })
+                .collect(),
+            starts,
             species: Tensor::from_vec(species, n, dev)?,
-            atom_structure: Tensor::zeros(n, DType::U32, dev)?,
-            verlet: VerletList::new(cfg.cutoff, skin),
+            atom_structure: Tensor::from_vec(atom_structure, n, dev)?,
+            cutoff: cfg.cutoff,
+            skin,
+            host_list: NeighborList::default(),
+            host_builds: 0,
             device_list: None,
             device_builds: 0,
             list_capacity: 0,
@@ -152,10 +194,44 @@ impl<'a> PainnForces<'a> {
             steps: None,
             may_defer: dev.is_cuda() && tuning.defer_list_checks,
             deferred: None,
-            one_launch: tuning.one_launch_steps,
+            one_launch: tuning.one_launch_steps && systems.len() == 1,
             one_launch_steps: 0,
         }
         .with_list_site(ListSite::Auto)
+    }
+
+    /// [`ForceProvider::retain_systems`]: the kept systems' atoms stay in order; the list is
+    /// built anew at the next call, and graphs captured anew.
+    fn retain(&mut self, keep: &[bool]) -> Result<()> {
+        if keep.len() != self.systems.len() || !keep.iter().any(|&k| k) {
+            return Err(Error::Md(format!(
+                "keeping {} of {} systems: need one flag per system and at least one kept",
+                keep.iter().filter(|&&k| k).count(),
+                self.systems.len()
+            )));
+        }
+        let atoms: Vec<u32> = (0..self.systems.len())
+            .filter(|&s| keep[s])
+            .flat_map(|s| self.starts[s] as u32..self.starts[s + 1] as u32)
+            .collect();
+        let dev = self.calculator.device();
+        let index = Tensor::from_vec(atoms.clone(), atoms.len(), dev)?;
+        self.species = self.species.index_select(&index, 0)?;
+        let mut systems = Vec::new();
+        let mut starts = vec![0];
+        let mut atom_structure = Vec::new();
+        let kept = self.systems.drain(..).zip(keep).filter(|(_, &k)| k);
+        for (system, _) in kept {
+            atom_structure.extend(std::iter::repeat_n(systems.len() as u32, system.len()));
+            starts.push(starts[starts.len() - 1] + system.len());
+            systems.push(system);
+        }
+        self.atom_structure = Tensor::from_vec(atom_structure, atoms.len(), dev)?;
+        (self.systems, self.starts) = (systems, starts);
+        (self.reference, self.edges, self.deferred) = (None, None, None);
+        (self.graph, self.steps) = (None, None);
+        self.one_launch &= self.systems.len() == 1;
+        Ok(())
     }
 
     /// Lets MD defer the neighbour-list checks of a run of steps and read them back at once
@@ -177,11 +253,18 @@ impl<'a> PainnForces<'a> {
     /// Builds the neighbour list where `site` says (before the first step).
     pub fn with_list_site(mut self, site: ListSite) -> Result<Self> {
         let dev = self.calculator.device();
-        let (cell, pbc) = (self.template.cell.as_ref(), self.template.pbc);
-        let cutoff = self.verlet.list_cutoff();
+        let (cell, pbc) = (self.systems[0].cell.as_ref(), self.systems[0].pbc);
+        let cutoff = self.cutoff + self.skin;
+        if self.systems.len() > 1 && site == ListSite::Device {
+            return Err(Error::NeighborList(format!(
+                "the device neighbour list serves one system, not a batch of {} (use the host \
+                 list)",
+                self.systems.len()
+            )));
+        }
         self.device_list = match site {
             ListSite::Host => None,
-            ListSite::Auto if !dev.is_cuda() => None,
+            ListSite::Auto if !dev.is_cuda() || self.systems.len() > 1 => None,
             ListSite::Auto => DeviceListBuilder::new(cutoff, cell, pbc, dev).ok(),
             ListSite::Device => Some(DeviceListBuilder::new(cutoff, cell, pbc, dev)?),
         };
@@ -206,12 +289,28 @@ impl<'a> PainnForces<'a> {
             let positions = device_positions(host, self.calculator.device())?;
             return self.build_on_device(&positions, false).map(drop);
         }
-        let (cell, pbc) = (self.template.cell.as_ref(), self.template.pbc);
-        self.verlet.invalidate();
-        self.verlet.update(host, cell, pbc)?;
-        let nl = self.verlet.list();
-        let host_offsets: Vec<[f64; 3]> =
-            nl.shifts.iter().map(|&s| image_offset(s, cell)).collect();
+        let mut lists = Vec::with_capacity(self.systems.len());
+        let mut host_offsets = Vec::new();
+        for (k, s) in self.systems.iter().enumerate() {
+            let at = &host[self.starts[k]..self.starts[k + 1]];
+            let nl = neighbor_list(at, s.cell.as_ref(), s.pbc, self.cutoff + self.skin).map_err(
+                |e| match e {
+                    Error::NeighborList(m) if self.systems.len() > 1 => {
+                        Error::NeighborList(format!("system {k}: {m}"))
+                    }
+                    other => other,
+                },
+            )?;
+            host_offsets.extend(
+                nl.shifts
+                    .iter()
+                    .map(|&sh| image_offset(sh, s.cell.as_ref())),
+            );
+            lists.push(nl);
+        }
+        self.host_list = NeighborList::concat(lists.iter(), &self.starts);
+        self.host_builds += 1;
+        let nl = &self.host_list;
         let dev = self.calculator.device();
         let e = nl.len();
         let offsets = host_offsets.iter().flatten().copied().collect();
@@ -295,7 +394,7 @@ impl<'a> PainnForces<'a> {
 
     /// Largest squared displacement since the build that the list allows: (skin / 2)².
     fn list_limit2(&self) -> f64 {
-        let half = 0.5 * self.verlet.skin();
+        let half = 0.5 * self.skin;
         half * half
     }
 }
@@ -334,9 +433,12 @@ impl ForceProvider for PainnForces<'_> {
             *positions = wrapped;
         } else if rebuild {
             let mut host = host_positions(positions)?;
-            wrap_positions(&mut host, self.template.cell.as_ref(), self.template.pbc)?;
+            for (k, s) in self.systems.iter().enumerate() {
+                let at = &mut host[self.starts[k]..self.starts[k + 1]];
+                wrap_positions(at, s.cell.as_ref(), s.pbc)?;
+            }
             self.build(&host)?;
-            if self.template.is_periodic() {
+            if self.systems.iter().any(Structure::is_periodic) {
                 *positions = device_positions(&host, self.calculator.device())?;
             }
         }
@@ -371,13 +473,18 @@ impl ForceProvider for PainnForces<'_> {
             neighbors,
             offsets,
             atom_structure: self.atom_structure.clone(),
-            n_structures: 1,
+            n_structures: self.systems.len(),
         };
         // Forces from the model-dtype sum; the energy summed in f64, so that an f32 model's
         // rounding of a large total (ulp 0.015 eV at 2e5 eV) does not swamp drift estimates.
         let (atom_energies, forces) = atom_energies_and_forces(calc, &inputs, &var, clock)?;
+        let atom_energies = atom_energies.to_dtype(DType::F64)?;
+        let energy = match self.systems.len() {
+            1 => atom_energies.sum_all()?,
+            s => scatter_add(&atom_energies, &self.atom_structure, s)?,
+        };
         Ok(Evaluation {
-            energy: atom_energies.to_dtype(DType::F64)?.sum_all()?,
+            energy,
             forces: forces.to_dtype(DType::F64)?,
         })
     }
@@ -391,7 +498,15 @@ impl ForceProvider for PainnForces<'_> {
     }
 
     fn list_builds(&self) -> usize {
-        self.verlet.rebuilds() + self.device_builds
+        self.host_builds + self.device_builds
+    }
+
+    fn systems(&self) -> usize {
+        self.systems.len()
+    }
+
+    fn retain_systems(&mut self, keep: &[bool]) -> Result<()> {
+        self.retain(keep)
     }
 
     fn one_launch_steps(&self) -> u64 {
@@ -401,10 +516,8 @@ impl ForceProvider for PainnForces<'_> {
     /// Where the whole step is not a captured graph (which checks its own list) and a list
     /// has been built.
     fn defer_list_checks(&mut self) -> bool {
-        let can = self.may_defer
-            && self.graph.is_none()
-            && self.reference.is_some()
-            && self.verlet.skin() > 0.0;
+        let can =
+            self.may_defer && self.graph.is_none() && self.reference.is_some() && self.skin > 0.0;
         if can && self.deferred.is_none() {
             self.deferred = Some(Vec::new());
         }

@@ -58,7 +58,7 @@ impl PainnForces<'_> {
         let Some(edges) = &self.edges else {
             return Err(Error::Md("neighbour list missing after a build".into()));
         };
-        let nl = self.verlet.list();
+        let nl = &self.host_list;
         let host = |offsets| HostEdges {
             centers: &nl.centers,
             neighbors: &nl.neighbors,
@@ -90,7 +90,7 @@ impl PainnForces<'_> {
             self.calculator,
             &self.species,
             &self.atom_structure,
-            1,
+            self.systems.len(),
             positions,
             graph_edges,
         );
@@ -136,7 +136,7 @@ impl PainnForces<'_> {
         let pruned = matches!(edges.source, ListSource::Device(_)) && e >= self.prune_from;
         if !self.one_launch
             || pruned
-            || self.verlet.skin() <= 0.0
+            || self.skin <= 0.0
             || calc.model().backend() != Backend::Fused
         {
             return Ok(false);

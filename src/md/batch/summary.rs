@@ -1,0 +1,109 @@
+//! The closing numbers of a batch run: one row per system (as a single run's summary) and the
+//! totals (aggregate atom-steps per second).
+
+use super::BatchSimulation;
+use crate::md::forces::ForceProvider;
+use crate::md::integrator::Ensemble;
+use crate::md::run::StopReason;
+use crate::md::window::window;
+use serde::Serialize;
+
+/// One system's row.
+#[derive(Clone, Debug, Serialize)]
+pub struct SystemSummary {
+    pub system: usize,
+    pub atoms: usize,
+    /// Its last step: the run's, or the one it was frozen at.
+    pub last_step: u64,
+    pub simulated_ps: f64,
+    /// Slope of a least-squares line through E_tot(t), meV/atom/ps (NVE only).
+    pub energy_drift_mev_per_atom_ps: Option<f64>,
+    pub energy_std_mev_per_atom: Option<f64>,
+    pub temperature_mean: Option<f64>,
+    pub temperature_std: Option<f64>,
+    pub bonds: usize,
+    pub max_bond_deviation: f64,
+    pub stable: bool,
+    pub finite: bool,
+    /// `completed` for systems that ran to the end (or to an interruption) in the batch.
+    pub stop: StopReason,
+}
+
+/// The run's totals and its systems' rows.
+#[derive(Clone, Debug, Serialize)]
+pub struct BatchSummary {
+    pub ensemble: String,
+    pub dt_fs: f64,
+    pub first_step: u64,
+    pub last_step: u64,
+    /// This invocation only.
+    pub wall_s: f64,
+    pub steps_per_s: f64,
+    /// Atoms times steps, over all systems while in the batch, per second of wall time.
+    pub atom_steps_per_s: f64,
+    /// Simulated time per day of one system (all run at once).
+    pub ns_per_day: f64,
+    pub atoms: usize,
+    pub stable_systems: usize,
+    pub frozen_systems: usize,
+    /// Completed, or interrupted.
+    pub stop: StopReason,
+    pub neighbor_list_builds: usize,
+    pub deferred_steps: u64,
+    pub redone_steps: u64,
+    pub systems: Vec<SystemSummary>,
+}
+
+impl<F: ForceProvider> BatchSimulation<F> {
+    pub(super) fn summary(&self, first_step: u64, wall_s: f64, stop: StopReason) -> BatchSummary {
+        let s = &self.settings;
+        let nve = s.ensemble == Ensemble::Nve;
+        let mut atom_steps = 0u64;
+        let mut rows = Vec::with_capacity(self.members.len());
+        for (k, m) in self.members.iter().enumerate() {
+            let (last_step, reason) = match &m.frozen {
+                Some((reason, state)) => (state.step, reason.clone()),
+                None => (self.state.step, StopReason::Completed),
+            };
+            let n = m.masses.len();
+            atom_steps += n as u64 * last_step.saturating_sub(first_step);
+            let w = window(&m.records, n, last_step, nve, None);
+            let finite = !matches!(reason, StopReason::NonFinite { .. });
+            rows.push(SystemSummary {
+                system: k,
+                atoms: n,
+                last_step,
+                simulated_ps: last_step as f64 * s.dt_fs / 1000.0,
+                energy_drift_mev_per_atom_ps: w.energy_drift_mev_per_atom_ps,
+                energy_std_mev_per_atom: w.energy_std_mev_per_atom,
+                temperature_mean: w.temperature_mean,
+                temperature_std: w.temperature_std,
+                bonds: m.bonds.pairs.len(),
+                max_bond_deviation: m.max_bond_deviation,
+                stable: m.unstable_at_step.is_none() && finite,
+                finite,
+                stop: reason,
+            });
+        }
+        let steps = self.state.step - first_step;
+        let steps_per_s = steps as f64 / wall_s.max(1e-9);
+        BatchSummary {
+            ensemble: s.ensemble.name().into(),
+            dt_fs: s.dt_fs,
+            first_step,
+            last_step: self.state.step,
+            wall_s,
+            steps_per_s,
+            atom_steps_per_s: atom_steps as f64 / wall_s.max(1e-9),
+            ns_per_day: steps_per_s * s.dt_fs * 86_400.0 * 1e-6,
+            atoms: rows.iter().map(|r| r.atoms).sum(),
+            stable_systems: rows.iter().filter(|r| r.stable).count(),
+            frozen_systems: self.members.iter().filter(|m| m.frozen.is_some()).count(),
+            stop,
+            neighbor_list_builds: self.forces.list_builds(),
+            deferred_steps: self.deferred.0,
+            redone_steps: self.deferred.1,
+            systems: rows,
+        }
+    }
+}
