@@ -309,3 +309,135 @@ fn profile_writes_its_report_plots_and_trace() {
     let t: serde_json::Value = serde_json::from_slice(&std::fs::read(&trace).unwrap()).unwrap();
     assert!(t["traceEvents"].as_array().unwrap().len() > 21 * 4);
 }
+
+/// Ethanol and benzene, one frame each.
+fn two_molecules(dir: &Path) -> std::path::PathBuf {
+    let start = root().join("data/gfn2/start");
+    let mut text = std::fs::read_to_string(start.join("ethanol.extxyz")).unwrap();
+    text += &std::fs::read_to_string(start.join("benzene.extxyz")).unwrap();
+    let path = dir.join("two.extxyz");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+#[test]
+fn md_runs_many_systems_with_one_trajectory_each_and_resumes() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = |n: &str| dir.path().join(n).to_str().unwrap().to_owned();
+    let structure = two_molecules(dir.path());
+    let model = root().join("models/painn-gfn2.safetensors");
+    let (traj, log, summary) = (format!("{}/", p("runs")), p("l.jsonl"), p("s.json"));
+    let args = |extra: &[&str]| {
+        let mut v: Vec<String> = [
+            "md",
+            "--model",
+            model.to_str().unwrap(),
+            "--structure",
+            structure.to_str().unwrap(),
+            "--device",
+            "cpu",
+            "--ensemble",
+            "nvt",
+        ]
+        .map(String::from)
+        .to_vec();
+        v.extend(extra.iter().map(|s| s.to_string()));
+        v
+    };
+    let run = |v: Vec<String>| mlff(&v.iter().map(String::as_str).collect::<Vec<_>>());
+    let o = run(args(&[
+        "--all-frames",
+        "--replicas",
+        "2",
+        "--steps",
+        "20",
+        "--traj",
+        &traj,
+        "--traj-every",
+        "10",
+        "--log",
+        &log,
+        "--restart-every",
+        "10",
+        "--summary-json",
+        &summary,
+    ]));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        stdout.contains("atom-steps/s") && stdout.contains("4 of 4 systems stable"),
+        "{stdout}"
+    );
+    let s: serde_json::Value = serde_json::from_slice(&std::fs::read(&summary).unwrap()).unwrap();
+    let atoms: Vec<u64> = (0..4)
+        .map(|k| s["systems"][k]["atoms"].as_u64().unwrap())
+        .collect();
+    assert_eq!(atoms, [9, 9, 12, 12], "ethanol twice, then benzene twice");
+    for k in 0..4 {
+        let t = mlff_distiller::md::system_traj(Path::new(&traj), k);
+        let frames = mlff_distiller::io::read_extxyz(&t).unwrap();
+        assert_eq!(frames.len(), 3, "system {k}: frames at 0, 10, 20");
+        assert_eq!(frames[2].info_value("system"), Some(k.to_string().as_str()));
+    }
+    // Replicas of one molecule start from different velocities (seeds --seed + k).
+    let rows: Vec<mlff_distiller::md::BatchLogRecord> =
+        mlff_distiller::md::read_log_as(Path::new(&log), u64::MAX).unwrap();
+    assert_eq!(rows.len(), 4 * 3);
+    assert_ne!(rows[0].record.e_kin, rows[1].record.e_kin);
+
+    let restart = format!("{traj}restart.json");
+    let o = mlff(&[
+        "md", "--resume", &restart, "--steps", "30", "--device", "cpu",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let rows: Vec<mlff_distiller::md::BatchLogRecord> =
+        mlff_distiller::md::read_log_as(Path::new(&log), u64::MAX).unwrap();
+    assert_eq!(rows.len(), 4 * 4);
+    assert!(rows[12..].iter().all(|r| r.record.step == 30));
+
+    // One shared trajectory, frames keyed by system; an existing one is refused.
+    let shared = p("shared.extxyz");
+    let o = run(args(&[
+        "--replicas",
+        "3",
+        "--steps",
+        "10",
+        "--traj",
+        &shared,
+        "--traj-every",
+        "10",
+    ]));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let frames = mlff_distiller::io::read_extxyz(Path::new(&shared)).unwrap();
+    let keys: Vec<&str> = frames
+        .iter()
+        .map(|f| f.info_value("system").unwrap())
+        .collect();
+    assert_eq!(keys, ["0", "1", "2", "0", "1", "2"]);
+    let o = run(args(&[
+        "--replicas",
+        "3",
+        "--steps",
+        "10",
+        "--traj",
+        &shared,
+    ]));
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--traj"));
+    assert_eq!(
+        mlff_distiller::io::read_extxyz(Path::new(&shared))
+            .unwrap()
+            .len(),
+        6
+    );
+
+    for (bad, why) in [
+        (vec!["--replicas", "0"], "--replicas"),
+        (vec!["--all-frames", "--frame", "1"], "--frame"),
+    ] {
+        let o = run(args(&bad));
+        assert!(!o.status.success(), "{bad:?} was accepted");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains(why), "{bad:?}: {err}");
+    }
+}

@@ -12,7 +12,7 @@ use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
 /// An output as a restart file recorded it: (name, path, length, last record).
-type Recorded<'a> = (
+pub(super) type Recorded<'a> = (
     &'static str,
     Option<&'a PathBuf>,
     Option<u64>,
@@ -23,50 +23,18 @@ impl Restart {
     /// Refuses a resume from `path` (this file) that would lose or mix up data, naming the
     /// output that moved on.
     pub fn check_current(&self, path: &Path) -> Result<()> {
-        let stale = |msg: String| {
-            Error::Md(format!(
-                "restart file {} is stale: {msg}; resume from the run's newest restart file, or \
-                 pass --branch DIR to continue this state in new files",
-                path.display()
-            ))
+        let newer = |live: &Path| {
+            Restart::load(live)
+                .ok()
+                .filter(|r| r.run_id.is_some() && r.run_id == self.run_id)
+                .map(|r| r.step)
         };
-        // The run's own restart file, if this is a copy of it.
-        if let Some(live) = &self.settings.outputs.restart {
-            let same = (live.canonicalize().ok()).zip(path.canonicalize().ok());
-            if live.exists() && same.is_none_or(|(a, b)| a != b) {
-                if let Ok(newer) = Restart::load(live) {
-                    if newer.run_id.is_some()
-                        && newer.run_id == self.run_id
-                        && newer.step > self.step
-                    {
-                        return Err(stale(format!(
-                            "the run's restart file {} is at step {}, this copy at step {}",
-                            live.display(),
-                            newer.step,
-                            self.step
-                        )));
-                    }
-                }
-            }
-        }
-        // A run killed after this restart wrote at most up to its next restart.
-        let reach = self.step + self.settings.restart_every;
-        for (what, file, len, tail) in self.outputs() {
-            let (Some(file), Some(len)) = (file, len) else {
-                continue;
-            };
-            check_tail(what, file, len, tail)?;
-            if let Some(step) = last_step_after(what, file, len)?.filter(|&s| s > reach) {
-                return Err(stale(format!(
-                    "the {what} {} goes on to step {step}, past this restart's step {} (its \
-                     frames after step {} would be cut off)",
-                    file.display(),
-                    self.step,
-                    self.step
-                )));
-            }
-        }
-        Ok(())
+        let run = RunPoint {
+            step: self.step,
+            restart_every: self.settings.restart_every,
+            live: self.settings.outputs.restart.as_deref(),
+        };
+        check_current(path, run, newer, &self.outputs())
     }
 
     /// Continues this state in `folder`: the outputs, cut to the lengths this restart
@@ -136,6 +104,64 @@ impl Restart {
             ),
         ]
     }
+}
+
+/// Where a restart file stands in its run: its step, the run's restart interval, and the
+/// run's own restart file.
+pub(super) struct RunPoint<'a> {
+    pub step: u64,
+    pub restart_every: u64,
+    pub live: Option<&'a Path>,
+}
+
+/// Refuses a resume from the restart file `path` that would lose or mix up data: the run's
+/// own restart file has moved on (`newer` gives its step where it belongs to the same run),
+/// or an output does not end as recorded or goes on past where a run killed after this
+/// restart could have got.
+pub(super) fn check_current(
+    path: &Path,
+    run: RunPoint,
+    newer: impl Fn(&Path) -> Option<u64>,
+    outputs: &[Recorded],
+) -> Result<()> {
+    let stale = |msg: String| {
+        Error::Md(format!(
+            "restart file {} is stale: {msg}; resume from the run's newest restart file, or \
+             pass --branch DIR to continue this state in new files",
+            path.display()
+        ))
+    };
+    // The run's own restart file, if this is a copy of it.
+    if let Some(live) = run.live {
+        let same = (live.canonicalize().ok()).zip(path.canonicalize().ok());
+        if live.exists() && same.is_none_or(|(a, b)| a != b) {
+            if let Some(step) = newer(live).filter(|&s| s > run.step) {
+                return Err(stale(format!(
+                    "the run's restart file {} is at step {step}, this copy at step {}",
+                    live.display(),
+                    run.step
+                )));
+            }
+        }
+    }
+    // A run killed after this restart wrote at most up to its next restart.
+    let reach = run.step + run.restart_every;
+    for &(what, file, len, tail) in outputs {
+        let (Some(file), Some(len)) = (file, len) else {
+            continue;
+        };
+        check_tail(what, file, len, tail)?;
+        if let Some(step) = last_step_after(what, file, len)?.filter(|&s| s > reach) {
+            return Err(stale(format!(
+                "the {what} {} goes on to step {step}, past this restart's step {} (its \
+                 frames after step {} would be cut off)",
+                file.display(),
+                run.step,
+                run.step
+            )));
+        }
+    }
+    Ok(())
 }
 
 fn io(path: &Path) -> impl Fn(std::io::Error) -> Error + '_ {

@@ -7,6 +7,7 @@ use super::{BatchLogRecord, BatchSimulation, HostState, Member};
 use crate::error::{Error, Result};
 use crate::fsutil::{read_json, write_json};
 use crate::md::analysis::Bonds;
+use crate::md::continuity::{check_current, Recorded, RunPoint};
 use crate::md::forces::ForceProvider;
 use crate::md::integrator::{Ensemble, State};
 use crate::md::output::{self, read_log_as, AppendFile, Tail};
@@ -168,6 +169,43 @@ impl BatchRestart {
         }
         outputs_absolute(&mut r.settings.outputs, path);
         Ok(r)
+    }
+
+    /// Refuses a resume from `path` (this file) that would lose or mix up data, as
+    /// [`Restart::check_current`](crate::md::Restart::check_current) does for single runs.
+    pub fn check_current(&self, path: &Path) -> Result<()> {
+        let newer = |live: &Path| {
+            BatchRestart::load(live)
+                .ok()
+                .filter(|r| r.run_id == self.run_id)
+                .map(|r| r.step)
+        };
+        let o = &self.settings.outputs;
+        let split: Vec<PathBuf> = match (&o.traj, o.traj_split) {
+            (Some(folder), true) => (0..self.systems.len())
+                .map(|k| system_traj(folder, k))
+                .collect(),
+            _ => Vec::new(),
+        };
+        let mut outputs: Vec<Recorded> = vec![(
+            "log",
+            o.log.as_ref(),
+            self.log_bytes,
+            self.log_tail.as_ref(),
+        )];
+        if !o.traj_split {
+            let traj = (o.traj.as_ref(), self.traj_bytes, self.traj_tail.as_ref());
+            outputs.push(("trajectory", traj.0, traj.1, traj.2));
+        }
+        for (p, s) in split.iter().zip(&self.systems) {
+            outputs.push(("trajectory", Some(p), s.traj_bytes, s.traj_tail.as_ref()));
+        }
+        let run = RunPoint {
+            step: self.step,
+            restart_every: self.settings.restart_every,
+            live: o.restart.as_deref(),
+        };
+        check_current(path, run, newer, &outputs)
     }
 
     /// The systems still in the batch, in batch order (numbers, cell, pbc and positions),

@@ -1,5 +1,7 @@
 //! `mlff md`: molecular dynamics with a student model, with restarts and a stability summary.
 
+mod batch;
+
 use super::{claim, parse_dtype, DynamicsArgs, ModelArgs};
 use crate::fsutil::{sha256_file, write_json, Claim, Mode, OutputSet};
 use crate::graph::Graphs;
@@ -41,6 +43,16 @@ pub struct MdArgs {
     /// Frame of --structure to start from (negative counts from the end).
     #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
     frame: i64,
+    /// Every frame of --structure is a system of its own (molecules and sizes may differ),
+    /// all run at once: one force call per step for every system.
+    #[arg(long, conflicts_with = "frame")]
+    all_frames: bool,
+    /// Runs N copies of each system at once, copy k with seed --seed + k (its own starting
+    /// velocities and Langevin noise). With more than one system, --traj is one file with a
+    /// `system` key per frame, or a folder of one trajectory per system where it ends in `/`
+    /// or is a folder; the log has a `system` field per row.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    replicas: u64,
     /// Total number of steps (with --resume: continue to this step; default: the original
     /// run's total).
     #[arg(long)]
@@ -74,7 +86,8 @@ pub struct MdArgs {
     /// SIGINT or SIGTERM, and only where no restart file exists).
     #[arg(long, default_value_t = 0)]
     restart_every: u64,
-    /// Restart file path (default: <traj>.restart.json, or mlff-md.restart.json).
+    /// Restart file path (default: <traj>.restart.json, restart.json in a --traj folder, or
+    /// mlff-md.restart.json).
     #[arg(long)]
     restart_file: Option<PathBuf>,
     /// Continue the run a restart file describes (same settings, same outputs).
@@ -82,6 +95,7 @@ pub struct MdArgs {
         "structure", "frame", "dt", "ensemble", "temperature", "init_temperature", "friction",
         "seed", "skin", "keep_momenta", "traj", "traj_every", "log", "log_every",
         "restart_every", "restart_file", "dtype", "backend", "keep_going", "append",
+        "all_frames", "replicas",
     ])]
     resume: Option<PathBuf>,
     /// auto: run each step as one CUDA graph replay where possible (a CUDA device, --backend
@@ -116,6 +130,13 @@ pub struct MdArgs {
 
 pub fn run(a: MdArgs) -> Result<ExitCode> {
     let stop = StopFlag::on_signals().context("installing the SIGINT/SIGTERM handlers")?;
+    let resumes_batch = match &a.resume {
+        Some(path) => batch::is_batch_restart(path)?,
+        None => false,
+    };
+    if a.all_frames || a.replicas > 1 || resumes_batch {
+        return batch::run(&a, stop);
+    }
     let (summary, _claim) = match &a.resume {
         Some(path) => resume(&a, path, stop)?,
         None => fresh(&a, stop)?,
@@ -162,7 +183,9 @@ fn check_flags(a: &MdArgs) -> Result<()> {
     Ok(())
 }
 
-fn fresh(a: &MdArgs, stop: StopFlag) -> Result<(MdSummary, Claim)> {
+/// A fresh run's settings and outputs, checked before anything is read. `split` is the number
+/// of systems of a batch run whose `--traj` is a folder of one trajectory per system.
+fn plan(a: &MdArgs, split: Option<usize>) -> Result<(MdSettings, OutputSet)> {
     let (Some(model), Some(structure)) = (&a.model, &a.structure) else {
         bail!("--model and --structure are required unless --resume is given");
     };
@@ -177,6 +200,7 @@ fn fresh(a: &MdArgs, stop: StopFlag) -> Result<(MdSummary, Claim)> {
     // Without --restart-every, a restart file is written only if the run is interrupted, and
     // only where none exists.
     let restart = a.restart_file.clone().unwrap_or_else(|| match &a.traj {
+        Some(folder) if split.is_some() => folder.join("restart.json"),
         Some(t) => PathBuf::from(format!("{}.restart.json", t.display())),
         None => PathBuf::from("mlff-md.restart.json"),
     });
@@ -189,9 +213,15 @@ fn fresh(a: &MdArgs, stop: StopFlag) -> Result<(MdSummary, Claim)> {
     }
     let keep = Mode::for_existing(a.overwrite, a.append);
     const HINT: &str = "pass --overwrite to replace it or --append to add to it";
-    for (flag, path) in [("--traj", &a.traj), ("--log", &a.log)] {
+    let traj = a.traj.as_ref().filter(|_| split.is_none());
+    for (flag, path) in [("--traj", traj), ("--log", a.log.as_ref())] {
         if let Some(p) = path {
             io.output_with_hint(flag, p, keep, HINT);
+        }
+    }
+    if let (Some(folder), Some(n)) = (&a.traj, split) {
+        for k in 0..n {
+            io.output_with_hint("--traj", &crate::md::system_traj(folder, k), keep, HINT);
         }
     }
     let replace = Mode::for_existing(a.overwrite, false);
@@ -220,10 +250,32 @@ fn fresh(a: &MdArgs, stop: StopFlag) -> Result<(MdSummary, Claim)> {
             log: a.log.as_ref().map(absolute),
             restart: restart.as_ref().map(absolute),
             append: a.append,
-            traj_split: false,
+            traj_split: split.is_some(),
         },
     };
     settings.validate()?;
+    Ok((settings, io))
+}
+
+/// What restart files record to rebuild the force provider.
+fn caller(a: &MdArgs, model: &Path, calc: &crate::PainnCalculator) -> Result<serde_json::Value> {
+    let absolute = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+    Ok(json!({
+        "model": absolute(model),
+        "model_sha256": sha256_file(model)?,
+        "dtype": format!("{:?}", a.run.dtype).to_lowercase(),
+        "backend": a.run.backend.name(),
+        "tuning": calc.tuning().changes(),
+        "structure": a.structure,
+        "frame": a.frame,
+    }))
+}
+
+fn fresh(a: &MdArgs, stop: StopFlag) -> Result<(MdSummary, Claim)> {
+    let (settings, io) = plan(a, None)?;
+    let (Some(model), Some(structure)) = (&a.model, &a.structure) else {
+        bail!("--model and --structure are required unless --resume is given");
+    };
     let start = pick_frame(structure, a.frame)?;
     let claim = claim(&io)?;
     for (flag, path) in [("--traj", &a.traj), ("--log", &a.log)] {
@@ -232,15 +284,7 @@ fn fresh(a: &MdArgs, stop: StopFlag) -> Result<(MdSummary, Claim)> {
         }
     }
     let calc = a.run.calculator(model)?;
-    let caller = json!({
-        "model": absolute(model),
-        "model_sha256": sha256_file(model)?,
-        "dtype": format!("{:?}", a.run.dtype).to_lowercase(),
-        "backend": a.run.backend.name(),
-        "tuning": calc.tuning().changes(),
-        "structure": structure,
-        "frame": a.frame,
-    });
+    let caller = caller(a, model, &calc)?;
     let forces = PainnForces::new(&calc, &start, settings.skin)?
         .with_list_site(a.dynamics.neighbor_list)?
         .with_graphs(a.graphs)?;
@@ -269,13 +313,7 @@ fn resume(a: &MdArgs, path: &Path, stop: StopFlag) -> Result<(MdSummary, Claim)>
             folder.display()
         );
     }
-    let c = &restart.caller;
-    let recorded = |k: &str| c.get(k).and_then(|v| v.as_str()).map(str::to_owned);
-    let model = match (&a.model, recorded("model")) {
-        (Some(m), _) => m.clone(),
-        (None, Some(m)) => PathBuf::from(m),
-        (None, None) => bail!("{}: records no model; pass --model", path.display()),
-    };
+    let model = recorded_model(a, &restart.caller, path)?;
     let mut io = OutputSet::new();
     io.input("--model", &model);
     let outs = &restart.settings.outputs;
@@ -294,35 +332,8 @@ fn resume(a: &MdArgs, path: &Path, stop: StopFlag) -> Result<(MdSummary, Claim)>
     if a.branch.is_none() {
         restart.check_current(path)?;
     }
-    let sha = sha256_file(&model)?;
-    if recorded("model_sha256").is_some_and(|s| s != sha) {
-        bail!(
-            "{}: SHA-256 differs from the model the restart file {} was written with",
-            model.display(),
-            path.display()
-        );
-    }
-    let dtype = parse_dtype(&recorded("dtype").unwrap_or_else(|| "f32".into()))
-        .map_err(anyhow::Error::msg)?;
-    // (Restart files before the backends had a name record "ops".)
-    let backend: Backend = recorded("backend")
-        .or_else(|| recorded("ops"))
-        .unwrap_or_else(|| "autograd".into())
-        .parse()
-        .map_err(anyhow::Error::msg)?;
-    if let Some(steps) = a.steps {
-        anyhow::ensure!(
-            steps >= restart.step,
-            "--steps {steps} is before the restart's step {}",
-            restart.step
-        );
-        restart.settings.steps = steps;
-    }
-    let run = ModelArgs {
-        dtype,
-        backend,
-        ..a.run.clone()
-    };
+    let run = recorded_run(a, &restart.caller, &model, path)?;
+    restart.settings.steps = resumed_steps(a, restart.step, restart.settings.steps)?;
     let calc = run.calculator(&model)?;
     let template = Structure {
         cell: restart.cell,
@@ -343,14 +354,69 @@ fn resume(a: &MdArgs, path: &Path, stop: StopFlag) -> Result<(MdSummary, Claim)>
     Ok((summary, claim))
 }
 
-fn run_with_progress(sim: &mut Simulation<PainnForces>) -> Result<MdSummary> {
-    let s = sim.settings();
-    let bar = ProgressBar::new(s.steps);
+/// The model a restart file's `caller` records (or --model, where it moved).
+fn recorded_model(a: &MdArgs, caller: &serde_json::Value, path: &Path) -> Result<PathBuf> {
+    match (&a.model, caller.get("model").and_then(|v| v.as_str())) {
+        (Some(m), _) => Ok(m.clone()),
+        (None, Some(m)) => Ok(PathBuf::from(m)),
+        (None, None) => bail!("{}: records no model; pass --model", path.display()),
+    }
+}
+
+/// The model settings a restart file's `caller` records, after checking that `model` is the
+/// file it was written with.
+fn recorded_run(
+    a: &MdArgs,
+    caller: &serde_json::Value,
+    model: &Path,
+    path: &Path,
+) -> Result<ModelArgs> {
+    let recorded = |k: &str| caller.get(k).and_then(|v| v.as_str()).map(str::to_owned);
+    let sha = sha256_file(model)?;
+    if recorded("model_sha256").is_some_and(|s| s != sha) {
+        bail!(
+            "{}: SHA-256 differs from the model the restart file {} was written with",
+            model.display(),
+            path.display()
+        );
+    }
+    let dtype = parse_dtype(&recorded("dtype").unwrap_or_else(|| "f32".into()))
+        .map_err(anyhow::Error::msg)?;
+    // (Restart files before the backends had a name record "ops".)
+    let backend: Backend = recorded("backend")
+        .or_else(|| recorded("ops"))
+        .unwrap_or_else(|| "autograd".into())
+        .parse()
+        .map_err(anyhow::Error::msg)?;
+    Ok(ModelArgs {
+        dtype,
+        backend,
+        ..a.run.clone()
+    })
+}
+
+/// The total steps of a resumed run: --steps where given (not before the restart's step).
+fn resumed_steps(a: &MdArgs, at: u64, recorded: u64) -> Result<u64> {
+    match a.steps {
+        Some(steps) if steps < at => bail!("--steps {steps} is before the restart's step {at}"),
+        Some(steps) => Ok(steps),
+        None => Ok(recorded),
+    }
+}
+
+fn progress_bar(steps: u64, at: u64) -> ProgressBar {
+    let bar = ProgressBar::new(steps);
     bar.set_style(
         ProgressStyle::with_template("{bar:30} {pos}/{len} steps {msg}")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
-    bar.set_position(sim.step());
+    bar.set_position(at);
+    bar
+}
+
+fn run_with_progress(sim: &mut Simulation<PainnForces>) -> Result<MdSummary> {
+    let s = sim.settings();
+    let bar = progress_bar(s.steps, sim.step());
     let dt = s.dt_fs;
     let summary = sim.run(&mut |p: &Progress| {
         bar.set_position(p.step);
