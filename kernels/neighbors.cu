@@ -75,17 +75,28 @@ extern "C" __global__ void nl_wrap_f64(const double* x, const double* g, double*
     }
 }
 
+// Atom i's candidate neighbours j in [lo, hi): all atoms, or (a batch of independent systems)
+// the atoms of its own system, span[2i] .. span[2i + 1].
+__device__ __forceinline__ void span_of(const unsigned int* span, size_t i, size_t n, size_t* lo,
+                                        size_t* hi) {
+    *lo = span ? span[2 * i] : 0;
+    *hi = span ? span[2 * i + 1] : n;
+}
+
 // Edges per atom: one warp per atom i, its lanes over j.
 extern "C" __global__ void nl_count_f64(const double* x, const double* g, unsigned int* counts,
-                                        size_t n, unsigned int periodic, double cut2) {
+                                        size_t n, unsigned int periodic, double cut2,
+                                        const unsigned int* span) {
     const unsigned lane = threadIdx.x & 31;
     const size_t warps = ((size_t)gridDim.x * blockDim.x) >> 5;
     for (size_t i = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5; i < n; i += warps) {
         unsigned int c = 0;
-        for (size_t j0 = 0; j0 < n; j0 += 32) {
+        size_t lo, hi;
+        span_of(span, i, n, &lo, &hi);
+        for (size_t j0 = lo; j0 < hi; j0 += 32) {
             const size_t j = j0 + lane;
             int s[3];
-            const bool e = j < n && pair_edge(x, i, j, g, periodic != 0, cut2, s);
+            const bool e = j < hi && pair_edge(x, i, j, g, periodic != 0, cut2, s);
             c += __popc(__ballot_sync(FULL_MASK, e));
         }
         if (lane == 0) counts[i] = c;
@@ -141,7 +152,8 @@ extern "C" __global__ void nl_scan_f64(const unsigned int* counts, unsigned int*
 // cutoff). An overflowed list is padding only.
 extern "C" __global__ void nl_fill_f64(const double* x, const double* g, const unsigned int* scan,
                                        unsigned int* out, size_t n, size_t capacity,
-                                       unsigned int periodic, double cut2) {
+                                       unsigned int periodic, double cut2,
+                                       const unsigned int* span) {
     const bool overflow = scan[n + 1] != 0;
     const size_t total = overflow ? 0 : scan[n];
     const unsigned lane = threadIdx.x & 31;
@@ -150,10 +162,12 @@ extern "C" __global__ void nl_fill_f64(const double* x, const double* g, const u
     if (!overflow) {
         for (size_t i = thread >> 5; i < n; i += threads >> 5) {
             size_t slot = scan[i];
-            for (size_t j0 = 0; j0 < n; j0 += 32) {
+            size_t lo, hi;
+            span_of(span, i, n, &lo, &hi);
+            for (size_t j0 = lo; j0 < hi; j0 += 32) {
                 const size_t j = j0 + lane;
                 int s[3];
-                const bool e = j < n && pair_edge(x, i, j, g, periodic != 0, cut2, s);
+                const bool e = j < hi && pair_edge(x, i, j, g, periodic != 0, cut2, s);
                 const unsigned mask = __ballot_sync(FULL_MASK, e);
                 if (e) {
                     const size_t k = slot + __popc(mask & ((1u << lane) - 1u));

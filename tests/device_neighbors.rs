@@ -166,3 +166,15 @@ fn pruning_keeps_the_pairs_within_the_cutoff() {
         }
     }
 }
+
+#[test]
+fn a_batch_of_overlapping_systems_pairs_atoms_only_within_each() {
+    let systems = [
+        aspirin(),
+        random_molecule(30, 8),
+        aspirin(),
+        random_molecule(12, 9),
+    ];
+    let edges = common::device_list::check_systems_against_host(&systems, 5.0, &Device::Cpu);
+    assert!(edges > 0);
+}

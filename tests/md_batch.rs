@@ -9,8 +9,8 @@ mod common;
 use candle_core::{DType, Device, Tensor};
 use mlff_distiller::md::{
     read_log_as, system_seed, BatchLogRecord, BatchProgress, BatchRestart, BatchSimulation,
-    Ensemble, Evaluation, ForceProvider, HostState, LogRecord, MdOutputs, MdSettings, PainnForces,
-    Simulation, StopReason,
+    Ensemble, Evaluation, ForceProvider, HostState, ListSite, LogRecord, MdOutputs, MdSettings,
+    PainnForces, Simulation, StopReason,
 };
 use mlff_distiller::{PainnCalculator, Structure};
 use std::path::Path;
@@ -138,6 +138,32 @@ fn mixed_molecules_equal_single_runs() {
         .collect();
     assert_batch_equals_singles(&systems, settings(80, Ensemble::Nve));
     assert_batch_equals_singles(&systems, settings(40, nvt()));
+}
+
+/// The device list (its CPU twin here), each atom's candidates limited to its own system,
+/// gives the host lists' edges in the host lists' order: the same trajectories to the bit.
+#[test]
+fn a_batch_on_the_device_list_equals_one_on_host_lists() {
+    let calc = calc();
+    let systems: Vec<Structure> = [(5, 1), (9, 2), (9, 2), (12, 4)]
+        .iter()
+        .map(|&(n, seed)| common::random_molecule(n, seed))
+        .collect();
+    let st = settings(60, nvt());
+    let run = |site: ListSite| {
+        let forces = PainnForces::batch(&calc, &systems, st.skin)
+            .unwrap()
+            .with_list_site(site)
+            .unwrap();
+        let mut b =
+            BatchSimulation::new(forces, &systems, st.clone(), serde_json::Value::Null).unwrap();
+        let summary = b.run(&mut quiet()).unwrap();
+        assert!(summary.neighbor_list_builds > 2);
+        (0..systems.len())
+            .map(|k| b.system_state(k).unwrap())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(run(ListSite::Device), run(ListSite::Host));
 }
 
 /// Forces of `inner` with those of system `system` made NaN at call `at` (0: the starting

@@ -1,6 +1,9 @@
 #!/usr/bin/env python3
 """PyTorch MD reference: the PaiNN of painn_torch.py in velocity-Verlet NVE, each step (forces,
 kick-drift-kick, the largest displacement since the list was built) one replayed CUDA graph.
+An export of many molecules (`mlff bench` systems such as aspirin-x64) runs as one batch: one
+force call per step for all, each molecule's atoms paired only among themselves (the list
+built per molecule, as a block-diagonal batch), `atom_steps_per_s` the aggregate.
 
 Reads one structure that `mlff bench --export DIR` wrote (positions, species, cell, periodicity,
 masses), builds a Verlet neighbour list (cutoff + skin, minimum image) in PyTorch with a fixed
@@ -50,8 +53,10 @@ class System:
         missing = [k for k in ("cells", "pbc", "masses") if k not in t]
         if missing:
             sys.exit(f"{path}: no {', '.join(missing)} (exported by an older mlff; re-export)")
-        if n_structures != 1:
-            sys.exit(f"{path}: {n_structures} structures; MD runs one")
+        if n_structures != 1 and bool(t["pbc"].any()):
+            sys.exit(f"{path}: {n_structures} periodic structures; a batch runs molecules")
+        self.n_structures = n_structures
+        self.atom_structure = t["atom_structure"].long().to(dev)
         self.species = t["species"].long().to(dev)
         self.pos = t["positions"].double().to(dev)
         self.cell = t["cells"][0].double().to(dev)
@@ -98,6 +103,25 @@ def neighbor_list(pos, cell, pbc, cutoff, chunk=2048):
     return torch.cat(centers), torch.cat(neighbors), torch.cat(offsets)
 
 
+def molecule_batch_list(pos, structure, n_structures, cutoff):
+    """Edges of a batch of molecules, each paired only within its own molecule, sorted by i then
+    j: one padded [S, M, M] distance block (M the largest molecule), O(S M²) not O(N²)."""
+    counts = torch.bincount(structure, minlength=n_structures)
+    starts = torch.cumsum(counts, 0) - counts
+    m = int(counts.max())
+    local = torch.arange(pos.shape[0], device=pos.device) - starts[structure]
+    p = torch.zeros(n_structures, m, 3, dtype=pos.dtype, device=pos.device)
+    mask = torch.zeros(n_structures, m, dtype=torch.bool, device=pos.device)
+    p[structure, local] = pos
+    mask[structure, local] = True
+    d2 = ((p[:, None, :, :] - p[:, :, None, :]) ** 2).sum(-1)  # [S, i, j]
+    ok = (d2 < cutoff * cutoff) & mask[:, :, None] & mask[:, None, :]
+    ok &= ~torch.eye(m, dtype=torch.bool, device=pos.device)[None]
+    s_, i_, j_ = torch.nonzero(ok, as_tuple=True)
+    centers, neighbors = starts[s_] + i_, starts[s_] + j_
+    return centers, neighbors, torch.zeros(centers.shape[0], 3, dtype=pos.dtype, device=pos.device)
+
+
 def edge_differences(ours, theirs, pos, cell, cutoff):
     """Edges (i, j, image) in one list and not the other, except those within 1e-4 Å of the
     cutoff (where f32 and f64 positions may disagree)."""
@@ -137,7 +161,7 @@ class Md:
         self.vel = v.to(dev, f32)
         self.inv_m = (1.0 / (s.masses * EV_PER_AMU_A2_FS2)).to(f32)[:, None]
         self.half_dt, self.dt = 0.5 * dt, dt
-        self.x = dict(species=s.species, atom_structure=torch.zeros(s.n, dtype=torch.long, device=dev))
+        self.x = dict(species=s.species, atom_structure=s.atom_structure)
         self.capacity = 0
         self.rebuilds = self.captures = 0
         self.built_at = torch.empty_like(self.pos)  # positions at the last build
@@ -154,12 +178,18 @@ class Md:
         self.graph = None
 
     def inputs(self):
-        return dict(self.x, centers=self.centers, neighbors=self.neighbors, offsets=self.offsets, n=1)
+        return dict(self.x, centers=self.centers, neighbors=self.neighbors, offsets=self.offsets,
+                    n=self.s.n_structures)
 
     def build(self):
         """The list at the current positions, into the static buffers (grown, and the graph
         dropped, where it does not fit)."""
-        c, nb, off = neighbor_list(self.pos.double(), self.s.cell, self.s.pbc, self.cutoff + self.skin)
+        reach = self.cutoff + self.skin
+        if self.s.n_structures > 1:
+            c, nb, off = molecule_batch_list(self.pos.double(), self.s.atom_structure,
+                                             self.s.n_structures, reach)
+        else:
+            c, nb, off = neighbor_list(self.pos.double(), self.s.cell, self.s.pbc, reach)
         e = c.shape[0]
         if e > self.capacity:
             self.capacity = (int(1.25 * e) + 63) // 64 * 64
@@ -220,8 +250,9 @@ class Md:
         return self.energy.double().sum().item() + self.kinetic_energy()
 
     def temperature(self):
-        """Kinetic temperature in K (3N - 3 degrees of freedom: no centre-of-mass motion)."""
-        return 2.0 * self.kinetic_energy() / (max(3 * self.s.n - 3, 1) * KB_EV)
+        """Kinetic temperature in K (3N - 3 degrees of freedom per molecule: no centre-of-mass
+        motion of the whole; per molecule approximately)."""
+        return 2.0 * self.kinetic_energy() / (max(3 * self.s.n - 3 * self.s.n_structures, 1) * KB_EV)
 
 
 def main():
@@ -247,12 +278,13 @@ def main():
     s = System(a.system, dev)
 
     # Checks: our list at the exported positions is mlff's, and so are the forces.
-    listed = neighbor_list(s.pos, s.cell, s.pbc, cutoff)
+    listed = (molecule_batch_list(s.pos, s.atom_structure, s.n_structures, cutoff)
+              if s.n_structures > 1 else neighbor_list(s.pos, s.cell, s.pbc, cutoff))
     odd = edge_differences(listed, s.edges, s.pos, s.cell, cutoff)
     if odd:
         sys.exit(f"md_torch.py: {len(listed[0])} edges listed here, {len(s.edges[0])} exported; "
                  f"{len(odd)} differ, e.g. (i, j, image), distance: {odd[:3]}")
-    ef = compiled_energy_forces(model, 1, a.compile_variant) if a.compile else None
+    ef = compiled_energy_forces(model, s.n_structures, a.compile_variant) if a.compile else None
     md = Md(model, s, cutoff, a.skin, a.dt, a.temperature, a.seed, a.graphs == "on" and cuda, ef)
     df = (md.forces.double().cpu() - s.forces).abs().max().item()
     if df > 1e-3:
@@ -277,8 +309,9 @@ def main():
     wall = time.perf_counter() - t0
     per_atom = [(e - e0) / s.n * 1e3 for e in totals]  # meV/atom
     mean = sum(per_atom) / len(per_atom)
-    row = dict(system=pathlib.Path(a.system).stem, atoms=s.n, steps=a.steps, graphs=md.graphs,
-               steps_per_s=a.steps / wall, ms_per_step=wall / a.steps * 1e3,
+    row = dict(system=pathlib.Path(a.system).stem, atoms=s.n, structures=s.n_structures,
+               steps=a.steps, graphs=md.graphs, steps_per_s=a.steps / wall,
+               atom_steps_per_s=a.steps * s.n / wall, ms_per_step=wall / a.steps * 1e3,
                list_builds=md.rebuilds, captures=md.captures, capacity=md.capacity,
                e_tot_drift_mev_per_atom=per_atom[-1],
                e_tot_std_mev_per_atom=math.sqrt(sum((x - mean) ** 2 for x in per_atom) / len(per_atom)),

@@ -76,3 +76,48 @@ pub fn scattered(s: &Structure) -> Structure {
     }
     out
 }
+
+/// Builds one list for `systems` (overlapping in space, as replicas do) with each atom's
+/// candidates limited to its own system, and checks it edge for edge against the host lists
+/// of the systems one by one, concatenated. Returns the edge count.
+pub fn check_systems_against_host(systems: &[Structure], cutoff: f64, dev: &Device) -> usize {
+    let s0 = &systems[0];
+    let b = DeviceListBuilder::new(cutoff, s0.cell.as_ref(), s0.pbc, dev).unwrap();
+    let mut starts = vec![0];
+    let mut flat = Vec::new();
+    let mut spans = Vec::new();
+    for s in systems {
+        let (a, z) = (starts[starts.len() - 1], starts[starts.len() - 1] + s.len());
+        flat.extend(s.positions.iter().flatten().copied());
+        spans.extend((a..z).flat_map(|_| [a as u32, z as u32]));
+        starts.push(z);
+    }
+    let n = starts[systems.len()];
+    let x = Tensor::from_vec(flat, (n, 3), dev).unwrap();
+    let spans = Tensor::from_vec(spans, (n, 2), dev).unwrap();
+    let list = b
+        .build_systems(&x, Some(&spans), 100_000, DType::F64)
+        .unwrap();
+    let status = list.status().unwrap();
+    let lists: Vec<_> = systems
+        .iter()
+        .map(|s| neighbor_list(&s.positions, s.cell.as_ref(), s.pbc, cutoff).unwrap())
+        .collect();
+    let nl = mlff_distiller::neighbors::NeighborList::concat(lists.iter(), &starts);
+    assert_eq!(status.edges, nl.len(), "edges found");
+    let centers: Vec<u32> = list
+        .centers
+        .narrow(0, 0, nl.len())
+        .unwrap()
+        .to_vec1()
+        .unwrap();
+    let neighbors: Vec<u32> = list
+        .neighbors
+        .narrow(0, 0, nl.len())
+        .unwrap()
+        .to_vec1()
+        .unwrap();
+    assert_eq!(centers, nl.centers);
+    assert_eq!(neighbors, nl.neighbors);
+    nl.len()
+}

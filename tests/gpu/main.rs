@@ -7,6 +7,7 @@ mod common;
 
 mod fused_kernels;
 mod md;
+mod md_batch;
 mod model;
 mod neighbors;
 mod one_launch;

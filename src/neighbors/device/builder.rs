@@ -87,7 +87,29 @@ impl DeviceListBuilder {
     /// The list of `positions` (already wrapped: see [`wrap`](Self::wrap)) in `capacity`
     /// slots, offsets in `dtype`.
     pub fn build(&self, positions: &Tensor, capacity: usize, dtype: DType) -> Result<PaddedList> {
+        self.build_systems(positions, None, capacity, dtype)
+    }
+
+    /// [`build`](Self::build) for a batch of independent systems in one cell: atom i pairs
+    /// only with atoms `spans[i][0]..spans[i][1]` (its own system's; `spans` [N, 2] u32).
+    pub fn build_systems(
+        &self,
+        positions: &Tensor,
+        spans: Option<&Tensor>,
+        capacity: usize,
+        dtype: DType,
+    ) -> Result<PaddedList> {
         self.check_positions(positions)?;
+        if let Some(s) = spans {
+            let n = positions.dim(0)?;
+            if s.dims() != [n, 2] || s.dtype() != DType::U32 || !s.is_contiguous() {
+                return Err(Error::NeighborList(format!(
+                    "spans must be [{n}, 2] u32 and contiguous, got {:?} {:?}",
+                    s.dims(),
+                    s.dtype()
+                )));
+            }
+        }
         if capacity >= u32::MAX as usize {
             return Err(Error::NeighborList(format!(
                 "capacity {capacity} does not fit u32 slots"
@@ -110,11 +132,12 @@ impl DeviceListBuilder {
             });
         }
         let x = positions.contiguous()?;
-        let counts = self.run(Step::Count, &[&x], n, DType::U32, n)?;
+        let counts = self.run_spans(Step::Count, &[&x], spans, n, DType::U32, n)?;
         let scan = self.run(Step::Scan { capacity }, &[&counts], n + 2, DType::U32, n)?;
-        let edges = self.run(
+        let edges = self.run_spans(
             Step::Fill { capacity },
             &[&x, &scan],
+            spans,
             2 * capacity,
             DType::U32,
             n,
@@ -169,6 +192,19 @@ impl DeviceListBuilder {
         dtype: DType,
         atoms: usize,
     ) -> Result<Tensor> {
+        self.run_spans(step, inputs, None, shape, dtype, atoms)
+    }
+
+    /// [`run`](Self::run) with each atom's candidate neighbours limited to its span.
+    fn run_spans(
+        &self,
+        step: Step,
+        inputs: &[&Tensor],
+        spans: Option<&Tensor>,
+        shape: impl Into<candle_core::Shape>,
+        dtype: DType,
+        atoms: usize,
+    ) -> Result<Tensor> {
         let shape = shape.into();
         let cut2 = match step {
             Step::PruneCount { cut2 } | Step::PruneFill { cut2, .. } => cut2,
@@ -183,6 +219,7 @@ impl DeviceListBuilder {
             host_geometry: self.host_geometry,
             geometry: self.geometry.clone(),
             inputs: inputs.iter().map(|t| (*t).clone()).collect(),
+            spans: spans.cloned(),
             shape,
             dtype,
         };

@@ -8,6 +8,9 @@ pub(super) struct Twin<'a> {
     pub n: usize,
     pub periodic: bool,
     pub cut2: f64,
+    /// Each atom's candidate neighbours `spans[2i]..spans[2i + 1]` (its system in a batch);
+    /// all atoms without.
+    pub spans: Option<&'a [u32]>,
 }
 
 fn dot3(a: [f64; 3], b: &[f64]) -> f64 {
@@ -65,9 +68,16 @@ impl Twin<'_> {
         out
     }
 
+    fn candidates(&self, i: usize) -> std::ops::Range<usize> {
+        match self.spans {
+            Some(s) => s[2 * i] as usize..s[2 * i + 1] as usize,
+            None => 0..self.n,
+        }
+    }
+
     pub fn count(&self, x: &[f64]) -> Vec<u32> {
         (0..self.n)
-            .map(|i| (0..self.n).filter(|&j| self.pair(x, i, j).0).count() as u32)
+            .map(|i| self.candidates(i).filter(|&j| self.pair(x, i, j).0).count() as u32)
             .collect()
     }
 
@@ -78,7 +88,7 @@ impl Twin<'_> {
         let total = if overflow { 0 } else { scan[n] as usize };
         if !overflow {
             for (i, &start) in scan[..n].iter().enumerate() {
-                let edges = (0..n).filter(|&j| self.pair(x, i, j).0);
+                let edges = self.candidates(i).filter(|&j| self.pair(x, i, j).0);
                 for (slot, j) in (start as usize..).zip(edges) {
                     out[slot] = i as u32;
                     out[capacity + slot] = j as u32;

@@ -48,6 +48,16 @@ pub(super) fn launch(op: &StepOp, dev: &CudaDevice) -> Result<(CudaStorage, cand
         views.push(view(t, g)?);
     }
     let (gguard, _) = op.geometry.storage_and_layout();
+    let span_guard = op.spans.as_ref().map(|t| t.storage_and_layout());
+    let spans = match (&op.spans, &span_guard) {
+        (Some(t), Some((g, _))) => match view(t, g)? {
+            View::U32(v) => Some(v),
+            _ => candle_core::bail!("neighbour list: spans must be u32"),
+        },
+        _ => None,
+    };
+    // A null pointer where every atom's candidates are all atoms.
+    let no_spans = 0u64;
     let View::F64(geometry) = view(&op.geometry, &gguard)? else {
         candle_core::bail!("neighbour list: geometry must be f64")
     };
@@ -106,6 +116,10 @@ pub(super) fn launch(op: &StepOp, dev: &CudaDevice) -> Result<(CudaStorage, cand
                 Step::Count => {
                     b.arg(&periodic);
                     b.arg(&op.cut2);
+                    match &spans {
+                        Some(v) => b.arg(v),
+                        None => b.arg(&no_spans),
+                    };
                 }
                 Step::Scan { .. } => {
                     b.arg(&capacity);
@@ -114,6 +128,10 @@ pub(super) fn launch(op: &StepOp, dev: &CudaDevice) -> Result<(CudaStorage, cand
                     b.arg(&capacity);
                     b.arg(&periodic);
                     b.arg(&op.cut2);
+                    match &spans {
+                        Some(v) => b.arg(v),
+                        None => b.arg(&no_spans),
+                    };
                 }
                 Step::Offsets { .. } => {
                     b.arg(&capacity);

@@ -19,11 +19,16 @@ impl candle_core::CustomOp1 for StepOp {
         use candle_core::CpuStorage;
         let f64s = |k: usize| self.inputs[k].flatten_all()?.to_vec1::<f64>();
         let u32s = |k: usize| self.inputs[k].flatten_all()?.to_vec1::<u32>();
+        let spans = match &self.spans {
+            Some(t) => Some(t.flatten_all()?.to_vec1::<u32>()?),
+            None => None,
+        };
         let twin = cpu::Twin {
             g: &self.host_geometry,
             n: self.atoms,
             periodic: self.periodic,
             cut2: self.cut2,
+            spans: spans.as_deref(),
         };
         let out = match self.step {
             Step::Wrap => CpuStorage::F64(twin.wrap(&f64s(0)?)),

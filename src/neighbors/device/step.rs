@@ -40,6 +40,8 @@ pub(super) struct StepOp {
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     pub(super) geometry: Tensor,
     pub(super) inputs: Vec<Tensor>,
+    /// [N, 2] u32: each atom's candidate neighbours (a batch of systems); all atoms without.
+    pub(super) spans: Option<Tensor>,
     pub(super) shape: candle_core::Shape,
     pub(super) dtype: DType,
 }

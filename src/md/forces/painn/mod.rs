@@ -71,6 +71,8 @@ pub struct PainnForces<'a> {
     /// The host list (all systems, atom indices of the batch) and its builds so far.
     host_list: NeighborList,
     host_builds: usize,
+    /// Each atom's own system's atoms as [N, 2] u32, for a batch's device list.
+    spans: Option<Tensor>,
     /// The list built on the device instead of `host_list` ([`ListSite`]), its builds so far,
     /// and the slots of its next build.
     device_list: Option<DeviceListBuilder>,
@@ -179,6 +181,7 @@ impl<'a> PainnForces<'a> {
             skin,
             host_list: NeighborList::default(),
             host_builds: 0,
+            spans: None,
             device_list: None,
             device_builds: 0,
             list_capacity: 0,
@@ -197,7 +200,30 @@ impl<'a> PainnForces<'a> {
             one_launch: tuning.one_launch_steps && systems.len() == 1,
             one_launch_steps: 0,
         }
+        .with_spans()?
         .with_list_site(ListSite::Auto)
+    }
+
+    fn with_spans(mut self) -> Result<Self> {
+        self.spans = self.spans_of()?;
+        Ok(self)
+    }
+
+    /// The spans of a batch's systems (none for one system).
+    fn spans_of(&self) -> Result<Option<Tensor>> {
+        Ok(match self.systems.len() {
+            1 => None,
+            _ => {
+                let spans: Vec<u32> = (0..self.systems.len())
+                    .flat_map(|k| {
+                        let (a, b) = (self.starts[k] as u32, self.starts[k + 1] as u32);
+                        (a..b).flat_map(move |_| [a, b])
+                    })
+                    .collect();
+                let n = spans.len() / 2;
+                Some(Tensor::from_vec(spans, (n, 2), self.calculator.device())?)
+            }
+        })
     }
 
     /// [`ForceProvider::retain_systems`]: the kept systems' atoms stay in order; the list is
@@ -228,6 +254,7 @@ impl<'a> PainnForces<'a> {
         }
         self.atom_structure = Tensor::from_vec(atom_structure, atoms.len(), dev)?;
         (self.systems, self.starts) = (systems, starts);
+        self.spans = self.spans_of()?;
         (self.reference, self.edges, self.deferred) = (None, None, None);
         (self.graph, self.steps) = (None, None);
         self.one_launch &= self.systems.len() == 1;
@@ -255,16 +282,17 @@ impl<'a> PainnForces<'a> {
         let dev = self.calculator.device();
         let (cell, pbc) = (self.systems[0].cell.as_ref(), self.systems[0].pbc);
         let cutoff = self.cutoff + self.skin;
-        if self.systems.len() > 1 && site == ListSite::Device {
-            return Err(Error::NeighborList(format!(
-                "the device neighbour list serves one system, not a batch of {} (use the host \
-                 list)",
-                self.systems.len()
-            )));
+        let one_cell = (self.systems.iter()).all(|s| s.cell.as_ref() == cell && s.pbc == pbc);
+        if !one_cell && site == ListSite::Device {
+            return Err(Error::NeighborList(
+                "the device neighbour list serves a batch of systems in one cell (or of \
+                 molecules); these systems have different cells (use the host list)"
+                    .into(),
+            ));
         }
         self.device_list = match site {
             ListSite::Host => None,
-            ListSite::Auto if !dev.is_cuda() || self.systems.len() > 1 => None,
+            ListSite::Auto if !dev.is_cuda() || !one_cell => None,
             ListSite::Auto => DeviceListBuilder::new(cutoff, cell, pbc, dev).ok(),
             ListSite::Device => Some(DeviceListBuilder::new(cutoff, cell, pbc, dev)?),
         };
@@ -347,7 +375,7 @@ impl<'a> PainnForces<'a> {
             .map_or(self.list_capacity, |g| g.shape().edge_capacity);
         let dtype = self.calculator.dtype();
         let (list, edges) = loop {
-            let list = builder.build(&x, capacity, dtype)?;
+            let list = builder.build_systems(&x, self.spans.as_ref(), capacity, dtype)?;
             let status = list.status()?;
             if status.edges >= u32::MAX as usize {
                 return Err(Error::NeighborList(format!(

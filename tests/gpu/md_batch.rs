@@ -1,0 +1,133 @@
+//! Many systems in one MD run on CUDA: the batch follows the CPU batch (f64), and each of its
+//! systems follows its own single run on CUDA to f32 rounding (the shipped model, the fused
+//! path, the device list limited to each system's atoms, graphs where the tuning takes them).
+
+use crate::common::*;
+use crate::{cuda, shipped_calculator};
+use candle_core::{DType, Device};
+use mlff_distiller::md::{
+    host_positions, system_seed, BatchSimulation, Ensemble, MdSettings, PainnForces, Simulation,
+    StopReason,
+};
+use mlff_distiller::model::Backend;
+use mlff_distiller::systems::{aspirin, start_geometry};
+use mlff_distiller::Structure;
+
+fn settings(ensemble: Ensemble) -> MdSettings {
+    MdSettings {
+        steps: 100,
+        ensemble,
+        skin: 0.2,
+        traj_every: 0,
+        log_every: 20,
+        stop_when_unstable: false,
+        seed: 5,
+        ..Default::default()
+    }
+}
+
+const ENSEMBLES: [Ensemble; 2] = [
+    Ensemble::Nve,
+    Ensemble::Nvt {
+        temperature: 300.0,
+        friction: 10.0,
+    },
+];
+
+fn batch_positions(
+    calc: &mlff_distiller::PainnCalculator,
+    systems: &[Structure],
+    st: &MdSettings,
+) -> (Vec<Vec<[f64; 3]>>, usize) {
+    let f = PainnForces::batch(calc, systems, st.skin).unwrap();
+    let on_device = f.list_on_device();
+    let mut b = BatchSimulation::new(f, systems, st.clone(), serde_json::Value::Null).unwrap();
+    let summary = b.run(&mut |_| {}).unwrap();
+    assert_eq!(summary.stop, StopReason::Completed);
+    assert!(
+        summary.neighbor_list_builds > 1,
+        "the lists were never rebuilt"
+    );
+    if calc.device().is_cuda() {
+        assert!(
+            on_device,
+            "a batch of molecules builds its list on the device"
+        );
+    }
+    let x = (0..systems.len())
+        .map(|k| b.system_state(k).unwrap().positions)
+        .collect();
+    (x, summary.neighbor_list_builds)
+}
+
+#[test]
+fn cuda_batch_md_matches_cpu_batch_md() {
+    let systems = vec![aspirin(), random_molecule(12, 4), aspirin()];
+    for ensemble in ENSEMBLES {
+        let st = settings(ensemble);
+        let (cpu, _) = batch_positions(&calculator(DType::F64, &Device::Cpu), &systems, &st);
+        let (gpu, builds) = batch_positions(&calculator(DType::F64, &cuda()), &systems, &st);
+        for (k, (a, b)) in cpu.iter().zip(&gpu).enumerate() {
+            let dx = max_force_diff(a, b);
+            println!(
+                "{} system {k}: {dx:.2e} Å ({builds} builds)",
+                ensemble.name()
+            );
+            assert!(
+                dx < 1e-8,
+                "{} system {k}: {dx} Å after 100 steps",
+                ensemble.name()
+            );
+        }
+    }
+}
+
+#[test]
+fn cuda_batch_md_systems_follow_their_single_runs() {
+    let gpu = cuda();
+    let calc = shipped_calculator(&gpu, DType::F32, Backend::Fused);
+    let mut systems: Vec<Structure> = ["ethanol", "benzene", "aspirin", "trialanine"]
+        .iter()
+        .map(|n| start_geometry(n).unwrap())
+        .collect();
+    systems.extend(vec![aspirin(); 4]);
+    for ensemble in ENSEMBLES {
+        let st = settings(ensemble);
+        let (batch, _) = batch_positions(&calc, &systems, &st);
+        for (k, s) in systems.iter().enumerate() {
+            let single = MdSettings {
+                seed: system_seed(st.seed, k),
+                ..st.clone()
+            };
+            let f = PainnForces::new(&calc, s, st.skin).unwrap();
+            let mut sim = Simulation::new(f, s, single, serde_json::Value::Null).unwrap();
+            sim.run(&mut |_| {}).unwrap();
+            let x = host_positions(&sim.state().positions).unwrap();
+            let dx = max_force_diff(&batch[k], &x);
+            println!(
+                "{} system {k} ({} atoms): {dx:.2e} Å",
+                ensemble.name(),
+                s.len()
+            );
+            assert!(
+                dx < 1e-3,
+                "{} system {k}: {dx} Å after 100 steps",
+                ensemble.name()
+            );
+        }
+    }
+}
+
+/// The device list of a batch on CUDA equals the CPU twin's: each atom paired only within its
+/// own system, in the host lists' order.
+#[test]
+fn cuda_batch_device_list_matches_host_lists() {
+    let systems = [
+        aspirin(),
+        random_molecule(30, 8),
+        aspirin(),
+        random_molecule(12, 9),
+    ];
+    let edges = crate::common::device_list::check_systems_against_host(&systems, 5.0, &cuda());
+    assert!(edges > 0);
+}
