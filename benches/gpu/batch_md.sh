@@ -40,13 +40,13 @@ if [[ "$parts" == *" ours "* ]]; then
   echo "| run | systems | atoms | steps/s | M atom-steps/s | list builds |" > "$out/ours.md"
   echo "|---|---|---|---|---|---|" >> "$out/ours.md"
   for ens in nve nvt; do
-    md "aspirin-single-$ens" 4000 --structure $start/aspirin.extxyz --ensemble $ens
+    md "aspirin-single-$ens" 10000 --structure $start/aspirin.extxyz --ensemble $ens
     for n in 8 64 256 1024; do
-      steps=$(( n <= 64 ? 3000 : (n == 256 ? 1500 : 600) ))
+      steps=$(( n <= 64 ? 6000 : (n == 256 ? 3000 : 1000) ))
       md "aspirin-x$n-$ens" $steps --structure $start/aspirin.extxyz --replicas $n --ensemble $ens
     done
-    md "six-$ens" 3000 --structure "$work/six.extxyz" --all-frames --ensemble $ens
-    md "six-x16-$ens" 2000 --structure "$work/six.extxyz" --all-frames --replicas 16 --ensemble $ens
+    md "six-$ens" 6000 --structure "$work/six.extxyz" --all-frames --ensemble $ens
+    md "six-x16-$ens" 4000 --structure "$work/six.extxyz" --all-frames --replicas 16 --ensemble $ens
   done
   for n in 256 1024; do
     md "aspirin-x$n-nve-graphs-on" 600 --structure $start/aspirin.extxyz --replicas $n --graphs on
