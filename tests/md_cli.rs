@@ -220,6 +220,47 @@ fn validate_md_compares_code_paths_in_one_report() {
     assert!(out.join("runs/ethanol_painn-gfn2-fused_nve.jsonl").exists());
     assert_eq!(json["settings"]["neighbor_list"], "auto");
 
+    // --batched: every system in one run per variant and ensemble, the same report and files.
+    let batched_out = dir.path().join("batched");
+    let batched = report(
+        &batched_out,
+        &[
+            "--backend",
+            "stock,fused",
+            "--systems",
+            "ethanol,water8",
+            "--batched",
+            "--nve-steps",
+            "10,20",
+            "--nvt-steps",
+            "10",
+        ],
+    );
+    let batched_runs = batched["runs"].as_array().unwrap();
+    assert_eq!(batched_runs.len(), runs.len());
+    for (a, b) in runs.iter().zip(batched_runs) {
+        for key in ["system", "variant", "ensemble"] {
+            assert_eq!(a[key], b[key]);
+        }
+        // The same seed per system: the same trajectory, to the batched call's rounding.
+        let e = |r: &serde_json::Value| r["windows"][0]["temperature_mean"].as_f64().unwrap();
+        assert!((e(a) - e(b)).abs() < 1e-3 * e(a), "{} vs {}", e(a), e(b));
+    }
+    let log = "runs/water8_painn-gfn2-fused_nvt.jsonl";
+    let lines = |d: &Path| {
+        std::fs::read_to_string(d.join(log))
+            .unwrap()
+            .lines()
+            .count()
+    };
+    assert_eq!(lines(&batched_out), lines(&out));
+    assert!(!batched_out.join("runs").read_dir().unwrap().any(|e| {
+        e.unwrap()
+            .file_name()
+            .to_string_lossy()
+            .starts_with(".batch")
+    }));
+
     // The device list (its CPU twin here), as `mlff md --neighbor-list device`.
     let device_out = dir.path().join("device-list");
     let json = report(

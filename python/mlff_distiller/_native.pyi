@@ -53,14 +53,19 @@ class Session:
 
 def run_command(args: Sequence[str]) -> Tuple[int, Optional[str]]: ...
 def masses(numbers: Sequence[int]) -> list[float]: ...
+SystemArrays = Tuple[
+    npt.NDArray[np.float64],
+    npt.NDArray[np.int64],
+    Optional[npt.NDArray[np.float64]],
+    Optional[npt.NDArray[np.bool_]],
+    Optional[npt.NDArray[np.float64]],
+]
+
 def run_md(
     model: Model,
-    positions: npt.NDArray[np.float64],
-    numbers: npt.NDArray[np.int64],
-    cell: Optional[npt.NDArray[np.float64]] = None,
-    pbc: Optional[npt.NDArray[np.bool_]] = None,
-    momenta: Optional[npt.NDArray[np.float64]] = None,
+    systems: Sequence[SystemArrays],
     *,
+    batch: bool = False,
     steps: int = 1000,
     dt: float = 0.5,
     ensemble: str = "nve",
@@ -78,6 +83,6 @@ def run_md(
     keep_going: bool = False,
     overwrite: bool = False,
     append: bool = False,
-    callback: Optional[Callable[[int, dict, npt.NDArray[np.float64]], object]] = None,
+    callback: Optional[Callable[[int, dict, Optional[npt.NDArray[np.float64]]], object]] = None,
     graphs: str = "auto",
-) -> Tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], str]: ...
+) -> Tuple[list[npt.NDArray[np.float64]], list[npt.NDArray[np.float64]], str]: ...

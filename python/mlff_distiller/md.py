@@ -17,6 +17,7 @@ def run(
     atoms,
     model,
     steps: int = 1000,
+    replicas: int = 1,
     dt: float = 0.5,
     ensemble: str = "nve",
     temperature: float = 300.0,
@@ -50,29 +51,53 @@ def run(
 
     Returns `(atoms, summary)`: a copy of `atoms` at the last step (positions and momenta),
     and the closing summary as a dict (steps/s, drift, stability verdict, ...).
+
+    Many systems at once (as `mlff md --replicas/--all-frames`): `atoms` a list of Atoms
+    and/or `replicas` > 1 (each system that many times). They advance together, one force
+    call per step for all, system k with seed `seed + k`; a system that turns unstable or
+    non-finite is frozen and the others go on. `traj` is then one file with a `system` key
+    per frame, the log has a `system` field per row, and `callback(step, record, None)` gets
+    the active systems, mean temperature and atom-steps/s. Returns a list of Atoms (each at
+    its last step, or where it was frozen) and the batch summary (one row per system).
     """
     m = as_model(model, device=device, dtype=dtype, graphs=graphs)
-    periodic = bool(atoms.pbc.any())
+    batch = isinstance(atoms, (list, tuple)) or replicas != 1
+    if replicas < 1:
+        raise ValueError(f"replicas = {replicas}: must be at least 1")
+    systems = [a for a in (atoms if isinstance(atoms, (list, tuple)) else [atoms])
+               for _ in range(replicas)]
     path = lambda p: None if p is None else os.fspath(p)
-    momenta = np.ascontiguousarray(atoms.get_momenta(), dtype=np.float64) if keep_momenta else None
-    x, v, summary = _native.run_md(
+    xs, vs, summary = _native.run_md(
         m.native,
-        np.ascontiguousarray(atoms.positions, dtype=np.float64),
-        np.ascontiguousarray(atoms.numbers, dtype=np.int64),
-        np.array(atoms.cell[:], dtype=np.float64) if periodic else None,
-        np.array(atoms.pbc, dtype=bool) if periodic else None,
-        momenta,
+        [arrays(a, keep_momenta) for a in systems],
+        batch=batch,
         steps=steps, dt=dt, ensemble=ensemble, temperature=temperature, friction=friction,
         init_temperature=init_temperature, seed=seed, skin=skin, traj=path(traj),
         traj_every=traj_every, log=path(log), log_every=log_every,
         restart_every=restart_every, restart_file=path(restart_file), keep_going=keep_going,
         overwrite=overwrite, append=append, callback=callback, graphs=graphs,
     )
-    out = atoms.copy()
-    out.calc = None
-    out.positions = x
-    out.set_momenta(v * masses(out.numbers)[:, None])
-    return out, json.loads(summary)
+    out = []
+    for a, x, v in zip(systems, xs, vs):
+        b = a.copy()
+        b.calc = None
+        b.positions = x
+        b.set_momenta(v * masses(b.numbers)[:, None])
+        out.append(b)
+    return (out if batch else out[0]), json.loads(summary)
+
+
+def arrays(atoms, keep_momenta: bool):
+    """One system as the engine takes it: positions, numbers, cell and pbc where periodic,
+    momenta where kept."""
+    periodic = bool(atoms.pbc.any())
+    return (
+        np.ascontiguousarray(atoms.positions, dtype=np.float64),
+        np.ascontiguousarray(atoms.numbers, dtype=np.int64),
+        np.array(atoms.cell[:], dtype=np.float64) if periodic else None,
+        np.array(atoms.pbc, dtype=bool) if periodic else None,
+        np.ascontiguousarray(atoms.get_momenta(), dtype=np.float64) if keep_momenta else None,
+    )
 
 
 def masses(numbers) -> np.ndarray:

@@ -1,6 +1,7 @@
 //! `run_md`: the MD engine of `mlff md` on arrays, with the same settings, outputs (claimed and
 //! locked as the command does), restart files and summary, and a Python callback at every log
-//! step. The GIL is released between callbacks.
+//! step: one system, or many at once (as `mlff md --replicas/--all-frames`). The GIL is
+//! released between callbacks.
 
 use crate::arrays::{array, atomic_number, bad, rows};
 use crate::model::{Model, SameThread};
@@ -8,7 +9,8 @@ use crate::to_py;
 use mlff_distiller::fsutil::{Mode, OutputSet};
 use mlff_distiller::interrupt::StopFlag;
 use mlff_distiller::md::{
-    Ensemble, ListSite, MdOutputs, MdSettings, PainnForces, Progress, Simulation,
+    BatchProgress, BatchSimulation, Ensemble, ListSite, MdOutputs, MdSettings, PainnForces,
+    Progress, Simulation,
 };
 use mlff_distiller::structure::{ExtraArray, Structure};
 use numpy::{PyArray2, PyReadonlyArray1, PyReadonlyArray2};
@@ -16,13 +18,24 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use std::path::PathBuf;
 
-/// Runs MD from `positions` (Å) of atoms `numbers` (with `cell`/`pbc` for periodic systems;
-/// `momenta` in ASE's units to start from them instead of Maxwell-Boltzmann velocities).
-/// Returns (positions, velocities in Å/ASE time unit, the summary as JSON). `callback(step,
-/// record, positions)` is called at every log step; it may raise to stop the run.
+/// One system as arrays: positions (Å), atomic numbers, cell and pbc (periodic systems),
+/// momenta (ASE's units; to start from them instead of Maxwell-Boltzmann velocities).
+pub type SystemArrays<'py> = (
+    PyReadonlyArray2<'py, f64>,
+    PyReadonlyArray1<'py, i64>,
+    Option<PyReadonlyArray2<'py, f64>>,
+    Option<PyReadonlyArray1<'py, bool>>,
+    Option<PyReadonlyArray2<'py, f64>>,
+);
+
+/// Runs MD from `systems` (one, or with `batch` many at once, system k seeded with seed + k).
+/// Returns (positions, velocities in Å/ASE time unit, one of each per system; the summary as
+/// JSON). `callback(step, record, positions)` is called at every log step (a batch gives
+/// the active systems, mean temperature and atom-steps/s as the record and no positions); it
+/// may raise to stop the run. A batch's `traj` is one file with a `system` key per frame.
 #[pyfunction]
 #[pyo3(signature = (
-    model, positions, numbers, cell=None, pbc=None, momenta=None, *, steps=1000, dt=0.5,
+    model, systems, *, batch=false, steps=1000, dt=0.5,
     ensemble="nve", temperature=300.0, friction=10.0, init_temperature=None, seed=0, skin=1.0,
     traj=None, traj_every=100, log=None, log_every=10, restart_every=0, restart_file=None,
     keep_going=false, overwrite=false, append=false, callback=None, graphs="auto"
@@ -31,11 +44,8 @@ use std::path::PathBuf;
 pub fn run_md<'py>(
     py: Python<'py>,
     model: Bound<'py, Model>,
-    positions: PyReadonlyArray2<'py, f64>,
-    numbers: PyReadonlyArray1<'py, i64>,
-    cell: Option<PyReadonlyArray2<'py, f64>>,
-    pbc: Option<PyReadonlyArray1<'py, bool>>,
-    momenta: Option<PyReadonlyArray2<'py, f64>>,
+    systems: Vec<SystemArrays<'py>>,
+    batch: bool,
     steps: u64,
     dt: f64,
     ensemble: &str,
@@ -55,41 +65,27 @@ pub fn run_md<'py>(
     append: bool,
     callback: Option<Py<PyAny>>,
     graphs: &str,
-) -> PyResult<(Bound<'py, PyArray2<f64>>, Bound<'py, PyArray2<f64>>, String)> {
-    let z = numbers.as_array();
-    let n = z.len();
-    let numbers: Vec<u8> = (z.iter().enumerate())
-        .map(|(i, &v)| atomic_number(i, v))
-        .collect::<PyResult<_>>()?;
-    let mut start = Structure::molecule(numbers, rows(positions.as_array(), "positions", n)?);
-    if let Some(c) = &cell {
-        let c = c.as_array();
-        if c.shape() != [3, 3] {
-            return Err(bad(format!("cell: shape {:?}, expected [3, 3]", c.shape())));
-        }
-        start.cell = Some(std::array::from_fn(|r| std::array::from_fn(|d| c[[r, d]])));
-        start.pbc = [true; 3];
+) -> PyResult<(
+    Vec<Bound<'py, PyArray2<f64>>>,
+    Vec<Bound<'py, PyArray2<f64>>>,
+    String,
+)> {
+    if systems.is_empty() || (!batch && systems.len() > 1) {
+        return Err(bad(format!(
+            "{} systems given: one, or at least one with batch=True",
+            systems.len()
+        )));
     }
-    if let Some(p) = &pbc {
-        let p = p.as_array();
-        if p.len() != 3 {
-            return Err(bad(format!("pbc: {} values, expected 3", p.len())));
-        }
-        start.pbc = std::array::from_fn(|d| p[d]);
+    let keep_momenta = systems[0].4.is_some();
+    if systems.iter().any(|s| s.4.is_some() != keep_momenta) {
+        return Err(bad("momenta: give them for every system or for none".into()));
     }
-    if let Some(m) = &momenta {
-        let values = rows(m.as_array(), "momenta", n)?
-            .iter()
-            .flatten()
-            .map(|x| format!("{x:e}"))
-            .collect();
-        start.arrays.push(ExtraArray {
-            name: "momenta".into(),
-            kind: 'R',
-            ncols: 3,
-            values,
-        });
-    }
+    let starts = (systems.iter().enumerate())
+        .map(|(k, s)| match batch {
+            true => structure(s).map_err(|e| bad(format!("system {k}: {}", e.value(py)))),
+            false => structure(s),
+        })
+        .collect::<PyResult<Vec<Structure>>>()?;
     let ensemble = match ensemble {
         "nve" => Ensemble::Nve,
         "nvt" => Ensemble::Nvt {
@@ -134,7 +130,7 @@ pub fn run_md<'py>(
         steps,
         ensemble,
         init_temperature: init_temperature.unwrap_or(temperature),
-        keep_momenta: momenta.is_some(),
+        keep_momenta,
         seed,
         skin,
         log_every,
@@ -165,7 +161,7 @@ pub fn run_md<'py>(
     let _claim = io.claim(&holder).map_err(to_py)?;
     let graphs = graphs.parse().map_err(bad)?;
     let calc = model.borrow().calc;
-    let forces = PainnForces::new(calc, &start, skin)
+    let forces = PainnForces::batch(calc, &starts, skin)
         .and_then(|f| f.with_list_site(ListSite::Auto))
         .and_then(|f| f.with_graphs(graphs))
         .map_err(to_py)?;
@@ -176,17 +172,58 @@ pub fn run_md<'py>(
         "structure": "python",
     });
     let stop = StopFlag::on_signals().map_err(|e| bad(e.to_string()))?;
-    let sim = Simulation::new(forces, &start, settings, caller).map_err(to_py)?;
-    let mut sim = SameThread(sim.with_stop(stop.clone()));
     let callback = SameThread(callback);
     let mut failure: Option<PyErr> = None;
     let failed = SameThread(&mut failure);
-    let out = py.detach(move || {
-        let (sim, callback, failed) = (&mut sim, callback, failed);
-        let summary = sim.0.run(&mut |p: &Progress| {
-            let Some(cb) = &callback.0 else { return };
-            Python::attach(|py| {
-                let record = PyDict::new(py);
+    // Calls `callback(step, record, positions)`; an exception stops the run.
+    let raise = stop.clone();
+    let mut call = move |step: u64, fields: &[(&str, f64)], x: Option<&[[f64; 3]]>| {
+        let Some(cb) = &callback.0 else { return };
+        Python::attach(|py| {
+            let record = PyDict::new(py);
+            let called = (fields.iter())
+                .try_for_each(|(k, v)| record.set_item(k, v))
+                .and_then(|_| match x {
+                    Some(x) => cb.call1(py, (step, record, array(py, x))),
+                    None => cb.call1(py, (step, record, py.None())),
+                });
+            if let Err(e) = called {
+                *failed.0 = Some(e);
+                raise.raise(mlff_distiller::interrupt::SIGINT);
+            }
+        });
+    };
+    let out = if batch {
+        let sim = BatchSimulation::new(forces, &starts, settings, caller).map_err(to_py)?;
+        let mut sim = SameThread(sim.with_stop(stop.clone()));
+        let mut call = SameThread(&mut call);
+        py.detach(move || {
+            let (sim, call) = (&mut sim, &mut call);
+            let summary = sim.0.run(&mut |p: &BatchProgress| {
+                let fields = [
+                    ("active", p.active as f64),
+                    ("temperature", p.temperature),
+                    ("atom_steps_per_s", p.atom_steps_per_s),
+                ];
+                (call.0)(p.step, &fields, None);
+            })?;
+            let states = (0..sim.0.systems())
+                .map(|k| sim.0.system_state(k))
+                .collect::<mlff_distiller::Result<Vec<_>>>()?;
+            let json = serde_json::to_string(&summary);
+            let (x, v) = states
+                .into_iter()
+                .map(|s| (s.positions, s.velocities))
+                .unzip();
+            Ok::<_, mlff_distiller::Error>((x, v, json))
+        })
+    } else {
+        let sim = Simulation::new(forces, &starts[0], settings, caller).map_err(to_py)?;
+        let mut sim = SameThread(sim.with_stop(stop.clone()));
+        let mut call = SameThread(&mut call);
+        py.detach(move || {
+            let (sim, call) = (&mut sim, &mut call);
+            let summary = sim.0.run(&mut |p: &Progress| {
                 let r = &p.record;
                 let fields = [
                     ("time_fs", r.time_fs),
@@ -196,26 +233,59 @@ pub fn run_md<'py>(
                     ("temperature", r.temperature),
                     ("bond_deviation", r.bond_deviation),
                 ];
-                let called = fields
-                    .iter()
-                    .try_for_each(|(k, v)| record.set_item(k, v))
-                    .map(|_| array(py, p.positions))
-                    .and_then(|x| cb.call1(py, (p.step, record, x)).map(|_| ()));
-                if let Err(e) = called {
-                    *failed.0 = Some(e);
-                    stop.raise(mlff_distiller::interrupt::SIGINT);
-                }
-            });
-        })?;
-        let state = sim.0.state();
-        let x = mlff_distiller::md::host_positions(&state.positions)?;
-        let v = mlff_distiller::md::host_positions(&state.velocities)?;
-        Ok::<_, mlff_distiller::Error>((x, v, summary))
-    });
+                (call.0)(p.step, &fields, Some(p.positions));
+            })?;
+            let state = sim.0.state();
+            let x = mlff_distiller::md::host_positions(&state.positions)?;
+            let v = mlff_distiller::md::host_positions(&state.velocities)?;
+            Ok::<_, mlff_distiller::Error>((vec![x], vec![v], serde_json::to_string(&summary)))
+        })
+    };
     if let Some(e) = failure {
         return Err(e);
     }
-    let (x, v, summary) = out.map_err(to_py)?;
-    let json = serde_json::to_string(&summary).map_err(|e| bad(e.to_string()))?;
-    Ok((array(py, &x), array(py, &v), json))
+    let (x, v, json) = out.map_err(to_py)?;
+    let json = json.map_err(|e| bad(e.to_string()))?;
+    let arrays = |rows: Vec<Vec<[f64; 3]>>| rows.iter().map(|r| array(py, r)).collect();
+    Ok((arrays(x), arrays(v), json))
+}
+
+/// One system's arrays as a structure (momenta as the `momenta` column).
+fn structure(s: &SystemArrays) -> PyResult<Structure> {
+    let (positions, numbers, cell, pbc, momenta) = s;
+    let z = numbers.as_array();
+    let n = z.len();
+    let numbers: Vec<u8> = (z.iter().enumerate())
+        .map(|(i, &v)| atomic_number(i, v))
+        .collect::<PyResult<_>>()?;
+    let mut start = Structure::molecule(numbers, rows(positions.as_array(), "positions", n)?);
+    if let Some(c) = &cell {
+        let c = c.as_array();
+        if c.shape() != [3, 3] {
+            return Err(bad(format!("cell: shape {:?}, expected [3, 3]", c.shape())));
+        }
+        start.cell = Some(std::array::from_fn(|r| std::array::from_fn(|d| c[[r, d]])));
+        start.pbc = [true; 3];
+    }
+    if let Some(p) = &pbc {
+        let p = p.as_array();
+        if p.len() != 3 {
+            return Err(bad(format!("pbc: {} values, expected 3", p.len())));
+        }
+        start.pbc = std::array::from_fn(|d| p[d]);
+    }
+    if let Some(m) = &momenta {
+        let values = rows(m.as_array(), "momenta", n)?
+            .iter()
+            .flatten()
+            .map(|x| format!("{x:e}"))
+            .collect();
+        start.arrays.push(ExtraArray {
+            name: "momenta".into(),
+            kind: 'R',
+            ncols: 3,
+            values,
+        });
+    }
+    Ok(start)
 }

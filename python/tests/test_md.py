@@ -86,3 +86,26 @@ def test_the_readme_script_runs(root, monkeypatch, device):
     atoms = scope["atoms"]
     assert atoms.calc.model.device.startswith(device), "device=\"auto\" picks the GPU where there is one"
     assert np.isfinite(atoms.get_potential_energy())
+
+
+def test_md_run_many_systems_follows_their_single_runs(root, model_path, device):
+    start = root / "data" / "gfn2" / "start"
+    ethanol, benzene = (ase.io.read(start / f"{n}.extxyz") for n in ("ethanol", "benzene"))
+    model = mf.Model(model_path, device=device, dtype="float64")
+    seen = []
+    finals, summary = mf.md.run(
+        [ethanol, benzene], model, steps=40, ensemble="nvt", replicas=2, seed=3,
+        callback=lambda step, record, x: seen.append((step, record["active"], x)),
+    )
+    assert len(finals) == 4 and len(summary["systems"]) == 4
+    assert summary["stable_systems"] == 4 and summary["atoms"] == 2 * 9 + 2 * 12
+    assert [s for s, _, _ in seen] == [0, 10, 20, 30, 40]
+    assert all(active == 4 and x is None for _, active, x in seen)
+    # System k is the single run seeded with seed + k (to the batched call's rounding).
+    for k, atoms in enumerate([ethanol, ethanol, benzene, benzene]):
+        single, _ = mf.md.run(atoms, model, steps=40, ensemble="nvt", seed=3 + k)
+        np.testing.assert_allclose(finals[k].positions, single.positions, atol=1e-8, rtol=0)
+        np.testing.assert_allclose(finals[k].get_momenta(), single.get_momenta(), atol=1e-7, rtol=0)
+    assert not np.allclose(finals[0].positions, finals[1].positions)
+    with pytest.raises(ValueError, match="replicas"):
+        mf.md.run(ethanol, model, steps=1, replicas=0)

@@ -6,7 +6,7 @@ use crate::device::with_own_stream;
 use crate::fsutil::{sha256_file, write_atomic, write_json};
 use crate::graph::Graphs;
 use crate::io::read_extxyz;
-use crate::md::validate::{markdown, plot_energies, run_suite, SuiteSettings};
+use crate::md::validate::{markdown, plot_energies, run_suite, run_suite_batched, SuiteSettings};
 use crate::model::Backend;
 use crate::systems::start_geometry;
 use crate::{PainnCalculator, Structure};
@@ -51,8 +51,13 @@ pub struct ValidateMdArgs {
     /// streams in one process were measured slower in total than one
     /// (docs/bench-log/06-bench-suite-baseline.md): there, run one process per GPU instead
     /// (benches/gpu/validate.sh).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, conflicts_with = "batched")]
     jobs: usize,
+    /// Run every system at once, one batch per variant and ensemble (as `mlff md
+    /// --all-frames`; each system with --seed, as its own run): the same runs and report,
+    /// the speed column the batch's.
+    #[arg(long)]
+    batched: bool,
     /// Folder for report.md, report.json, etot_<system>.png and runs/.
     #[arg(long)]
     out: PathBuf,
@@ -157,7 +162,11 @@ pub fn run(a: ValidateMdArgs) -> Result<()> {
         graphs: a.graphs,
     };
     std::fs::create_dir_all(&a.out).with_context(|| format!("{}", a.out.display()))?;
-    let reports = run_suite(
+    let suite = match a.batched {
+        true => run_suite_batched,
+        false => run_suite,
+    };
+    let reports = suite(
         &devices,
         &make_variants,
         &systems,

@@ -4,9 +4,10 @@
 //! [`window`] (re-exported here) lives in `md::window`, below the driver that also uses it.
 
 use super::analysis::BOND_DEVIATION_LIMIT;
+use super::batch::{system_traj, BatchSimulation};
 use super::forces::{ListSite, PainnForces};
 use super::integrator::Ensemble;
-use super::output::LogRecord;
+use super::output::{write_log, AppendFile, LogRecord};
 use super::run::{MdSummary, Simulation, StopReason};
 use super::settings::{MdOutputs, MdSettings};
 pub use super::window::{window, Window};
@@ -117,6 +118,84 @@ pub fn run_suite(
     Ok(done.into_iter().map(|(_, r)| r).collect())
 }
 
+/// [`run_suite`] with every system in one batch run per variant and ensemble
+/// ([`BatchSimulation`], on the first device; each system with the suite's seed, as its own
+/// run has): the same runs, files and reports, the speed figures the batch's.
+pub fn run_suite_batched(
+    devices: &[Device],
+    make_variants: &VariantFactory,
+    systems: &[(String, Structure)],
+    s: &SuiteSettings,
+    out: &Path,
+    progress: &(dyn Fn(&RunReport) + Sync),
+) -> Result<Vec<RunReport>> {
+    let dev = devices
+        .first()
+        .ok_or_else(|| Error::Md("the validation needs a device".into()))?;
+    let runs_dir = out.join("runs");
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |cause| Error::Io { path, cause }
+    };
+    std::fs::create_dir_all(&runs_dir).map_err(io(&runs_dir))?;
+    let structures: Vec<Structure> = systems.iter().map(|(_, st)| st.clone()).collect();
+    let seeds = vec![s.seed; systems.len()];
+    let mut done = Vec::new();
+    for (v, (label, calc)) in make_variants(dev)?.iter().enumerate() {
+        let (graphs, plain, label) = graphs_and_label(calc, label, s)?;
+        for (e, (ensemble, steps)) in plan(s).into_iter().enumerate() {
+            // The batch writes its log and trajectories here, then each system's go to the
+            // names its own run would give them.
+            let scratch = runs_dir.join(format!(".batch-{}-{}", slug(&label), ensemble.name()));
+            std::fs::create_dir_all(&scratch).map_err(io(&scratch))?;
+            let traj = (s.traj_every > 0).then(|| scratch.clone());
+            let log = Some(scratch.join("log.jsonl"));
+            let settings = run_settings(s, ensemble, steps, log, traj, true);
+            let forces = PainnForces::batch(calc, &structures, s.skin)?
+                .with_list_site(s.neighbor_list)?
+                .with_graphs(graphs)?;
+            let mut sim = BatchSimulation::with_seeds(
+                forces,
+                &structures,
+                &seeds,
+                settings,
+                serde_json::Value::Null,
+            )
+            .map_err(|e| Error::Md(format!("batch with {label}: {e}")))?;
+            let summary = sim.run(&mut |_| {})?;
+            let variant = match sim.forces().graph_captures() {
+                0 => &plain,
+                _ => &label,
+            };
+            for (k, (name, structure)) in systems.iter().enumerate() {
+                let stem = format!("{}_{}_{}", name, slug(variant), ensemble.name());
+                let log = runs_dir.join(format!("{stem}.jsonl"));
+                let mut file = AppendFile::create(&log)?;
+                for r in sim.records(k) {
+                    write_log(&mut file, r)?;
+                }
+                let traj = system_traj(&scratch, k);
+                if traj.exists() {
+                    let to = runs_dir.join(format!("{stem}.extxyz"));
+                    std::fs::rename(&traj, &to).map_err(io(&to))?;
+                }
+                let run_summary = summary
+                    .run_summary(k)
+                    .ok_or_else(|| Error::Md(format!("the batch summary has no system {k}")))?;
+                let records = sim.records(k).to_vec();
+                let run = (ensemble, steps);
+                let r = report(name, structure, variant, run, run_summary, records, log, s);
+                progress(&r);
+                done.push(((k, v, e), r));
+            }
+            drop(sim); // closes the batch's files
+            std::fs::remove_dir_all(&scratch).map_err(io(&scratch))?;
+        }
+    }
+    done.sort_by_key(|(key, _)| *key);
+    Ok(done.into_iter().map(|(_, r)| r).collect())
+}
+
 /// The NVE and NVT runs of one system with one variant.
 fn run_one(
     name: &str,
@@ -126,50 +205,14 @@ fn run_one(
     s: &SuiteSettings,
     runs_dir: &Path,
 ) -> Result<Vec<RunReport>> {
-    // Graphs are a way to run the fused path; the other paths run as they are.
-    let graphs = match calc.model().backend() == Backend::Fused && s.graphs.wanted(calc)? {
-        true => s.graphs,
-        false => crate::graph::Graphs::Off,
-    };
-    let plain = label;
-    let label = &match graphs != crate::graph::Graphs::Off {
-        true => format!("{label}+graph"),
-        false => label.to_string(),
-    };
-    let nve_steps = s.nve_windows.iter().copied().max().unwrap_or(0);
-    let mut plan = vec![(Ensemble::Nve, nve_steps)];
-    if s.nvt_steps > 0 {
-        plan.push((
-            Ensemble::Nvt {
-                temperature: s.temperature,
-                friction: s.friction,
-            },
-            s.nvt_steps,
-        ));
-    }
+    let (graphs, plain, label) = graphs_and_label(calc, label, s)?;
+    let label = &label;
     let mut reports = Vec::new();
-    for (ensemble, steps) in plan.into_iter().filter(|p| p.1 > 0) {
+    for (ensemble, steps) in plan(s) {
         let stem = format!("{}_{}_{}", name, slug(label), ensemble.name());
         let log = runs_dir.join(format!("{stem}.jsonl"));
-        let settings = MdSettings {
-            dt_fs: s.dt_fs,
-            steps,
-            ensemble,
-            init_temperature: s.temperature,
-            seed: s.seed,
-            skin: s.skin,
-            log_every: s.log_every,
-            traj_every: s.traj_every,
-            stop_when_unstable: true,
-            outputs: MdOutputs {
-                traj: (s.traj_every > 0).then(|| runs_dir.join(format!("{stem}.extxyz"))),
-                log: Some(log.clone()),
-                restart: None,
-                append: false,
-                traj_split: false,
-            },
-            ..Default::default()
-        };
+        let traj = (s.traj_every > 0).then(|| runs_dir.join(format!("{stem}.extxyz")));
+        let settings = run_settings(s, ensemble, steps, Some(log.clone()), traj, false);
         let forces = PainnForces::new(calc, structure, s.skin)?
             .with_list_site(s.neighbor_list)?
             .with_graphs(graphs)?;
@@ -182,38 +225,119 @@ fn run_one(
                    // `auto` captures nothing where replays do not pay (one-kernel molecules, large
                    // lists): such a run is reported, and its files named, as the plain path it was.
         let (variant, log) = match captures {
-            0 if plain != label => {
-                let plain_stem = format!("{}_{}_{}", name, slug(plain), ensemble.name());
-                (plain, rename_run_files(runs_dir, &stem, &plain_stem)?)
+            0 if plain != *label => {
+                let plain_stem = format!("{}_{}_{}", name, slug(&plain), ensemble.name());
+                (
+                    plain.as_str(),
+                    rename_run_files(runs_dir, &stem, &plain_stem)?,
+                )
             }
             _ => (label.as_str(), log),
         };
-        let nonfinite_at = match &summary.stop {
-            StopReason::NonFinite { step, .. } => Some(*step),
-            _ => None,
-        };
-        let conserved = ensemble == Ensemble::Nve;
-        let lengths = if conserved {
-            s.nve_windows.clone()
-        } else {
-            vec![steps]
-        };
-        let windows = lengths
-            .iter()
-            .map(|&w| window(&records, structure.len(), w, conserved, nonfinite_at))
-            .collect();
-        reports.push(RunReport {
-            system: name.to_string(),
-            variant: variant.to_string(),
-            ensemble: ensemble.name().into(),
-            atoms: structure.len(),
-            summary,
-            windows,
-            log,
-            records,
-        });
+        let run = (ensemble, steps);
+        reports.push(report(
+            name, structure, variant, run, summary, records, log, s,
+        ));
     }
     Ok(reports)
+}
+
+/// The graphs a variant runs with, and its label without and with them (`+graph`).
+fn graphs_and_label(
+    calc: &PainnCalculator,
+    label: &str,
+    s: &SuiteSettings,
+) -> Result<(crate::graph::Graphs, String, String)> {
+    // Graphs are a way to run the fused path; the other paths run as they are.
+    let graphs = match calc.model().backend() == Backend::Fused && s.graphs.wanted(calc)? {
+        true => s.graphs,
+        false => crate::graph::Graphs::Off,
+    };
+    let with = match graphs != crate::graph::Graphs::Off {
+        true => format!("{label}+graph"),
+        false => label.to_string(),
+    };
+    Ok((graphs, label.to_string(), with))
+}
+
+/// The runs of each system and variant: NVE over the longest window, then NVT.
+fn plan(s: &SuiteSettings) -> Vec<(Ensemble, u64)> {
+    let nve_steps = s.nve_windows.iter().copied().max().unwrap_or(0);
+    let nvt = Ensemble::Nvt {
+        temperature: s.temperature,
+        friction: s.friction,
+    };
+    [(Ensemble::Nve, nve_steps), (nvt, s.nvt_steps)]
+        .into_iter()
+        .filter(|p| p.1 > 0)
+        .collect()
+}
+
+fn run_settings(
+    s: &SuiteSettings,
+    ensemble: Ensemble,
+    steps: u64,
+    log: Option<PathBuf>,
+    traj: Option<PathBuf>,
+    traj_split: bool,
+) -> MdSettings {
+    MdSettings {
+        dt_fs: s.dt_fs,
+        steps,
+        ensemble,
+        init_temperature: s.temperature,
+        seed: s.seed,
+        skin: s.skin,
+        log_every: s.log_every,
+        traj_every: s.traj_every,
+        stop_when_unstable: true,
+        outputs: MdOutputs {
+            traj,
+            log,
+            restart: None,
+            append: false,
+            traj_split,
+        },
+        ..Default::default()
+    }
+}
+
+/// One run's report, its windows judged from its log.
+#[allow(clippy::too_many_arguments)]
+fn report(
+    name: &str,
+    structure: &Structure,
+    variant: &str,
+    (ensemble, steps): (Ensemble, u64),
+    summary: MdSummary,
+    records: Vec<LogRecord>,
+    log: PathBuf,
+    s: &SuiteSettings,
+) -> RunReport {
+    let nonfinite_at = match &summary.stop {
+        StopReason::NonFinite { step, .. } => Some(*step),
+        _ => None,
+    };
+    let conserved = ensemble == Ensemble::Nve;
+    let lengths = if conserved {
+        s.nve_windows.clone()
+    } else {
+        vec![steps]
+    };
+    let windows = lengths
+        .iter()
+        .map(|&w| window(&records, structure.len(), w, conserved, nonfinite_at))
+        .collect();
+    RunReport {
+        system: name.to_string(),
+        variant: variant.to_string(),
+        ensemble: ensemble.name().into(),
+        atoms: structure.len(),
+        summary,
+        windows,
+        log,
+        records,
+    }
 }
 
 /// Renames a run's log (`.jsonl`) and trajectory (`.extxyz`, if written) in `dir` from stem

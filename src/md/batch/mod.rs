@@ -125,7 +125,29 @@ impl<F: ForceProvider> BatchSimulation<F> {
         settings: MdSettings,
         caller: serde_json::Value,
     ) -> Result<Self> {
+        let seeds: Vec<u64> = (0..systems.len())
+            .map(|k| system_seed(settings.seed, k))
+            .collect();
+        Self::with_seeds(forces, systems, &seeds, settings, caller)
+    }
+
+    /// [`new`](Self::new) with each system's seed given (the validation suite gives every
+    /// system the seed its single run has).
+    pub fn with_seeds(
+        forces: F,
+        systems: &[Structure],
+        seeds: &[u64],
+        settings: MdSettings,
+        caller: serde_json::Value,
+    ) -> Result<Self> {
         settings.validate()?;
+        if seeds.len() != systems.len() {
+            return Err(Error::Md(format!(
+                "{} seeds for {} systems",
+                seeds.len(),
+                systems.len()
+            )));
+        }
         if systems.is_empty() {
             return Err(Error::Md("a batch run needs at least one system".into()));
         }
@@ -147,7 +169,7 @@ impl<F: ForceProvider> BatchSimulation<F> {
             check_separation(s).map_err(in_system)?;
             let m = masses(&s.numbers).map_err(in_system)?;
             let bonds = Bonds::detect(s).map_err(in_system)?;
-            let seed = system_seed(settings.seed, k);
+            let seed = seeds[k];
             let mut rng = ChaCha20Rng::seed_from_u64(seed);
             velocities.extend(if settings.keep_momenta {
                 momenta_velocities(s, &m).map_err(in_system)?

@@ -4,7 +4,7 @@
 use super::BatchSimulation;
 use crate::md::forces::ForceProvider;
 use crate::md::integrator::Ensemble;
-use crate::md::run::StopReason;
+use crate::md::run::{MdSummary, StopReason};
 use crate::md::window::window;
 use serde::Serialize;
 
@@ -105,5 +105,37 @@ impl<F: ForceProvider> BatchSimulation<F> {
             redone_steps: self.deferred.1,
             systems: rows,
         }
+    }
+}
+
+impl BatchSummary {
+    /// System `k`'s row as a single run's summary (the speed and list figures are the
+    /// batch's).
+    pub fn run_summary(&self, k: usize) -> Option<MdSummary> {
+        let r = self.systems.get(k)?;
+        Some(MdSummary {
+            atoms: r.atoms,
+            ensemble: self.ensemble.clone(),
+            dt_fs: self.dt_fs,
+            first_step: self.first_step,
+            last_step: r.last_step,
+            simulated_ps: r.simulated_ps,
+            wall_s: self.wall_s,
+            steps_per_s: self.steps_per_s,
+            ns_per_day: self.ns_per_day,
+            energy_drift_mev_per_atom_ps: r.energy_drift_mev_per_atom_ps,
+            energy_std_mev_per_atom: r.energy_std_mev_per_atom,
+            temperature_mean: r.temperature_mean,
+            temperature_std: r.temperature_std,
+            bonds: r.bonds,
+            max_bond_deviation: r.max_bond_deviation,
+            stable: r.stable,
+            finite: r.finite,
+            stop: r.stop.clone(),
+            neighbor_list_builds: self.neighbor_list_builds,
+            deferred_steps: self.deferred_steps,
+            redone_steps: self.redone_steps,
+            one_launch_steps: 0,
+        })
     }
 }
