@@ -21,6 +21,7 @@ pub mod phase;
 pub mod plan;
 pub mod plot;
 pub mod profiler;
+pub mod stress;
 pub mod structure;
 pub mod systems;
 pub mod train;

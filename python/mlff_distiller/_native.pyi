@@ -33,6 +33,14 @@ class Model:
     ) -> Tuple[
         npt.NDArray[np.float64], npt.NDArray[np.float64], Optional[npt.NDArray[np.float64]]
     ]: ...
+    def stress_arrays(
+        self,
+        positions: npt.NDArray[np.float64],
+        numbers: npt.NDArray[np.int64],
+        cells: Optional[npt.NDArray[np.float64]] = None,
+        pbc: Optional[npt.NDArray[np.bool_]] = None,
+        structure_index: Optional[npt.NDArray[np.int64]] = None,
+    ) -> Tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.float64]]: ...
 
 class Session:
     model: Model

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import numpy as np
 from ase.calculators.calculator import Calculator as AseCalculator
-from ase.calculators.calculator import all_changes
+from ase.calculators.calculator import PropertyNotImplementedError, all_changes
+from ase.stress import full_3x3_to_voigt_6_stress
 
 from . import _native
 from .model import as_model
 
 
 class Calculator(AseCalculator):
-    """An ASE calculator of a distilled student: energy (and free_energy, the same), forces
-    and per-atom energies (`energies`).
+    """An ASE calculator of a distilled student: energy (and free_energy, the same), forces,
+    per-atom energies (`energies`) and, for cells periodic along all three axes, the stress
+    (eV/Å³, Voigt order and sign as ASE's; through the model's autograd graph, so slower than
+    energy and forces).
 
     `model` is a path or a `Model`. Between calls it keeps the system's neighbour list (with
     a `skin` in Å: rebuilt once an atom has moved half of it), device buffers and CUDA
@@ -20,7 +23,7 @@ class Calculator(AseCalculator):
     elements, cell or periodicity starts afresh. The GIL is released while it computes.
     """
 
-    implemented_properties = ["energy", "free_energy", "forces", "energies"]
+    implemented_properties = ["energy", "free_energy", "forces", "energies", "stress"]
 
     def __init__(
         self,
@@ -71,7 +74,15 @@ class Calculator(AseCalculator):
         atoms = self.atoms
         positions = np.ascontiguousarray(atoms.positions, dtype=np.float64)
         numbers, cell, pbc, key = self._system(atoms)
-        if "energies" in properties:
+        if "stress" in properties:
+            if not atoms.pbc.all():
+                raise PropertyNotImplementedError(
+                    "stress needs a cell periodic along all three axes")
+            energies, forces, stresses = self.model.stress_arrays(
+                positions, numbers, cell[None], pbc[None])
+            energy = float(energies[0])
+            self.results["stress"] = full_3x3_to_voigt_6_stress(stresses[0])
+        elif "energies" in properties:
             energies, forces, per_atom = self.model.compute_arrays(
                 positions, numbers,
                 None if cell is None else cell[None],

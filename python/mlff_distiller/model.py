@@ -93,6 +93,21 @@ class Model:
             return energies, forces, atoms
         return energies, forces
 
+    def stress_arrays(self, positions, numbers, cells=None, pbc=None, structure_index=None):
+        """Energies, forces and stresses ([S, 3, 3] in eV/Å³, ASE's sign: positive =
+        tensile; NaN for a structure without a cell periodic along all three axes) of a batch
+        given as in `compute_arrays`. The stress is the energy's strain derivative over the
+        volume, computed through the model's autograd graph."""
+        return self.native.stress_arrays(
+            np.ascontiguousarray(positions, dtype=np.float64),
+            np.ascontiguousarray(numbers, dtype=np.int64),
+            None if cells is None else np.ascontiguousarray(cells, dtype=np.float64),
+            None if pbc is None else np.ascontiguousarray(pbc, dtype=bool),
+            None
+            if structure_index is None
+            else np.ascontiguousarray(structure_index, dtype=np.int64),
+        )
+
     def compute(self, structures: Sequence) -> Tuple[np.ndarray, list]:
         """Energies (eV, [S]) and forces (a [n_i, 3] array per structure, eV/Å) of a list of
         `ase.Atoms`, computed as one batch."""

@@ -13,9 +13,9 @@ use mlff_distiller::model::Backend;
 use mlff_distiller::phase::NoClock;
 use mlff_distiller::structure::Lattice;
 use mlff_distiller::{Batch, Calculator, PainnCalculator, Structure, Tuning};
-use numpy::ndarray::{Array1, ArrayView1, ArrayView2, ArrayView3, Axis};
+use numpy::ndarray::{Array1, Array3, ArrayView1, ArrayView2, ArrayView3, Axis};
 use numpy::{
-    IntoPyArray, PyArray1, PyArray2, PyReadonlyArray1, PyReadonlyArray2, PyReadonlyArray3,
+    IntoPyArray, PyArray1, PyArray2, PyArray3, PyReadonlyArray1, PyReadonlyArray2, PyReadonlyArray3,
 };
 use pyo3::prelude::*;
 use std::path::PathBuf;
@@ -188,6 +188,51 @@ impl Model {
             Array1::from_vec(pred.energies).into_pyarray(py),
             array(py, &forces),
             atoms.map(|a| Array1::from_vec(a).into_pyarray(py)),
+        ))
+    }
+
+    /// Energies, forces and stresses ([S, 3, 3], eV/Å³, ASE's sign; NaN for structures
+    /// without a cell periodic along all three axes) of a batch given as in `compute_arrays`,
+    /// through the model's autograd graph.
+    #[pyo3(signature = (positions, numbers, cells=None, pbc=None, structure_index=None))]
+    #[allow(clippy::type_complexity)]
+    fn stress_arrays<'py>(
+        &self,
+        py: Python<'py>,
+        positions: PyReadonlyArray2<'py, f64>,
+        numbers: PyReadonlyArray1<'py, i64>,
+        cells: Option<PyReadonlyArray3<'py, f64>>,
+        pbc: Option<PyReadonlyArray2<'py, bool>>,
+        structure_index: Option<PyReadonlyArray1<'py, i64>>,
+    ) -> PyResult<(
+        Bound<'py, PyArray1<f64>>,
+        Bound<'py, PyArray2<f64>>,
+        Bound<'py, PyArray3<f64>>,
+    )> {
+        let batch = batch_of(
+            positions.as_array(),
+            numbers.as_array(),
+            cells.as_ref().map(|c| c.as_array()),
+            pbc.as_ref().map(|p| p.as_array()),
+            structure_index.as_ref().map(|s| s.as_array()),
+        )?;
+        let calc = self.calc;
+        let out = py.detach(move || -> mlff_distiller::Result<_> {
+            let p = calc.compute_with_stress(&batch)?;
+            p.prediction.check_finite()?;
+            Ok(p)
+        });
+        let p = out.map_err(to_py)?;
+        let forces: Vec<[f64; 3]> = p.prediction.forces.concat();
+        let s = p.stresses.len();
+        let flat: Vec<f64> = (p.stresses.iter())
+            .flat_map(|m| m.unwrap_or([[f64::NAN; 3]; 3]).into_iter().flatten())
+            .collect();
+        let stresses = Array3::from_shape_vec((s, 3, 3), flat).map_err(|e| bad(e.to_string()))?;
+        Ok((
+            Array1::from_vec(p.prediction.energies).into_pyarray(py),
+            array(py, &forces),
+            stresses.into_pyarray(py),
         ))
     }
 }

@@ -151,3 +151,38 @@ def test_the_gil_is_released_while_the_engine_computes(root, model_path, device)
     span = sum(b - a for a, b in windows[1:])
     assert span > 10 * margin, f"calls too short to tell: {span} s"
     assert inside > 1000, (inside, span)
+
+
+def water_box():
+    """Eight randomly turned waters in a 6.2 Å periodic cube."""
+    from ase.build import molecule
+
+    rng = np.random.default_rng(1)
+    atoms = Atoms(cell=[6.2, 6.2, 6.2], pbc=True)
+    for i, j, k in np.ndindex(2, 2, 2):
+        w = molecule("H2O")
+        w.rotate(rng.uniform(0, 360), rng.normal(size=3))
+        w.translate(np.array([i, j, k]) * 3.1 + 1.5)
+        atoms += w
+    return atoms
+
+
+def test_stress_is_ase_numerical_stress_with_its_sign_and_order(model_path, device):
+    from ase.calculators.calculator import PropertyNotImplementedError
+    from ase.calculators.fd import calculate_numerical_stress
+
+    atoms = water_box()
+    atoms.calc = mf.Calculator(model_path, device=device, dtype="float64")
+    stress = atoms.get_stress()
+    assert stress.shape == (6,) and np.abs(stress).max() > 1e-4
+    numerical = calculate_numerical_stress(atoms, eps=1e-5)
+    np.testing.assert_allclose(stress, numerical, atol=1e-8, rtol=1e-5)
+    # Energy and forces of the stress call are those of the plain call.
+    e, f = atoms.get_potential_energy(), atoms.get_forces()
+    atoms.calc.reset()
+    assert abs(atoms.get_potential_energy() - e) < 1e-9
+    np.testing.assert_allclose(atoms.get_forces(), f, atol=1e-9, rtol=0)
+    molecule = Atoms("H2O", positions=[[0, 0, 0], [0.96, 0, 0], [-0.24, 0.93, 0]])
+    molecule.calc = mf.Calculator(model_path, device=device)
+    with pytest.raises(PropertyNotImplementedError, match="periodic"):
+        molecule.get_stress()

@@ -25,6 +25,12 @@ pub struct PredictArgs {
     /// Frames per model call.
     #[arg(long, default_value_t = 32)]
     batch_size: usize,
+    /// Also the stress of every frame with a cell periodic along all three axes, written as
+    /// `stress` (eV/Å³, 3x3, ASE's sign: `atoms.get_stress()` reads it back; an input
+    /// `stress` label is kept as `ref_stress`). Computed through the model's autograd graph,
+    /// on every backend.
+    #[arg(long)]
+    stress: bool,
     #[command(flatten)]
     run: ModelArgs,
     #[command(flatten)]
@@ -56,15 +62,39 @@ pub fn run(a: PredictArgs) -> Result<()> {
         let first = c * a.batch_size;
         let batch = Batch::new(chunk.to_vec())
             .map_err(|e| super::at_frame(e, |k| (a.input.clone(), first + k)))?;
-        let pred = calc
-            .compute(&batch)
-            .map_err(|e| super::at_frame(e, |k| (a.input.clone(), first + k)))?;
+        let (pred, stresses) = match a.stress {
+            true => {
+                let p = model.compute_with_stress(&batch);
+                p.map(|p| (p.prediction, p.stresses))
+            }
+            false => calc.compute(&batch).map(|p| (p, vec![None; chunk.len()])),
+        }
+        .map_err(|e| super::at_frame(e, |k| (a.input.clone(), first + k)))?;
         // A non-finite result (a NaN weight, say) is an error naming the frame and atom;
         // nothing has been written yet.
         pred.check_finite()
             .map_err(|e| super::at_frame(e, |k| (a.input.clone(), first + k)))?;
-        for (s, (e, f)) in chunk.iter().zip(pred.energies.into_iter().zip(pred.forces)) {
-            out.push(with_prediction(s.clone(), e, f));
+        let results = pred.energies.into_iter().zip(pred.forces).zip(stresses);
+        for (s, ((e, f), sigma)) in chunk.iter().zip(results) {
+            let mut s = with_prediction(s.clone(), e, f);
+            if let Some(sigma) = sigma {
+                anyhow::ensure!(
+                    sigma.iter().flatten().all(|x| x.is_finite()),
+                    "{}: frame {}: the predicted stress is not finite: {sigma:?}",
+                    a.input.display(),
+                    out.len()
+                );
+                let old = s.info.iter().position(|(k, _)| k == "stress");
+                if let Some(i) = old {
+                    let (_, v) = s.info.remove(i);
+                    s.info.retain(|(k, _)| k != "ref_stress");
+                    s.info.push(("ref_stress".into(), v));
+                }
+                let rows = sigma.iter().flatten().map(|x| format!("{x:?}"));
+                s.info
+                    .push(("stress".into(), rows.collect::<Vec<_>>().join(" ")));
+            }
+            out.push(s);
         }
     }
     BatchGraphArgs::report(&calc);

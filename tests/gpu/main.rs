@@ -12,6 +12,7 @@ mod model;
 mod neighbors;
 mod one_launch;
 mod optimizer;
+mod stress;
 mod train_graphs;
 mod weight_grads;
 

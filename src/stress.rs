@@ -1,0 +1,116 @@
+//! Stress of periodic structures as the strain derivative of the energy: every structure's
+//! positions and image offsets go through a symmetric strain ε (r → r (1 + ε), rows as
+//! vectors), and one backward pass at ε = 0 gives the forces and ∂E/∂ε together. With V the
+//! cell volume, ASE's stress is σ = (1/V) ∂E/∂ε (positive = tensile; Voigt order xx yy zz yz
+//! xz xy) and the virial W = -∂E/∂ε = Σ_edges r_ij ⊗ F_ij.
+//!
+//! This runs candle's autograd through the model's graph on every backend (the fused one
+//! through its differentiable message op, as training does), not the fused adjoint: the
+//! adjoint does not gather the virial yet.
+
+use crate::calculator::{PainnCalculator, Prediction};
+use crate::error::Result;
+use crate::model::PainnInputs;
+use crate::neighbors::{batch_neighbor_list, wrap_batch};
+use crate::structure::{volume, Batch, Structure};
+use candle_core::{DType, Tensor, Var};
+
+/// A 3x3 tensor, rows as ASE writes them.
+pub type Matrix3 = [[f64; 3]; 3];
+
+/// Energies, forces and stresses of a batch: the stress of each structure with a cell periodic
+/// along all three axes (others have no volume: `None`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct StressPrediction {
+    pub prediction: Prediction,
+    /// σ in eV/Å³ (ASE's sign), per structure.
+    pub stresses: Vec<Option<Matrix3>>,
+}
+
+/// ASE's Voigt order of a symmetric 3x3: xx yy zz yz xz xy.
+pub fn voigt(s: &Matrix3) -> [f64; 6] {
+    [s[0][0], s[1][1], s[2][2], s[1][2], s[0][2], s[0][1]]
+}
+
+/// The volume a structure's stress is taken over, if it has one (a cell periodic along all
+/// three axes).
+pub fn stress_volume(s: &Structure) -> Option<f64> {
+    match (s.cell.as_ref(), s.pbc) {
+        (Some(c), [true, true, true]) => Some(volume(c).abs()),
+        _ => None,
+    }
+}
+
+impl PainnCalculator {
+    /// Energies, forces and stresses of `batch` by one forward and one backward pass through
+    /// the model under a strain of every structure.
+    pub fn compute_with_stress(&self, batch: &Batch) -> Result<StressPrediction> {
+        let batch = wrap_batch(batch)?;
+        let nl = batch_neighbor_list(&batch, self.model().config().cutoff)?;
+        let (inputs, positions) = self.prepare_with(&batch, &nl)?;
+        let edge_structure =
+            Tensor::from_vec(nl.edge_structures(&batch.offsets), nl.len(), self.device())?;
+        let (energies, forces, de_deps) =
+            strain_derivative(self, &inputs, &positions, &edge_structure)?;
+        let prediction = Prediction::from_device(&batch, &energies, &forces)?;
+        let de_deps = de_deps.to_dtype(DType::F64)?.to_vec3::<f64>()?;
+        let stresses = (batch.structures.iter().zip(&de_deps))
+            .map(|(s, d)| {
+                stress_volume(s)
+                    .map(|v| std::array::from_fn(|a| std::array::from_fn(|b| d[a][b] / v)))
+            })
+            .collect();
+        Ok(StressPrediction {
+            prediction,
+            stresses,
+        })
+    }
+}
+
+/// Energies \[S\] (f64), forces [N, 3] and ∂E/∂ε [S, 3, 3] (symmetric) of prepared inputs,
+/// `edge_structure` the structure of every edge (\[E\] u32).
+pub fn strain_derivative(
+    calc: &PainnCalculator,
+    inputs: &PainnInputs,
+    positions: &Var,
+    edge_structure: &Tensor,
+) -> Result<(Tensor, Tensor, Tensor)> {
+    let model = calc.model();
+    let s = inputs.n_structures;
+    let dev = calc.device();
+    let strain = Var::from_tensor(&Tensor::zeros((s, 3, 3), calc.dtype(), dev)?)?;
+    // Symmetric, so that ∂E/∂ε is too and rotations do not enter.
+    let eps = ((strain.as_tensor() + strain.as_tensor().transpose(1, 2)?)? * 0.5)?;
+    let strained = |rows: &Tensor, index: &Tensor| -> Result<Tensor> {
+        let e = eps.index_select(index, 0)?; // [R, 3, 3]
+        let moved = rows.unsqueeze(1)?.matmul(&e)?.squeeze(1)?;
+        Ok((rows + moved)?)
+    };
+    let x = positions.as_tensor();
+    let strained_inputs = PainnInputs {
+        species: inputs.species.clone(),
+        positions: strained(x, &inputs.atom_structure)?,
+        centers: inputs.centers.clone(),
+        neighbors: inputs.neighbors.clone(),
+        offsets: strained(&inputs.offsets, edge_structure)?,
+        atom_structure: inputs.atom_structure.clone(),
+        n_structures: s,
+    };
+    let atom_energies = model.atom_energies(&strained_inputs)?;
+    let total = atom_energies.sum_all()?;
+    let grads = total.backward()?;
+    let forces = match grads.get(x) {
+        Some(g) => g.neg()?,
+        None => x.zeros_like()?,
+    };
+    let de_deps = match grads.get(strain.as_tensor()) {
+        Some(g) => g.clone(),
+        None => strain.as_tensor().zeros_like()?,
+    };
+    let energies = model.backend().scatter_add(
+        &atom_energies.to_dtype(DType::F64)?,
+        &inputs.atom_structure,
+        s,
+    )?;
+    Ok((energies, forces, de_deps))
+}

@@ -1,0 +1,216 @@
+//! Stress of periodic cells: the strain derivative of the energy against central finite
+//! differences (orthorhombic, triclinic, a cell smaller than the cutoff), every backend the
+//! same, a batch the same as its structures one by one, the forces those of a plain call.
+
+mod common;
+
+use candle_core::{DType, Device};
+use common::{calculator, random_box, random_molecule};
+use mlff_distiller::model::Backend;
+use mlff_distiller::stress::{stress_volume, voigt, Matrix3};
+use mlff_distiller::{Batch, Calculator, PainnCalculator, Structure};
+
+fn calc(backend: Backend) -> PainnCalculator {
+    calculator(DType::F64, &Device::Cpu).with_backend(backend)
+}
+
+/// `s` under the strain r → r (1 + ε), positions and cell alike.
+fn strained(s: &Structure, eps: &Matrix3) -> Structure {
+    let apply = |r: &[f64; 3]| -> [f64; 3] {
+        std::array::from_fn(|d| r[d] + (0..3).map(|c| r[c] * eps[c][d]).sum::<f64>())
+    };
+    Structure {
+        positions: s.positions.iter().map(apply).collect(),
+        cell: s.cell.map(|c| c.map(|row| apply(&row))),
+        ..s.clone()
+    }
+}
+
+fn energy(c: &PainnCalculator, s: &Structure) -> f64 {
+    c.compute(&Batch::from_one(s.clone()).unwrap())
+        .unwrap()
+        .energies[0]
+}
+
+#[test]
+fn stress_is_the_strain_derivative_of_the_energy() {
+    let c = calc(Backend::Autograd);
+    let small = random_box(6, 0.2, 9); // about 3.9 Å wide: many images within the 4 Å cutoff
+    for (what, s) in [
+        ("orthorhombic", random_box(24, 0.0, 1)),
+        ("triclinic", random_box(24, 0.3, 2)),
+        ("smaller than the cutoff", small),
+    ] {
+        let got = c
+            .compute_with_stress(&Batch::from_one(s.clone()).unwrap())
+            .unwrap();
+        let sigma = got.stresses[0].expect("a periodic cell has a stress");
+        let v = stress_volume(&s).unwrap();
+        let h = 1e-5;
+        for a in 0..3 {
+            for b in a..3 {
+                let mut eps = [[0.0; 3]; 3];
+                eps[a][b] += 0.5 * h;
+                eps[b][a] += 0.5 * h;
+                let minus = eps.map(|r| r.map(|x| -x));
+                let fd = (energy(&c, &strained(&s, &eps)) - energy(&c, &strained(&s, &minus)))
+                    / (2.0 * h);
+                let ours = v * sigma[a][b];
+                let scale = (0..3).map(|k| (v * sigma[k][k]).abs()).fold(1e-3, f64::max);
+                assert!(
+                    (ours - fd).abs() < 1e-6 * scale,
+                    "{what} [{a}][{b}]: V σ = {ours}, finite differences {fd}"
+                );
+                assert_eq!(sigma[a][b], sigma[b][a], "{what}: not symmetric");
+            }
+        }
+    }
+}
+
+#[test]
+fn backends_agree_and_a_batch_equals_its_structures() {
+    let boxes = [random_box(16, 0.0, 3), random_box(20, 0.25, 4)];
+    let molecule = random_molecule(7, 5);
+    let all = vec![boxes[0].clone(), molecule.clone(), boxes[1].clone()];
+    let batch = Batch::new(all.clone()).unwrap();
+    let reference = calc(Backend::Autograd).compute_with_stress(&batch).unwrap();
+    assert!(reference.stresses[1].is_none(), "a molecule has no stress");
+    let plain = calc(Backend::Autograd).compute(&batch).unwrap();
+    let df = common::max_force_diff(
+        &reference.prediction.forces.concat(),
+        &plain.forces.concat(),
+    );
+    assert!(df < 1e-12, "forces of the strained call differ by {df}");
+    for backend in [Backend::Stock, Backend::Fused] {
+        let got = calc(backend).compute_with_stress(&batch).unwrap();
+        for (k, (a, b)) in got.stresses.iter().zip(&reference.stresses).enumerate() {
+            let (Some(a), Some(b)) = (a, b) else {
+                assert_eq!(a.is_none(), b.is_none());
+                continue;
+            };
+            for (x, y) in voigt(a).iter().zip(voigt(b)) {
+                assert!(
+                    (x - y).abs() < 1e-10 * y.abs().max(1e-3),
+                    "{backend:?} structure {k}"
+                );
+            }
+        }
+    }
+    for (k, s) in all.iter().enumerate() {
+        let one = calc(Backend::Autograd)
+            .compute_with_stress(&Batch::from_one(s.clone()).unwrap())
+            .unwrap();
+        match (one.stresses[0], reference.stresses[k]) {
+            (Some(a), Some(b)) => {
+                for (x, y) in voigt(&a).iter().zip(voigt(&b)) {
+                    assert!((x - y).abs() < 1e-12 * y.abs().max(1e-3), "structure {k}");
+                }
+            }
+            (a, b) => assert_eq!(a, b),
+        }
+    }
+}
+
+/// Rotating cell and atoms together rotates the stress: σ' = R σ Rᵀ (rows as vectors: r' = r Rᵀ).
+#[test]
+fn stress_rotates_with_the_system() {
+    let c = calc(Backend::Autograd);
+    let s = random_box(18, 0.2, 6);
+    let r = common::random_rotation(11);
+    let rotate = |v: &[f64; 3]| common::rotate(&r, v);
+    let turned = Structure {
+        positions: s.positions.iter().map(rotate).collect(),
+        cell: s.cell.map(|c| c.map(|row| rotate(&row))),
+        ..s.clone()
+    };
+    let sigma = |s: &Structure| {
+        c.compute_with_stress(&Batch::from_one(s.clone()).unwrap())
+            .unwrap()
+            .stresses[0]
+            .unwrap()
+    };
+    let (a, b) = (sigma(&s), sigma(&turned));
+    for i in 0..3 {
+        for j in 0..3 {
+            let want: f64 = (0..3)
+                .flat_map(|k| (0..3).map(move |l| (k, l)))
+                .map(|(k, l)| r[i][k] * a[k][l] * r[j][l])
+                .sum();
+            assert!(
+                (b[i][j] - want).abs() < 1e-9,
+                "[{i}][{j}]: {} vs {want}",
+                b[i][j]
+            );
+        }
+    }
+}
+
+/// `mlff predict --stress` writes what the library computes, as a 3x3 `stress` that ASE reads
+/// back with `atoms.get_stress()` (Voigt, its sign); an input `stress` becomes `ref_stress`.
+#[test]
+fn predict_writes_the_stress_ase_reads_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = common::root().join("models/painn-gfn2.safetensors");
+    let mut water = mlff_distiller::systems::water_box(8, 3);
+    water
+        .info
+        .push(("stress".into(), "1 0 0 0 1 0 0 0 1".into()));
+    let frames = [water.clone(), random_molecule(5, 2)];
+    let input = dir.path().join("in.extxyz");
+    mlff_distiller::io::write_extxyz(&input, &frames).unwrap();
+    let output = dir.path().join("out.extxyz");
+    let o = common::mlff(&[
+        "predict",
+        model.to_str().unwrap(),
+        input.to_str().unwrap(),
+        "-o",
+        output.to_str().unwrap(),
+        "--stress",
+        "--device",
+        "cpu",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let back = mlff_distiller::io::read_extxyz(&output).unwrap();
+    assert_eq!(back[0].info_value("ref_stress"), Some("1 0 0 0 1 0 0 0 1"));
+    assert!(
+        back[1].info_value("stress").is_none(),
+        "a molecule has no stress"
+    );
+    let written: Vec<f64> = (back[0].info_value("stress").unwrap().split_whitespace())
+        .map(|x| x.parse().unwrap())
+        .collect();
+    let c = PainnCalculator::from_checkpoint(&model, &Device::Cpu, DType::F32).unwrap();
+    let want = c
+        .compute_with_stress(&Batch::from_one(water).unwrap())
+        .unwrap();
+    let want: Vec<f64> = want.stresses[0]
+        .unwrap()
+        .iter()
+        .flatten()
+        .copied()
+        .collect();
+    for (x, y) in written.iter().zip(&want) {
+        assert!(
+            (x - y).abs() < 1e-6 * y.abs().max(1e-4),
+            "{written:?} vs {want:?}"
+        );
+    }
+    if common::ase_available() {
+        let script = "import sys, json; from ase.io import read\n\
+            print(json.dumps(list(read(sys.argv[1], 0).get_stress())))";
+        let out = std::process::Command::new("python3")
+            .args(["-c", script, output.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let ase: Vec<f64> = serde_json::from_slice(&out.stdout).unwrap();
+        let m: Matrix3 = std::array::from_fn(|a| std::array::from_fn(|b| written[3 * a + b]));
+        for (x, y) in ase.iter().zip(voigt(&m)) {
+            assert!((x - y).abs() < 1e-12, "ASE reads {ase:?}, we wrote {m:?}");
+        }
+    }
+}
