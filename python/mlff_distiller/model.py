@@ -79,15 +79,7 @@ class Model:
         cells (molecules without). With `atom_energies=True` a third array holds each atom's
         energy. Bad input raises ValueError naming the argument, structure or atom.
         """
-        args = (
-            np.ascontiguousarray(positions, dtype=np.float64),
-            np.ascontiguousarray(numbers, dtype=np.int64),
-            None if cells is None else np.ascontiguousarray(cells, dtype=np.float64),
-            None if pbc is None else np.ascontiguousarray(pbc, dtype=bool),
-            None
-            if structure_index is None
-            else np.ascontiguousarray(structure_index, dtype=np.int64),
-        )
+        args = batch_arrays(positions, numbers, cells, pbc, structure_index)
         energies, forces, atoms = self.native.compute_arrays(*args, atom_energies=atom_energies)
         if atom_energies:
             return energies, forces, atoms
@@ -99,14 +91,7 @@ class Model:
         given as in `compute_arrays`. The stress is the energy's strain derivative over the
         volume, computed through the model's autograd graph."""
         return self.native.stress_arrays(
-            np.ascontiguousarray(positions, dtype=np.float64),
-            np.ascontiguousarray(numbers, dtype=np.int64),
-            None if cells is None else np.ascontiguousarray(cells, dtype=np.float64),
-            None if pbc is None else np.ascontiguousarray(pbc, dtype=bool),
-            None
-            if structure_index is None
-            else np.ascontiguousarray(structure_index, dtype=np.int64),
-        )
+            *batch_arrays(positions, numbers, cells, pbc, structure_index))
 
     def compute(self, structures: Sequence) -> Tuple[np.ndarray, list]:
         """Energies (eV, [S]) and forces (a [n_i, 3] array per structure, eV/Å) of a list of
@@ -125,6 +110,18 @@ class Model:
         energies, forces = self.compute_arrays(positions, numbers, cells, pbc, index)
         bounds = np.cumsum([0] + [len(a) for a in structures])
         return energies, [forces[bounds[k] : bounds[k + 1]] for k in range(len(structures))]
+
+
+def batch_arrays(positions, numbers, cells, pbc, structure_index):
+    """A batch's arrays in the dtypes and layout the engine takes."""
+    contiguous = lambda a, dtype: None if a is None else np.ascontiguousarray(a, dtype=dtype)
+    return (
+        contiguous(positions, np.float64),
+        contiguous(numbers, np.int64),
+        contiguous(cells, np.float64),
+        contiguous(pbc, bool),
+        contiguous(structure_index, np.int64),
+    )
 
 
 def as_model(model, device: str = "auto", dtype: str = "float32", graphs: str = "auto") -> Model:

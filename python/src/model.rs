@@ -145,13 +145,7 @@ impl Model {
         Bound<'py, PyArray2<f64>>,
         Option<Bound<'py, PyArray1<f64>>>,
     )> {
-        let batch = batch_of(
-            positions.as_array(),
-            numbers.as_array(),
-            cells.as_ref().map(|c| c.as_array()),
-            pbc.as_ref().map(|p| p.as_array()),
-            structure_index.as_ref().map(|s| s.as_array()),
-        )?;
+        let batch = batch_of_arrays(&positions, &numbers, &cells, &pbc, &structure_index)?;
         let calc = self.calc;
         let graphs = SameThread(self.graphs.as_ref());
         let out = py.detach(move || -> mlff_distiller::Result<_> {
@@ -209,13 +203,7 @@ impl Model {
         Bound<'py, PyArray2<f64>>,
         Bound<'py, PyArray3<f64>>,
     )> {
-        let batch = batch_of(
-            positions.as_array(),
-            numbers.as_array(),
-            cells.as_ref().map(|c| c.as_array()),
-            pbc.as_ref().map(|p| p.as_array()),
-            structure_index.as_ref().map(|s| s.as_array()),
-        )?;
+        let batch = batch_of_arrays(&positions, &numbers, &cells, &pbc, &structure_index)?;
         let calc = self.calc;
         let out = py.detach(move || -> mlff_distiller::Result<_> {
             let p = calc.compute_with_stress(&batch)?;
@@ -235,6 +223,23 @@ impl Model {
             stresses.into_pyarray(py),
         ))
     }
+}
+
+/// [`batch_of`] on the arrays as Python passed them.
+fn batch_of_arrays(
+    positions: &PyReadonlyArray2<'_, f64>,
+    numbers: &PyReadonlyArray1<'_, i64>,
+    cells: &Option<PyReadonlyArray3<'_, f64>>,
+    pbc: &Option<PyReadonlyArray2<'_, bool>>,
+    structure_index: &Option<PyReadonlyArray1<'_, i64>>,
+) -> PyResult<Batch> {
+    batch_of(
+        positions.as_array(),
+        numbers.as_array(),
+        cells.as_ref().map(|c| c.as_array()),
+        pbc.as_ref().map(|p| p.as_array()),
+        structure_index.as_ref().map(|s| s.as_array()),
+    )
 }
 
 /// Checks the arrays' shapes and values, naming the argument, and makes the batch.
