@@ -1,9 +1,10 @@
 //! Accuracy of a model against labelled frames: energy and force errors overall, per element
-//! and per molecule.
+//! and per molecule, and stress errors where frames have stress labels.
 
-use crate::calculator::Calculator;
-use crate::error::Result;
+use crate::calculator::{Calculator, PainnCalculator};
+use crate::error::{Error, Result};
 use crate::io::extxyz::symbol;
+use crate::stress::{stress_volume, voigt, Matrix3};
 use crate::structure::{Batch, Structure};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -93,6 +94,79 @@ pub struct Report {
     pub per_element: BTreeMap<String, Errors>,
     /// Errors of the frames of each molecule (info key `molecule`, else the formula).
     pub per_molecule: BTreeMap<String, Errors>,
+    /// Over the frames with a `stress` label ([`stress_errors`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stress: Option<StressErrors>,
+}
+
+/// Stress errors over the six Voigt components of the labelled frames, eV/Å³.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct StressErrors {
+    pub frames: usize,
+    pub mae: f64,
+    pub rmse: f64,
+}
+
+/// A frame's stress label: its `stress` info value, nine numbers (the rows of the 3x3) or six
+/// (ASE's Voigt order xx yy zz yz xz xy), eV/Å³ with ASE's sign.
+pub fn stress_label(s: &Structure) -> std::result::Result<Option<Matrix3>, String> {
+    let Some(text) = s.info_value("stress") else {
+        return Ok(None);
+    };
+    let v = (text.split_whitespace())
+        .map(|x| x.parse::<f64>())
+        .collect::<std::result::Result<Vec<f64>, _>>()
+        .map_err(|_| format!("stress `{text}` is not a list of numbers"))?;
+    match v[..] {
+        [a, b, c, d, e, f, g, h, i] => Ok(Some([[a, b, c], [d, e, f], [g, h, i]])),
+        [xx, yy, zz, yz, xz, xy] => Ok(Some([[xx, xy, xz], [xy, yy, yz], [xz, yz, zz]])),
+        _ => Err(format!("stress has {} values, expected 9 or 6", v.len())),
+    }
+}
+
+/// Stress errors of the frames of `frames` with a stress label (none without). `name(k)`
+/// names frame k in errors: a label that is not a stress, or one on a frame without a cell
+/// periodic along all three axes.
+pub fn stress_errors(
+    calc: &PainnCalculator,
+    frames: &[Structure],
+    batch_size: usize,
+    name: &dyn Fn(usize) -> String,
+) -> Result<Option<StressErrors>> {
+    let mut labelled = Vec::new();
+    for (k, s) in frames.iter().enumerate() {
+        let bad = |m: String| Error::Structure(format!("{}: {m}", name(k)));
+        if let Some(label) = stress_label(s).map_err(bad)? {
+            if stress_volume(s).is_none() {
+                return Err(bad(
+                    "a stress label, but no cell periodic along all three axes".into(),
+                ));
+            }
+            labelled.push((k, label));
+        }
+    }
+    if labelled.is_empty() {
+        return Ok(None);
+    }
+    let (mut abs, mut sq, mut n) = (0.0, 0.0, 0usize);
+    for chunk in labelled.chunks(batch_size.max(1)) {
+        let batch = Batch::new(chunk.iter().map(|(k, _)| frames[*k].clone()).collect())?;
+        let got = calc.compute_with_stress(&batch)?;
+        for ((k, label), sigma) in chunk.iter().zip(&got.stresses) {
+            let sigma =
+                sigma.ok_or_else(|| Error::Structure(format!("{}: no stress", name(*k))))?;
+            for (p, r) in voigt(&sigma).iter().zip(voigt(label)) {
+                abs += (p - r).abs();
+                sq += (p - r) * (p - r);
+                n += 1;
+            }
+        }
+    }
+    Ok(Some(StressErrors {
+        frames: labelled.len(),
+        mae: abs / n as f64,
+        rmse: (sq / n as f64).sqrt(),
+    }))
 }
 
 /// Reference and predicted force components, for parity plots.
@@ -166,6 +240,7 @@ pub fn evaluate(
             overall: overall.finish(),
             per_element: finish(per_element),
             per_molecule: finish(per_molecule),
+            stress: None,
         },
         parity,
     ))

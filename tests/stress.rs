@@ -214,3 +214,69 @@ fn predict_writes_the_stress_ase_reads_back() {
         }
     }
 }
+
+#[test]
+fn stress_errors_compare_labels_in_either_layout() {
+    use mlff_distiller::eval::stress_errors;
+    let c = calc(Backend::Autograd);
+    let boxes = [random_box(16, 0.0, 7), random_box(16, 0.2, 8)];
+    let own = c
+        .compute_with_stress(&Batch::new(boxes.to_vec()).unwrap())
+        .unwrap()
+        .stresses;
+    let mut frames = boxes.to_vec();
+    // Frame 0: the 3x3 rows with xx off by 1e-3; frame 1: the exact Voigt six.
+    let mut off = own[0].unwrap();
+    off[0][0] += 1e-3;
+    let rows: Vec<String> = off.iter().flatten().map(|x| format!("{x:?}")).collect();
+    frames[0].info.push(("stress".into(), rows.join(" ")));
+    let six: Vec<String> = voigt(&own[1].unwrap())
+        .iter()
+        .map(|x| format!("{x:?}"))
+        .collect();
+    frames[1].info.push(("stress".into(), six.join(" ")));
+    frames.push(random_molecule(5, 1)); // no label: not counted
+    let name = |k: usize| format!("frame {k}");
+    let e = stress_errors(&c, &frames, 2, &name).unwrap().unwrap();
+    assert_eq!(e.frames, 2);
+    assert!((e.mae - 1e-3 / 12.0).abs() < 1e-12, "{e:?}");
+    assert!((e.rmse - (1e-6f64 / 12.0).sqrt()).abs() < 1e-12, "{e:?}");
+
+    let mut bad = frames.clone();
+    bad[2].info.push(("stress".into(), "1 2 3".into()));
+    let err = stress_errors(&c, &bad, 2, &name).unwrap_err().to_string();
+    assert!(err.contains("frame 2") && err.contains("3 values"), "{err}");
+    let mut molecule = random_molecule(5, 1);
+    molecule.info.push(("stress".into(), six.join(" ")));
+    let err = stress_errors(&c, &[molecule], 2, &name)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("frame 0") && err.contains("periodic"), "{err}");
+}
+
+#[test]
+fn eval_reports_stress_errors_where_frames_have_labels() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = common::root().join("models/painn-gfn2.safetensors");
+    let input = dir.path().join("in.extxyz");
+    let frames = [
+        mlff_distiller::systems::water_box(8, 1),
+        mlff_distiller::systems::water_box(8, 2),
+    ];
+    mlff_distiller::io::write_extxyz(&input, &frames).unwrap();
+    let labelled = dir.path().join("labelled.extxyz");
+    let (m, i, l) = (
+        model.to_str().unwrap(),
+        input.to_str().unwrap(),
+        labelled.to_str().unwrap(),
+    );
+    let o = common::mlff(&["predict", m, i, "-o", l, "--stress", "--device", "cpu"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = common::mlff(&["eval", m, l, "--device", "cpu"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("stress (2 frames with labels): MAE 0.0000 GPa"),
+        "{out}"
+    );
+}

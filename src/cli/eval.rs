@@ -1,7 +1,7 @@
 //! `mlff eval MODEL DATA`: accuracy against labelled frames.
 
 use super::{BatchGraphArgs, ModelArgs};
-use crate::eval::{evaluate, Errors};
+use crate::eval::{evaluate, stress_errors, Errors};
 use crate::fsutil::{Mode, OutputSet};
 use crate::train::Dataset;
 use anyhow::Result;
@@ -65,8 +65,13 @@ pub fn run(a: EvalArgs) -> Result<()> {
     let ds = Dataset::load_all(&a.data)?;
     ds.check_elements(model.model().config())?;
     let calc = a.graphs.wrap(&model)?;
-    let (report, parity) = evaluate(&calc, &ds.frames, a.batch_size)
+    let (mut report, parity) = evaluate(&calc, &ds.frames, a.batch_size)
         .map_err(|e| super::at_frame(e, |k| ds.origin_of(k)))?;
+    let name = |k: usize| {
+        let (file, frame) = ds.origin_of(k);
+        format!("{}: frame {frame}", file.display())
+    };
+    report.stress = stress_errors(&model, &ds.frames, a.batch_size, &name)?;
     BatchGraphArgs::report(&calc);
     println!(
         "{} on {} ({} frames)",
@@ -92,10 +97,21 @@ pub fn run(a: EvalArgs) -> Result<()> {
             e.force_cosine
         );
     }
+    if let Some(st) = &report.stress {
+        // 1 eV/Å³ = 160.21766 GPa.
+        println!(
+            "\nstress ({} frames with labels): MAE {:.4} GPa, RMSE {:.4} GPa ({:.3e} / {:.3e} eV/Å³)",
+            st.frames,
+            st.mae * 160.217_66,
+            st.rmse * 160.217_66,
+            st.mae,
+            st.rmse
+        );
+    }
     if let Some(path) = &a.json {
         let v = serde_json::json!({
             "model": a.model, "data": ds.sources,
-            "units": {"energy": "eV", "forces": "eV/Å"}, "report": report,
+            "units": {"energy": "eV", "forces": "eV/Å", "stress": "eV/Å³"}, "report": report,
         });
         crate::fsutil::write_json(path, &v)?;
     }
