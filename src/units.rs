@@ -10,3 +10,6 @@ pub const PS: f64 = 1000.0 * FS;
 
 /// Boltzmann constant in eV/K (`ase.units.kB`).
 pub const KB: f64 = 8.617_330_337_217_213e-5;
+
+/// One eV/Å³ in bar (`1 / ase.units.bar` in eV/Å³: 1 eV/Å³ = 160.21766 GPa).
+pub const BAR_PER_EV_A3: f64 = 1.602_176_620_8e6;

@@ -280,3 +280,55 @@ fn eval_reports_stress_errors_where_frames_have_labels() {
         "{out}"
     );
 }
+
+/// `log_pressure` puts 2 E_kin / 3V - tr(σ) / 3 in every log row of a periodic run (bar).
+#[test]
+fn md_logs_the_pressure_of_a_periodic_cell() {
+    use mlff_distiller::md::{host_positions, MdSettings, PainnForces, Simulation};
+    let c = calc(Backend::Autograd);
+    let s = random_box(16, 0.1, 12);
+    let st = MdSettings {
+        steps: 20,
+        log_every: 10,
+        traj_every: 0,
+        init_temperature: 200.0,
+        stop_when_unstable: false,
+        log_pressure: true,
+        ..Default::default()
+    };
+    let f = PainnForces::new(&c, &s, st.skin).unwrap();
+    let mut sim = Simulation::new(f, &s, st.clone(), serde_json::Value::Null).unwrap();
+    let summary = sim.run(&mut |_| {}).unwrap();
+    assert!(sim.records().iter().all(|r| r.pressure_bar.is_some()));
+    let after: Vec<f64> = sim.records()[1..]
+        .iter()
+        .filter_map(|r| r.pressure_bar)
+        .collect();
+    let mean = after.iter().sum::<f64>() / after.len() as f64;
+    assert!((summary.pressure_mean_bar.unwrap() - mean).abs() < 1e-9 * mean.abs().max(1.0));
+    let last = *sim.records().last().unwrap();
+    let at = Structure {
+        positions: host_positions(&sim.state().positions).unwrap(),
+        ..s.clone()
+    };
+    let sigma = c
+        .compute_with_stress(&Batch::from_one(at).unwrap())
+        .unwrap()
+        .stresses[0]
+        .unwrap();
+    let v = stress_volume(&s).unwrap();
+    let trace = sigma[0][0] + sigma[1][1] + sigma[2][2];
+    let want = (2.0 * last.e_kin / (3.0 * v) - trace / 3.0) * 1.602_176_620_8e6;
+    let got = last.pressure_bar.unwrap();
+    assert!(
+        (got - want).abs() < 1e-9 * want.abs().max(1.0),
+        "{got} vs {want} bar"
+    );
+
+    let m = random_molecule(5, 1);
+    let f = PainnForces::new(&c, &m, 1.0).unwrap();
+    let err = Simulation::new(f, &m, st, serde_json::Value::Null)
+        .err()
+        .unwrap();
+    assert!(err.to_string().contains("periodic"), "{err}");
+}

@@ -137,6 +137,7 @@ pub fn run_md<'py>(
         traj_every,
         restart_every,
         stop_when_unstable: !keep_going,
+        log_pressure: false,
         outputs: MdOutputs {
             traj: traj.as_ref().map(absolute),
             log: log.as_ref().map(absolute),

@@ -23,6 +23,10 @@ pub struct LogRecord {
     pub temperature: f64,
     /// Largest change of a bond length from the starting structure, Å (the stability watch).
     pub bond_deviation: f64,
+    /// Pressure in bar (`log_pressure` runs of periodic cells): the kinetic part 2 E_kin / 3V
+    /// less a third of the stress's trace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pressure_bar: Option<f64>,
 }
 
 /// A file written only by appending, that knows its length and its last record (what a

@@ -17,7 +17,9 @@ use super::velocities::{
 use super::window::window;
 use crate::error::{Error, Result};
 use crate::interrupt::StopFlag;
+use crate::stress::stress_volume;
 use crate::structure::Structure;
+use crate::units::BAR_PER_EV_A3;
 use candle_core::{DType, Device, Tensor};
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
@@ -79,6 +81,11 @@ pub struct MdSummary {
     /// Kinetic temperature after step 0: mean and standard deviation, K.
     pub temperature_mean: Option<f64>,
     pub temperature_std: Option<f64>,
+    /// Pressure after step 0 (`log_pressure`): mean and standard deviation, bar.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pressure_mean_bar: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pressure_std_bar: Option<f64>,
     pub bonds: usize,
     pub max_bond_deviation: f64,
     pub stable: bool,
@@ -139,6 +146,11 @@ impl<F: ForceProvider> Simulation<F> {
             return Err(Error::Md("the structure has no atoms".into()));
         }
         check_separation(structure)?;
+        if settings.log_pressure && stress_volume(structure).is_none() {
+            return Err(Error::Md(
+                "pressure needs a cell periodic along all three axes".into(),
+            ));
+        }
         let masses = masses(&structure.numbers)?;
         let bonds = Bonds::detect(structure)?;
         let mut rng = ChaCha20Rng::seed_from_u64(settings.seed);
@@ -473,6 +485,10 @@ impl<F: ForceProvider> Simulation<F> {
         }
         let time_fs = step as f64 * self.settings.dt_fs;
         if log_now {
+            let pressure_bar = match self.settings.log_pressure {
+                true => self.pressure(e_kin)?,
+                false => None,
+            };
             let record = LogRecord {
                 step,
                 time_fs,
@@ -481,6 +497,7 @@ impl<F: ForceProvider> Simulation<F> {
                 e_tot: e_pot + e_kin,
                 temperature: temperature(e_kin, self.dof),
                 bond_deviation: worst.max,
+                pressure_bar,
             };
             if let Some(log) = &mut self.log {
                 write_log(log, &record)?;
@@ -505,6 +522,21 @@ impl<F: ForceProvider> Simulation<F> {
         }
         self.observed = positions;
         Ok(stop)
+    }
+
+    /// The pressure in bar with kinetic energy `e_kin`: 2 E_kin / 3V less a third of the
+    /// stress's trace (none where the provider gives no stress).
+    fn pressure(&mut self, e_kin: f64) -> Result<Option<f64>> {
+        let (Some(sigma), Some(v)) = (
+            self.forces.stress(&self.state.positions)?,
+            stress_volume(&self.system),
+        ) else {
+            return Ok(None);
+        };
+        let trace = sigma[0][0] + sigma[1][1] + sigma[2][2];
+        Ok(Some(
+            (2.0 * e_kin / (3.0 * v) - trace / 3.0) * BAR_PER_EV_A3,
+        ))
     }
 
     /// Writes the restart file atomically, after flushing the outputs it points into.
@@ -556,6 +588,11 @@ impl<F: ForceProvider> Simulation<F> {
             s.ensemble == Ensemble::Nve,
             None,
         );
+        let pressures: Vec<f64> = (self.records.iter())
+            .filter(|r| r.step > 0)
+            .filter_map(|r| r.pressure_bar)
+            .collect();
+        let pressure = super::analysis::mean_std(&pressures);
         MdSummary {
             atoms: n,
             ensemble: s.ensemble.name().into(),
@@ -570,6 +607,8 @@ impl<F: ForceProvider> Simulation<F> {
             energy_std_mev_per_atom: w.energy_std_mev_per_atom,
             temperature_mean: w.temperature_mean,
             temperature_std: w.temperature_std,
+            pressure_mean_bar: pressure.map(|p| p.0),
+            pressure_std_bar: pressure.map(|p| p.1),
             bonds: self.bonds.pairs.len(),
             max_bond_deviation: self.max_bond_deviation,
             stable: self.unstable_at_step.is_none()

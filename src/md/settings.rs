@@ -44,6 +44,10 @@ pub struct MdSettings {
     pub restart_every: u64,
     /// Stop at the first step that breaks the bond-length criterion.
     pub stop_when_unstable: bool,
+    /// Pressure in every log row (periodic cells; the stress through the model's autograd
+    /// graph at each log step, an extra backward pass).
+    #[serde(default)]
+    pub log_pressure: bool,
     pub outputs: MdOutputs,
 }
 
@@ -61,6 +65,7 @@ impl Default for MdSettings {
             traj_every: 100,
             restart_every: 0,
             stop_when_unstable: true,
+            log_pressure: false,
             outputs: MdOutputs::default(),
         }
     }

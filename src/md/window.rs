@@ -76,6 +76,7 @@ mod tests {
             e_tot,
             temperature: 100.0 + step as f64,
             bond_deviation,
+            pressure_bar: None,
         }
     }
 

@@ -202,6 +202,10 @@ impl<F: ForceProvider> ForceProvider for ProfiledForces<F> {
         self.inner.systems()
     }
 
+    fn stress(&mut self, positions: &Tensor) -> Result<Option<crate::stress::Matrix3>> {
+        self.inner.stress(positions)
+    }
+
     fn retain_systems(&mut self, keep: &[bool]) -> Result<()> {
         self.inner.retain_systems(keep)
     }

@@ -95,7 +95,7 @@ pub struct MdArgs {
         "structure", "frame", "dt", "ensemble", "temperature", "init_temperature", "friction",
         "seed", "skin", "keep_momenta", "traj", "traj_every", "log", "log_every",
         "restart_every", "restart_file", "dtype", "backend", "keep_going", "append",
-        "all_frames", "replicas",
+        "all_frames", "replicas", "log_pressure",
     ])]
     resume: Option<PathBuf>,
     /// auto: run each step as one CUDA graph replay where possible (a CUDA device, --backend
@@ -110,6 +110,10 @@ pub struct MdArgs {
     /// unstable).
     #[arg(long)]
     keep_going: bool,
+    /// Log the pressure (bar) of a cell periodic along all three axes at every log step: the
+    /// stress through the model's autograd graph, an extra backward pass per log step.
+    #[arg(long)]
+    log_pressure: bool,
     /// Also write the closing summary as JSON here.
     #[arg(long)]
     summary_json: Option<PathBuf>,
@@ -245,6 +249,7 @@ fn plan(a: &MdArgs, split: Option<usize>) -> Result<(MdSettings, OutputSet)> {
         traj_every: a.traj_every,
         restart_every: a.restart_every,
         stop_when_unstable: !a.keep_going,
+        log_pressure: a.log_pressure,
         outputs: MdOutputs {
             traj: a.traj.as_ref().map(absolute),
             log: a.log.as_ref().map(absolute),
@@ -486,6 +491,9 @@ pub fn print_summary(s: &MdSummary) {
     }
     if let (Some(m), Some(sd)) = (s.temperature_mean, s.temperature_std) {
         println!("temperature: {m:.1} ± {sd:.1} K");
+    }
+    if let (Some(m), Some(sd)) = (s.pressure_mean_bar, s.pressure_std_bar) {
+        println!("pressure: {m:.1} ± {sd:.1} bar");
     }
     let verdict = match &s.stop {
         StopReason::Completed if s.stable => "stable".to_string(),

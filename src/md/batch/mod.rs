@@ -141,6 +141,11 @@ impl<F: ForceProvider> BatchSimulation<F> {
         caller: serde_json::Value,
     ) -> Result<Self> {
         settings.validate()?;
+        if settings.log_pressure {
+            return Err(Error::Md(
+                "pressure logging covers single runs for now, not batches".into(),
+            ));
+        }
         if seeds.len() != systems.len() {
             return Err(Error::Md(format!(
                 "{} seeds for {} systems",

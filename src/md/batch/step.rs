@@ -265,6 +265,7 @@ impl<F: ForceProvider> BatchSimulation<F> {
                     e_tot: e_pot + e_kin,
                     temperature: t,
                     bond_deviation: worst.max,
+                    pressure_bar: None,
                 };
                 if let Some(log) = &mut self.log {
                     let row = BatchLogRecord { system: k, record };

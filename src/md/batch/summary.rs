@@ -127,6 +127,8 @@ impl BatchSummary {
             energy_std_mev_per_atom: r.energy_std_mev_per_atom,
             temperature_mean: r.temperature_mean,
             temperature_std: r.temperature_std,
+            pressure_mean_bar: None,
+            pressure_std_bar: None,
             bonds: r.bonds,
             max_bond_deviation: r.max_bond_deviation,
             stable: r.stable,

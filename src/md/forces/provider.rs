@@ -63,6 +63,13 @@ pub trait ForceProvider {
         )))
     }
 
+    /// The stress (eV/Å³, ASE's sign) at `positions` ([N, 3] f64 on the device) of a
+    /// provider of one system with a cell periodic along all three axes; `None` where it has
+    /// none or cannot compute one.
+    fn stress(&mut self, _positions: &Tensor) -> Result<Option<crate::stress::Matrix3>> {
+        Ok(None)
+    }
+
     /// Neighbour-list builds so far (0 for providers without a list).
     fn list_builds(&self) -> usize {
         0

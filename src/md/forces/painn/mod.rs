@@ -19,7 +19,7 @@ use crate::neighbors::{
 };
 use crate::ops::scatter_add;
 use crate::phase::{NoClock, Phase, PhaseClock};
-use crate::structure::Structure;
+use crate::structure::{Batch, Structure};
 use candle_core::{DType, Device, Tensor, Var};
 
 /// Where MD builds its Verlet neighbour list (`--neighbor-list`).
@@ -531,6 +531,21 @@ impl ForceProvider for PainnForces<'_> {
 
     fn systems(&self) -> usize {
         self.systems.len()
+    }
+
+    fn stress(&mut self, positions: &Tensor) -> Result<Option<crate::stress::Matrix3>> {
+        let [system] = &self.systems[..] else {
+            return Ok(None);
+        };
+        if crate::stress::stress_volume(system).is_none() {
+            return Ok(None);
+        }
+        let s = Structure {
+            positions: host_positions(positions)?,
+            ..system.clone()
+        };
+        let got = self.calculator.compute_with_stress(&Batch::from_one(s)?)?;
+        Ok(got.stresses[0])
     }
 
     fn retain_systems(&mut self, keep: &[bool]) -> Result<()> {
