@@ -53,8 +53,11 @@ fn single<F: ForceProvider>(
     st: &MdSettings,
     k: usize,
 ) -> (Vec<LogRecord>, HostState, StopReason) {
+    // (No outputs: they are the batch's.)
     let st = MdSettings {
         seed: system_seed(st.seed, k),
+        restart_every: 0,
+        outputs: MdOutputs::default(),
         ..st.clone()
     };
     let mut sim = Simulation::new(forces, s, st, serde_json::Value::Null).unwrap();
@@ -211,7 +214,15 @@ fn a_replica_gone_non_finite_is_frozen_at_its_step_and_the_others_go_on() {
     let calc = calc();
     let s = common::random_molecule(6, 5);
     let systems = vec![s.clone(); 3];
-    let st = settings(40, nvt());
+    let dir = tempfile::tempdir().unwrap();
+    let st = MdSettings {
+        restart_every: 20,
+        outputs: MdOutputs {
+            restart: Some(dir.path().join("restart.json")),
+            ..Default::default()
+        },
+        ..settings(40, nvt())
+    };
     let forces = Poisoned {
         inner: PainnForces::batch(&calc, &systems, st.skin).unwrap(),
         atoms: 6..12,
@@ -240,6 +251,17 @@ fn a_replica_gone_non_finite_is_frozen_at_its_step_and_the_others_go_on() {
     assert!(!summary.systems[1].finite && !summary.systems[1].stable);
     assert_eq!(summary.systems[1].last_step, 13);
     let frozen = batch.system_state(1).unwrap();
+    // (Debug text: the frozen system holds NaN, which is not equal to itself.)
+    let all = batch.host_states().unwrap();
+    for (k, state) in all.iter().enumerate() {
+        let one = batch.system_state(k).unwrap();
+        assert_eq!(format!("{state:?}"), format!("{one:?}"), "system {k}");
+    }
+    // The restart file holds the frozen system, NaN and all, and reads back.
+    let restart = BatchRestart::load(&dir.path().join("restart.json")).unwrap();
+    assert_eq!(restart.systems[1].frozen.as_ref(), Some(&stop));
+    assert!(restart.systems[1].state.velocities[0][0].is_nan());
+    assert_eq!(restart.systems[0].frozen, None);
     assert_eq!(frozen.step, 13);
     assert!(diff(&frozen.positions, &end.positions) < CLOSE);
     assert_records_close(batch.records(1), &records, "frozen system");

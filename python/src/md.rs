@@ -208,9 +208,7 @@ pub fn run_md<'py>(
                 ];
                 (call.0)(p.step, &fields, None);
             })?;
-            let states = (0..sim.0.systems())
-                .map(|k| sim.0.system_state(k))
-                .collect::<mlff_distiller::Result<Vec<_>>>()?;
+            let states = sim.0.host_states()?;
             let json = serde_json::to_string(&summary);
             let (x, v) = states
                 .into_iter()

@@ -42,14 +42,33 @@ pub struct BatchLogRecord {
     pub record: LogRecord,
 }
 
-/// One system's state on the host (where a frozen system's ends, and in restart files).
+/// One system's state on the host (where a frozen system's ends, and in restart files). A
+/// system frozen as non-finite may hold NaN, which JSON writes as null and reads back as NaN.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct HostState {
     pub step: u64,
+    #[serde(deserialize_with = "rows_or_nan")]
     pub positions: Vec<[f64; 3]>,
+    #[serde(deserialize_with = "rows_or_nan")]
     pub velocities: Vec<[f64; 3]>,
+    #[serde(deserialize_with = "rows_or_nan")]
     pub forces: Vec<[f64; 3]>,
+    #[serde(deserialize_with = "number_or_nan")]
     pub energy: f64,
+}
+
+fn rows_or_nan<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<Vec<[f64; 3]>, D::Error> {
+    let rows: Vec<[Option<f64>; 3]> = Deserialize::deserialize(d)?;
+    Ok(rows
+        .into_iter()
+        .map(|r| r.map(|x| x.unwrap_or(f64::NAN)))
+        .collect())
+}
+
+fn number_or_nan<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<f64, D::Error> {
+    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
 }
 
 /// Reported at every log step.
@@ -352,6 +371,47 @@ impl<F: ForceProvider> BatchSimulation<F> {
             forces: rows(&self.state.forces)?,
             energy: self.energies()?.get(slot)?.to_scalar::<f64>()?,
         })
+    }
+
+    /// Every system's state now (where it was frozen, for frozen ones), with one host read of
+    /// the batch.
+    pub fn host_states(&self) -> Result<Vec<HostState>> {
+        let live = !self.active.is_empty();
+        let rows = |t: &Tensor| match live {
+            true => host_positions(t),
+            false => Ok(Vec::new()),
+        };
+        let (x, v, f) = (
+            rows(&self.state.positions)?,
+            rows(&self.state.velocities)?,
+            rows(&self.state.forces)?,
+        );
+        let energies = match live {
+            true => self.energies()?.to_vec1::<f64>()?,
+            false => Vec::new(),
+        };
+        let mut slots = vec![None; self.members.len()];
+        for (slot, &m) in self.active.iter().enumerate() {
+            slots[m] = Some(slot);
+        }
+        (self.members.iter().zip(slots))
+            .map(|(member, slot)| match (&member.frozen, slot) {
+                (Some((_, state)), _) => Ok(state.clone()),
+                (None, Some(s)) => {
+                    let (a, b) = (self.starts[s], self.starts[s + 1]);
+                    Ok(HostState {
+                        step: self.state.step,
+                        positions: x[a..b].to_vec(),
+                        velocities: v[a..b].to_vec(),
+                        forces: f[a..b].to_vec(),
+                        energy: energies[s],
+                    })
+                }
+                (None, None) => Err(Error::Md(
+                    "a system is neither in the batch nor frozen".into(),
+                )),
+            })
+            .collect()
     }
 
     /// Why system `k` left the batch, if it did.

@@ -321,8 +321,7 @@ impl<F: ForceProvider> BatchSimulation<F> {
         let traj_bytes = self.traj.as_mut().map(AppendFile::sync).transpose()?;
         let log_bytes = self.log.as_mut().map(AppendFile::sync).transpose()?;
         let mut systems = Vec::with_capacity(self.members.len());
-        for k in 0..self.members.len() {
-            let state = self.system_state(k)?;
+        for (k, state) in self.host_states()?.into_iter().enumerate() {
             let m = &mut self.members[k];
             let own_bytes = m.traj.as_mut().map(AppendFile::sync).transpose()?;
             systems.push(SystemRestart {

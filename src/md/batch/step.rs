@@ -220,7 +220,7 @@ impl<F: ForceProvider> BatchSimulation<F> {
         let positions: Vec<[f64; 3]> = (host[2 * n_active..].chunks_exact(3))
             .map(|c| [c[0], c[1], c[2]])
             .collect();
-        let traj_now = traj_now && (self.traj.is_some() || self.settings.outputs.traj.is_some());
+        let traj_now = traj_now && self.settings.outputs.traj.is_some();
         let (velocities, forces) = match traj_now {
             true => (
                 host_positions(&self.state.velocities)?,
