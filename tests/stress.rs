@@ -281,13 +281,9 @@ fn eval_reports_stress_errors_where_frames_have_labels() {
     );
 }
 
-/// `log_pressure` puts 2 E_kin / 3V - tr(σ) / 3 in every log row of a periodic run (bar).
-#[test]
-fn md_logs_the_pressure_of_a_periodic_cell() {
-    use mlff_distiller::md::{host_positions, MdSettings, PainnForces, Simulation};
-    let c = calc(Backend::Autograd);
-    let s = random_box(16, 0.1, 12);
-    let st = MdSettings {
+/// 20 steps from 200 K, logged every 10 with the pressure.
+fn pressure_settings() -> mlff_distiller::md::MdSettings {
+    mlff_distiller::md::MdSettings {
         steps: 20,
         log_every: 10,
         traj_every: 0,
@@ -295,7 +291,16 @@ fn md_logs_the_pressure_of_a_periodic_cell() {
         stop_when_unstable: false,
         log_pressure: true,
         ..Default::default()
-    };
+    }
+}
+
+/// `log_pressure` puts 2 E_kin / 3V - tr(σ) / 3 in every log row of a periodic run (bar).
+#[test]
+fn md_logs_the_pressure_of_a_periodic_cell() {
+    use mlff_distiller::md::{host_positions, PainnForces, Simulation};
+    let c = calc(Backend::Autograd);
+    let s = random_box(16, 0.1, 12);
+    let st = pressure_settings();
     let f = PainnForces::new(&c, &s, st.skin).unwrap();
     let mut sim = Simulation::new(f, &s, st.clone(), serde_json::Value::Null).unwrap();
     let summary = sim.run(&mut |_| {}).unwrap();
@@ -331,4 +336,47 @@ fn md_logs_the_pressure_of_a_periodic_cell() {
         .err()
         .unwrap();
     assert!(err.to_string().contains("periodic"), "{err}");
+}
+
+/// A batch logs each system's pressure, that of its own single run.
+#[test]
+fn a_batch_logs_each_systems_pressure() {
+    use mlff_distiller::md::{system_seed, BatchSimulation, MdSettings, PainnForces, Simulation};
+    let c = calc(Backend::Autograd);
+    let boxes = vec![random_box(16, 0.0, 13), random_box(12, 0.2, 14)];
+    let st = pressure_settings();
+    let f = PainnForces::batch(&c, &boxes, st.skin).unwrap();
+    let mut batch = BatchSimulation::new(f, &boxes, st.clone(), serde_json::Value::Null).unwrap();
+    let summary = batch.run(&mut |_| {}).unwrap();
+    for (k, s) in boxes.iter().enumerate() {
+        let one = MdSettings {
+            seed: system_seed(st.seed, k),
+            ..st.clone()
+        };
+        let f = PainnForces::new(&c, s, st.skin).unwrap();
+        let mut sim = Simulation::new(f, s, one, serde_json::Value::Null).unwrap();
+        let single = sim.run(&mut |_| {}).unwrap();
+        for (a, b) in batch.records(k).iter().zip(sim.records()) {
+            let (p, q) = (a.pressure_bar.unwrap(), b.pressure_bar.unwrap());
+            assert!(
+                (p - q).abs() < 1e-6 * q.abs().max(1.0),
+                "system {k} step {}: {p} vs {q}",
+                a.step
+            );
+        }
+        let (p, q) = (
+            summary.systems[k].pressure_mean_bar,
+            single.pressure_mean_bar,
+        );
+        assert!((p.unwrap() - q.unwrap()).abs() < 1e-6 * q.unwrap().abs().max(1.0));
+    }
+    let mixed = vec![boxes[0].clone(), random_molecule(5, 1)];
+    let f = PainnForces::batch(&c, &mixed, st.skin).unwrap();
+    let err = BatchSimulation::new(f, &mixed, st, serde_json::Value::Null)
+        .err()
+        .unwrap();
+    assert!(
+        err.to_string().contains("system 1: pressure needs"),
+        "{err}"
+    );
 }

@@ -38,6 +38,27 @@ pub struct Progress<'a> {
     pub positions: &'a [[f64; 3]],
 }
 
+/// The pressure in bar of `system` (its cell) with stress `sigma` and kinetic energy `e_kin`:
+/// 2 E_kin / 3V less a third of the stress's trace.
+pub(super) fn pressure_bar(
+    sigma: Option<crate::stress::Matrix3>,
+    system: &Structure,
+    e_kin: f64,
+) -> Option<f64> {
+    let (sigma, v) = (sigma?, stress_volume(system)?);
+    let trace = sigma[0][0] + sigma[1][1] + sigma[2][2];
+    Some((2.0 * e_kin / (3.0 * v) - trace / 3.0) * BAR_PER_EV_A3)
+}
+
+/// Mean and standard deviation of the logged pressures after step 0, if any.
+pub(super) fn pressure_stats(records: &[LogRecord]) -> Option<(f64, f64)> {
+    let p: Vec<f64> = (records.iter())
+        .filter(|r| r.step > 0)
+        .filter_map(|r| r.pressure_bar)
+        .collect();
+    super::analysis::mean_std(&p)
+}
+
 /// Why a run ended.
 #[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -524,18 +545,14 @@ impl<F: ForceProvider> Simulation<F> {
         Ok(stop)
     }
 
-    /// The pressure in bar with kinetic energy `e_kin`: 2 E_kin / 3V less a third of the
-    /// stress's trace (none where the provider gives no stress).
+    /// The pressure in bar with kinetic energy `e_kin` (none where the provider gives no
+    /// stress).
     fn pressure(&mut self, e_kin: f64) -> Result<Option<f64>> {
-        let (Some(sigma), Some(v)) = (
-            self.forces.stress(&self.state.positions)?,
-            stress_volume(&self.system),
-        ) else {
-            return Ok(None);
-        };
-        let trace = sigma[0][0] + sigma[1][1] + sigma[2][2];
-        Ok(Some(
-            (2.0 * e_kin / (3.0 * v) - trace / 3.0) * BAR_PER_EV_A3,
+        let sigma = self.forces.stresses(&self.state.positions)?;
+        Ok(pressure_bar(
+            sigma.first().copied().flatten(),
+            &self.system,
+            e_kin,
         ))
     }
 
@@ -588,11 +605,7 @@ impl<F: ForceProvider> Simulation<F> {
             s.ensemble == Ensemble::Nve,
             None,
         );
-        let pressures: Vec<f64> = (self.records.iter())
-            .filter(|r| r.step > 0)
-            .filter_map(|r| r.pressure_bar)
-            .collect();
-        let pressure = super::analysis::mean_std(&pressures);
+        let pressure = pressure_stats(&self.records);
         MdSummary {
             atoms: n,
             ensemble: s.ensemble.name().into(),

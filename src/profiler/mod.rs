@@ -202,8 +202,8 @@ impl<F: ForceProvider> ForceProvider for ProfiledForces<F> {
         self.inner.systems()
     }
 
-    fn stress(&mut self, positions: &Tensor) -> Result<Option<crate::stress::Matrix3>> {
-        self.inner.stress(positions)
+    fn stresses(&mut self, positions: &Tensor) -> Result<Vec<Option<crate::stress::Matrix3>>> {
+        self.inner.stresses(positions)
     }
 
     fn retain_systems(&mut self, keep: &[bool]) -> Result<()> {

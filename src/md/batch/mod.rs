@@ -160,11 +160,6 @@ impl<F: ForceProvider> BatchSimulation<F> {
         caller: serde_json::Value,
     ) -> Result<Self> {
         settings.validate()?;
-        if settings.log_pressure {
-            return Err(Error::Md(
-                "pressure logging covers single runs for now, not batches".into(),
-            ));
-        }
         if seeds.len() != systems.len() {
             return Err(Error::Md(format!(
                 "{} seeds for {} systems",
@@ -191,6 +186,11 @@ impl<F: ForceProvider> BatchSimulation<F> {
                 return Err(Error::Md(format!("system {k} has no atoms")));
             }
             check_separation(s).map_err(in_system)?;
+            if settings.log_pressure && crate::stress::stress_volume(s).is_none() {
+                return Err(Error::Md(format!(
+                    "system {k}: pressure needs a cell periodic along all three axes"
+                )));
+            }
             let m = masses(&s.numbers).map_err(in_system)?;
             let bonds = Bonds::detect(s).map_err(in_system)?;
             let seed = seeds[k];

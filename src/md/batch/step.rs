@@ -9,7 +9,7 @@ use crate::md::forces::ForceProvider;
 use crate::md::lookahead::Lookahead;
 use crate::md::output::{write_frame, AppendFile, Frame, LogRecord};
 use crate::md::positions::host_positions;
-use crate::md::run::StopReason;
+use crate::md::run::{pressure_bar, StopReason};
 use crate::md::velocities::temperature;
 use crate::ops::scatter_add;
 use candle_core::{DType, Tensor};
@@ -229,6 +229,10 @@ impl<F: ForceProvider> BatchSimulation<F> {
             false => (Vec::new(), Vec::new()),
         };
         let time_fs = step as f64 * self.settings.dt_fs;
+        let stresses = match log_now && self.settings.log_pressure {
+            true => self.forces.stresses(&self.state.positions)?,
+            false => vec![None; n_active],
+        };
         let mut freeze = Vec::new();
         let mut temperatures = Vec::with_capacity(n_active);
         for slot in 0..n_active {
@@ -265,7 +269,7 @@ impl<F: ForceProvider> BatchSimulation<F> {
                     e_tot: e_pot + e_kin,
                     temperature: t,
                     bond_deviation: worst.max,
-                    pressure_bar: None,
+                    pressure_bar: pressure_bar(stresses[slot], &member.system, e_kin),
                 };
                 if let Some(log) = &mut self.log {
                     let row = BatchLogRecord { system: k, record };

@@ -4,7 +4,7 @@
 use super::BatchSimulation;
 use crate::md::forces::ForceProvider;
 use crate::md::integrator::Ensemble;
-use crate::md::run::{MdSummary, StopReason};
+use crate::md::run::{pressure_stats, MdSummary, StopReason};
 use crate::md::window::window;
 use serde::Serialize;
 
@@ -21,6 +21,11 @@ pub struct SystemSummary {
     pub energy_std_mev_per_atom: Option<f64>,
     pub temperature_mean: Option<f64>,
     pub temperature_std: Option<f64>,
+    /// Pressure after step 0 (`log_pressure`), bar.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pressure_mean_bar: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pressure_std_bar: Option<f64>,
     pub bonds: usize,
     pub max_bond_deviation: f64,
     pub stable: bool,
@@ -69,6 +74,7 @@ impl<F: ForceProvider> BatchSimulation<F> {
             atom_steps += n as u64 * last_step.saturating_sub(first_step);
             let w = window(&m.records, n, last_step, nve, None);
             let finite = !matches!(reason, StopReason::NonFinite { .. });
+            let pressure = pressure_stats(&m.records);
             rows.push(SystemSummary {
                 system: k,
                 atoms: n,
@@ -78,6 +84,8 @@ impl<F: ForceProvider> BatchSimulation<F> {
                 energy_std_mev_per_atom: w.energy_std_mev_per_atom,
                 temperature_mean: w.temperature_mean,
                 temperature_std: w.temperature_std,
+                pressure_mean_bar: pressure.map(|p| p.0),
+                pressure_std_bar: pressure.map(|p| p.1),
                 bonds: m.bonds.pairs.len(),
                 max_bond_deviation: m.max_bond_deviation,
                 stable: m.unstable_at_step.is_none() && finite,
@@ -127,8 +135,8 @@ impl BatchSummary {
             energy_std_mev_per_atom: r.energy_std_mev_per_atom,
             temperature_mean: r.temperature_mean,
             temperature_std: r.temperature_std,
-            pressure_mean_bar: None,
-            pressure_std_bar: None,
+            pressure_mean_bar: r.pressure_mean_bar,
+            pressure_std_bar: r.pressure_std_bar,
             bonds: r.bonds,
             max_bond_deviation: r.max_bond_deviation,
             stable: r.stable,

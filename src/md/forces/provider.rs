@@ -63,11 +63,11 @@ pub trait ForceProvider {
         )))
     }
 
-    /// The stress (eV/Å³, ASE's sign) at `positions` ([N, 3] f64 on the device) of a
-    /// provider of one system with a cell periodic along all three axes; `None` where it has
-    /// none or cannot compute one.
-    fn stress(&mut self, _positions: &Tensor) -> Result<Option<crate::stress::Matrix3>> {
-        Ok(None)
+    /// The stress (eV/Å³, ASE's sign) of each of the provider's systems at `positions`
+    /// ([N, 3] f64 on the device): `None` for a system without a cell periodic along all
+    /// three axes, and for every system of a provider that cannot compute one.
+    fn stresses(&mut self, _positions: &Tensor) -> Result<Vec<Option<crate::stress::Matrix3>>> {
+        Ok(vec![None; self.systems()])
     }
 
     /// Neighbour-list builds so far (0 for providers without a list).

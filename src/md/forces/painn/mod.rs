@@ -533,19 +533,16 @@ impl ForceProvider for PainnForces<'_> {
         self.systems.len()
     }
 
-    fn stress(&mut self, positions: &Tensor) -> Result<Option<crate::stress::Matrix3>> {
-        let [system] = &self.systems[..] else {
-            return Ok(None);
-        };
-        if crate::stress::stress_volume(system).is_none() {
-            return Ok(None);
-        }
-        let s = Structure {
-            positions: host_positions(positions)?,
-            ..system.clone()
-        };
-        let got = self.calculator.compute_with_stress(&Batch::from_one(s)?)?;
-        Ok(got.stresses[0])
+    fn stresses(&mut self, positions: &Tensor) -> Result<Vec<Option<crate::stress::Matrix3>>> {
+        let x = host_positions(positions)?;
+        let systems = (self.systems.iter().enumerate())
+            .map(|(k, s)| Structure {
+                positions: x[self.starts[k]..self.starts[k + 1]].to_vec(),
+                ..s.clone()
+            })
+            .collect();
+        let got = self.calculator.compute_with_stress(&Batch::new(systems)?)?;
+        Ok(got.stresses)
     }
 
     fn retain_systems(&mut self, keep: &[bool]) -> Result<()> {
