@@ -12,11 +12,13 @@ mod lookahead;
 mod output;
 mod positions;
 pub mod potentials;
+mod pressure;
 mod restart;
 mod run;
 mod settings;
 mod step;
 mod step_graph;
+mod summary;
 pub mod validate;
 mod velocities;
 mod window;
@@ -34,8 +36,9 @@ pub use integrator::{Ensemble, Integrator, State};
 pub use output::{read_log, read_log_as, LogRecord, Tail};
 pub use positions::{device_positions, displacement2, host_positions};
 pub use restart::{new_run_id, Restart};
-pub use run::{MdSummary, Progress, Simulation, StopReason};
+pub use run::{Progress, Simulation};
 pub use settings::{MdOutputs, MdSettings};
+pub use summary::{MdSummary, StopReason};
 pub use velocities::{
     degrees_of_freedom, kinetic_energy, masses, maxwell_boltzmann, remove_com_velocity, temperature,
 };

@@ -9,8 +9,10 @@ use super::integrator::{Ensemble, Integrator, State};
 use super::lookahead::Lookahead;
 use super::output::{open_outputs, read_log, write_frame, write_log, AppendFile, Frame, LogRecord};
 use super::positions::{device_positions, host_positions};
+use super::pressure::{pressure_bar, pressure_stats};
 use super::restart::{new_run_id, Restart, RESTART_FORMAT, RESTART_VERSION};
 use super::settings::MdSettings;
+use super::summary::{MdSummary, StopReason};
 use super::velocities::{
     degrees_of_freedom, masses, maxwell_boltzmann, momenta_velocities, temperature,
 };
@@ -19,11 +21,9 @@ use crate::error::{Error, Result};
 use crate::interrupt::StopFlag;
 use crate::stress::stress_volume;
 use crate::structure::Structure;
-use crate::units::BAR_PER_EV_A3;
 use candle_core::{DType, Device, Tensor};
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
-use serde::Serialize;
 use std::time::Instant;
 
 /// Reported at every log step, for progress bars and callbacks.
@@ -36,90 +36,6 @@ pub struct Progress<'a> {
     pub steps_per_s: f64,
     /// Positions at this step, Å (read for the log anyway).
     pub positions: &'a [[f64; 3]],
-}
-
-/// The pressure in bar of `system` (its cell) with stress `sigma` and kinetic energy `e_kin`:
-/// 2 E_kin / 3V less a third of the stress's trace.
-pub(super) fn pressure_bar(
-    sigma: Option<crate::stress::Matrix3>,
-    system: &Structure,
-    e_kin: f64,
-) -> Option<f64> {
-    let (sigma, v) = (sigma?, stress_volume(system)?);
-    let trace = sigma[0][0] + sigma[1][1] + sigma[2][2];
-    Some((2.0 * e_kin / (3.0 * v) - trace / 3.0) * BAR_PER_EV_A3)
-}
-
-/// Mean and standard deviation of the logged pressures after step 0, if any.
-pub(super) fn pressure_stats(records: &[LogRecord]) -> Option<(f64, f64)> {
-    let p: Vec<f64> = (records.iter())
-        .filter(|r| r.step > 0)
-        .filter_map(|r| r.pressure_bar)
-        .collect();
-    super::analysis::mean_std(&p)
-}
-
-/// Why a run ended.
-#[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum StopReason {
-    Completed,
-    Unstable {
-        step: u64,
-        atoms: (u32, u32),
-        deviation: f64,
-    },
-    NonFinite {
-        step: u64,
-        what: String,
-    },
-    /// SIGINT or SIGTERM (or [`StopFlag::raise`]): the restart file (if the run has one) was
-    /// written at `step`.
-    Interrupted {
-        step: u64,
-        signal: i32,
-    },
-}
-
-/// The closing numbers of a run (covering the whole trajectory, resumed parts included, as
-/// far as the log reaches).
-#[derive(Clone, Debug, Serialize)]
-pub struct MdSummary {
-    pub atoms: usize,
-    pub ensemble: String,
-    pub dt_fs: f64,
-    pub first_step: u64,
-    pub last_step: u64,
-    pub simulated_ps: f64,
-    /// This invocation only.
-    pub wall_s: f64,
-    pub steps_per_s: f64,
-    pub ns_per_day: f64,
-    /// Slope of a least-squares line through E_tot(t), meV/atom/ps (NVE only).
-    pub energy_drift_mev_per_atom_ps: Option<f64>,
-    /// Standard deviation of E_tot, meV/atom (NVE only).
-    pub energy_std_mev_per_atom: Option<f64>,
-    /// Kinetic temperature after step 0: mean and standard deviation, K.
-    pub temperature_mean: Option<f64>,
-    pub temperature_std: Option<f64>,
-    /// Pressure after step 0 (`log_pressure`): mean and standard deviation, bar.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub pressure_mean_bar: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub pressure_std_bar: Option<f64>,
-    pub bonds: usize,
-    pub max_bond_deviation: f64,
-    pub stable: bool,
-    pub finite: bool,
-    pub stop: StopReason,
-    pub neighbor_list_builds: usize,
-    /// Steps run with deferred neighbour-list checks (this invocation), and those of them
-    /// thrown away because the list had stopped holding before them.
-    pub deferred_steps: u64,
-    pub redone_steps: u64,
-    /// Steps run as one kernel launch each, integrator folded into the force kernel (so far,
-    /// over the provider's life; with those of deferred runs later thrown away).
-    pub one_launch_steps: u64,
 }
 
 /// An MD run on one structure.

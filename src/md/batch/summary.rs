@@ -4,7 +4,8 @@
 use super::BatchSimulation;
 use crate::md::forces::ForceProvider;
 use crate::md::integrator::Ensemble;
-use crate::md::run::{pressure_stats, MdSummary, StopReason};
+use crate::md::pressure::pressure_stats;
+use crate::md::summary::{MdSummary, StopReason};
 use crate::md::window::window;
 use serde::Serialize;
 

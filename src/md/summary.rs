@@ -1,0 +1,68 @@
+//! What a run ends with: why it stopped ([`StopReason`]) and its closing numbers
+//! ([`MdSummary`]). Apart from the driver (`run`) so that batch runs and the validation suite
+//! name them without it.
+
+use serde::Serialize;
+
+/// Why a run ended.
+#[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum StopReason {
+    Completed,
+    Unstable {
+        step: u64,
+        atoms: (u32, u32),
+        deviation: f64,
+    },
+    NonFinite {
+        step: u64,
+        what: String,
+    },
+    /// SIGINT or SIGTERM (or [`StopFlag::raise`]): the restart file (if the run has one) was
+    /// written at `step`.
+    Interrupted {
+        step: u64,
+        signal: i32,
+    },
+}
+
+/// The closing numbers of a run (covering the whole trajectory, resumed parts included, as
+/// far as the log reaches).
+#[derive(Clone, Debug, Serialize)]
+pub struct MdSummary {
+    pub atoms: usize,
+    pub ensemble: String,
+    pub dt_fs: f64,
+    pub first_step: u64,
+    pub last_step: u64,
+    pub simulated_ps: f64,
+    /// This invocation only.
+    pub wall_s: f64,
+    pub steps_per_s: f64,
+    pub ns_per_day: f64,
+    /// Slope of a least-squares line through E_tot(t), meV/atom/ps (NVE only).
+    pub energy_drift_mev_per_atom_ps: Option<f64>,
+    /// Standard deviation of E_tot, meV/atom (NVE only).
+    pub energy_std_mev_per_atom: Option<f64>,
+    /// Kinetic temperature after step 0: mean and standard deviation, K.
+    pub temperature_mean: Option<f64>,
+    pub temperature_std: Option<f64>,
+    /// Pressure after step 0 (`log_pressure`): mean and standard deviation, bar.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pressure_mean_bar: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pressure_std_bar: Option<f64>,
+    pub bonds: usize,
+    pub max_bond_deviation: f64,
+    pub stable: bool,
+    pub finite: bool,
+    pub stop: StopReason,
+    pub neighbor_list_builds: usize,
+    /// Steps run with deferred neighbour-list checks (this invocation), and those of them
+    /// thrown away because the list had stopped holding before them.
+    pub deferred_steps: u64,
+    pub redone_steps: u64,
+    /// Steps run as one kernel launch each, integrator folded into the force kernel (so far,
+    /// over the provider's life; with those of deferred runs later thrown away).
+    pub one_launch_steps: u64,
+}
