@@ -381,6 +381,16 @@ fn killed_and_resumed_batch_equals_an_uninterrupted_one() {
         .unwrap();
     let mut restart = BatchRestart::load(&kept).unwrap();
     assert_eq!((restart.step, restart.systems.len()), (20, 16));
+    // The run went on past this copy: resuming it would cut its files back; refused.
+    let err = restart.check_current(&kept).unwrap_err().to_string();
+    assert!(
+        err.contains("is stale") && err.contains("at step 50"),
+        "{err}"
+    );
+    assert!(
+        err.contains("copy the run's folder") && !err.contains("--branch"),
+        "{err}"
+    );
     restart.settings.steps = 60;
     let forces = PainnForces::batch(&calc, &restart.active_systems(), base.skin).unwrap();
     let mut resumed = BatchSimulation::resume(forces, restart).unwrap();

@@ -33,6 +33,7 @@ impl Restart {
             step: self.step,
             restart_every: self.settings.restart_every,
             live: self.settings.outputs.restart.as_deref(),
+            otherwise: "pass --branch DIR to continue this state in new files",
         };
         check_current(path, run, newer, &self.outputs())
     }
@@ -106,12 +107,13 @@ impl Restart {
     }
 }
 
-/// Where a restart file stands in its run: its step, the run's restart interval, and the
-/// run's own restart file.
+/// Where a restart file stands in its run: its step, the run's restart interval, the run's
+/// own restart file, and how else its state can go on (for the error).
 pub(super) struct RunPoint<'a> {
     pub step: u64,
     pub restart_every: u64,
     pub live: Option<&'a Path>,
+    pub otherwise: &'static str,
 }
 
 /// Refuses a resume from the restart file `path` that would lose or mix up data: the run's
@@ -127,8 +129,9 @@ pub(super) fn check_current(
     let stale = |msg: String| {
         Error::Md(format!(
             "restart file {} is stale: {msg}; resume from the run's newest restart file, or \
-             pass --branch DIR to continue this state in new files",
-            path.display()
+             {}",
+            path.display(),
+            run.otherwise
         ))
     };
     // The run's own restart file, if this is a copy of it.

@@ -204,6 +204,7 @@ impl BatchRestart {
             step: self.step,
             restart_every: self.settings.restart_every,
             live: o.restart.as_deref(),
+            otherwise: "copy the run's folder as it was at this restart and resume the copy",
         };
         check_current(path, run, newer, &outputs)
     }
