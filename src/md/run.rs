@@ -9,14 +9,13 @@ use super::integrator::{Ensemble, Integrator, State};
 use super::lookahead::Lookahead;
 use super::output::{open_outputs, read_log, write_frame, write_log, AppendFile, Frame, LogRecord};
 use super::positions::{device_positions, host_positions};
-use super::pressure::{pressure_bar, pressure_stats};
+use super::pressure::pressure_bar;
 use super::restart::{new_run_id, Restart, RESTART_FORMAT, RESTART_VERSION};
 use super::settings::MdSettings;
-use super::summary::{MdSummary, StopReason};
+use super::summary::{judge, MdSummary, StopReason};
 use super::velocities::{
     degrees_of_freedom, masses, maxwell_boltzmann, momenta_velocities, temperature,
 };
-use super::window::window;
 use crate::error::{Error, Result};
 use crate::interrupt::StopFlag;
 use crate::stress::stress_volume;
@@ -514,14 +513,15 @@ impl<F: ForceProvider> Simulation<F> {
         let s = &self.settings;
         let steps_run = self.state.step - first_step;
         let steps_per_s = steps_run as f64 / wall_s.max(1e-9);
-        let w = window(
+        let nve = s.ensemble == Ensemble::Nve;
+        let j = judge(
             &self.records,
             n,
             self.state.step,
-            s.ensemble == Ensemble::Nve,
-            None,
+            nve,
+            self.unstable_at_step,
+            &stop,
         );
-        let pressure = pressure_stats(&self.records);
         MdSummary {
             atoms: n,
             ensemble: s.ensemble.name().into(),
@@ -532,17 +532,16 @@ impl<F: ForceProvider> Simulation<F> {
             wall_s,
             steps_per_s,
             ns_per_day: steps_per_s * s.dt_fs * 86_400.0 * 1e-6,
-            energy_drift_mev_per_atom_ps: w.energy_drift_mev_per_atom_ps,
-            energy_std_mev_per_atom: w.energy_std_mev_per_atom,
-            temperature_mean: w.temperature_mean,
-            temperature_std: w.temperature_std,
-            pressure_mean_bar: pressure.map(|p| p.0),
-            pressure_std_bar: pressure.map(|p| p.1),
+            energy_drift_mev_per_atom_ps: j.energy_drift_mev_per_atom_ps,
+            energy_std_mev_per_atom: j.energy_std_mev_per_atom,
+            temperature_mean: j.temperature_mean,
+            temperature_std: j.temperature_std,
+            pressure_mean_bar: j.pressure_mean_bar,
+            pressure_std_bar: j.pressure_std_bar,
             bonds: self.bonds.pairs.len(),
             max_bond_deviation: self.max_bond_deviation,
-            stable: self.unstable_at_step.is_none()
-                && !matches!(stop, StopReason::NonFinite { .. }),
-            finite: !matches!(stop, StopReason::NonFinite { .. }),
+            stable: j.stable,
+            finite: j.finite,
             stop,
             neighbor_list_builds: self.forces.list_builds(),
             deferred_steps: self.deferred.0,

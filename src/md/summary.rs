@@ -2,6 +2,9 @@
 //! ([`MdSummary`]). Apart from the driver (`run`) so that batch runs and the validation suite
 //! name them without it.
 
+use super::output::LogRecord;
+use super::pressure::pressure_stats;
+use super::window::window;
 use serde::Serialize;
 
 /// Why a run ended.
@@ -65,4 +68,42 @@ pub struct MdSummary {
     /// Steps run as one kernel launch each, integrator folded into the force kernel (so far,
     /// over the provider's life; with those of deferred runs later thrown away).
     pub one_launch_steps: u64,
+}
+
+/// What a trajectory's log and stop say about it: the figures a single run's summary and a
+/// batch's row per system share.
+pub(super) struct Judged {
+    pub energy_drift_mev_per_atom_ps: Option<f64>,
+    pub energy_std_mev_per_atom: Option<f64>,
+    pub temperature_mean: Option<f64>,
+    pub temperature_std: Option<f64>,
+    pub pressure_mean_bar: Option<f64>,
+    pub pressure_std_bar: Option<f64>,
+    pub stable: bool,
+    pub finite: bool,
+}
+
+/// Judges a trajectory of `atoms` atoms from its log up to `last_step` (energy metrics where
+/// `conserved`), whether it ever went unstable, and why it stopped.
+pub(super) fn judge(
+    records: &[LogRecord],
+    atoms: usize,
+    last_step: u64,
+    conserved: bool,
+    unstable_at_step: Option<u64>,
+    stop: &StopReason,
+) -> Judged {
+    let w = window(records, atoms, last_step, conserved, None);
+    let pressure = pressure_stats(records);
+    let finite = !matches!(stop, StopReason::NonFinite { .. });
+    Judged {
+        energy_drift_mev_per_atom_ps: w.energy_drift_mev_per_atom_ps,
+        energy_std_mev_per_atom: w.energy_std_mev_per_atom,
+        temperature_mean: w.temperature_mean,
+        temperature_std: w.temperature_std,
+        pressure_mean_bar: pressure.map(|p| p.0),
+        pressure_std_bar: pressure.map(|p| p.1),
+        stable: unstable_at_step.is_none() && finite,
+        finite,
+    }
 }

@@ -4,9 +4,7 @@
 use super::BatchSimulation;
 use crate::md::forces::ForceProvider;
 use crate::md::integrator::Ensemble;
-use crate::md::pressure::pressure_stats;
-use crate::md::summary::{MdSummary, StopReason};
-use crate::md::window::window;
+use crate::md::summary::{judge, MdSummary, StopReason};
 use serde::Serialize;
 
 /// One system's row.
@@ -73,24 +71,22 @@ impl<F: ForceProvider> BatchSimulation<F> {
             };
             let n = m.masses.len();
             atom_steps += n as u64 * last_step.saturating_sub(first_step);
-            let w = window(&m.records, n, last_step, nve, None);
-            let finite = !matches!(reason, StopReason::NonFinite { .. });
-            let pressure = pressure_stats(&m.records);
+            let j = judge(&m.records, n, last_step, nve, m.unstable_at_step, &reason);
             rows.push(SystemSummary {
                 system: k,
                 atoms: n,
                 last_step,
                 simulated_ps: last_step as f64 * s.dt_fs / 1000.0,
-                energy_drift_mev_per_atom_ps: w.energy_drift_mev_per_atom_ps,
-                energy_std_mev_per_atom: w.energy_std_mev_per_atom,
-                temperature_mean: w.temperature_mean,
-                temperature_std: w.temperature_std,
-                pressure_mean_bar: pressure.map(|p| p.0),
-                pressure_std_bar: pressure.map(|p| p.1),
+                energy_drift_mev_per_atom_ps: j.energy_drift_mev_per_atom_ps,
+                energy_std_mev_per_atom: j.energy_std_mev_per_atom,
+                temperature_mean: j.temperature_mean,
+                temperature_std: j.temperature_std,
+                pressure_mean_bar: j.pressure_mean_bar,
+                pressure_std_bar: j.pressure_std_bar,
                 bonds: m.bonds.pairs.len(),
                 max_bond_deviation: m.max_bond_deviation,
-                stable: m.unstable_at_step.is_none() && finite,
-                finite,
+                stable: j.stable,
+                finite: j.finite,
                 stop: reason,
             });
         }
