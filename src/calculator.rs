@@ -74,6 +74,16 @@ pub trait Calculator {
 
     /// Interaction range in Å (for neighbour lists built by the caller).
     fn cutoff(&self) -> f64;
+
+    /// Energies, forces and the stress of every structure with a cell periodic along all
+    /// three axes ([`StressPrediction`](crate::stress::StressPrediction)). Calculators without
+    /// a stress give `None` for every structure.
+    fn compute_with_stress(&self, batch: &Batch) -> Result<crate::stress::StressPrediction> {
+        Ok(crate::stress::StressPrediction {
+            prediction: self.compute(batch)?,
+            stresses: vec![None; batch.structures.len()],
+        })
+    }
 }
 
 /// A PaiNN model on a device, in a dtype.
@@ -305,5 +315,9 @@ impl Calculator for PainnCalculator {
 
     fn cutoff(&self) -> f64 {
         self.model.config().cutoff
+    }
+
+    fn compute_with_stress(&self, batch: &Batch) -> Result<crate::stress::StressPrediction> {
+        PainnCalculator::compute_with_stress(self, batch)
     }
 }

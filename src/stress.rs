@@ -53,18 +53,22 @@ impl PainnCalculator {
         let (energies, forces, de_deps) =
             strain_derivative(self, &inputs, &positions, &edge_structure)?;
         let prediction = Prediction::from_device(&batch, &energies, &forces)?;
-        let de_deps = de_deps.to_dtype(DType::F64)?.to_vec3::<f64>()?;
-        let stresses = (batch.structures.iter().zip(&de_deps))
-            .map(|(s, d)| {
-                stress_volume(s)
-                    .map(|v| std::array::from_fn(|a| std::array::from_fn(|b| d[a][b] / v)))
-            })
-            .collect();
+        let stresses = stresses_of(&batch.structures, &de_deps)?;
         Ok(StressPrediction {
             prediction,
             stresses,
         })
     }
+}
+
+/// The stress σ = (1/V) ∂E/∂ε of each structure from its strain derivative ([S, 3, 3]).
+pub fn stresses_of(structures: &[Structure], de_deps: &Tensor) -> Result<Vec<Option<Matrix3>>> {
+    let de_deps = de_deps.to_dtype(DType::F64)?.to_vec3::<f64>()?;
+    Ok((structures.iter().zip(&de_deps))
+        .map(|(s, d)| {
+            stress_volume(s).map(|v| std::array::from_fn(|a| std::array::from_fn(|b| d[a][b] / v)))
+        })
+        .collect())
 }
 
 /// Energies \[S\] (f64), forces [N, 3] and ∂E/∂ε [S, 3, 3] (symmetric) of prepared inputs,

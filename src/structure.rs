@@ -126,6 +126,21 @@ pub fn volume(c: &Lattice) -> f64 {
         + a[2] * (b[0] * cc[1] - b[1] * cc[0])
 }
 
+/// The inverse of a lattice (rows as vectors), `None` if it is singular.
+pub fn inverse(c: &Lattice) -> Option<Lattice> {
+    let det = volume(c);
+    if det == 0.0 || !det.is_finite() {
+        return None;
+    }
+    // The adjugate's rows are the cross products of the columns' complements.
+    let m = |r: usize, k: usize| c[r % 3][k % 3];
+    Some(std::array::from_fn(|i| {
+        std::array::from_fn(|j| {
+            (m(j + 1, i + 1) * m(j + 2, i + 2) - m(j + 1, i + 2) * m(j + 2, i + 1)) / det
+        })
+    }))
+}
+
 /// Several structures of different sizes, flattened for one model call.
 #[derive(Clone, Debug)]
 pub struct Batch {
@@ -182,5 +197,23 @@ impl Batch {
             .iter()
             .flat_map(|s| s.positions.iter().copied())
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inverse_times_lattice_is_one() {
+        let c: Lattice = [[4.0, 0.3, -0.2], [1.1, 5.0, 0.4], [0.7, -0.9, 6.0]];
+        let inv = inverse(&c).unwrap();
+        for i in 0..3 {
+            for j in 0..3 {
+                let x: f64 = (0..3).map(|k| c[i][k] * inv[k][j]).sum();
+                assert!((x - (i == j) as u8 as f64).abs() < 1e-14, "{i} {j}: {x}");
+            }
+        }
+        assert!(inverse(&[[1.0, 0.0, 0.0], [2.0, 0.0, 0.0], [0.0, 0.0, 1.0]]).is_none());
     }
 }

@@ -482,3 +482,111 @@ fn md_runs_many_systems_with_one_trajectory_each_and_resumes() {
         assert!(err.contains(why), "{bad:?}: {err}");
     }
 }
+
+/// The shipped water cluster in a periodic box.
+fn water_box(dir: &Path) -> std::path::PathBuf {
+    let water = mlff_distiller::io::read_extxyz(&root().join("data/gfn2/start/water8.extxyz"))
+        .unwrap()
+        .remove(0);
+    let boxed = mlff_distiller::Structure {
+        cell: Some([[14.0, 0.0, 0.0], [0.0, 14.0, 0.0], [0.0, 0.0, 14.0]]),
+        pbc: [true; 3],
+        ..water
+    };
+    let path = dir.join("water_box.extxyz");
+    mlff_distiller::io::write_extxyz(&path, &[boxed]).unwrap();
+    path
+}
+
+/// `--ensemble npt`: the log gains volume, density, pressure and the effective energy, the
+/// frames carry the moving cell, the summary the volume; a molecule or a bad barostat flag
+/// is refused by name, before anything is written.
+#[test]
+fn md_runs_at_constant_pressure() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = |n: &str| dir.path().join(n).to_str().unwrap().to_owned();
+    let model = root().join("models/painn-gfn2.safetensors");
+    let start = water_box(dir.path());
+    let (traj, log, summary) = (p("t.extxyz"), p("l.jsonl"), p("s.json"));
+    let npt = |extra: &[&str], structure: &str| {
+        let mut args = vec![
+            "md",
+            "--model",
+            model.to_str().unwrap(),
+            "--structure",
+            structure,
+            "--device",
+            "cpu",
+            "--ensemble",
+            "npt",
+            "--temperature",
+            "300",
+            "--steps",
+            "20",
+        ];
+        args.extend_from_slice(extra);
+        mlff(&args)
+    };
+    let o = npt(
+        &[
+            "--pressure",
+            "2000",
+            "--barostat-time",
+            "100",
+            "--compressibility",
+            "1e-3",
+            "--traj",
+            &traj,
+            "--traj-every",
+            "10",
+            "--log",
+            &log,
+            "--log-every",
+            "5",
+            "--summary-json",
+            &summary,
+        ],
+        start.to_str().unwrap(),
+    );
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr),
+    );
+    assert!(o.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("NPT (300 K Langevin, 2000 bar") && stdout.contains("volume:"),
+        "{stdout}\n{stderr}"
+    );
+    let rows = read_log(Path::new(&log), u64::MAX).unwrap();
+    assert_eq!(rows.len(), 5);
+    for r in &rows {
+        let (v, rho) = (r.volume.unwrap(), r.density.unwrap());
+        // 8 waters: 144.12 amu.
+        assert!((rho - 144.12 * 1.660_539 / v).abs() < 1e-3 * rho, "{r:?}");
+        assert!(r.pressure_bar.is_some() && r.e_eff.is_some(), "{r:?}");
+    }
+    assert_eq!(rows[0].volume, Some(14f64.powi(3)));
+    assert_ne!(rows[4].volume, rows[0].volume, "the cell never moved");
+    let frames = mlff_distiller::io::read_extxyz(Path::new(&traj)).unwrap();
+    let v_last = mlff_distiller::structure::volume(&frames[2].cell.unwrap());
+    assert!((v_last - rows[4].volume.unwrap()).abs() < 1e-6, "{v_last}");
+    let s: serde_json::Value = serde_json::from_slice(&std::fs::read(&summary).unwrap()).unwrap();
+    assert_eq!(s["ensemble"], "npt");
+    assert!(s["volume_mean_a3"].as_f64().is_some(), "{s}");
+
+    let ethanol = root().join("data/gfn2/start/ethanol.extxyz");
+    let o = npt(&["--log", &p("m.jsonl")], ethanol.to_str().unwrap());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("constant pressure needs a cell periodic"),
+        "{err}"
+    );
+    let o = npt(
+        &["--barostat-time", "0", "--log", &p("m.jsonl")],
+        start.to_str().unwrap(),
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("--barostat-time 0"), "{err}");
+    assert!(!dir.path().join("m.jsonl").exists());
+}

@@ -138,6 +138,7 @@ pub fn run_md<'py>(
         restart_every,
         stop_when_unstable: !keep_going,
         log_pressure: false,
+        barostat: None,
         outputs: MdOutputs {
             traj: traj.as_ref().map(absolute),
             log: log.as_ref().map(absolute),

@@ -4,11 +4,13 @@
 //! back (with momenta), exact restarts, and the stability and drift summary.
 
 mod analysis;
+mod barostat;
 mod batch;
 mod continuity;
 mod forces;
 mod integrator;
 mod lookahead;
+mod npt;
 mod output;
 mod positions;
 pub mod potentials;
@@ -27,12 +29,14 @@ pub use analysis::{
     check_separation, linear_fit, mean_std, BondDeviation, Bonds, BOND_DEVIATION_LIMIT,
     BOND_FACTOR, MIN_SEPARATION,
 };
+pub use barostat::{density_g_cm3, Barostat, BarostatMode};
 pub use batch::{
     system_seed, system_traj, BatchLogRecord, BatchProgress, BatchRestart, BatchSimulation,
     BatchSummary, HostState, SystemRestart, SystemSummary, BATCH_RESTART_FORMAT,
 };
 pub use forces::{CalculatorForces, Evaluation, ForceProvider, ListSite, PainnForces};
 pub use integrator::{Ensemble, Integrator, State};
+pub use npt::BarostatState;
 pub use output::{read_log, read_log_as, LogRecord, Tail};
 pub use positions::{device_positions, displacement2, host_positions};
 pub use restart::{new_run_id, Restart};

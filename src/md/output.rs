@@ -27,6 +27,15 @@ pub struct LogRecord {
     /// less a third of the stress's trace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pressure_bar: Option<f64>,
+    /// NPT runs: the cell volume (Å³), the density (g/cm³), and the effective energy (eV):
+    /// E_tot + P₀V + the heat exchanged with thermostat and barostat, constant up to the time
+    /// step's error.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub density: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub e_eff: Option<f64>,
 }
 
 /// A file written only by appending, that knows its length and its last record (what a

@@ -4,6 +4,7 @@
 use crate::calculator::{Calculator, Prediction};
 use crate::error::{Error, Result};
 use crate::neighbors::structure_neighbor_list;
+use crate::stress::{stress_volume, Matrix3, StressPrediction};
 use crate::structure::{Batch, Structure};
 
 /// Harmonic springs E = Σ k (r - r0)² / 2 between listed atom pairs of a molecule.
@@ -35,10 +36,16 @@ impl LennardJones {
     }
 
     fn one(&self, s: &Structure) -> Result<(f64, Vec<[f64; 3]>)> {
+        self.with_strain_derivative(s).map(|(e, f, _)| (e, f))
+    }
+
+    /// Energy, forces and ∂E/∂ε (the strain derivative, eV; stress times volume).
+    fn with_strain_derivative(&self, s: &Structure) -> Result<(f64, Vec<[f64; 3]>, Matrix3)> {
         let nl = structure_neighbor_list(s, self.cutoff)?;
         let shift = self.pair(self.cutoff).0;
         let mut energy = 0.0;
         let mut forces = vec![[0.0; 3]; s.len()];
+        let mut de_deps = [[0.0; 3]; 3];
         for (v, &i) in nl
             .vectors(&s.positions, s.cell.as_ref())
             .iter()
@@ -50,9 +57,12 @@ impl LennardJones {
             energy += 0.5 * (e - shift);
             for d in 0..3 {
                 forces[i as usize][d] += de * v[d] / r;
+                for b in 0..3 {
+                    de_deps[d][b] += 0.5 * de * v[d] * v[b] / r;
+                }
             }
         }
-        Ok((energy, forces))
+        Ok((energy, forces, de_deps))
     }
 }
 
@@ -118,5 +128,24 @@ impl Calculator for LennardJones {
 
     fn cutoff(&self) -> f64 {
         self.cutoff
+    }
+
+    /// The analytic stress: σ = (1/V) Σ_pairs E'(r) r ⊗ r / r.
+    fn compute_with_stress(&self, batch: &Batch) -> Result<StressPrediction> {
+        let mut prediction = Prediction {
+            energies: Vec::new(),
+            forces: Vec::new(),
+        };
+        let mut stresses = Vec::new();
+        for s in &batch.structures {
+            let (e, f, d) = self.with_strain_derivative(s)?;
+            prediction.energies.push(e);
+            prediction.forces.push(f);
+            stresses.push(stress_volume(s).map(|v| d.map(|row| row.map(|x| x / v))));
+        }
+        Ok(StressPrediction {
+            prediction,
+            stresses,
+        })
     }
 }

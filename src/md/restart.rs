@@ -4,6 +4,7 @@
 //! floats, written atomically. Output paths are stored relative to the restart file's folder,
 //! so that a copied run folder continues in the copy.
 
+use super::npt::BarostatState;
 use super::output::Tail;
 use super::settings::{MdOutputs, MdSettings};
 use crate::error::{Error, Result};
@@ -50,6 +51,9 @@ pub struct Restart {
     pub list_builds: usize,
     /// What the caller needs to rebuild the force provider (model path and hash, ops, dtype).
     pub caller: serde_json::Value,
+    /// NPT runs: the barostat's state (`cell` above is its cell).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub barostat: Option<BarostatState>,
 }
 
 impl Restart {

@@ -4,9 +4,11 @@
 //! `validate` uses it without either pointing back.
 
 use super::analysis::{check_separation, Bonds, BOND_DEVIATION_LIMIT};
+use super::barostat::density_g_cm3;
 use super::forces::ForceProvider;
 use super::integrator::{Ensemble, Integrator, State};
 use super::lookahead::Lookahead;
+use super::npt::{BarostatState, Npt};
 use super::output::{open_outputs, read_log, write_frame, write_log, AppendFile, Frame, LogRecord};
 use super::positions::{device_positions, host_positions};
 use super::pressure::pressure_bar;
@@ -65,6 +67,8 @@ pub struct Simulation<F: ForceProvider> {
     deferred: (u64, u64),
     /// Positions at the last observed step (for [`Progress`]).
     observed: Vec<[f64; 3]>,
+    /// The barostat of an NPT run; `system.cell` follows its cell.
+    npt: Option<Npt>,
 }
 
 impl<F: ForceProvider> Simulation<F> {
@@ -82,10 +86,16 @@ impl<F: ForceProvider> Simulation<F> {
             return Err(Error::Md("the structure has no atoms".into()));
         }
         check_separation(structure)?;
-        if settings.log_pressure && stress_volume(structure).is_none() {
-            return Err(Error::Md(
-                "pressure needs a cell periodic along all three axes".into(),
-            ));
+        if (settings.log_pressure || settings.barostat.is_some())
+            && stress_volume(structure).is_none()
+        {
+            return Err(Error::Md(format!(
+                "{} needs a cell periodic along all three axes",
+                match settings.barostat {
+                    Some(_) => "constant pressure",
+                    None => "pressure",
+                }
+            )));
         }
         let masses = masses(&structure.numbers)?;
         let bonds = Bonds::detect(structure)?;
@@ -106,7 +116,13 @@ impl<F: ForceProvider> Simulation<F> {
         let device = forces.device().clone();
         let mut positions = device_positions(&structure.positions, &device)?;
         let mut forces = forces;
-        let start = forces.evaluate(&mut positions)?;
+        let (start, stress) = match settings.barostat {
+            Some(_) => {
+                let (e, s) = forces.evaluate_with_stress(&mut positions)?;
+                (e, s.first().copied().flatten())
+            }
+            None => (forces.evaluate(&mut positions)?, None),
+        };
         let e0 = start.energy.to_scalar::<f64>()?;
         if !e0.is_finite() {
             return Err(Error::NonFinite(format!(
@@ -127,14 +143,21 @@ impl<F: ForceProvider> Simulation<F> {
             energy: start.energy,
             step: 0,
         };
-        Self::assemble(
-            forces, settings, system, masses, state, rng, bonds, traj, log, caller,
-        )
-        .map(|mut s| {
-            s.fresh = true;
-            s.run_id = new_run_id();
-            s
-        })
+        let barostat = match (&system.cell, stress) {
+            (Some(cell), Some(stress)) => Some(BarostatState {
+                cell: *cell,
+                stress,
+                heat: 0.0,
+                list_cell: None,
+            }),
+            _ => None,
+        };
+        let mut sim = Self::assemble(
+            forces, settings, system, masses, state, rng, bonds, traj, log, caller, barostat,
+        )?;
+        sim.fresh = true;
+        sim.run_id = new_run_id();
+        Ok(sim)
     }
 
     /// Continues the run a restart file describes, with a force provider the caller rebuilt
@@ -158,7 +181,16 @@ impl<F: ForceProvider> Simulation<F> {
         // Checked by Restart::load.
         rng.set_word_pos(restart.rng_word_pos.parse().unwrap_or(0));
         if let Some(reference) = &restart.list_reference {
+            // An NPT list was built in the cell of its time; the provider then follows the
+            // cell to the restart's.
+            let list_cell = restart.barostat.and_then(|b| b.list_cell);
+            if let Some(c) = list_cell {
+                forces.set_cells(&[c])?;
+            }
             forces.restore_list(reference)?;
+            if let (Some(_), Some(cell)) = (list_cell, restart.cell) {
+                forces.set_cells(&[cell])?;
+            }
         }
         let (traj, log) = open_outputs(
             &settings.outputs,
@@ -190,6 +222,7 @@ impl<F: ForceProvider> Simulation<F> {
             traj,
             log,
             restart.caller,
+            restart.barostat,
         )?;
         sim.records = records;
         // (Version 1 restart files had no run id.)
@@ -211,11 +244,25 @@ impl<F: ForceProvider> Simulation<F> {
         traj: Option<AppendFile>,
         log: Option<AppendFile>,
         caller: serde_json::Value,
+        barostat: Option<BarostatState>,
     ) -> Result<Self> {
         let device: Device = forces.device().clone();
         let integrator = Integrator::new(settings.ensemble, settings.dt_fs, &masses, &device)?;
         let n = masses.len();
         let mass_column = Tensor::from_vec(masses.clone(), (n, 1), &device)?;
+        let npt = match (settings.barostat, settings.ensemble, barostat) {
+            (None, _, _) => None,
+            (Some(b), Ensemble::Nvt { temperature, .. }, Some(state)) => {
+                Some(Npt::new(b, temperature, state, mass_column.clone()))
+            }
+            _ => {
+                return Err(Error::Md(
+                    "constant pressure needs the Langevin thermostat and the stress of a \
+                     periodic cell (this force provider gives none)"
+                        .into(),
+                ))
+            }
+        };
         // Velocity Verlet from COM-free velocities keeps the momentum at zero; Langevin does not.
         let com_fixed = settings.ensemble == Ensemble::Nve && !settings.keep_momenta;
         Ok(Self {
@@ -240,6 +287,7 @@ impl<F: ForceProvider> Simulation<F> {
             fresh: false,
             deferred: (0, 0),
             observed: Vec::new(),
+            npt,
         })
     }
 
@@ -259,6 +307,11 @@ impl<F: ForceProvider> Simulation<F> {
 
     pub fn records(&self) -> &[LogRecord] {
         &self.records
+    }
+
+    /// The cell now (NPT runs move it).
+    pub fn cell(&self) -> Option<crate::structure::Lattice> {
+        self.system.cell
     }
 
     pub fn state(&self) -> &State {
@@ -306,12 +359,27 @@ impl<F: ForceProvider> Simulation<F> {
             // their list checks read back at once, before anything is written; a step redone
             // after a run whose list stopped holding checks its own (it rebuilds the list).
             let room = s.next_output_step(self.state.step) - self.state.step;
-            let deferred = (room as usize).min(ahead.steps());
+            let deferred = match self.npt {
+                Some(_) => 0,
+                None => (room as usize).min(ahead.steps()),
+            };
             if deferred == 0 || !self.run_deferred(deferred, &mut ahead)? {
                 let builds = self.forces.list_builds();
-                let stepped =
-                    self.integrator
-                        .step(&mut self.state, &mut self.forces, &mut self.rng);
+                let stepped = match &mut self.npt {
+                    Some(npt) => {
+                        let stepped = npt.step(
+                            &self.integrator,
+                            &mut self.state,
+                            &mut self.forces,
+                            &mut self.rng,
+                        );
+                        self.system.cell = Some(npt.state.cell);
+                        stepped
+                    }
+                    None => self
+                        .integrator
+                        .step(&mut self.state, &mut self.forces, &mut self.rng),
+                };
                 if let Err(Error::NonFinite(what)) = stepped {
                     stop = StopReason::NonFinite {
                         step: self.state.step + 1,
@@ -421,10 +489,13 @@ impl<F: ForceProvider> Simulation<F> {
         }
         let time_fs = step as f64 * self.settings.dt_fs;
         if log_now {
-            let pressure_bar = match self.settings.log_pressure {
-                true => self.pressure(e_kin)?,
-                false => None,
+            let pressure_bar = match (&self.npt, self.settings.log_pressure) {
+                (Some(npt), _) => pressure_bar(Some(npt.state.stress), &self.system, e_kin),
+                (None, true) => self.pressure(e_kin)?,
+                (None, false) => None,
             };
+            let total_mass: f64 = self.masses.iter().sum();
+            let npt = self.npt.as_ref();
             let record = LogRecord {
                 step,
                 time_fs,
@@ -434,6 +505,9 @@ impl<F: ForceProvider> Simulation<F> {
                 temperature: temperature(e_kin, self.dof),
                 bond_deviation: worst.max,
                 pressure_bar,
+                volume: npt.map(Npt::volume),
+                density: npt.map(|n| density_g_cm3(total_mass, n.volume())),
+                e_eff: npt.map(|n| n.effective_energy(e_pot, e_kin)),
             };
             if let Some(log) = &mut self.log {
                 write_log(log, &record)?;
@@ -504,6 +578,10 @@ impl<F: ForceProvider> Simulation<F> {
             unstable_at_step: self.unstable_at_step,
             list_builds: self.forces.list_builds(),
             caller: self.caller.clone(),
+            barostat: self.npt.as_ref().map(|n| BarostatState {
+                list_cell: self.forces.list_cell(),
+                ..n.state
+            }),
         };
         restart.save(&path)
     }
@@ -513,18 +591,18 @@ impl<F: ForceProvider> Simulation<F> {
         let s = &self.settings;
         let steps_run = self.state.step - first_step;
         let steps_per_s = steps_run as f64 / wall_s.max(1e-9);
-        let nve = s.ensemble == Ensemble::Nve;
+        let conserved = s.ensemble == Ensemble::Nve || s.barostat.is_some();
         let j = judge(
             &self.records,
             n,
             self.state.step,
-            nve,
+            conserved,
             self.unstable_at_step,
             &stop,
         );
         MdSummary {
             atoms: n,
-            ensemble: s.ensemble.name().into(),
+            ensemble: s.ensemble_name().into(),
             dt_fs: s.dt_fs,
             first_step,
             last_step: self.state.step,
@@ -538,6 +616,9 @@ impl<F: ForceProvider> Simulation<F> {
             temperature_std: j.temperature_std,
             pressure_mean_bar: j.pressure_mean_bar,
             pressure_std_bar: j.pressure_std_bar,
+            volume_mean_a3: j.volume_mean_a3,
+            volume_std_a3: j.volume_std_a3,
+            density_mean_g_cm3: j.density_mean_g_cm3,
             bonds: self.bonds.pairs.len(),
             max_bond_deviation: self.max_bond_deviation,
             stable: j.stable,

@@ -1,6 +1,7 @@
 //! What defines an MD run ([`MdSettings`], [`MdOutputs`]). Apart from the driver (`run`) so
 //! that restart files, which store the settings, do not depend on the driver that writes them.
 
+use super::barostat::Barostat;
 use super::integrator::Ensemble;
 use crate::error::{Error, Result};
 use serde::{Deserialize, Serialize};
@@ -48,6 +49,9 @@ pub struct MdSettings {
     /// graph at each log step, an extra backward pass).
     #[serde(default)]
     pub log_pressure: bool,
+    /// Constant pressure (NPT) with this barostat, on the Langevin thermostat of `ensemble`.
+    #[serde(default)]
+    pub barostat: Option<Barostat>,
     pub outputs: MdOutputs,
 }
 
@@ -66,6 +70,7 @@ impl Default for MdSettings {
             restart_every: 0,
             stop_when_unstable: true,
             log_pressure: false,
+            barostat: None,
             outputs: MdOutputs::default(),
         }
     }
@@ -125,6 +130,22 @@ impl MdSettings {
                 "restart interval given without a restart file path".into(),
             ));
         }
+        if let Some(b) = &self.barostat {
+            b.validate()?;
+            if !matches!(self.ensemble, Ensemble::Nvt { .. }) {
+                return Err(Error::Md(
+                    "constant pressure runs on the Langevin thermostat (NVT settings)".into(),
+                ));
+            }
+        }
         self.ensemble.validate()
+    }
+
+    /// The ensemble's name in logs and summaries: nve, nvt or npt.
+    pub fn ensemble_name(&self) -> &'static str {
+        match self.barostat {
+            Some(_) => "npt",
+            None => self.ensemble.name(),
+        }
     }
 }

@@ -2,6 +2,7 @@
 //! ([`MdSummary`]). Apart from the driver (`run`) so that batch runs and the validation suite
 //! name them without it.
 
+use super::analysis::mean_std;
 use super::output::LogRecord;
 use super::pressure::pressure_stats;
 use super::window::window;
@@ -43,9 +44,10 @@ pub struct MdSummary {
     pub wall_s: f64,
     pub steps_per_s: f64,
     pub ns_per_day: f64,
-    /// Slope of a least-squares line through E_tot(t), meV/atom/ps (NVE only).
+    /// Slope of a least-squares line through E_tot(t), meV/atom/ps (NVE; NPT: through the
+    /// effective energy E_tot + P₀V + heat exchanged with thermostat and barostat).
     pub energy_drift_mev_per_atom_ps: Option<f64>,
-    /// Standard deviation of E_tot, meV/atom (NVE only).
+    /// Standard deviation of E_tot, meV/atom (NVE; NPT: of the effective energy).
     pub energy_std_mev_per_atom: Option<f64>,
     /// Kinetic temperature after step 0: mean and standard deviation, K.
     pub temperature_mean: Option<f64>,
@@ -55,6 +57,14 @@ pub struct MdSummary {
     pub pressure_mean_bar: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pressure_std_bar: Option<f64>,
+    /// NPT runs: cell volume after step 0, mean and standard deviation (Å³), and the mean
+    /// density (g/cm³).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub volume_mean_a3: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub volume_std_a3: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub density_mean_g_cm3: Option<f64>,
     pub bonds: usize,
     pub max_bond_deviation: f64,
     pub stable: bool,
@@ -79,6 +89,9 @@ pub(super) struct Judged {
     pub temperature_std: Option<f64>,
     pub pressure_mean_bar: Option<f64>,
     pub pressure_std_bar: Option<f64>,
+    pub volume_mean_a3: Option<f64>,
+    pub volume_std_a3: Option<f64>,
+    pub density_mean_g_cm3: Option<f64>,
     pub stable: bool,
     pub finite: bool,
 }
@@ -95,6 +108,15 @@ pub(super) fn judge(
 ) -> Judged {
     let w = window(records, atoms, last_step, conserved, None);
     let pressure = pressure_stats(records);
+    let after_start = |f: fn(&LogRecord) -> Option<f64>| -> Vec<f64> {
+        records
+            .iter()
+            .filter(|r| r.step > 0)
+            .filter_map(f)
+            .collect()
+    };
+    let volume = mean_std(&after_start(|r| r.volume));
+    let density = mean_std(&after_start(|r| r.density));
     let finite = !matches!(stop, StopReason::NonFinite { .. });
     Judged {
         energy_drift_mev_per_atom_ps: w.energy_drift_mev_per_atom_ps,
@@ -103,6 +125,9 @@ pub(super) fn judge(
         temperature_std: w.temperature_std,
         pressure_mean_bar: pressure.map(|p| p.0),
         pressure_std_bar: pressure.map(|p| p.1),
+        volume_mean_a3: volume.map(|v| v.0),
+        volume_std_a3: volume.map(|v| v.1),
+        density_mean_g_cm3: density.map(|d| d.0),
         stable: unstable_at_step.is_none() && finite,
         finite,
     }

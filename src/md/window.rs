@@ -15,7 +15,7 @@ pub struct Window {
     pub stable: bool,
     pub first_unstable_step: Option<u64>,
     pub max_bond_deviation: f64,
-    /// Fitted slope of E_tot(t), meV/atom/ps (NVE).
+    /// Fitted slope of E_tot(t), meV/atom/ps (NVE; NPT: of the effective energy).
     pub energy_drift_mev_per_atom_ps: Option<f64>,
     /// Standard deviation of E_tot, meV/atom (NVE).
     pub energy_std_mev_per_atom: Option<f64>,
@@ -25,7 +25,7 @@ pub struct Window {
 }
 
 /// Judges the records up to `steps`. `nonfinite_at` is the step where the run went NaN, if it
-/// did; `conserved` selects the energy metrics (NVE).
+/// did; `conserved` selects the energy metrics (NVE, and NPT's effective energy).
 pub fn window(
     records: &[LogRecord],
     atoms: usize,
@@ -35,9 +35,10 @@ pub fn window(
 ) -> Window {
     let rec: Vec<&LogRecord> = records.iter().filter(|r| r.step <= steps).collect();
     let t_ps: Vec<f64> = rec.iter().map(|r| r.time_fs / 1000.0).collect();
+    // NPT runs conserve the effective energy instead.
     let e: Vec<f64> = rec
         .iter()
-        .map(|r| 1000.0 * r.e_tot / atoms.max(1) as f64)
+        .map(|r| 1000.0 * r.e_eff.unwrap_or(r.e_tot) / atoms.max(1) as f64)
         .collect();
     let temps: Vec<f64> = rec
         .iter()
@@ -77,6 +78,9 @@ mod tests {
             temperature: 100.0 + step as f64,
             bond_deviation,
             pressure_bar: None,
+            volume: None,
+            density: None,
+            e_eff: None,
         }
     }
 

@@ -19,7 +19,7 @@ mod verlet;
 pub use brute::brute_force_neighbor_list;
 pub use cell_list::neighbor_list;
 pub use device::{padding_offset, DeviceListBuilder, ListStatus, PaddedList, PRUNE_MARGIN};
-pub use verlet::VerletList;
+pub use verlet::{strained_half_skin, VerletList};
 
 use crate::error::{Error, Result};
 use crate::structure::{Batch, Lattice, Structure};

@@ -133,3 +133,16 @@ impl VerletList {
         out
     }
 }
+
+/// How far (Å) an atom may move from its place at the list build, carried along by the
+/// cell's deformation `m` since (positions now ≈ positions then · m, rows as vectors), before
+/// the list may miss a pair: pairs outside the list were more than `cutoff + skin` apart, and
+/// the deformation shrinks no distance below σ_min(m) times itself (σ_min ≥ 1 − ‖m − 1‖ in
+/// the Frobenius norm). Zero or less: rebuild.
+pub fn strained_half_skin(cutoff: f64, skin: f64, m: &Lattice) -> f64 {
+    let off: f64 = (0..3)
+        .flat_map(|i| (0..3).map(move |j| (i, j)))
+        .map(|(i, j)| (m[i][j] - (i == j) as u8 as f64).powi(2))
+        .sum();
+    0.5 * ((1.0 - off.sqrt()) * (cutoff + skin) - cutoff)
+}

@@ -149,6 +149,14 @@ impl<C: Calculator> Calculator for Profiled<C> {
     fn cutoff(&self) -> f64 {
         self.inner.cutoff()
     }
+
+    fn compute_with_stress(&self, batch: &Batch) -> Result<crate::stress::StressPrediction> {
+        self.profiler
+            .record(batch.n_atoms(), batch.n_structures(), None, |clock| {
+                clock.mark(crate::phase::Phase::Call)?;
+                self.inner.compute_with_stress(batch)
+            })
+    }
 }
 
 /// MD forces whose every evaluation is profiled, the time until the next one counted as the
@@ -188,6 +196,26 @@ impl<F: ForceProvider> ForceProvider for ProfiledForces<F> {
 
     fn list_reference(&self) -> Result<Option<Vec<[f64; 3]>>> {
         self.inner.list_reference()
+    }
+
+    fn evaluate_with_stress(
+        &mut self,
+        positions: &mut Tensor,
+    ) -> Result<(crate::md::Evaluation, Vec<Option<crate::stress::Matrix3>>)> {
+        let inner = &mut self.inner;
+        self.profiler
+            .record(self.atoms, 1, Some(Phase::Integrate), |clock| {
+                clock.mark(Phase::Call)?;
+                inner.evaluate_with_stress(positions)
+            })
+    }
+
+    fn set_cells(&mut self, cells: &[crate::structure::Lattice]) -> Result<()> {
+        self.inner.set_cells(cells)
+    }
+
+    fn list_cell(&self) -> Option<crate::structure::Lattice> {
+        self.inner.list_cell()
     }
 
     fn restore_list(&mut self, reference: &[[f64; 3]]) -> Result<()> {

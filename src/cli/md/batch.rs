@@ -86,7 +86,7 @@ fn fresh(a: &MdArgs, stop: StopFlag) -> Result<BatchSummary> {
         systems.len(),
         settings.steps,
         settings.dt_fs,
-        describe(&settings.ensemble),
+        describe(&settings),
         calc.device()
     );
     let sim = BatchSimulation::new(forces, &systems, settings, caller)

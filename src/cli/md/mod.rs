@@ -8,8 +8,8 @@ use crate::graph::Graphs;
 use crate::interrupt::StopFlag;
 use crate::io::read_extxyz;
 use crate::md::{
-    Ensemble, MdOutputs, MdSettings, MdSummary, PainnForces, Progress, Restart, Simulation,
-    StopReason,
+    Barostat, Ensemble, MdOutputs, MdSettings, MdSummary, PainnForces, Progress, Restart,
+    Simulation, StopReason,
 };
 use crate::model::Backend;
 use crate::Structure;
@@ -29,6 +29,9 @@ enum EnsembleArg {
     Nve,
     /// BAOAB Langevin thermostat at --temperature.
     Nvt,
+    /// Langevin thermostat and stochastic cell rescaling barostat at --pressure (a cell
+    /// periodic along all three axes).
+    Npt,
 }
 
 #[derive(Args)]
@@ -95,7 +98,8 @@ pub struct MdArgs {
         "structure", "frame", "dt", "ensemble", "temperature", "init_temperature", "friction",
         "seed", "skin", "keep_momenta", "traj", "traj_every", "log", "log_every",
         "restart_every", "restart_file", "dtype", "backend", "keep_going", "append",
-        "all_frames", "replicas", "log_pressure",
+        "all_frames", "replicas", "log_pressure", "pressure", "barostat_mode", "barostat_time",
+        "compressibility",
     ])]
     resume: Option<PathBuf>,
     /// auto: run each step as one CUDA graph replay where possible (a CUDA device, --backend
@@ -114,6 +118,20 @@ pub struct MdArgs {
     /// stress through the model's autograd graph, an extra backward pass per log step.
     #[arg(long)]
     log_pressure: bool,
+    /// NPT target pressure in bar.
+    #[arg(long, default_value_t = 1.0, allow_hyphen_values = true)]
+    pressure: f64,
+    /// NPT cell moves: iso (the cell scales as a whole; liquids) or aniso (x, y and z
+    /// lengths move independently; crystals).
+    #[arg(long, default_value = "iso")]
+    barostat_mode: crate::md::BarostatMode,
+    /// NPT relaxation time of the volume, fs.
+    #[arg(long, default_value_t = 1000.0)]
+    barostat_time: f64,
+    /// NPT isothermal compressibility the coupling assumes, 1/bar (water's by default; with
+    /// --barostat-time it sets how fast the volume relaxes, not where to).
+    #[arg(long, default_value_t = 4.5e-5)]
+    compressibility: f64,
     /// Also write the closing summary as JSON here.
     #[arg(long)]
     summary_json: Option<PathBuf>,
@@ -177,7 +195,23 @@ fn check_flags(a: &MdArgs) -> Result<()> {
             "{flag} {v}: must be finite and >= 0 {unit}"
         );
     }
-    if matches!(a.ensemble, EnsembleArg::Nvt) {
+    if matches!(a.ensemble, EnsembleArg::Npt) {
+        anyhow::ensure!(
+            a.pressure.is_finite(),
+            "--pressure {}: must be finite (bar)",
+            a.pressure
+        );
+        for (flag, v, unit) in [
+            ("--barostat-time", a.barostat_time, "fs"),
+            ("--compressibility", a.compressibility, "1/bar"),
+        ] {
+            anyhow::ensure!(
+                v.is_finite() && v > 0.0,
+                "{flag} {v}: must be finite and > 0 {unit}"
+            );
+        }
+    }
+    if matches!(a.ensemble, EnsembleArg::Nvt | EnsembleArg::Npt) {
         let f = d.friction;
         anyhow::ensure!(
             f.is_finite() && f > 0.0,
@@ -196,11 +230,17 @@ fn plan(a: &MdArgs, split: Option<usize>) -> Result<(MdSettings, OutputSet)> {
     check_flags(a)?;
     let ensemble = match a.ensemble {
         EnsembleArg::Nve => Ensemble::Nve,
-        EnsembleArg::Nvt => Ensemble::Nvt {
+        EnsembleArg::Nvt | EnsembleArg::Npt => Ensemble::Nvt {
             temperature: a.dynamics.temperature,
             friction: a.dynamics.friction,
         },
     };
+    let barostat = matches!(a.ensemble, EnsembleArg::Npt).then_some(Barostat {
+        pressure_bar: a.pressure,
+        mode: a.barostat_mode,
+        time_fs: a.barostat_time,
+        compressibility_per_bar: a.compressibility,
+    });
     // Without --restart-every, a restart file is written only if the run is interrupted, and
     // only where none exists.
     let restart = a.restart_file.clone().unwrap_or_else(|| match &a.traj {
@@ -250,6 +290,7 @@ fn plan(a: &MdArgs, split: Option<usize>) -> Result<(MdSettings, OutputSet)> {
         restart_every: a.restart_every,
         stop_when_unstable: !a.keep_going,
         log_pressure: a.log_pressure,
+        barostat,
         outputs: MdOutputs {
             traj: a.traj.as_ref().map(absolute),
             log: a.log.as_ref().map(absolute),
@@ -298,7 +339,7 @@ fn fresh(a: &MdArgs, stop: StopFlag) -> Result<(MdSummary, Claim)> {
         start.len(),
         settings.steps,
         settings.dt_fs,
-        describe(&settings.ensemble),
+        describe(&settings),
         calc.device()
     );
     let sim = Simulation::new(forces, &start, settings, caller)
@@ -451,8 +492,16 @@ pub fn pick_frame(path: &Path, k: i64) -> Result<Structure> {
     Ok(frames[idx as usize].clone())
 }
 
-fn describe(e: &Ensemble) -> String {
-    match e {
+fn describe(s: &MdSettings) -> String {
+    if let (Some(b), Ensemble::Nvt { temperature, .. }) = (&s.barostat, s.ensemble) {
+        return format!(
+            "NPT ({temperature} K Langevin, {} bar stochastic cell rescaling, {}, {} fs)",
+            b.pressure_bar,
+            b.mode.name(),
+            b.time_fs
+        );
+    }
+    match &s.ensemble {
         Ensemble::Nve => "NVE (velocity Verlet)".into(),
         Ensemble::Nvt {
             temperature,
@@ -484,8 +533,12 @@ pub fn print_summary(s: &MdSummary) {
         );
     }
     if let Some(d) = s.energy_drift_mev_per_atom_ps {
+        let what = match s.ensemble.as_str() {
+            "npt" => "effective energy",
+            _ => "E_tot",
+        };
         println!(
-            "energy drift: {d:+.4} meV/atom/ps (fitted slope), E_tot std {:.4} meV/atom",
+            "energy drift: {d:+.4} meV/atom/ps (fitted slope of the {what}), std {:.4} meV/atom",
             s.energy_std_mev_per_atom.unwrap_or(f64::NAN)
         );
     }
@@ -494,6 +547,11 @@ pub fn print_summary(s: &MdSummary) {
     }
     if let (Some(m), Some(sd)) = (s.pressure_mean_bar, s.pressure_std_bar) {
         println!("pressure: {m:.1} ± {sd:.1} bar");
+    }
+    if let (Some(m), Some(sd), Some(rho)) =
+        (s.volume_mean_a3, s.volume_std_a3, s.density_mean_g_cm3)
+    {
+        println!("volume: {m:.2} ± {sd:.2} Å³, density {rho:.4} g/cm³");
     }
     let verdict = match &s.stop {
         StopReason::Completed if s.stable => "stable".to_string(),

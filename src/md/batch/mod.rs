@@ -170,6 +170,11 @@ impl<F: ForceProvider> BatchSimulation<F> {
         if systems.is_empty() {
             return Err(Error::Md("a batch run needs at least one system".into()));
         }
+        if settings.barostat.is_some() {
+            return Err(Error::Md(
+                "constant pressure runs one system at a time (no batch NPT yet)".into(),
+            ));
+        }
         if forces.systems() != systems.len() {
             return Err(Error::Md(format!(
                 "the force provider computes {} systems, the run has {}",

@@ -271,6 +271,9 @@ impl<F: ForceProvider> BatchSimulation<F> {
                     temperature: t,
                     bond_deviation: worst.max,
                     pressure_bar: pressure_bar(stresses[slot], &member.system, e_kin),
+                    volume: None,
+                    density: None,
+                    e_eff: None,
                 };
                 if let Some(log) = &mut self.log {
                     let row = BatchLogRecord { system: k, record };

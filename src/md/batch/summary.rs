@@ -134,6 +134,10 @@ impl BatchSummary {
             temperature_std: r.temperature_std,
             pressure_mean_bar: r.pressure_mean_bar,
             pressure_std_bar: r.pressure_std_bar,
+            // Batches run at constant volume.
+            volume_mean_a3: None,
+            volume_std_a3: None,
+            density_mean_g_cm3: None,
             bonds: r.bonds,
             max_bond_deviation: r.max_bond_deviation,
             stable: r.stable,

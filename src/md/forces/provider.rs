@@ -7,7 +7,8 @@ use crate::error::{Error, Result};
 use crate::md::integrator::{Integrator, State};
 use crate::md::positions::{device_positions, host_positions};
 use crate::phase::{Phase, PhaseClock};
-use crate::structure::{Batch, Structure};
+use crate::stress::Matrix3;
+use crate::structure::{Batch, Lattice, Structure};
 use candle_core::{Device, Tensor};
 
 /// Potential energy (a scalar) and forces ([N, 3]), f64, on the provider's device.
@@ -66,8 +67,33 @@ pub trait ForceProvider {
     /// The stress (eV/Å³, ASE's sign) of each of the provider's systems at `positions`
     /// ([N, 3] f64 on the device): `None` for a system without a cell periodic along all
     /// three axes, and for every system of a provider that cannot compute one.
-    fn stresses(&mut self, _positions: &Tensor) -> Result<Vec<Option<crate::stress::Matrix3>>> {
+    fn stresses(&mut self, _positions: &Tensor) -> Result<Vec<Option<Matrix3>>> {
         Ok(vec![None; self.systems()])
+    }
+
+    /// Energy, forces and each system's stress at `positions` in one call (an NPT step needs
+    /// all three). By default [`evaluate`](Self::evaluate) then [`stresses`](Self::stresses).
+    fn evaluate_with_stress(
+        &mut self,
+        positions: &mut Tensor,
+    ) -> Result<(Evaluation, Vec<Option<Matrix3>>)> {
+        let evaluation = self.evaluate(positions)?;
+        let stresses = self.stresses(positions)?;
+        Ok((evaluation, stresses))
+    }
+
+    /// Gives every system its new cell, after the caller moved the atoms with it (an NPT step
+    /// scales positions and cell together). Providers that cannot follow a cell refuse.
+    fn set_cells(&mut self, _cells: &[Lattice]) -> Result<()> {
+        Err(Error::Md(
+            "this force provider cannot change its cell (no constant-pressure MD)".into(),
+        ))
+    }
+
+    /// The cell of the one system the neighbour list was built in, where it has a list and
+    /// the cell may have moved since (NPT; for restart files).
+    fn list_cell(&self) -> Option<Lattice> {
+        None
     }
 
     /// Neighbour-list builds so far (0 for providers without a list).
@@ -144,6 +170,47 @@ impl<C: Calculator> ForceProvider for CalculatorForces<C> {
     }
 
     fn evaluate(&mut self, positions: &mut Tensor) -> Result<Evaluation> {
+        let pred = self.calculator.compute(&self.at(positions)?)?;
+        Ok(Evaluation {
+            energy: Tensor::new(pred.energies[0], &self.device)?,
+            forces: device_positions(&pred.forces[0], &self.device)?,
+        })
+    }
+
+    fn stresses(&mut self, positions: &Tensor) -> Result<Vec<Option<Matrix3>>> {
+        let got = self.calculator.compute_with_stress(&self.at(positions)?)?;
+        Ok(got.stresses)
+    }
+
+    fn evaluate_with_stress(
+        &mut self,
+        positions: &mut Tensor,
+    ) -> Result<(Evaluation, Vec<Option<Matrix3>>)> {
+        let got = self.calculator.compute_with_stress(&self.at(positions)?)?;
+        let evaluation = Evaluation {
+            energy: Tensor::new(got.prediction.energies[0], &self.device)?,
+            forces: device_positions(&got.prediction.forces[0], &self.device)?,
+        };
+        Ok((evaluation, got.stresses))
+    }
+
+    fn set_cells(&mut self, cells: &[Lattice]) -> Result<()> {
+        match (cells, self.template.cell.is_some()) {
+            ([cell], true) => {
+                self.template.cell = Some(*cell);
+                Ok(())
+            }
+            _ => Err(Error::Md(format!(
+                "one periodic system takes one cell, got {} cells",
+                cells.len()
+            ))),
+        }
+    }
+}
+
+impl<C: Calculator> CalculatorForces<C> {
+    /// The template at `positions` (copied to the host), as a batch of one.
+    fn at(&self, positions: &Tensor) -> Result<Batch> {
         let mut s = self.template.clone();
         s.positions = host_positions(positions)?;
         if let Some((i, p)) = s
@@ -154,10 +221,6 @@ impl<C: Calculator> ForceProvider for CalculatorForces<C> {
         {
             return Err(Error::NonFinite(format!("atom {i} is at {p:?}")));
         }
-        let pred = self.calculator.compute(&Batch::from_one(s)?)?;
-        Ok(Evaluation {
-            energy: Tensor::new(pred.energies[0], &self.device)?,
-            forces: device_positions(&pred.forces[0], &self.device)?,
-        })
+        Batch::from_one(s)
     }
 }

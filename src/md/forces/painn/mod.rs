@@ -2,6 +2,7 @@
 //! on the host or the device, checked every step or deferred) and the eager call. The graph and
 //! one-launch paths are in `whole_step`, a child so that both see the provider's fields.
 
+mod cell;
 mod whole_step;
 
 use crate::calculator::{atom_energies_and_forces, PainnCalculator};
@@ -19,7 +20,8 @@ use crate::neighbors::{
 };
 use crate::ops::scatter_add;
 use crate::phase::{NoClock, Phase, PhaseClock};
-use crate::structure::{Batch, Structure};
+use crate::stress::Matrix3;
+use crate::structure::{Batch, Lattice, Structure};
 use candle_core::{DType, Device, Tensor, Var};
 
 /// Where MD builds its Verlet neighbour list (`--neighbor-list`).
@@ -110,6 +112,10 @@ pub struct PainnForces<'a> {
     /// and how many did.
     one_launch: bool,
     one_launch_steps: u64,
+    /// The one system's cell when the list was built, once an NPT step has moved the cell
+    /// ([`ForceProvider::set_cells`]): the list's pairs and image offsets then follow the
+    /// cell's deformation since.
+    list_cell: Option<Lattice>,
 }
 
 struct ListTensors {
@@ -199,6 +205,7 @@ impl<'a> PainnForces<'a> {
             deferred: None,
             one_launch: tuning.one_launch_steps && systems.len() == 1,
             one_launch_steps: 0,
+            list_cell: None,
         }
         .with_spans()?
         .with_list_site(ListSite::Auto)
@@ -404,6 +411,9 @@ impl<'a> PainnForces<'a> {
 
     /// After a build: the graph gets the new list, and the displacement check its reference.
     fn built(&mut self, reference: Tensor) -> Result<()> {
+        if self.list_cell.is_some() {
+            self.list_cell = self.systems[0].cell;
+        }
         if self.graph_max_edges > 0 {
             self.update_graph(&reference)?;
         }
@@ -411,6 +421,25 @@ impl<'a> PainnForces<'a> {
             steps.set_reference(&reference)?;
         }
         self.reference = Some(reference);
+        Ok(())
+    }
+
+    /// Builds the list at `positions`, wrapping them into the cells.
+    fn rebuild_at(&mut self, positions: &mut Tensor) -> Result<()> {
+        if self.device_list.is_some() {
+            let wrapped = self.build_on_device(positions, true)?;
+            *positions = wrapped;
+            return Ok(());
+        }
+        let mut host = host_positions(positions)?;
+        for (k, s) in self.systems.iter().enumerate() {
+            let at = &mut host[self.starts[k]..self.starts[k + 1]];
+            wrap_positions(at, s.cell.as_ref(), s.pbc)?;
+        }
+        self.build(&host)?;
+        if self.systems.iter().any(Structure::is_periodic) {
+            *positions = device_positions(&host, self.calculator.device())?;
+        }
         Ok(())
     }
 
@@ -441,6 +470,10 @@ impl ForceProvider for PainnForces<'_> {
         positions: &mut Tensor,
         clock: &mut dyn PhaseClock,
     ) -> Result<Evaluation> {
+        if self.list_cell.is_some() {
+            // The cell has moved (NPT): only the strained call follows it.
+            return self.strained(positions).map(|(e, _)| e);
+        }
         clock.mark(Phase::NeighborList)?;
         let rebuild = match (&self.reference, &mut self.deferred) {
             (None, _) => true,
@@ -456,19 +489,8 @@ impl ForceProvider for PainnForces<'_> {
                 d2 > self.list_limit2()
             }
         };
-        if rebuild && self.device_list.is_some() {
-            let wrapped = self.build_on_device(positions, true)?;
-            *positions = wrapped;
-        } else if rebuild {
-            let mut host = host_positions(positions)?;
-            for (k, s) in self.systems.iter().enumerate() {
-                let at = &mut host[self.starts[k]..self.starts[k + 1]];
-                wrap_positions(at, s.cell.as_ref(), s.pbc)?;
-            }
-            self.build(&host)?;
-            if self.systems.iter().any(Structure::is_periodic) {
-                *positions = device_positions(&host, self.calculator.device())?;
-            }
+        if rebuild {
+            self.rebuild_at(positions)?;
         }
         if let Some(g) = &self.graph {
             clock.mark(Phase::Forward)?;
@@ -533,7 +555,7 @@ impl ForceProvider for PainnForces<'_> {
         self.systems.len()
     }
 
-    fn stresses(&mut self, positions: &Tensor) -> Result<Vec<Option<crate::stress::Matrix3>>> {
+    fn stresses(&mut self, positions: &Tensor) -> Result<Vec<Option<Matrix3>>> {
         let x = host_positions(positions)?;
         let systems = (self.systems.iter().enumerate())
             .map(|(k, s)| Structure {
@@ -547,6 +569,21 @@ impl ForceProvider for PainnForces<'_> {
 
     fn retain_systems(&mut self, keep: &[bool]) -> Result<()> {
         self.retain(keep)
+    }
+
+    fn evaluate_with_stress(
+        &mut self,
+        positions: &mut Tensor,
+    ) -> Result<(Evaluation, Vec<Option<Matrix3>>)> {
+        self.strained(positions)
+    }
+
+    fn set_cells(&mut self, cells: &[Lattice]) -> Result<()> {
+        self.follow_cell(cells)
+    }
+
+    fn list_cell(&self) -> Option<Lattice> {
+        self.list_cell
     }
 
     fn one_launch_steps(&self) -> u64 {
