@@ -3,8 +3,9 @@
 //! CPU cores even this 192-atom box runs slowly with the fused path: build with
 //! `--features cuda` for longer runs (a larger box on a GPU: BENCHMARKS.md, "MD throughput").
 //!
-//!     cargo run --release --example md_water_box [-- OUT_DIR [N_WATERS [STEPS [nve|nvt [GRAPHS [LIST]]]]]]
+//!     cargo run --release --example md_water_box [-- OUT_DIR [N_WATERS [STEPS [nve|nvt|npt [GRAPHS [LIST]]]]]]
 //!
+//! npt adds the stochastic cell rescaling barostat at 1 bar (iso, 1 ps) to the thermostat.
 //! GRAPHS is auto (default: whole steps replayed as CUDA graphs on a CUDA device), on or off;
 //! LIST is where the neighbour list is built: auto (default: the device on CUDA), host or device.
 //!
@@ -14,7 +15,9 @@
 
 use mlff_distiller::device::{select, DeviceSpec};
 use mlff_distiller::graph::Graphs;
-use mlff_distiller::md::{Ensemble, ListSite, MdOutputs, MdSettings, PainnForces, Simulation};
+use mlff_distiller::md::{
+    Barostat, Ensemble, ListSite, MdOutputs, MdSettings, PainnForces, Simulation,
+};
 use mlff_distiller::model::Backend;
 use mlff_distiller::systems::water_box;
 use mlff_distiller::PainnCalculator;
@@ -27,13 +30,15 @@ fn main() -> anyhow::Result<()> {
         .map_or_else(|| PathBuf::from("examples-out/md_water_box"), PathBuf::from);
     let n_waters: usize = args.next().map_or(Ok(64), |s| s.parse())?;
     let steps: u64 = args.next().map_or(Ok(200), |s| s.parse())?;
-    let ensemble = match args.next().as_deref() {
-        None | Some("nvt") => Ensemble::Nvt {
-            temperature: 300.0,
-            friction: 10.0,
-        },
-        Some("nve") => Ensemble::Nve,
-        Some(other) => anyhow::bail!("ensemble `{other}`: expected nve or nvt"),
+    let langevin = Ensemble::Nvt {
+        temperature: 300.0,
+        friction: 10.0,
+    };
+    let (ensemble, barostat) = match args.next().as_deref() {
+        None | Some("nvt") => (langevin, None),
+        Some("npt") => (langevin, Some(Barostat::default())),
+        Some("nve") => (Ensemble::Nve, None),
+        Some(other) => anyhow::bail!("ensemble `{other}`: expected nve, nvt or npt"),
     };
     let graphs: Graphs = args
         .next()
@@ -54,6 +59,7 @@ fn main() -> anyhow::Result<()> {
         dt_fs: 0.5,
         steps,
         ensemble,
+        barostat,
         log_every: 10,
         traj_every: 50,
         outputs: MdOutputs {
@@ -81,6 +87,14 @@ fn main() -> anyhow::Result<()> {
         out.join("summary.json"),
         serde_json::to_vec_pretty(&summary)?,
     )?;
+    if let (Some(v), Some(rho)) = (summary.volume_mean_a3, summary.density_mean_g_cm3) {
+        println!(
+            "volume {v:.1} Å³, density {rho:.4} g/cm³, pressure {:.0} bar, effective-energy \
+             drift {:.4} meV/atom/ps",
+            summary.pressure_mean_bar.unwrap_or(f64::NAN),
+            summary.energy_drift_mev_per_atom_ps.unwrap_or(f64::NAN)
+        );
+    }
     println!(
         "{} atoms, {} steps on {:?}: {:.1} steps/s ({:.3} ns/day), T {:.0} ± {:.0} K, \
          {} neighbour-list builds ({}), stable: {}; outputs in {}",

@@ -208,10 +208,13 @@ mod tests {
     fn inverse_times_lattice_is_one() {
         let c: Lattice = [[4.0, 0.3, -0.2], [1.1, 5.0, 0.4], [0.7, -0.9, 6.0]];
         let inv = inverse(&c).unwrap();
-        for i in 0..3 {
-            for j in 0..3 {
-                let x: f64 = (0..3).map(|k| c[i][k] * inv[k][j]).sum();
-                assert!((x - (i == j) as u8 as f64).abs() < 1e-14, "{i} {j}: {x}");
+        for (i, row) in c.iter().enumerate() {
+            for (j, one) in [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]][i]
+                .iter()
+                .enumerate()
+            {
+                let x: f64 = (0..3).map(|k| row[k] * inv[k][j]).sum();
+                assert!((x - one).abs() < 1e-14, "{i} {j}: {x}");
             }
         }
         assert!(inverse(&[[1.0, 0.0, 0.0], [2.0, 0.0, 0.0], [0.0, 0.0, 1.0]]).is_none());

@@ -10,6 +10,7 @@ mod md;
 mod md_batch;
 mod model;
 mod neighbors;
+mod npt;
 mod one_launch;
 mod optimizer;
 mod stress;

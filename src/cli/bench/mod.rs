@@ -12,6 +12,7 @@ use crate::model::Backend;
 use crate::model::{init_varmap, Painn, PainnConfig, PainnInputs};
 use crate::neighbors::batch_neighbor_list;
 use crate::profiler::{reset_peak, sample, Stats};
+use crate::stress::{strain_derivative, stress_volume};
 use crate::systems::{aspirin, start_geometry, water_box};
 use crate::{checkpoint, Batch, PainnCalculator, Structure};
 use anyhow::{bail, Context, Result};
@@ -45,6 +46,10 @@ pub struct BenchArgs {
     /// `fused+graph`); on: the same, an error where graphs cannot be used; off: never.
     #[arg(long, default_value = "auto")]
     graphs: Graphs,
+    /// Also time energy, forces and stress in one call (the strain's autograd pass that
+    /// `mlff predict --stress` and NPT MD run) for systems periodic along all three axes.
+    #[arg(long)]
+    stress: bool,
     #[arg(long, default_value_t = 5)]
     warmup: usize,
     /// Timed calls per case (fewer when --max-seconds runs out, at least 3).
@@ -141,24 +146,33 @@ fn load_model(a: &BenchArgs, dev: &Device) -> Result<Painn> {
 /// Device energies and forces of the last timed call, as f32 on the host.
 type Outputs = (Vec<f32>, Vec<f32>);
 
-/// Times one system with one code path: eager calls, or (`graph`) replays of a CUDA graph
-/// captured for its exact edge list.
+/// How a case calls the model.
+#[derive(Clone, Copy, PartialEq)]
+enum Call {
+    Eager,
+    /// Replays of a CUDA graph captured for the exact edge list.
+    Graph,
+    /// Energy, forces and stress by one strained backward pass.
+    Stress,
+}
+
+/// Times one system with one code path.
 fn time_case(
     a: &BenchArgs,
     calc: &PainnCalculator,
     name: &str,
     batch: &Batch,
     copies: usize,
-    graph: bool,
+    how: Call,
     reference: &mut Option<Outputs>,
 ) -> Result<BenchCase> {
     let dev = calc.device();
     let t = Instant::now();
     let nl = batch_neighbor_list(batch, calc.model().config().cutoff)?;
     let (inputs, positions) = calc.prepare_with(batch, &nl)?;
-    let captured = match graph {
-        false => None,
-        true => {
+    let captured = match how {
+        Call::Eager | Call::Stress => None,
+        Call::Graph => {
             let offsets = edge_offsets(batch, &nl);
             let edges = HostEdges {
                 centers: &nl.centers,
@@ -178,10 +192,16 @@ fn time_case(
     };
     synchronize(dev)?;
     let prepare_ms = t.elapsed().as_secs_f64() * 1e3;
+    let edge_structure = inputs.atom_structure.index_select(&inputs.centers, 0)?;
     let call = || -> Result<DeviceOutput> {
-        Ok(match &captured {
-            None => calc.compute_device(&inputs, &positions)?,
-            Some(g) => {
+        Ok(match (&captured, how) {
+            (_, Call::Stress) => {
+                let (energies, forces, _) =
+                    strain_derivative(calc, &inputs, &positions, &edge_structure)?;
+                DeviceOutput { energies, forces }
+            }
+            (None, _) => calc.compute_device(&inputs, &positions)?,
+            (Some(g), _) => {
                 let (energies, forces) = g.replay(&positions)?;
                 DeviceOutput { energies, forces }
             }
@@ -242,9 +262,10 @@ fn time_case(
         batch: copies,
         atoms: batch.n_atoms(),
         edges: inputs.centers.dim(0)?,
-        path: match graph {
-            true => format!("{}+graph", calc.model().backend().name()),
-            false => calc.model().backend().name().to_string(),
+        path: match how {
+            Call::Graph => format!("{}+graph", calc.model().backend().name()),
+            Call::Stress => format!("{}+stress", calc.model().backend().name()),
+            Call::Eager => calc.model().backend().name().to_string(),
         },
         latency_ms,
         structures_per_s: batch.n_structures() as f64 * per_s,
@@ -311,8 +332,12 @@ pub fn run(a: BenchArgs) -> Result<ExitCode> {
             let calc =
                 PainnCalculator::new(model, dev.clone(), a.dtype).with_tuning(tuning.clone());
             let graphs = op == Backend::Fused && a.graphs.wanted(&calc)?;
-            for graph in std::iter::once(false).chain(graphs.then_some(true)) {
-                let case = time_case(&a, &calc, name, &batch, copies, graph, &mut reference)?;
+            let stress = a.stress && batch.structures.iter().all(|s| stress_volume(s).is_some());
+            let calls = std::iter::once(Call::Eager)
+                .chain(graphs.then_some(Call::Graph))
+                .chain(stress.then_some(Call::Stress));
+            for how in calls {
+                let case = time_case(&a, &calc, name, &batch, copies, how, &mut reference)?;
                 eprintln!(
                     "{} {}: {:.3} ms",
                     case.system, case.path, case.latency_ms.median
