@@ -4,14 +4,15 @@
 //! cell volume, ASE's stress is σ = (1/V) ∂E/∂ε (positive = tensile; Voigt order xx yy zz yz
 //! xz xy) and the virial W = -∂E/∂ε = Σ_edges r_ij ⊗ F_ij.
 //!
-//! This runs candle's autograd through the model's graph on every backend (the fused one
-//! through its differentiable message op, as training does), not the fused adjoint: the
-//! adjoint does not gather the virial yet.
+//! The autograd and stock backends run candle's autograd through the model's graph; the fused
+//! one runs its explicit adjoint to the edges, whose forces give both the atoms' forces and
+//! the virial (no autograd graph, no strained copy of the inputs).
 
 use crate::calculator::{PainnCalculator, Prediction};
 use crate::error::Result;
-use crate::model::PainnInputs;
+use crate::model::{Backend, PainnInputs};
 use crate::neighbors::{batch_neighbor_list, wrap_batch};
+use crate::ops::scatter_add;
 use crate::structure::{volume, Batch, Structure};
 use candle_core::{DType, Tensor, Var};
 
@@ -80,6 +81,9 @@ pub fn strain_derivative(
     edge_structure: &Tensor,
 ) -> Result<(Tensor, Tensor, Tensor)> {
     let model = calc.model();
+    if model.backend() == Backend::Fused {
+        return fused_strain_derivative(calc, inputs, edge_structure);
+    }
     let s = inputs.n_structures;
     let dev = calc.device();
     let strain = Var::from_tensor(&Tensor::zeros((s, 3, 3), calc.dtype(), dev)?)?;
@@ -113,6 +117,41 @@ pub fn strain_derivative(
     };
     let energies = model.backend().scatter_add(
         &atom_energies.to_dtype(DType::F64)?,
+        &inputs.atom_structure,
+        s,
+    )?;
+    Ok((energies, forces, de_deps))
+}
+
+/// [`strain_derivative`] by the fused adjoint: one forward and one adjoint pass to the edges,
+/// whose forces −∂E/∂r_e give the atoms' forces (their sums) and ∂E/∂ε = −Σ_e r_e ⊗ F_e
+/// (symmetrized, as the symmetric strain gives it).
+fn fused_strain_derivative(
+    calc: &PainnCalculator,
+    inputs: &PainnInputs,
+    edge_structure: &Tensor,
+) -> Result<(Tensor, Tensor, Tensor)> {
+    let model = calc.model();
+    let s = inputs.n_structures;
+    let pass = calc.fused()?.forward(inputs)?;
+    let edge_forces = pass.edge_forces()?;
+    let n = inputs.positions.dim(0)?;
+    let forces = (scatter_add(&edge_forces, &inputs.neighbors, n)?
+        - scatter_add(&edge_forces, &inputs.centers, n)?)?;
+    let x = &inputs.positions;
+    let r = ((x.index_select(&inputs.neighbors, 0)? - x.index_select(&inputs.centers, 0)?)?
+        + &inputs.offsets)?;
+    let virial = match s {
+        1 => r.t()?.matmul(&edge_forces)?.unsqueeze(0)?,
+        _ => {
+            let outer = r.unsqueeze(2)?.broadcast_mul(&edge_forces.unsqueeze(1)?)?;
+            let e = outer.dim(0)?;
+            scatter_add(&outer.reshape((e, 9))?, edge_structure, s)?.reshape((s, 3, 3))?
+        }
+    };
+    let de_deps = ((&virial + virial.transpose(1, 2)?)? * -0.5)?;
+    let energies = model.backend().scatter_add(
+        &pass.atom_energies.to_dtype(DType::F64)?,
         &inputs.atom_structure,
         s,
     )?;

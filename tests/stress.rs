@@ -179,7 +179,10 @@ fn predict_writes_the_stress_ase_reads_back() {
     let written: Vec<f64> = (back[0].info_value("stress").unwrap().split_whitespace())
         .map(|x| x.parse().unwrap())
         .collect();
-    let c = PainnCalculator::from_checkpoint(&model, &Device::Cpu, DType::F32).unwrap();
+    // `mlff predict` runs the fused backend by default.
+    let c = PainnCalculator::from_checkpoint(&model, &Device::Cpu, DType::F32)
+        .unwrap()
+        .with_backend(Backend::Fused);
     let want = c
         .compute_with_stress(&Batch::from_one(water).unwrap())
         .unwrap();
@@ -191,7 +194,8 @@ fn predict_writes_the_stress_ase_reads_back() {
         .collect();
     for (x, y) in written.iter().zip(&want) {
         assert!(
-            (x - y).abs() < 1e-6 * y.abs().max(1e-4),
+            // f32 sums in another order (the file's batch holds a molecule too).
+            (x - y).abs() < 1e-5 * y.abs().max(1e-4),
             "{written:?} vs {want:?}"
         );
     }

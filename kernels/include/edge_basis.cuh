@@ -123,3 +123,15 @@ __device__ __forceinline__ void add_edge_grads(const unsigned int* ci, const uns
         }
     }
 }
+
+// One thread per edge: grad(e, gr) gives edge e's dL/dr, stored as row e of gedge [E, 3] (for
+// the virial Σ_e r_e ⊗ dL/dr_e, which the atoms' sums no longer hold).
+template <typename T, typename Grad>
+__device__ __forceinline__ void store_edge_grads(T* gedge, size_t n_edges, Grad grad) {
+    FOR_EACH(e, n_edges) {
+        T gr[3] = {T(0), T(0), T(0)};
+        grad(e, gr);
+#pragma unroll
+        for (int a = 0; a < 3; ++a) gedge[3 * e + a] = gr[a];
+    }
+}

@@ -90,8 +90,9 @@ __device__ void sums_fwd(const T* basis, const unsigned* ci, const unsigned* nj,
 // dL/d(positions) (gpos zeroed) through the sums and, where given, the later blocks' dL/d(basis)
 // rows g [E, R + 4]: gs [N, nz (R + 1)] = dL/dS, gv [3N, nz (R + 1)] = dL/dU (row a N + i). Each
 // edge's basis row is formed again (kernels/include/edge_basis.cuh), its gradient row completed with
-// the sums' terms in registers and taken to the two atoms, so that no row is written.
-template <typename T>
+// the sums' terms in registers and taken to the two atoms, so that no row is written. With
+// PerEdge, each edge's dL/dr_e is row e of gpos [E, 3] instead (for the virial).
+template <typename T, bool PerEdge>
 __device__ void sums_position_adj(const T* pos, const T* off, const T* g, const T* gs,
                                   const T* gv, const unsigned* ci, const unsigned* nj,
                                   const unsigned* species, T* gpos, size_t n_edges, size_t n,
@@ -99,7 +100,7 @@ __device__ void sums_position_adj(const T* pos, const T* off, const T* g, const 
     const unsigned nb = n_rbf + 1;
     const size_t k = nz * nb;
     wait_for_previous_kernel();
-    add_edge_grads(ci, nj, gpos, n_edges, [&](size_t e, T gr[3]) {
+    auto grad = [&](size_t e, T gr[3]) {
         T r[3];
         const T d = edge_vector(pos, off, ci, nj, e, r);
         const Radial<T> radial(d, n_rbf, T(cutoff));
@@ -126,7 +127,9 @@ __device__ void sums_position_adj(const T* pos, const T* off, const T* g, const 
             gd += ge * slope;
         }
         grad_r(gd, gu, r, d, gr);
-    });
+    };
+    if constexpr (PerEdge) store_edge_grads(gpos, n_edges, grad);
+    else add_edge_grads(ci, nj, gpos, n_edges, grad);
 }
 
 #define ELEMENT_SUMS(T, S)                                                                     \
@@ -140,15 +143,29 @@ __device__ void sums_position_adj(const T* pos, const T* off, const T* g, const 
         const T* pos, const T* off, const T* gs, const T* gv, const unsigned int* ci,         \
         const unsigned int* nj, const unsigned int* species, T* gpos, size_t n_edges,         \
         size_t n, size_t nz, size_t n_rbf, double cutoff) {                                    \
-        sums_position_adj(pos, off, (const T*)nullptr, gs, gv, ci, nj, species, gpos, n_edges, \
-                          n, nz, n_rbf, cutoff);                                               \
+        sums_position_adj<T, false>(pos, off, (const T*)nullptr, gs, gv, ci, nj, species,     \
+                                    gpos, n_edges, n, nz, n_rbf, cutoff);                      \
     }                                                                                          \
     extern "C" __global__ void element_sums_position_adj_acc_##S(                             \
         const T* pos, const T* off, const T* g, const T* gs, const T* gv,                     \
         const unsigned int* ci, const unsigned int* nj, const unsigned int* species, T* gpos, \
         size_t n_edges, size_t n, size_t nz, size_t n_rbf, double cutoff) {                    \
-        sums_position_adj(pos, off, g, gs, gv, ci, nj, species, gpos, n_edges, n, nz, n_rbf,   \
-                          cutoff);                                                             \
+        sums_position_adj<T, false>(pos, off, g, gs, gv, ci, nj, species, gpos, n_edges, n,   \
+                                    nz, n_rbf, cutoff);                                        \
+    }                                                                                          \
+    extern "C" __global__ void element_sums_edge_adj_##S(                                     \
+        const T* pos, const T* off, const T* gs, const T* gv, const unsigned int* ci,         \
+        const unsigned int* nj, const unsigned int* species, T* gedge, size_t n_edges,        \
+        size_t n, size_t nz, size_t n_rbf, double cutoff) {                                    \
+        sums_position_adj<T, true>(pos, off, (const T*)nullptr, gs, gv, ci, nj, species,      \
+                                   gedge, n_edges, n, nz, n_rbf, cutoff);                      \
+    }                                                                                          \
+    extern "C" __global__ void element_sums_edge_adj_acc_##S(                                 \
+        const T* pos, const T* off, const T* g, const T* gs, const T* gv,                     \
+        const unsigned int* ci, const unsigned int* nj, const unsigned int* species,          \
+        T* gedge, size_t n_edges, size_t n, size_t nz, size_t n_rbf, double cutoff) {          \
+        sums_position_adj<T, true>(pos, off, g, gs, gv, ci, nj, species, gedge, n_edges, n,   \
+                                   nz, n_rbf, cutoff);                                         \
     }
 ELEMENT_SUMS(float, f32)
 ELEMENT_SUMS(double, f64)

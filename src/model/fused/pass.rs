@@ -6,12 +6,13 @@
 use super::weights::Block;
 use super::FusedPainn;
 use crate::model::PainnInputs;
+use crate::ops::layers::edge_basis::basis_adjoint;
+use crate::ops::layers::element_sums::sums_adjoint;
 use crate::ops::{
-    act_grad, dense, dense_tc, dense_tc_adding, dense_tc_fits, edge_basis, edge_basis_adjoint,
-    element_sums, element_sums_position_adjoint, gather, initial_state, interaction,
-    interaction_adjoint, readout_tc, update_combine, update_combine_adjoint, update_context,
-    update_context_adjoint, update_tc, update_tc_adjoint, EdgeFilter, InteractionInputs, StateGrad,
-    UpdateOutputs,
+    act_grad, dense, dense_tc, dense_tc_adding, dense_tc_fits, edge_basis, element_sums, gather,
+    initial_state, interaction, interaction_adjoint, readout_tc, update_combine,
+    update_combine_adjoint, update_context, update_context_adjoint, update_tc, update_tc_adjoint,
+    EdgeFilter, InteractionInputs, StateGrad, UpdateOutputs,
 };
 use crate::plan::{DensePath, FilterSource, LayerPlan};
 use candle_core::{Result, Tensor};
@@ -303,6 +304,16 @@ pub struct FusedForward<'a> {
 impl FusedForward<'_> {
     /// Forces [N, 3] in eV/Å: −∂(Σ atom energies)/∂x by the explicit adjoint.
     pub fn forces(&self) -> Result<Tensor> {
+        self.adjoint(false)
+    }
+
+    /// The adjoint stopped at the edges: −∂(Σ atom energies)/∂r_e for every edge's vector
+    /// r_e = x_j − x_i + offset, [E, 3] (the forces are their sums; the virial is Σ r_e ⊗ it).
+    pub fn edge_forces(&self) -> Result<Tensor> {
+        self.adjoint(true)
+    }
+
+    fn adjoint(&self, per_edge: bool) -> Result<Tensor> {
         let (m, x, basis) = (self.model, self.inputs, &self.basis);
         // Every atom energy has gradient −1: the adjoint carries −E's, so it ends in the forces.
         let (plan, path) = (&self.plan, self.plan.dense_atoms);
@@ -325,16 +336,18 @@ impl FusedForward<'_> {
                 // The first block by sums per element (last here): its adjoint ends in the
                 // forces, through the basis rows of every block.
                 let sums = m.first_sums()?;
-                return element_sums_position_adjoint(
+                return sums_adjoint(
                     &self.positions,
                     &x.offsets,
                     g_basis.as_ref(),
-                    &g_s.matmul(&sums.scalar_t)?,
-                    &g_v.matmul(&sums.direction_t)?,
+                    (
+                        &g_s.matmul(&sums.scalar_t)?,
+                        &g_v.matmul(&sums.direction_t)?,
+                    ),
                     (&x.centers, &x.neighbors),
-                    &x.species,
-                    m.embedding.dim(0)?,
+                    (&x.species, m.embedding.dim(0)?),
                     (m.n_rbf, m.cutoff),
+                    per_edge,
                 );
             };
             let mut rows = t.rows.clone();
@@ -360,17 +373,17 @@ impl FusedForward<'_> {
                 next = Some((g_s, g_v, g_v_in));
             }
         }
-        match g_basis {
-            Some(g) => edge_basis_adjoint(
+        match (g_basis, per_edge) {
+            (Some(g), _) => basis_adjoint(
                 &self.positions,
                 &x.offsets,
                 &g,
-                &x.centers,
-                &x.neighbors,
-                m.n_rbf,
-                m.cutoff,
+                (&x.centers, &x.neighbors),
+                (m.n_rbf, m.cutoff),
+                per_edge,
             ),
-            None => self.positions.zeros_like(),
+            (None, false) => self.positions.zeros_like(),
+            (None, true) => x.offsets.zeros_like(),
         }
     }
 }

@@ -124,11 +124,18 @@ impl Kernel for Forward {
     }
 }
 
-struct Adjoint(Geometry);
+/// The adjoint to the atoms, or (`per_edge`) each edge's dL/dr_e as a row of [E, 3].
+struct Adjoint(Geometry, bool);
 
 impl Kernel for Adjoint {
     overlaps_previous!();
     kernel_source!("edge_basis_adj", "edge_basis");
+    fn function(&self) -> &'static str {
+        match self.1 {
+            true => "edge_basis_edge_adj",
+            false => Self::NAME,
+        }
+    }
     fn work(&self) -> usize {
         self.0.n_edges
     }
@@ -143,10 +150,25 @@ impl Kernel for Adjoint {
         for (e, (&i, &j)) in idx[0].iter().zip(idx[1]).enumerate() {
             let (i, j) = (i as usize, j as usize);
             let gr = g.grad(x[0], x[1], (i, j, e), &x[2][e * bw..(e + 1) * bw]);
-            for a in 0..3 {
-                out[3 * j + a] += gr[a];
-                out[3 * i + a] -= gr[a];
-            }
+            add_edge_grad(out, (i, j, e), gr, self.1);
+        }
+    }
+}
+
+/// Edge i ← j's gradient dL/dr (r = x_j − x_i + offset) into the atoms' gradients, or as row e
+/// of the edges' (`per_edge`).
+pub(crate) fn add_edge_grad<T: Real>(
+    out: &mut [T],
+    (i, j, e): (usize, usize, usize),
+    gr: [T; 3],
+    per_edge: bool,
+) {
+    for a in 0..3 {
+        if per_edge {
+            out[3 * e + a] = gr[a];
+        } else {
+            out[3 * j + a] += gr[a];
+            out[3 * i + a] -= gr[a];
         }
     }
 }
@@ -209,6 +231,26 @@ pub fn edge_basis_adjoint(
     n_rbf: usize,
     cutoff: f64,
 ) -> Result<Tensor> {
+    basis_adjoint(
+        positions,
+        offsets,
+        grad,
+        (centers, neighbors),
+        (n_rbf, cutoff),
+        false,
+    )
+}
+
+/// [`edge_basis_adjoint`], or (`per_edge`) stopped at the edges: each edge's dL/dr_e
+/// (r = x_j − x_i + offset) as a row of [E, 3], for the virial Σ_e r_e ⊗ dL/dr_e.
+pub(crate) fn basis_adjoint(
+    positions: &Tensor,
+    offsets: &Tensor,
+    grad: &Tensor,
+    (centers, neighbors): (&Tensor, &Tensor),
+    (n_rbf, cutoff): (usize, f64),
+    per_edge: bool,
+) -> Result<Tensor> {
     let n_edges = check_geometry(
         positions,
         offsets,
@@ -223,16 +265,23 @@ pub fn edge_basis_adjoint(
             grad.dims()
         )
     }
-    let k = Adjoint(Geometry {
-        n_edges,
-        n_rbf,
-        cutoff,
-    });
+    let k = Adjoint(
+        Geometry {
+            n_edges,
+            n_rbf,
+            cutoff,
+        },
+        per_edge,
+    );
+    let shape = match per_edge {
+        true => (n_edges, 3).into(),
+        false => positions.shape().clone(),
+    };
     launch(
         k,
         &[positions, offsets, grad],
         &[centers, neighbors],
-        positions.shape(),
+        &shape,
         Init::Zero,
     )
 }

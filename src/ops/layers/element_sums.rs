@@ -9,7 +9,7 @@
 
 use crate::ops::launch::{check_edges, check_elements, kernel_source, launch, overlaps_previous};
 use crate::ops::launch::{Init, Kernel, Real};
-use crate::ops::layers::edge_basis::{basis_width, check_geometry, Geometry};
+use crate::ops::layers::edge_basis::{add_edge_grad, basis_width, check_geometry, Geometry};
 use candle_core::{bail, Result, Tensor};
 
 /// Most elements the kernels take (a bit per element marks a run's elements).
@@ -110,15 +110,19 @@ struct PositionAdjoint {
     cutoff: f64,
     /// The later blocks' dL/d(basis) rows come as input 2.
     accumulate: bool,
+    /// Each edge's dL/dr_e as a row of [E, 3] instead of the atoms' gradients.
+    per_edge: bool,
 }
 
 impl Kernel for PositionAdjoint {
     overlaps_previous!();
     kernel_source!("element_sums_position_adj", "element_sums");
     fn function(&self) -> &'static str {
-        match self.accumulate {
-            true => "element_sums_position_adj_acc",
-            false => Self::NAME,
+        match (self.accumulate, self.per_edge) {
+            (true, false) => "element_sums_position_adj_acc",
+            (false, false) => Self::NAME,
+            (true, true) => "element_sums_edge_adj_acc",
+            (false, true) => "element_sums_edge_adj",
         }
     }
     fn work(&self) -> usize {
@@ -162,10 +166,7 @@ impl Kernel for PositionAdjoint {
                 }
             }
             let gr = geometry.grad(x[0], x[1], (i, j, e), &row);
-            for a in 0..3 {
-                out[3 * j + a] += gr[a];
-                out[3 * i + a] -= gr[a];
-            }
+            add_edge_grad(out, (i, j, e), gr, self.per_edge);
         }
     }
 }
@@ -248,6 +249,31 @@ pub fn element_sums_position_adjoint(
     elements: usize,
     (n_rbf, cutoff): (usize, f64),
 ) -> Result<Tensor> {
+    sums_adjoint(
+        positions,
+        offsets,
+        later,
+        (g_plain, g_unit),
+        edges,
+        (species, elements),
+        (n_rbf, cutoff),
+        false,
+    )
+}
+
+/// [`element_sums_position_adjoint`], or (`per_edge`) stopped at the edges: each edge's
+/// dL/dr_e (r = x_j − x_i + offset) as a row of [E, 3], for the virial Σ_e r_e ⊗ dL/dr_e.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn sums_adjoint(
+    positions: &Tensor,
+    offsets: &Tensor,
+    later: Option<&Tensor>,
+    (g_plain, g_unit): (&Tensor, &Tensor),
+    edges: (&Tensor, &Tensor),
+    (species, elements): (&Tensor, usize),
+    (n_rbf, cutoff): (usize, f64),
+    per_edge: bool,
+) -> Result<Tensor> {
     let op = "element sums position adjoint";
     let (centers, neighbors) = edges;
     if positions.dim(0)? != species.dims1()? {
@@ -282,12 +308,17 @@ pub fn element_sums_position_adjoint(
         sizes: z,
         cutoff,
         accumulate: later.is_some(),
+        per_edge,
+    };
+    let shape = match per_edge {
+        true => (n_edges, 3).into(),
+        false => positions.shape().clone(),
     };
     launch(
         kernel,
         &inputs,
         &[centers, neighbors, species],
-        positions.shape(),
+        &shape,
         Init::Zero,
     )
 }
