@@ -123,8 +123,8 @@ pub fn strain_derivative(
     Ok((energies, forces, de_deps))
 }
 
-/// [`strain_derivative`] by the fused adjoint: one forward and one adjoint pass to the edges,
-/// whose forces −∂E/∂r_e give the atoms' forces (their sums) and ∂E/∂ε = −Σ_e r_e ⊗ F_e
+/// [`strain_derivative`] by the fused adjoint: one forward and one adjoint pass, whose last
+/// kernel keeps each edge's force F_e = −∂E/∂r_e besides the atoms': ∂E/∂ε = −Σ_e r_e ⊗ F_e
 /// (symmetrized, as the symmetric strain gives it).
 fn fused_strain_derivative(
     calc: &PainnCalculator,
@@ -134,10 +134,7 @@ fn fused_strain_derivative(
     let model = calc.model();
     let s = inputs.n_structures;
     let pass = calc.fused()?.forward(inputs)?;
-    let edge_forces = pass.edge_forces()?;
-    let n = inputs.positions.dim(0)?;
-    let forces = (scatter_add(&edge_forces, &inputs.neighbors, n)?
-        - scatter_add(&edge_forces, &inputs.centers, n)?)?;
+    let (forces, edge_forces) = pass.forces_and_edge_forces()?;
     let x = &inputs.positions;
     let r = ((x.index_select(&inputs.neighbors, 0)? - x.index_select(&inputs.centers, 0)?)?
         + &inputs.offsets)?;

@@ -93,10 +93,12 @@ __device__ __forceinline__ void edge_grad(const T* pos, const T* off, const T* g
 // taken from atom i's (gpos zeroed). Where a warp's edges have one centre (lists sorted by it:
 // most warps), its share is summed over the warp first, one atomic add per component instead
 // of 32 at one address. Whole warps walk the edges (the loop's bound is uniform), so that
-// every lane reaches the warp's sums.
+// every lane reaches the warp's sums. Where gedge is given, each edge's dL/dr is kept as its
+// row of gedge [E, 3] too (for the virial Σ_e r_e ⊗ dL/dr_e, which the atoms' sums lose).
 template <typename T, typename Grad>
 __device__ __forceinline__ void add_edge_grads(const unsigned int* ci, const unsigned int* nj,
-                                               T* gpos, size_t n_edges, Grad grad) {
+                                               T* gpos, size_t n_edges, Grad grad,
+                                               T* gedge = nullptr) {
     const size_t step = (size_t)gridDim.x * blockDim.x;
     for (size_t e0 = blockIdx.x * (size_t)blockDim.x; e0 < n_edges; e0 += step) {
         const size_t e = e0 + threadIdx.x;
@@ -109,6 +111,10 @@ __device__ __forceinline__ void add_edge_grads(const unsigned int* ci, const uns
             i = ci[e];
 #pragma unroll
             for (int a = 0; a < 3; ++a) atomicAdd(gpos + 3 * j + a, gr[a]);
+            if (gedge) {
+#pragma unroll
+                for (int a = 0; a < 3; ++a) gedge[3 * e + a] = gr[a];
+            }
         }
         const unsigned i0 = __shfl_sync(0xffffffffu, i, 0);
         if (__all_sync(0xffffffffu, i == i0 || !in)) {
@@ -121,17 +127,5 @@ __device__ __forceinline__ void add_edge_grads(const unsigned int* ci, const uns
 #pragma unroll
             for (int a = 0; a < 3; ++a) atomicAdd(gpos + 3 * (size_t)i + a, -gr[a]);
         }
-    }
-}
-
-// One thread per edge: grad(e, gr) gives edge e's dL/dr, stored as row e of gedge [E, 3] (for
-// the virial Σ_e r_e ⊗ dL/dr_e, which the atoms' sums no longer hold).
-template <typename T, typename Grad>
-__device__ __forceinline__ void store_edge_grads(T* gedge, size_t n_edges, Grad grad) {
-    FOR_EACH(e, n_edges) {
-        T gr[3] = {T(0), T(0), T(0)};
-        grad(e, gr);
-#pragma unroll
-        for (int a = 0; a < 3; ++a) gedge[3 * e + a] = gr[a];
     }
 }

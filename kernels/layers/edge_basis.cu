@@ -27,17 +27,18 @@ __device__ void basis_fwd(const T* pos, const T* off, const unsigned int* ci,
     }
 }
 
-// dL/d(positions) (gpos zeroed) from dL/d(basis) rows g [E, R + 4]; with PerEdge, each
-// edge's dL/dr_e as row e of gpos [E, 3] instead.
-template <typename T, bool PerEdge>
+// dL/d(positions) (gpos zeroed) from dL/d(basis) rows g [E, R + 4]; where gedge is given,
+// each edge's dL/dr_e as its row of gedge [E, 3] too.
+template <typename T>
 __device__ void basis_adj(const T* pos, const T* off, const T* g, const unsigned int* ci,
-                          const unsigned int* nj, T* gpos, size_t n_edges, size_t n_rbf,
-                          double cutoff) {
-    auto grad = [&](size_t e, T gr[3]) {
-        edge_grad(pos, off, g + e * (n_rbf + 4), ci, nj, e, n_rbf, T(cutoff), gr);
-    };
-    if constexpr (PerEdge) store_edge_grads(gpos, n_edges, grad);
-    else add_edge_grads(ci, nj, gpos, n_edges, grad);
+                          const unsigned int* nj, T* gpos, T* gedge, size_t n_edges,
+                          size_t n_rbf, double cutoff) {
+    add_edge_grads(
+        ci, nj, gpos, n_edges,
+        [&](size_t e, T gr[3]) {
+            edge_grad(pos, off, g + e * (n_rbf + 4), ci, nj, e, n_rbf, T(cutoff), gr);
+        },
+        gedge);
 }
 
 #define EDGE_BASIS(T, S)                                                                     \
@@ -53,15 +54,16 @@ __device__ void basis_adj(const T* pos, const T* off, const T* g, const unsigned
                                                   const unsigned int* nj, T* gpos,         \
                                                   size_t n_edges, size_t n_rbf, double rc) { \
         wait_for_previous_kernel();                                                         \
-        basis_adj<T, false>(pos, off, g, ci, nj, gpos, n_edges, n_rbf, rc);                 \
+        basis_adj(pos, off, g, ci, nj, gpos, (T*)nullptr, n_edges, n_rbf, rc);              \
     }                                                                                       \
+    /* out [N + E, 3]: the atoms' gradients, then the edges'. */                            \
     extern "C" __global__ void edge_basis_edge_adj_##S(const T* pos, const T* off,         \
                                                        const T* g, const unsigned int* ci, \
-                                                       const unsigned int* nj, T* gedge,   \
+                                                       const unsigned int* nj, T* out,     \
                                                        size_t n_edges, size_t n_rbf,       \
-                                                       double rc) {                        \
+                                                       size_t n, double rc) {              \
         wait_for_previous_kernel();                                                         \
-        basis_adj<T, true>(pos, off, g, ci, nj, gedge, n_edges, n_rbf, rc);                 \
+        basis_adj(pos, off, g, ci, nj, out, out + 3 * n, n_edges, n_rbf, rc);               \
     }
 EDGE_BASIS(float, f32)
 EDGE_BASIS(double, f64)

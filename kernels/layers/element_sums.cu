@@ -91,12 +91,12 @@ __device__ void sums_fwd(const T* basis, const unsigned* ci, const unsigned* nj,
 // rows g [E, R + 4]: gs [N, nz (R + 1)] = dL/dS, gv [3N, nz (R + 1)] = dL/dU (row a N + i). Each
 // edge's basis row is formed again (kernels/include/edge_basis.cuh), its gradient row completed with
 // the sums' terms in registers and taken to the two atoms, so that no row is written. With
-// PerEdge, each edge's dL/dr_e is row e of gpos [E, 3] instead (for the virial).
-template <typename T, bool PerEdge>
+// gedge, each edge's dL/dr_e is kept as its row of gedge [E, 3] too (for the virial).
+template <typename T>
 __device__ void sums_position_adj(const T* pos, const T* off, const T* g, const T* gs,
                                   const T* gv, const unsigned* ci, const unsigned* nj,
-                                  const unsigned* species, T* gpos, size_t n_edges, size_t n,
-                                  size_t nz, size_t n_rbf, double cutoff) {
+                                  const unsigned* species, T* gpos, T* gedge, size_t n_edges,
+                                  size_t n, size_t nz, size_t n_rbf, double cutoff) {
     const unsigned nb = n_rbf + 1;
     const size_t k = nz * nb;
     wait_for_previous_kernel();
@@ -128,8 +128,7 @@ __device__ void sums_position_adj(const T* pos, const T* off, const T* g, const 
         }
         grad_r(gd, gu, r, d, gr);
     };
-    if constexpr (PerEdge) store_edge_grads(gpos, n_edges, grad);
-    else add_edge_grads(ci, nj, gpos, n_edges, grad);
+    add_edge_grads(ci, nj, gpos, n_edges, grad, gedge);
 }
 
 #define ELEMENT_SUMS(T, S)                                                                     \
@@ -143,29 +142,30 @@ __device__ void sums_position_adj(const T* pos, const T* off, const T* g, const 
         const T* pos, const T* off, const T* gs, const T* gv, const unsigned int* ci,         \
         const unsigned int* nj, const unsigned int* species, T* gpos, size_t n_edges,         \
         size_t n, size_t nz, size_t n_rbf, double cutoff) {                                    \
-        sums_position_adj<T, false>(pos, off, (const T*)nullptr, gs, gv, ci, nj, species,     \
-                                    gpos, n_edges, n, nz, n_rbf, cutoff);                      \
+        sums_position_adj(pos, off, (const T*)nullptr, gs, gv, ci, nj, species, gpos,         \
+                          (T*)nullptr, n_edges, n, nz, n_rbf, cutoff);                         \
     }                                                                                          \
     extern "C" __global__ void element_sums_position_adj_acc_##S(                             \
         const T* pos, const T* off, const T* g, const T* gs, const T* gv,                     \
         const unsigned int* ci, const unsigned int* nj, const unsigned int* species, T* gpos, \
         size_t n_edges, size_t n, size_t nz, size_t n_rbf, double cutoff) {                    \
-        sums_position_adj<T, false>(pos, off, g, gs, gv, ci, nj, species, gpos, n_edges, n,   \
-                                    nz, n_rbf, cutoff);                                        \
+        sums_position_adj(pos, off, g, gs, gv, ci, nj, species, gpos, (T*)nullptr, n_edges,   \
+                          n, nz, n_rbf, cutoff);                                               \
     }                                                                                          \
+    /* out [N + E, 3]: the atoms' gradients, then the edges'. */                               \
     extern "C" __global__ void element_sums_edge_adj_##S(                                     \
         const T* pos, const T* off, const T* gs, const T* gv, const unsigned int* ci,         \
-        const unsigned int* nj, const unsigned int* species, T* gedge, size_t n_edges,        \
+        const unsigned int* nj, const unsigned int* species, T* out, size_t n_edges,          \
         size_t n, size_t nz, size_t n_rbf, double cutoff) {                                    \
-        sums_position_adj<T, true>(pos, off, (const T*)nullptr, gs, gv, ci, nj, species,      \
-                                   gedge, n_edges, n, nz, n_rbf, cutoff);                      \
+        sums_position_adj(pos, off, (const T*)nullptr, gs, gv, ci, nj, species, out,          \
+                          out + 3 * n, n_edges, n, nz, n_rbf, cutoff);                         \
     }                                                                                          \
     extern "C" __global__ void element_sums_edge_adj_acc_##S(                                 \
         const T* pos, const T* off, const T* g, const T* gs, const T* gv,                     \
-        const unsigned int* ci, const unsigned int* nj, const unsigned int* species,          \
-        T* gedge, size_t n_edges, size_t n, size_t nz, size_t n_rbf, double cutoff) {          \
-        sums_position_adj<T, true>(pos, off, g, gs, gv, ci, nj, species, gedge, n_edges, n,   \
-                                   nz, n_rbf, cutoff);                                         \
+        const unsigned int* ci, const unsigned int* nj, const unsigned int* species, T* out,  \
+        size_t n_edges, size_t n, size_t nz, size_t n_rbf, double cutoff) {                    \
+        sums_position_adj(pos, off, g, gs, gv, ci, nj, species, out, out + 3 * n, n_edges, n, \
+                          nz, n_rbf, cutoff);                                                  \
     }
 ELEMENT_SUMS(float, f32)
 ELEMENT_SUMS(double, f64)

@@ -307,10 +307,12 @@ impl FusedForward<'_> {
         self.adjoint(false)
     }
 
-    /// The adjoint stopped at the edges: −∂(Σ atom energies)/∂r_e for every edge's vector
-    /// r_e = x_j − x_i + offset, [E, 3] (the forces are their sums; the virial is Σ r_e ⊗ it).
-    pub fn edge_forces(&self) -> Result<Tensor> {
-        self.adjoint(true)
+    /// The forces [N, 3] and, kept on the way, the force along every edge's vector
+    /// r_e = x_j − x_i + offset, −∂(Σ atom energies)/∂r_e [E, 3] (the virial is Σ r_e ⊗ it).
+    pub fn forces_and_edge_forces(&self) -> Result<(Tensor, Tensor)> {
+        let both = self.adjoint(true)?;
+        let n = self.positions.dim(0)?;
+        Ok((both.narrow(0, 0, n)?, both.narrow(0, n, both.dim(0)? - n)?))
     }
 
     fn adjoint(&self, per_edge: bool) -> Result<Tensor> {
@@ -383,7 +385,9 @@ impl FusedForward<'_> {
                 per_edge,
             ),
             (None, false) => self.positions.zeros_like(),
-            (None, true) => x.offsets.zeros_like(),
+            (None, true) => {
+                Tensor::cat(&[self.positions.zeros_like()?, x.offsets.zeros_like()?], 0)
+            }
         }
     }
 }

@@ -124,51 +124,60 @@ impl Kernel for Forward {
     }
 }
 
-/// The adjoint to the atoms, or (`per_edge`) each edge's dL/dr_e as a row of [E, 3].
-struct Adjoint(Geometry, bool);
+/// The adjoint to the atoms [N, 3], or (`per_edge`) to the atoms and each edge's dL/dr_e
+/// after them: [N + E, 3].
+struct Adjoint {
+    geometry: Geometry,
+    per_edge: bool,
+    atoms: usize,
+}
 
 impl Kernel for Adjoint {
     overlaps_previous!();
     kernel_source!("edge_basis_adj", "edge_basis");
     fn function(&self) -> &'static str {
-        match self.1 {
+        match self.per_edge {
             true => "edge_basis_edge_adj",
             false => Self::NAME,
         }
     }
     fn work(&self) -> usize {
-        self.0.n_edges
+        self.geometry.n_edges
     }
     fn sizes(&self) -> Vec<usize> {
-        vec![self.0.n_edges, self.0.n_rbf]
+        let g = &self.geometry;
+        let mut sizes = vec![g.n_edges, g.n_rbf];
+        // The edge variant takes the atom count, where the edges' rows start.
+        sizes.extend(self.per_edge.then_some(self.atoms));
+        sizes
     }
     fn reals(&self) -> Vec<f64> {
-        vec![self.0.cutoff]
+        vec![self.geometry.cutoff]
     }
     fn cpu<T: Real>(&self, x: &[&[T]], idx: &[&[u32]], out: &mut [T]) {
-        let (g, bw) = (&self.0, basis_width(self.0.n_rbf));
+        let (g, bw) = (&self.geometry, basis_width(self.geometry.n_rbf));
+        let edges_from = self.per_edge.then_some(self.atoms);
         for (e, (&i, &j)) in idx[0].iter().zip(idx[1]).enumerate() {
             let (i, j) = (i as usize, j as usize);
             let gr = g.grad(x[0], x[1], (i, j, e), &x[2][e * bw..(e + 1) * bw]);
-            add_edge_grad(out, (i, j, e), gr, self.1);
+            add_edge_grad(out, (i, j, e), gr, edges_from);
         }
     }
 }
 
-/// Edge i ← j's gradient dL/dr (r = x_j − x_i + offset) into the atoms' gradients, or as row e
-/// of the edges' (`per_edge`).
+/// Edge i ← j's gradient dL/dr (r = x_j − x_i + offset) into the atoms' gradients, and kept
+/// as row `edges_from + e` where given (the edges' rows after the atoms').
 pub(crate) fn add_edge_grad<T: Real>(
     out: &mut [T],
     (i, j, e): (usize, usize, usize),
     gr: [T; 3],
-    per_edge: bool,
+    edges_from: Option<usize>,
 ) {
     for a in 0..3 {
-        if per_edge {
-            out[3 * e + a] = gr[a];
-        } else {
-            out[3 * j + a] += gr[a];
-            out[3 * i + a] -= gr[a];
+        out[3 * j + a] += gr[a];
+        out[3 * i + a] -= gr[a];
+        if let Some(n) = edges_from {
+            out[3 * (n + e) + a] = gr[a];
         }
     }
 }
@@ -241,8 +250,8 @@ pub fn edge_basis_adjoint(
     )
 }
 
-/// [`edge_basis_adjoint`], or (`per_edge`) stopped at the edges: each edge's dL/dr_e
-/// (r = x_j − x_i + offset) as a row of [E, 3], for the virial Σ_e r_e ⊗ dL/dr_e.
+/// [`edge_basis_adjoint`], and (`per_edge`) each edge's dL/dr_e (r = x_j − x_i + offset) kept
+/// after the atoms' rows, [N + E, 3], for the virial Σ_e r_e ⊗ dL/dr_e.
 pub(crate) fn basis_adjoint(
     positions: &Tensor,
     offsets: &Tensor,
@@ -265,16 +274,17 @@ pub(crate) fn basis_adjoint(
             grad.dims()
         )
     }
-    let k = Adjoint(
-        Geometry {
+    let k = Adjoint {
+        geometry: Geometry {
             n_edges,
             n_rbf,
             cutoff,
         },
         per_edge,
-    );
+        atoms: positions.dim(0)?,
+    };
     let shape = match per_edge {
-        true => (n_edges, 3).into(),
+        true => (positions.dim(0)? + n_edges, 3).into(),
         false => positions.shape().clone(),
     };
     launch(

@@ -110,7 +110,7 @@ struct PositionAdjoint {
     cutoff: f64,
     /// The later blocks' dL/d(basis) rows come as input 2.
     accumulate: bool,
-    /// Each edge's dL/dr_e as a row of [E, 3] instead of the atoms' gradients.
+    /// Each edge's dL/dr_e kept after the atoms' gradients, [N + E, 3].
     per_edge: bool,
 }
 
@@ -166,7 +166,7 @@ impl Kernel for PositionAdjoint {
                 }
             }
             let gr = geometry.grad(x[0], x[1], (i, j, e), &row);
-            add_edge_grad(out, (i, j, e), gr, self.per_edge);
+            add_edge_grad(out, (i, j, e), gr, self.per_edge.then_some(n));
         }
     }
 }
@@ -261,8 +261,8 @@ pub fn element_sums_position_adjoint(
     )
 }
 
-/// [`element_sums_position_adjoint`], or (`per_edge`) stopped at the edges: each edge's
-/// dL/dr_e (r = x_j − x_i + offset) as a row of [E, 3], for the virial Σ_e r_e ⊗ dL/dr_e.
+/// [`element_sums_position_adjoint`], and (`per_edge`) each edge's dL/dr_e (r = x_j − x_i +
+/// offset) kept after the atoms' rows, [N + E, 3], for the virial Σ_e r_e ⊗ dL/dr_e.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn sums_adjoint(
     positions: &Tensor,
@@ -311,7 +311,7 @@ pub(crate) fn sums_adjoint(
         per_edge,
     };
     let shape = match per_edge {
-        true => (n_edges, 3).into(),
+        true => (n + n_edges, 3).into(),
         false => positions.shape().clone(),
     };
     launch(
