@@ -82,7 +82,7 @@ pub fn strain_derivative(
 ) -> Result<(Tensor, Tensor, Tensor)> {
     let model = calc.model();
     if model.backend() == Backend::Fused {
-        return fused_strain_derivative(calc, inputs, edge_structure);
+        return fused_strain_derivative(calc, inputs);
     }
     let s = inputs.n_structures;
     let dev = calc.device();
@@ -124,26 +124,21 @@ pub fn strain_derivative(
 }
 
 /// [`strain_derivative`] by the fused adjoint: one forward and one adjoint pass, whose last
-/// kernel keeps each edge's force F_e = −∂E/∂r_e besides the atoms': ∂E/∂ε = −Σ_e r_e ⊗ F_e
-/// (symmetrized, as the symmetric strain gives it).
+/// kernel gathers every atom's virial Σ_e r_e ⊗ F_e (F_e = −∂E/∂r_e) besides its force:
+/// ∂E/∂ε = −W, W the structure's sum (symmetrized, as the symmetric strain gives it).
 fn fused_strain_derivative(
     calc: &PainnCalculator,
     inputs: &PainnInputs,
-    edge_structure: &Tensor,
 ) -> Result<(Tensor, Tensor, Tensor)> {
     let model = calc.model();
     let s = inputs.n_structures;
     let pass = calc.fused()?.forward(inputs)?;
-    let (forces, edge_forces) = pass.forces_and_edge_forces()?;
-    let x = &inputs.positions;
-    let r = ((x.index_select(&inputs.neighbors, 0)? - x.index_select(&inputs.centers, 0)?)?
-        + &inputs.offsets)?;
+    let (forces, virials) = pass.forces_and_virials()?;
+    let n = virials.dim(0)?;
     let virial = match s {
-        1 => r.t()?.matmul(&edge_forces)?.unsqueeze(0)?,
+        1 => virials.sum_keepdim(0)?,
         _ => {
-            let outer = r.unsqueeze(2)?.broadcast_mul(&edge_forces.unsqueeze(1)?)?;
-            let e = outer.dim(0)?;
-            scatter_add(&outer.reshape((e, 9))?, edge_structure, s)?.reshape((s, 3, 3))?
+            scatter_add(&virials.reshape((n, 9))?, &inputs.atom_structure, s)?.reshape((s, 3, 3))?
         }
     };
     let de_deps = ((&virial + virial.transpose(1, 2)?)? * -0.5)?;

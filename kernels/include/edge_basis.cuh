@@ -72,12 +72,11 @@ __device__ __forceinline__ void grad_r(T gd, const T gu[3], const T r[3], T d, T
     for (int a = 0; a < 3; ++a) gr[a] = gd * u[a] + (gu[a] - gu_u * u[a]) * inv_d;
 }
 
-// dL/dr of edge e for its basis gradient ge (R + 4 values).
+// dL/dr of edge e for its basis gradient ge (R + 4 values); r gets the edge's vector.
 template <typename T>
 __device__ __forceinline__ void edge_grad(const T* pos, const T* off, const T* ge,
                                           const unsigned int* ci, const unsigned int* nj,
-                                          size_t e, size_t n_rbf, T rc, T gr[3]) {
-    T r[3];
+                                          size_t e, size_t n_rbf, T rc, T gr[3], T r[3]) {
     const T d = edge_vector(pos, off, ci, nj, e, r);
     const Radial<T> radial(d, n_rbf, rc);
     T gd = ge[n_rbf] * radial.dfc;
@@ -89,43 +88,51 @@ __device__ __forceinline__ void edge_grad(const T* pos, const T* off, const T* g
     grad_r(gd, ge + n_rbf + 1, r, d, gr);
 }
 
-// One thread per edge: grad(e, gr) gives edge e's dL/dr, added into atom j's gradient and
-// taken from atom i's (gpos zeroed). Where a warp's edges have one centre (lists sorted by it:
-// most warps), its share is summed over the warp first, one atomic add per component instead
-// of 32 at one address. Whole warps walk the edges (the loop's bound is uniform), so that
-// every lane reaches the warp's sums. Where gedge is given, each edge's dL/dr is kept as its
-// row of gedge [E, 3] too (for the virial Σ_e r_e ⊗ dL/dr_e, which the atoms' sums lose).
+// One thread per edge: grad(e, gr, r) gives edge e's dL/dr (and its vector r), added into atom
+// j's gradient and taken from atom i's (gpos zeroed). Where a warp's edges have one centre
+// (lists sorted by it: most warps), its share is summed over the warp first, one atomic add per
+// component instead of 32 at one address. Whole warps walk the edges (the loop's bound is
+// uniform), so that every lane reaches the warp's sums. Where wpos is given, each centre's
+// virial Σ_e r_e ⊗ dL/dr_e (row-major 3x3, zeroed) is gathered the same way, for the stress.
 template <typename T, typename Grad>
 __device__ __forceinline__ void add_edge_grads(const unsigned int* ci, const unsigned int* nj,
                                                T* gpos, size_t n_edges, Grad grad,
-                                               T* gedge = nullptr) {
+                                               T* wpos = nullptr) {
     const size_t step = (size_t)gridDim.x * blockDim.x;
     for (size_t e0 = blockIdx.x * (size_t)blockDim.x; e0 < n_edges; e0 += step) {
         const size_t e = e0 + threadIdx.x;
         const bool in = e < n_edges;
-        T gr[3] = {T(0), T(0), T(0)};
+        T gr[3] = {T(0), T(0), T(0)}, r[3] = {T(0), T(0), T(0)};
         unsigned i = 0xffffffffu;  // no centre: the lane is past the last edge
         if (in) {
-            grad(e, gr);
+            grad(e, gr, r);
             const size_t j = nj[e];
             i = ci[e];
 #pragma unroll
             for (int a = 0; a < 3; ++a) atomicAdd(gpos + 3 * j + a, gr[a]);
-            if (gedge) {
-#pragma unroll
-                for (int a = 0; a < 3; ++a) gedge[3 * e + a] = gr[a];
-            }
         }
         const unsigned i0 = __shfl_sync(0xffffffffu, i, 0);
         if (__all_sync(0xffffffffu, i == i0 || !in)) {
+            const bool lead = threadIdx.x % 32 == 0 && in;
 #pragma unroll
             for (int a = 0; a < 3; ++a) {
                 const T sum = warp_sum(gr[a]);
-                if (threadIdx.x % 32 == 0 && in) atomicAdd(gpos + 3 * (size_t)i0 + a, -sum);
+                if (lead) atomicAdd(gpos + 3 * (size_t)i0 + a, -sum);
+            }
+            if (wpos) {
+#pragma unroll
+                for (int q = 0; q < 9; ++q) {
+                    const T sum = warp_sum(r[q / 3] * gr[q % 3]);
+                    if (lead) atomicAdd(wpos + 9 * (size_t)i0 + q, sum);
+                }
             }
         } else if (in) {
 #pragma unroll
             for (int a = 0; a < 3; ++a) atomicAdd(gpos + 3 * (size_t)i + a, -gr[a]);
+            if (wpos) {
+#pragma unroll
+                for (int q = 0; q < 9; ++q) atomicAdd(wpos + 9 * (size_t)i + q, r[q / 3] * gr[q % 3]);
+            }
         }
     }
 }

@@ -27,18 +27,18 @@ __device__ void basis_fwd(const T* pos, const T* off, const unsigned int* ci,
     }
 }
 
-// dL/d(positions) (gpos zeroed) from dL/d(basis) rows g [E, R + 4]; where gedge is given,
-// each edge's dL/dr_e as its row of gedge [E, 3] too.
+// dL/d(positions) (gpos zeroed) from dL/d(basis) rows g [E, R + 4]; where wpos is given,
+// each centre's virial Σ_e r_e ⊗ dL/dr_e too (add_edge_grads).
 template <typename T>
 __device__ void basis_adj(const T* pos, const T* off, const T* g, const unsigned int* ci,
-                          const unsigned int* nj, T* gpos, T* gedge, size_t n_edges,
+                          const unsigned int* nj, T* gpos, T* wpos, size_t n_edges,
                           size_t n_rbf, double cutoff) {
     add_edge_grads(
         ci, nj, gpos, n_edges,
-        [&](size_t e, T gr[3]) {
-            edge_grad(pos, off, g + e * (n_rbf + 4), ci, nj, e, n_rbf, T(cutoff), gr);
+        [&](size_t e, T gr[3], T r[3]) {
+            edge_grad(pos, off, g + e * (n_rbf + 4), ci, nj, e, n_rbf, T(cutoff), gr, r);
         },
-        gedge);
+        wpos);
 }
 
 #define EDGE_BASIS(T, S)                                                                     \
@@ -56,8 +56,8 @@ __device__ void basis_adj(const T* pos, const T* off, const T* g, const unsigned
         wait_for_previous_kernel();                                                         \
         basis_adj(pos, off, g, ci, nj, gpos, (T*)nullptr, n_edges, n_rbf, rc);              \
     }                                                                                       \
-    /* out [N + E, 3]: the atoms' gradients, then the edges'. */                            \
-    extern "C" __global__ void edge_basis_edge_adj_##S(const T* pos, const T* off,         \
+    /* out [4N, 3]: the atoms' gradients, then their virials (3 rows each). */              \
+    extern "C" __global__ void edge_basis_virial_adj_##S(const T* pos, const T* off,         \
                                                        const T* g, const unsigned int* ci, \
                                                        const unsigned int* nj, T* out,     \
                                                        size_t n_edges, size_t n_rbf,       \

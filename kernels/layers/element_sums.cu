@@ -91,17 +91,16 @@ __device__ void sums_fwd(const T* basis, const unsigned* ci, const unsigned* nj,
 // rows g [E, R + 4]: gs [N, nz (R + 1)] = dL/dS, gv [3N, nz (R + 1)] = dL/dU (row a N + i). Each
 // edge's basis row is formed again (kernels/include/edge_basis.cuh), its gradient row completed with
 // the sums' terms in registers and taken to the two atoms, so that no row is written. With
-// gedge, each edge's dL/dr_e is kept as its row of gedge [E, 3] too (for the virial).
+// wpos, each centre's virial Σ_e r_e ⊗ dL/dr_e too (add_edge_grads), for the stress.
 template <typename T>
 __device__ void sums_position_adj(const T* pos, const T* off, const T* g, const T* gs,
                                   const T* gv, const unsigned* ci, const unsigned* nj,
-                                  const unsigned* species, T* gpos, T* gedge, size_t n_edges,
+                                  const unsigned* species, T* gpos, T* wpos, size_t n_edges,
                                   size_t n, size_t nz, size_t n_rbf, double cutoff) {
     const unsigned nb = n_rbf + 1;
     const size_t k = nz * nb;
     wait_for_previous_kernel();
-    auto grad = [&](size_t e, T gr[3]) {
-        T r[3];
+    auto grad = [&](size_t e, T gr[3], T r[3]) {
         const T d = edge_vector(pos, off, ci, nj, e, r);
         const Radial<T> radial(d, n_rbf, T(cutoff));
         const size_t i = ci[e], col = species[nj[e]] * (size_t)nb;
@@ -128,7 +127,7 @@ __device__ void sums_position_adj(const T* pos, const T* off, const T* g, const 
         }
         grad_r(gd, gu, r, d, gr);
     };
-    add_edge_grads(ci, nj, gpos, n_edges, grad, gedge);
+    add_edge_grads(ci, nj, gpos, n_edges, grad, wpos);
 }
 
 #define ELEMENT_SUMS(T, S)                                                                     \
@@ -152,15 +151,15 @@ __device__ void sums_position_adj(const T* pos, const T* off, const T* g, const 
         sums_position_adj(pos, off, g, gs, gv, ci, nj, species, gpos, (T*)nullptr, n_edges,   \
                           n, nz, n_rbf, cutoff);                                               \
     }                                                                                          \
-    /* out [N + E, 3]: the atoms' gradients, then the edges'. */                               \
-    extern "C" __global__ void element_sums_edge_adj_##S(                                     \
+    /* out [4N, 3]: the atoms' gradients, then their virials (3 rows each). */                 \
+    extern "C" __global__ void element_sums_virial_adj_##S(                                     \
         const T* pos, const T* off, const T* gs, const T* gv, const unsigned int* ci,         \
         const unsigned int* nj, const unsigned int* species, T* out, size_t n_edges,          \
         size_t n, size_t nz, size_t n_rbf, double cutoff) {                                    \
         sums_position_adj(pos, off, (const T*)nullptr, gs, gv, ci, nj, species, out,          \
                           out + 3 * n, n_edges, n, nz, n_rbf, cutoff);                         \
     }                                                                                          \
-    extern "C" __global__ void element_sums_edge_adj_acc_##S(                                 \
+    extern "C" __global__ void element_sums_virial_adj_acc_##S(                                 \
         const T* pos, const T* off, const T* g, const T* gs, const T* gv,                     \
         const unsigned int* ci, const unsigned int* nj, const unsigned int* species, T* out,  \
         size_t n_edges, size_t n, size_t nz, size_t n_rbf, double cutoff) {                    \

@@ -564,8 +564,8 @@ __device__ __forceinline__ void atom_split(const T* pos, const T* off, const T* 
     for_own_lists([&](int listed) {
         for (int el = tid; el < listed; el += THREADS) {
             const int e = ids[el];
-            T gr[3];
-            edge_grad(pos, off, edge_g + (size_t)e * RG, ci, nj, e, R, rc, gr);
+            T gr[3], r[3];
+            edge_grad(pos, off, edge_g + (size_t)e * RG, ci, nj, e, R, rc, gr, r);
             const int i = ci[e], j = nj[e];
             for (int k = 0; k < 3; ++k) {
                 atomicAdd(forces + 3 * j + k, -gr[k]);

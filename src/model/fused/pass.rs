@@ -307,15 +307,19 @@ impl FusedForward<'_> {
         self.adjoint(false)
     }
 
-    /// The forces [N, 3] and, kept on the way, the force along every edge's vector
-    /// r_e = x_j − x_i + offset, −∂(Σ atom energies)/∂r_e [E, 3] (the virial is Σ r_e ⊗ it).
-    pub fn forces_and_edge_forces(&self) -> Result<(Tensor, Tensor)> {
+    /// The forces [N, 3] and, gathered in the same kernel, every atom's virial [N, 3, 3]:
+    /// Σ over its edges e (i ← j) of r_e ⊗ F_e, with r_e = x_j − x_i + offset and
+    /// F_e = −∂(Σ atom energies)/∂r_e (their sum is the structure's virial W = −∂E/∂ε).
+    pub fn forces_and_virials(&self) -> Result<(Tensor, Tensor)> {
         let both = self.adjoint(true)?;
         let n = self.positions.dim(0)?;
-        Ok((both.narrow(0, 0, n)?, both.narrow(0, n, both.dim(0)? - n)?))
+        Ok((
+            both.narrow(0, 0, n)?,
+            both.narrow(0, n, 3 * n)?.reshape((n, 3, 3))?,
+        ))
     }
 
-    fn adjoint(&self, per_edge: bool) -> Result<Tensor> {
+    fn adjoint(&self, virial: bool) -> Result<Tensor> {
         let (m, x, basis) = (self.model, self.inputs, &self.basis);
         // Every atom energy has gradient −1: the adjoint carries −E's, so it ends in the forces.
         let (plan, path) = (&self.plan, self.plan.dense_atoms);
@@ -349,7 +353,7 @@ impl FusedForward<'_> {
                     (&x.centers, &x.neighbors),
                     (&x.species, m.embedding.dim(0)?),
                     (m.n_rbf, m.cutoff),
-                    per_edge,
+                    virial,
                 );
             };
             let mut rows = t.rows.clone();
@@ -375,18 +379,19 @@ impl FusedForward<'_> {
                 next = Some((g_s, g_v, g_v_in));
             }
         }
-        match (g_basis, per_edge) {
+        match (g_basis, virial) {
             (Some(g), _) => basis_adjoint(
                 &self.positions,
                 &x.offsets,
                 &g,
                 (&x.centers, &x.neighbors),
                 (m.n_rbf, m.cutoff),
-                per_edge,
+                virial,
             ),
             (None, false) => self.positions.zeros_like(),
             (None, true) => {
-                Tensor::cat(&[self.positions.zeros_like()?, x.offsets.zeros_like()?], 0)
+                let p = &self.positions;
+                Tensor::zeros((4 * p.dim(0)?, 3), p.dtype(), p.device())
             }
         }
     }

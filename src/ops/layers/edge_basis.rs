@@ -124,11 +124,11 @@ impl Kernel for Forward {
     }
 }
 
-/// The adjoint to the atoms [N, 3], or (`per_edge`) to the atoms and each edge's dL/dr_e
-/// after them: [N + E, 3].
+/// The adjoint to the atoms [N, 3], or (`virial`) to the atoms and their virials after them:
+/// [4N, 3].
 struct Adjoint {
     geometry: Geometry,
-    per_edge: bool,
+    virial: bool,
     atoms: usize,
 }
 
@@ -136,8 +136,8 @@ impl Kernel for Adjoint {
     overlaps_previous!();
     kernel_source!("edge_basis_adj", "edge_basis");
     fn function(&self) -> &'static str {
-        match self.per_edge {
-            true => "edge_basis_edge_adj",
+        match self.virial {
+            true => "edge_basis_virial_adj",
             false => Self::NAME,
         }
     }
@@ -147,8 +147,8 @@ impl Kernel for Adjoint {
     fn sizes(&self) -> Vec<usize> {
         let g = &self.geometry;
         let mut sizes = vec![g.n_edges, g.n_rbf];
-        // The edge variant takes the atom count, where the edges' rows start.
-        sizes.extend(self.per_edge.then_some(self.atoms));
+        // The virial variant takes the atom count, where the virials' rows start.
+        sizes.extend(self.virial.then_some(self.atoms));
         sizes
     }
     fn reals(&self) -> Vec<f64> {
@@ -156,28 +156,36 @@ impl Kernel for Adjoint {
     }
     fn cpu<T: Real>(&self, x: &[&[T]], idx: &[&[u32]], out: &mut [T]) {
         let (g, bw) = (&self.geometry, basis_width(self.geometry.n_rbf));
-        let edges_from = self.per_edge.then_some(self.atoms);
+        let virials = self.virial.then_some(self.atoms);
         for (e, (&i, &j)) in idx[0].iter().zip(idx[1]).enumerate() {
             let (i, j) = (i as usize, j as usize);
             let gr = g.grad(x[0], x[1], (i, j, e), &x[2][e * bw..(e + 1) * bw]);
-            add_edge_grad(out, (i, j, e), gr, edges_from);
+            add_edge_grad(out, (x[0], x[1]), (i, j, e), gr, virials);
         }
     }
 }
 
-/// Edge i ← j's gradient dL/dr (r = x_j − x_i + offset) into the atoms' gradients, and kept
-/// as row `edges_from + e` where given (the edges' rows after the atoms').
+/// Edge i ← j's gradient dL/dr (r = x_j − x_i + offset, from `pos` and `off`) into the atoms'
+/// gradients and, given where the N atoms' virials start (`virials`: N, the rows after the
+/// gradients), r ⊗ dL/dr into centre i's virial (row-major 3x3).
 pub(crate) fn add_edge_grad<T: Real>(
     out: &mut [T],
+    (pos, off): (&[T], &[T]),
     (i, j, e): (usize, usize, usize),
     gr: [T; 3],
-    edges_from: Option<usize>,
+    virials: Option<usize>,
 ) {
     for a in 0..3 {
         out[3 * j + a] += gr[a];
         out[3 * i + a] -= gr[a];
-        if let Some(n) = edges_from {
-            out[3 * (n + e) + a] = gr[a];
+    }
+    if let Some(n) = virials {
+        let w = &mut out[3 * n + 9 * i..][..9];
+        for a in 0..3 {
+            let r = pos[3 * j + a] - pos[3 * i + a] + off[3 * e + a];
+            for b in 0..3 {
+                w[3 * a + b] += r * gr[b];
+            }
         }
     }
 }
@@ -250,15 +258,15 @@ pub fn edge_basis_adjoint(
     )
 }
 
-/// [`edge_basis_adjoint`], and (`per_edge`) each edge's dL/dr_e (r = x_j − x_i + offset) kept
-/// after the atoms' rows, [N + E, 3], for the virial Σ_e r_e ⊗ dL/dr_e.
+/// [`edge_basis_adjoint`] and (`virial`) each atom's virial Σ_{e: i ← j} r_e ⊗ dL/dr_e
+/// (r = x_j − x_i + offset) in 3 rows after the atoms' gradients: [4N, 3], for the stress.
 pub(crate) fn basis_adjoint(
     positions: &Tensor,
     offsets: &Tensor,
     grad: &Tensor,
     (centers, neighbors): (&Tensor, &Tensor),
     (n_rbf, cutoff): (usize, f64),
-    per_edge: bool,
+    virial: bool,
 ) -> Result<Tensor> {
     let n_edges = check_geometry(
         positions,
@@ -280,11 +288,11 @@ pub(crate) fn basis_adjoint(
             n_rbf,
             cutoff,
         },
-        per_edge,
+        virial,
         atoms: positions.dim(0)?,
     };
-    let shape = match per_edge {
-        true => (positions.dim(0)? + n_edges, 3).into(),
+    let shape = match virial {
+        true => (4 * positions.dim(0)?, 3).into(),
         false => positions.shape().clone(),
     };
     launch(

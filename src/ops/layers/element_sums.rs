@@ -110,19 +110,19 @@ struct PositionAdjoint {
     cutoff: f64,
     /// The later blocks' dL/d(basis) rows come as input 2.
     accumulate: bool,
-    /// Each edge's dL/dr_e kept after the atoms' gradients, [N + E, 3].
-    per_edge: bool,
+    /// The atoms' virials after their gradients, [4N, 3] ([`add_edge_grad`]).
+    virial: bool,
 }
 
 impl Kernel for PositionAdjoint {
     overlaps_previous!();
     kernel_source!("element_sums_position_adj", "element_sums");
     fn function(&self) -> &'static str {
-        match (self.accumulate, self.per_edge) {
+        match (self.accumulate, self.virial) {
             (true, false) => "element_sums_position_adj_acc",
             (false, false) => Self::NAME,
-            (true, true) => "element_sums_edge_adj_acc",
-            (false, true) => "element_sums_edge_adj",
+            (true, true) => "element_sums_virial_adj_acc",
+            (false, true) => "element_sums_virial_adj",
         }
     }
     fn work(&self) -> usize {
@@ -166,7 +166,7 @@ impl Kernel for PositionAdjoint {
                 }
             }
             let gr = geometry.grad(x[0], x[1], (i, j, e), &row);
-            add_edge_grad(out, (i, j, e), gr, self.per_edge.then_some(n));
+            add_edge_grad(out, (x[0], x[1]), (i, j, e), gr, self.virial.then_some(n));
         }
     }
 }
@@ -261,8 +261,8 @@ pub fn element_sums_position_adjoint(
     )
 }
 
-/// [`element_sums_position_adjoint`], and (`per_edge`) each edge's dL/dr_e (r = x_j − x_i +
-/// offset) kept after the atoms' rows, [N + E, 3], for the virial Σ_e r_e ⊗ dL/dr_e.
+/// [`element_sums_position_adjoint`] and (`virial`) each atom's virial Σ_{e: i ← j} r_e ⊗
+/// dL/dr_e (r = x_j − x_i + offset) in 3 rows after the atoms' gradients: [4N, 3].
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn sums_adjoint(
     positions: &Tensor,
@@ -272,7 +272,7 @@ pub(crate) fn sums_adjoint(
     edges: (&Tensor, &Tensor),
     (species, elements): (&Tensor, usize),
     (n_rbf, cutoff): (usize, f64),
-    per_edge: bool,
+    virial: bool,
 ) -> Result<Tensor> {
     let op = "element sums position adjoint";
     let (centers, neighbors) = edges;
@@ -308,10 +308,10 @@ pub(crate) fn sums_adjoint(
         sizes: z,
         cutoff,
         accumulate: later.is_some(),
-        per_edge,
+        virial,
     };
-    let shape = match per_edge {
-        true => (n + n_edges, 3).into(),
+    let shape = match virial {
+        true => (4 * n, 3).into(),
         false => positions.shape().clone(),
     };
     launch(
