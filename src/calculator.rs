@@ -7,7 +7,7 @@ use crate::model::Backend;
 use crate::model::{FusedPainn, Painn, PainnInputs};
 use crate::neighbors::{batch_neighbor_list, image_offset, wrap_batch, NeighborList};
 use crate::phase::{NoClock, Phase, PhaseClock};
-use crate::structure::Batch;
+use crate::structure::{Batch, Matrix3};
 use crate::tuning::Tuning;
 use candle_core::{DType, Device, Tensor, Var};
 use std::path::Path;
@@ -19,6 +19,15 @@ pub struct Prediction {
     pub energies: Vec<f64>,
     /// One force row per atom, grouped by structure.
     pub forces: Vec<Vec<[f64; 3]>>,
+}
+
+/// Energies, forces and stresses of a batch: the stress of each structure with a cell periodic
+/// along all three axes (others have no volume: `None`). Computed in `stress`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StressPrediction {
+    pub prediction: Prediction,
+    /// σ in eV/Å³ (ASE's sign), per structure.
+    pub stresses: Vec<Option<Matrix3>>,
 }
 
 impl Prediction {
@@ -76,10 +85,10 @@ pub trait Calculator {
     fn cutoff(&self) -> f64;
 
     /// Energies, forces and the stress of every structure with a cell periodic along all
-    /// three axes ([`StressPrediction`](crate::stress::StressPrediction)). Calculators without
+    /// three axes ([`StressPrediction`]). Calculators without
     /// a stress give `None` for every structure.
-    fn compute_with_stress(&self, batch: &Batch) -> Result<crate::stress::StressPrediction> {
-        Ok(crate::stress::StressPrediction {
+    fn compute_with_stress(&self, batch: &Batch) -> Result<StressPrediction> {
+        Ok(StressPrediction {
             prediction: self.compute(batch)?,
             stresses: vec![None; batch.structures.len()],
         })
@@ -317,7 +326,7 @@ impl Calculator for PainnCalculator {
         self.model.config().cutoff
     }
 
-    fn compute_with_stress(&self, batch: &Batch) -> Result<crate::stress::StressPrediction> {
+    fn compute_with_stress(&self, batch: &Batch) -> Result<StressPrediction> {
         PainnCalculator::compute_with_stress(self, batch)
     }
 }

@@ -16,17 +16,8 @@ use crate::ops::scatter_add;
 use crate::structure::{volume, Batch, Structure};
 use candle_core::{DType, Tensor, Var};
 
-/// A 3x3 tensor, rows as ASE writes them.
-pub type Matrix3 = [[f64; 3]; 3];
-
-/// Energies, forces and stresses of a batch: the stress of each structure with a cell periodic
-/// along all three axes (others have no volume: `None`).
-#[derive(Clone, Debug, PartialEq)]
-pub struct StressPrediction {
-    pub prediction: Prediction,
-    /// σ in eV/Å³ (ASE's sign), per structure.
-    pub stresses: Vec<Option<Matrix3>>,
-}
+pub use crate::calculator::StressPrediction;
+pub use crate::structure::Matrix3;
 
 /// ASE's Voigt order of a symmetric 3x3: xx yy zz yz xz xy.
 pub fn voigt(s: &Matrix3) -> [f64; 6] {

@@ -5,6 +5,9 @@ use crate::error::{Error, Result};
 /// A 3x3 lattice whose rows are the cell vectors a, b, c (as `ase.Atoms.cell`).
 pub type Lattice = [[f64; 3]; 3];
 
+/// A 3x3 tensor (a stress, a virial), rows as ASE writes them.
+pub type Matrix3 = [[f64; 3]; 3];
+
 /// One configuration: atoms, optional cell, optional labels and free-form metadata.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Structure {
