@@ -82,6 +82,10 @@ def run_md(
     init_temperature: Optional[float] = None,
     seed: int = 0,
     skin: float = 1.0,
+    pressure: float = 1.0,
+    barostat_mode: str = "iso",
+    barostat_time: float = 1000.0,
+    compressibility: float = 4.5e-5,
     traj: Optional[str] = None,
     traj_every: int = 100,
     log: Optional[str] = None,
@@ -93,4 +97,9 @@ def run_md(
     append: bool = False,
     callback: Optional[Callable[[int, dict, Optional[npt.NDArray[np.float64]]], object]] = None,
     graphs: str = "auto",
-) -> Tuple[list[npt.NDArray[np.float64]], list[npt.NDArray[np.float64]], str]: ...
+) -> Tuple[
+    list[npt.NDArray[np.float64]],
+    list[npt.NDArray[np.float64]],
+    list[Optional[npt.NDArray[np.float64]]],
+    str,
+]: ...

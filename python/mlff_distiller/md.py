@@ -26,6 +26,10 @@ def run(
     seed: int = 0,
     keep_momenta: bool = False,
     skin: float = 1.0,
+    pressure: float = 1.0,
+    barostat_mode: str = "iso",
+    barostat_time: float = 1000.0,
+    compressibility: float = 4.5e-5,
     traj=None,
     traj_every: int = 100,
     log=None,
@@ -42,8 +46,11 @@ def run(
 ):
     """Runs `steps` MD steps of `dt` fs from `atoms` with `model` (a path or a `Model`).
 
-    `ensemble` is "nve" (velocity Verlet) or "nvt" (BAOAB Langevin at `temperature` K with
-    `friction` 1/ps). Velocities start from Maxwell-Boltzmann at `init_temperature` (default
+    `ensemble` is "nve" (velocity Verlet), "nvt" (BAOAB Langevin at `temperature` K with
+    `friction` 1/ps) or "npt" (the same with the stochastic cell rescaling barostat at
+    `pressure` bar: `barostat_mode` "iso" or "aniso", relaxation time `barostat_time` fs,
+    `compressibility` 1/bar; a cell periodic along all three axes). The returned atoms carry
+    the last step's cell, and the callback's record the volume, density and pressure. Velocities start from Maxwell-Boltzmann at `init_temperature` (default
     `temperature`), or from the atoms' momenta with `keep_momenta`. `traj` (extended XYZ),
     `log` (JSON lines) and `restart_file` are written as `mlff md` writes them (existing files
     are refused unless `overwrite` or `append`); `callback(step, record, positions)` is called
@@ -67,20 +74,24 @@ def run(
     systems = [a for a in (atoms if isinstance(atoms, (list, tuple)) else [atoms])
                for _ in range(replicas)]
     path = lambda p: None if p is None else os.fspath(p)
-    xs, vs, summary = _native.run_md(
+    xs, vs, cells, summary = _native.run_md(
         m.native,
         [arrays(a, keep_momenta) for a in systems],
         batch=batch,
         steps=steps, dt=dt, ensemble=ensemble, temperature=temperature, friction=friction,
-        init_temperature=init_temperature, seed=seed, skin=skin, traj=path(traj),
+        init_temperature=init_temperature, seed=seed, skin=skin, pressure=pressure,
+        barostat_mode=barostat_mode, barostat_time=barostat_time,
+        compressibility=compressibility, traj=path(traj),
         traj_every=traj_every, log=path(log), log_every=log_every,
         restart_every=restart_every, restart_file=path(restart_file), keep_going=keep_going,
         overwrite=overwrite, append=append, callback=callback, graphs=graphs,
     )
     out = []
-    for a, x, v in zip(systems, xs, vs):
+    for a, x, v, cell in zip(systems, xs, vs, cells):
         b = a.copy()
         b.calc = None
+        if cell is not None:
+            b.set_cell(cell)
         b.positions = x
         b.set_momenta(v * masses(b.numbers)[:, None])
         out.append(b)

@@ -9,8 +9,8 @@ use crate::to_py;
 use mlff_distiller::fsutil::{Mode, OutputSet};
 use mlff_distiller::interrupt::StopFlag;
 use mlff_distiller::md::{
-    BatchProgress, BatchSimulation, Ensemble, ListSite, MdOutputs, MdSettings, PainnForces,
-    Progress, Simulation,
+    Barostat, BarostatMode, BatchProgress, BatchSimulation, Ensemble, ListSite, MdOutputs,
+    MdSettings, PainnForces, Progress, Simulation,
 };
 use mlff_distiller::structure::{ExtraArray, Structure};
 use numpy::{PyArray2, PyReadonlyArray1, PyReadonlyArray2};
@@ -29,14 +29,17 @@ pub type SystemArrays<'py> = (
 );
 
 /// Runs MD from `systems` (one, or with `batch` many at once, system k seeded with seed + k).
-/// Returns (positions, velocities in Å/ASE time unit, one of each per system; the summary as
-/// JSON). `callback(step, record, positions)` is called at every log step (a batch gives
+/// `ensemble` "npt" adds the barostat (`pressure` bar, `barostat_mode` iso or aniso,
+/// `barostat_time` fs, `compressibility` 1/bar) to the Langevin thermostat. Returns
+/// (positions, velocities in Å/ASE time unit, the cell where NPT moved it, one of each per
+/// system; the summary as JSON). `callback(step, record, positions)` is called at every log step (a batch gives
 /// the active systems, mean temperature and atom-steps/s as the record and no positions); it
 /// may raise to stop the run. A batch's `traj` is one file with a `system` key per frame.
 #[pyfunction]
 #[pyo3(signature = (
     model, systems, *, batch=false, steps=1000, dt=0.5,
     ensemble="nve", temperature=300.0, friction=10.0, init_temperature=None, seed=0, skin=1.0,
+    pressure=1.0, barostat_mode="iso", barostat_time=1000.0, compressibility=4.5e-5,
     traj=None, traj_every=100, log=None, log_every=10, restart_every=0, restart_file=None,
     keep_going=false, overwrite=false, append=false, callback=None, graphs="auto"
 ))]
@@ -54,6 +57,10 @@ pub fn run_md<'py>(
     init_temperature: Option<f64>,
     seed: u64,
     skin: f64,
+    pressure: f64,
+    barostat_mode: &str,
+    barostat_time: f64,
+    compressibility: f64,
     traj: Option<PathBuf>,
     traj_every: u64,
     log: Option<PathBuf>,
@@ -68,6 +75,7 @@ pub fn run_md<'py>(
 ) -> PyResult<(
     Vec<Bound<'py, PyArray2<f64>>>,
     Vec<Bound<'py, PyArray2<f64>>>,
+    Vec<Option<Bound<'py, PyArray2<f64>>>>,
     String,
 )> {
     if systems.is_empty() || (!batch && systems.len() > 1) {
@@ -86,13 +94,22 @@ pub fn run_md<'py>(
             false => structure(s),
         })
         .collect::<PyResult<Vec<Structure>>>()?;
+    let barostat = match ensemble {
+        "npt" => Some(Barostat {
+            pressure_bar: pressure,
+            mode: barostat_mode.parse::<BarostatMode>().map_err(bad)?,
+            time_fs: barostat_time,
+            compressibility_per_bar: compressibility,
+        }),
+        _ => None,
+    };
     let ensemble = match ensemble {
         "nve" => Ensemble::Nve,
-        "nvt" => Ensemble::Nvt {
+        "nvt" | "npt" => Ensemble::Nvt {
             temperature,
             friction,
         },
-        other => return Err(bad(format!("ensemble `{other}`: expected nve or nvt"))),
+        other => return Err(bad(format!("ensemble `{other}`: expected nve, nvt or npt"))),
     };
     for (name, v, ok) in [
         ("dt", dt, dt.is_finite() && dt > 0.0),
@@ -138,7 +155,7 @@ pub fn run_md<'py>(
         restart_every,
         stop_when_unstable: !keep_going,
         log_pressure: false,
-        barostat: None,
+        barostat,
         outputs: MdOutputs {
             traj: traj.as_ref().map(absolute),
             log: log.as_ref().map(absolute),
@@ -211,11 +228,12 @@ pub fn run_md<'py>(
             })?;
             let states = sim.0.host_states()?;
             let json = serde_json::to_string(&summary);
-            let (x, v) = states
+            let (x, v): (Vec<_>, Vec<_>) = states
                 .into_iter()
                 .map(|s| (s.positions, s.velocities))
                 .unzip();
-            Ok::<_, mlff_distiller::Error>((x, v, json))
+            let cells = vec![None; x.len()];
+            Ok::<_, mlff_distiller::Error>((x, v, cells, json))
         })
     } else {
         let sim = Simulation::new(forces, &starts[0], settings, caller).map_err(to_py)?;
@@ -225,7 +243,7 @@ pub fn run_md<'py>(
             let (sim, call) = (&mut sim, &mut call);
             let summary = sim.0.run(&mut |p: &Progress| {
                 let r = &p.record;
-                let fields = [
+                let mut fields = vec![
                     ("time_fs", r.time_fs),
                     ("e_pot", r.e_pot),
                     ("e_kin", r.e_kin),
@@ -233,21 +251,33 @@ pub fn run_md<'py>(
                     ("temperature", r.temperature),
                     ("bond_deviation", r.bond_deviation),
                 ];
+                let npt = [
+                    ("pressure_bar", r.pressure_bar),
+                    ("volume", r.volume),
+                    ("density", r.density),
+                    ("e_eff", r.e_eff),
+                ];
+                fields.extend(npt.iter().filter_map(|&(k, v)| Some((k, v?))));
                 (call.0)(p.step, &fields, Some(p.positions));
             })?;
             let state = sim.0.state();
             let x = mlff_distiller::md::host_positions(&state.positions)?;
             let v = mlff_distiller::md::host_positions(&state.velocities)?;
-            Ok::<_, mlff_distiller::Error>((vec![x], vec![v], serde_json::to_string(&summary)))
+            let cell = sim.0.cell().map(|c| c.to_vec());
+            let json = serde_json::to_string(&summary);
+            Ok::<_, mlff_distiller::Error>((vec![x], vec![v], vec![cell], json))
         })
     };
     if let Some(e) = failure {
         return Err(e);
     }
-    let (x, v, json) = out.map_err(to_py)?;
+    let (x, v, cells, json) = out.map_err(to_py)?;
     let json = json.map_err(|e| bad(e.to_string()))?;
     let arrays = |rows: Vec<Vec<[f64; 3]>>| rows.iter().map(|r| array(py, r)).collect();
-    Ok((arrays(x), arrays(v), json))
+    let cells = (cells.iter())
+        .map(|c| c.as_ref().map(|c| array(py, c)))
+        .collect();
+    Ok((arrays(x), arrays(v), cells, json))
 }
 
 /// One system's arrays as a structure (momenta as the `momenta` column).

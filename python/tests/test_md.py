@@ -109,3 +109,31 @@ def test_md_run_many_systems_follows_their_single_runs(root, model_path, device)
     assert not np.allclose(finals[0].positions, finals[1].positions)
     with pytest.raises(ValueError, match="replicas"):
         mf.md.run(ethanol, model, steps=1, replicas=0)
+
+
+def test_md_run_at_constant_pressure(root, model_path, tmp_path, device):
+    """ensemble="npt": the cell moves, the returned atoms carry the last one (as the trajectory
+    does), the log and the callback get the volume; a molecule is refused by name."""
+    atoms = ase.io.read(root / "data" / "gfn2" / "start" / "water8.extxyz")
+    atoms.set_cell([14.0, 14.0, 14.0])
+    atoms.pbc = True
+    log, traj = tmp_path / "l.jsonl", tmp_path / "t.extxyz"
+    seen = []
+    final, summary = mf.md.run(
+        atoms, model_path, steps=20, ensemble="npt", temperature=300, pressure=2000,
+        barostat_time=100, compressibility=1e-3, log=log, log_every=5, traj=traj,
+        traj_every=20, device=device,
+        callback=lambda step, record, x: seen.append(record["volume"]),
+    )
+    rows = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [r["volume"] for r in rows] == pytest.approx(seen, rel=1e-12)
+    assert all("density" in r and "pressure_bar" in r and "e_eff" in r for r in rows)
+    assert summary["ensemble"] == "npt" and summary["volume_mean_a3"] > 0
+    last = ase.io.read(traj, -1)
+    np.testing.assert_allclose(final.cell[:], last.cell[:], atol=1e-6)
+    assert final.get_volume() == pytest.approx(rows[-1]["volume"], rel=1e-9)
+    assert final.get_volume() != pytest.approx(14.0**3, rel=1e-6), "the cell never moved"
+
+    molecule = ase.io.read(root / "data" / "gfn2" / "start" / "ethanol.extxyz")
+    with pytest.raises(ValueError, match="constant pressure needs a cell periodic"):
+        mf.md.run(molecule, model_path, steps=5, ensemble="npt", device=device)
