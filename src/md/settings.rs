@@ -45,8 +45,9 @@ pub struct MdSettings {
     pub restart_every: u64,
     /// Stop at the first step that breaks the bond-length criterion.
     pub stop_when_unstable: bool,
-    /// Pressure in every log row (periodic cells; the stress through the model's autograd
-    /// graph at each log step, an extra backward pass).
+    /// Pressure in every log row of a batch of periodic cells (an extra force call with the
+    /// stress at each log step). Single runs of cells periodic along all three axes log it
+    /// anyway, from their logging steps' own calls; for them this only insists on a cell.
     #[serde(default)]
     pub log_pressure: bool,
     /// Constant pressure (NPT) with this barostat, on the Langevin thermostat of `ensemble`.

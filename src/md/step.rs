@@ -5,6 +5,7 @@
 use super::forces::{Evaluation, ForceProvider};
 use super::integrator::{Integrator, State};
 use crate::error::Result;
+use crate::stress::Matrix3;
 use candle_core::Tensor;
 use rand_chacha::ChaCha20Rng;
 
@@ -33,6 +34,28 @@ impl Integrator {
         if forces.step_captured(self, state, noise)? {
             return Ok(());
         }
+        let mut x = self.start(state, noise)?;
+        let evaluation = forces.evaluate(&mut x.0)?;
+        self.finish(state, x, evaluation)
+    }
+
+    /// [`step`](Self::step) op by op, its force call giving the stress too
+    /// ([`ForceProvider::evaluate_with_stress`]): a step whose log row has the pressure.
+    pub fn step_with_stress(
+        &self,
+        state: &mut State,
+        forces: &mut impl ForceProvider,
+        rng: &mut ChaCha20Rng,
+    ) -> Result<Vec<Option<Matrix3>>> {
+        let noise = self.draw_noise(state.positions.dim(0)?, rng);
+        let mut x = self.start(state, noise.as_deref())?;
+        let (evaluation, stresses) = forces.evaluate_with_stress(&mut x.0)?;
+        self.finish(state, x, evaluation)?;
+        Ok(stresses)
+    }
+
+    /// The step up to the force call: the positions and velocities it is made at.
+    fn start(&self, state: &State, noise: Option<&[f64]>) -> Result<(Tensor, Tensor)> {
         let noise = match noise {
             Some(xi) => Some(Tensor::from_slice(
                 xi,
@@ -41,17 +64,20 @@ impl Integrator {
             )?),
             None => None,
         };
-        let (mut x, v) = self.advance(
+        self.advance(
             &state.positions,
             &state.velocities,
             &state.forces,
             noise.as_ref(),
-        )?;
-        let Evaluation { energy, forces: f } = forces.evaluate(&mut x)?;
-        state.velocities = self.kick(&v, &f)?;
+        )
+    }
+
+    /// The step after the force call at (x, v).
+    fn finish(&self, state: &mut State, (x, v): (Tensor, Tensor), e: Evaluation) -> Result<()> {
+        state.velocities = self.kick(&v, &e.forces)?;
         state.positions = x;
-        state.forces = f;
-        state.energy = energy;
+        state.forces = e.forces;
+        state.energy = e.energy;
         state.step += 1;
         Ok(())
     }

@@ -114,8 +114,9 @@ pub struct MdArgs {
     /// unstable).
     #[arg(long)]
     keep_going: bool,
-    /// Log the pressure (bar) of a cell periodic along all three axes at every log step: the
-    /// stress through the model's autograd graph, an extra backward pass per log step.
+    /// Log each system's pressure (bar) in a batch of cells periodic along all three axes
+    /// (--replicas, --all-frames): an extra force call with the stress per log step. A single
+    /// run of such a cell always logs it, from its logging steps' own force calls.
     #[arg(long)]
     log_pressure: bool,
     /// NPT target pressure in bar.

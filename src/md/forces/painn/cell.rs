@@ -55,13 +55,12 @@ impl PainnForces<'_> {
         Ok(())
     }
 
-    /// The deformation since the build (positions now = then · m), and the largest squared
-    /// displacement from the deformed reference that keeps the list valid.
-    fn deformation(&self) -> Result<(Lattice, f64)> {
+    /// The deformation since the build (positions now = then · m; none while the cell has
+    /// not moved), and the largest squared displacement from the (deformed) reference that
+    /// keeps the list valid.
+    fn deformation(&self) -> Result<(Option<Lattice>, f64)> {
         let (Some(then), Some(now)) = (self.list_cell, self.systems[0].cell) else {
-            let one = std::array::from_fn(|i| std::array::from_fn(|j| (i == j) as u8 as f64));
-            let half = 0.5 * self.skin;
-            return Ok((one, half * half));
+            return Ok((None, self.list_limit2()));
         };
         let inv =
             inverse(&then).ok_or_else(|| Error::Md(format!("the cell {then:?} has no volume")))?;
@@ -69,7 +68,7 @@ impl PainnForces<'_> {
             std::array::from_fn(|j| (0..3).map(|k| inv[i][k] * now[k][j]).sum())
         });
         let half = strained_half_skin(self.cutoff, self.skin, &m);
-        Ok((m, if half > 0.0 { half * half } else { -1.0 }))
+        Ok((Some(m), if half > 0.0 { half * half } else { -1.0 }))
     }
 
     /// Energy, forces and stress at `positions` in the current cell: one forward and one
@@ -81,11 +80,14 @@ impl PainnForces<'_> {
     ) -> Result<(Evaluation, Vec<Option<Matrix3>>)> {
         let dev = self.calculator.device().clone();
         let (m, limit2) = self.deformation()?;
-        let m_t = Tensor::new(&m, &dev)?;
+        let m_t = m.map(|m| Tensor::new(&m, &dev)).transpose()?;
         let rebuild = match &self.reference {
             None => true,
             Some(r) => {
-                let moved = r.matmul(&m_t)?;
+                let moved = match &m_t {
+                    Some(m) => r.matmul(m)?,
+                    None => r.clone(),
+                };
                 let d2 = largest_displacement2(&displacement2(positions, &moved)?.to_vec1()?);
                 if d2.is_nan() {
                     return Err(non_finite_atom(positions));
@@ -98,7 +100,7 @@ impl PainnForces<'_> {
             self.rebuild_at(positions)?;
             None
         } else {
-            Some(m_t)
+            m_t
         };
         let Some(edges) = &self.edges else {
             return Err(Error::Md("neighbour list missing after a build".into()));

@@ -21,7 +21,7 @@ use crate::neighbors::{
 use crate::ops::scatter_add;
 use crate::phase::{NoClock, Phase, PhaseClock};
 use crate::stress::Matrix3;
-use crate::structure::{Batch, Lattice, Structure};
+use crate::structure::{Lattice, Structure};
 use candle_core::{DType, Device, Tensor, Var};
 
 /// Where MD builds its Verlet neighbour list (`--neighbor-list`).
@@ -555,16 +555,12 @@ impl ForceProvider for PainnForces<'_> {
         self.systems.len()
     }
 
+    /// The strained call on the list as it stands (at positions just evaluated it holds; where
+    /// it does not, the list is rebuilt around a copy of the positions, and the next step's
+    /// check sees the jump and rebuilds it again).
     fn stresses(&mut self, positions: &Tensor) -> Result<Vec<Option<Matrix3>>> {
-        let x = host_positions(positions)?;
-        let systems = (self.systems.iter().enumerate())
-            .map(|(k, s)| Structure {
-                positions: x[self.starts[k]..self.starts[k + 1]].to_vec(),
-                ..s.clone()
-            })
-            .collect();
-        let got = self.calculator.compute_with_stress(&Batch::new(systems)?)?;
-        Ok(got.stresses)
+        let mut x = positions.clone();
+        Ok(self.strained(&mut x)?.1)
     }
 
     fn retain_systems(&mut self, keep: &[bool]) -> Result<()> {
