@@ -1,23 +1,21 @@
 //! [`PainnForces`]: a PaiNN model as MD's force provider, with its Verlet neighbour list (built
-//! on the host or the device, checked every step or deferred) and the eager call. The graph and
-//! one-launch paths are in `whole_step`, a child so that both see the provider's fields.
+//! on the host or the device, checked every step or deferred) and the eager call. Children
+//! that see the provider's fields: `list` builds the list, `whole_step` holds the graph and
+//! one-launch paths, `cell` the moving cell of NPT.
 
 mod cell;
+mod list;
 mod whole_step;
 
 use crate::calculator::{atom_energies_and_forces, PainnCalculator};
 use crate::error::{Error, Result};
-use crate::graph::{edge_capacity, ForceGraph};
+use crate::graph::ForceGraph;
 use crate::md::forces::provider::{Evaluation, ForceProvider};
 use crate::md::integrator::{Integrator, State};
-use crate::md::positions::{
-    device_positions, displacement2, host_positions, largest_displacement2, non_finite_atom,
-};
+use crate::md::positions::{displacement2, host_positions, largest_displacement2, non_finite_atom};
 use crate::md::step_graph::StepGraph;
 use crate::model::PainnInputs;
-use crate::neighbors::{
-    image_offset, neighbor_list, wrap_positions, DeviceListBuilder, NeighborList, PaddedList,
-};
+use crate::neighbors::{DeviceListBuilder, NeighborList, PaddedList};
 use crate::ops::scatter_add;
 use crate::phase::{NoClock, Phase, PhaseClock};
 use crate::stress::Matrix3;
@@ -316,143 +314,6 @@ impl<'a> PainnForces<'a> {
     /// Whether the list is built on the device.
     pub fn list_on_device(&self) -> bool {
         self.device_list.is_some()
-    }
-
-    /// Builds the list at `host` (positions as given, not wrapped again) and uploads it.
-    fn build(&mut self, host: &[[f64; 3]]) -> Result<()> {
-        if self.device_list.is_some() {
-            let positions = device_positions(host, self.calculator.device())?;
-            return self.build_on_device(&positions, false).map(drop);
-        }
-        let mut lists = Vec::with_capacity(self.systems.len());
-        let mut host_offsets = Vec::new();
-        for (k, s) in self.systems.iter().enumerate() {
-            let at = &host[self.starts[k]..self.starts[k + 1]];
-            let nl = neighbor_list(at, s.cell.as_ref(), s.pbc, self.cutoff + self.skin).map_err(
-                |e| match e {
-                    Error::NeighborList(m) if self.systems.len() > 1 => {
-                        Error::NeighborList(format!("system {k}: {m}"))
-                    }
-                    other => other,
-                },
-            )?;
-            host_offsets.extend(
-                nl.shifts
-                    .iter()
-                    .map(|&sh| image_offset(sh, s.cell.as_ref())),
-            );
-            lists.push(nl);
-        }
-        self.host_list = NeighborList::concat(lists.iter(), &self.starts);
-        self.host_builds += 1;
-        let nl = &self.host_list;
-        let dev = self.calculator.device();
-        let e = nl.len();
-        let offsets = host_offsets.iter().flatten().copied().collect();
-        self.edges = Some(ListTensors {
-            centers: Tensor::from_vec(nl.centers.clone(), e, dev)?,
-            neighbors: Tensor::from_vec(nl.neighbors.clone(), e, dev)?,
-            offsets: Tensor::from_vec(offsets, (e, 3), dev)?.to_dtype(self.calculator.dtype())?,
-            source: ListSource::Host(host_offsets),
-        });
-        let reference = device_positions(host, dev)?;
-        self.built(reference)
-    }
-
-    /// Builds the list on the device at `positions` ([N, 3] f64), wrapped into the cell first
-    /// when `wrap`; returns the positions the list refers to. Nothing goes to the host but the
-    /// edge count (and, where it is not finite, the atom at fault).
-    fn build_on_device(&mut self, positions: &Tensor, wrap: bool) -> Result<Tensor> {
-        let Some(builder) = &self.device_list else {
-            return Err(Error::Md("no device neighbour list".into()));
-        };
-        let x = if wrap {
-            builder.wrap(positions)?
-        } else {
-            positions.clone()
-        };
-        if !x.sum_all()?.to_scalar::<f64>()?.is_finite() {
-            return Err(non_finite_atom(&x));
-        }
-        // The graph's capacity while the list fits it, so that its slots are copied as they
-        // are; a list that overflows is built again with room to grow.
-        let mut capacity = self
-            .graph
-            .as_ref()
-            .map_or(self.list_capacity, |g| g.shape().edge_capacity);
-        let dtype = self.calculator.dtype();
-        let (list, edges) = loop {
-            let list = builder.build_systems(&x, self.spans.as_ref(), capacity, dtype)?;
-            let status = list.status()?;
-            if status.edges >= u32::MAX as usize {
-                return Err(Error::NeighborList(format!(
-                    "{} atoms have more than {} pairs within the list cutoff",
-                    x.dim(0)?,
-                    u32::MAX - 1
-                )));
-            }
-            if !status.overflowed {
-                break (list, status.edges);
-            }
-            capacity = edge_capacity(status.edges);
-        };
-        self.list_capacity = capacity;
-        self.device_builds += 1;
-        let (centers, neighbors, offsets) = list.narrow(edges)?;
-        self.edges = Some(ListTensors {
-            centers,
-            neighbors,
-            offsets,
-            source: ListSource::Device(list),
-        });
-        self.built(x.clone())?;
-        Ok(x)
-    }
-
-    /// After a build: the graph gets the new list, and the displacement check its reference.
-    fn built(&mut self, reference: Tensor) -> Result<()> {
-        if self.list_cell.is_some() {
-            self.list_cell = self.systems[0].cell;
-        }
-        if self.graph_max_edges > 0 {
-            self.update_graph(&reference)?;
-        }
-        if let Some(steps) = &self.steps {
-            steps.set_reference(&reference)?;
-        }
-        self.reference = Some(reference);
-        Ok(())
-    }
-
-    /// Builds the list at `positions`, wrapping them into the cells.
-    fn rebuild_at(&mut self, positions: &mut Tensor) -> Result<()> {
-        if self.device_list.is_some() {
-            let wrapped = self.build_on_device(positions, true)?;
-            *positions = wrapped;
-            return Ok(());
-        }
-        let mut host = host_positions(positions)?;
-        for (k, s) in self.systems.iter().enumerate() {
-            let at = &mut host[self.starts[k]..self.starts[k + 1]];
-            wrap_positions(at, s.cell.as_ref(), s.pbc)?;
-        }
-        self.build(&host)?;
-        if self.systems.iter().any(Structure::is_periodic) {
-            *positions = device_positions(&host, self.calculator.device())?;
-        }
-        Ok(())
-    }
-
-    /// Largest squared displacement since the last build (NaN when a position is not finite).
-    fn max_displacement2(&self, positions: &Tensor, reference: &Tensor) -> Result<f64> {
-        let both = displacement2(positions, reference)?.to_vec1::<f64>()?;
-        Ok(largest_displacement2(&both))
-    }
-
-    /// Largest squared displacement since the build that the list allows: (skin / 2)².
-    fn list_limit2(&self) -> f64 {
-        let half = 0.5 * self.skin;
-        half * half
     }
 }
 

@@ -1,7 +1,10 @@
 //! The MD driver: set-up checks, the device-resident step loop, logging, trajectory frames,
-//! restart files, the stability watch and the closing summary. Its settings (`settings`) and
-//! the judgement of its log (`window`) are modules below it, so that it uses `restart` and
-//! `validate` uses it without either pointing back.
+//! the stability watch and the closing summary; its restart files (written and resumed) in the
+//! child `resume`. Its settings (`settings`) and the judgement of its log (`window`) are
+//! modules below it, so that it uses `restart` and `validate` uses it without either pointing
+//! back.
+
+mod resume;
 
 use super::analysis::{check_separation, Bonds, BOND_DEVIATION_LIMIT};
 use super::barostat::density_g_cm3;
@@ -9,10 +12,10 @@ use super::forces::ForceProvider;
 use super::integrator::{Ensemble, Integrator, State};
 use super::lookahead::Lookahead;
 use super::npt::{BarostatState, Npt};
-use super::output::{open_outputs, read_log, write_frame, write_log, AppendFile, Frame, LogRecord};
+use super::output::{open_outputs, write_frame, write_log, AppendFile, Frame, LogRecord};
 use super::positions::{device_positions, host_positions};
 use super::pressure::pressure_bar;
-use super::restart::{new_run_id, Restart, RESTART_FORMAT, RESTART_VERSION};
+use super::restart::new_run_id;
 use super::settings::MdSettings;
 use super::summary::{judge, MdSummary, StopReason};
 use super::velocities::{
@@ -161,78 +164,6 @@ impl<F: ForceProvider> Simulation<F> {
         )?;
         sim.fresh = true;
         sim.run_id = new_run_id();
-        Ok(sim)
-    }
-
-    /// Continues the run a restart file describes, with a force provider the caller rebuilt
-    /// from `restart.caller`. Output files are cut back to the length the restart recorded.
-    pub fn resume(mut forces: F, restart: Restart) -> Result<Self> {
-        let settings = restart.settings.clone();
-        settings.validate()?;
-        let system = Structure {
-            numbers: restart.numbers.clone(),
-            positions: restart.positions.clone(),
-            cell: restart.cell,
-            pbc: restart.pbc,
-            ..Default::default()
-        };
-        let masses = masses(&system.numbers)?;
-        let bonds = Bonds {
-            pairs: restart.bonds.iter().map(|&(i, j, _)| (i, j)).collect(),
-            lengths: restart.bonds.iter().map(|b| b.2).collect(),
-        };
-        let mut rng = ChaCha20Rng::seed_from_u64(settings.seed);
-        // Checked by Restart::load.
-        rng.set_word_pos(restart.rng_word_pos.parse().unwrap_or(0));
-        if let Some(reference) = &restart.list_reference {
-            // An NPT list was built in the cell of its time; the provider then follows the
-            // cell to the restart's.
-            let list_cell = restart.barostat.and_then(|b| b.list_cell);
-            if let Some(c) = list_cell {
-                forces.set_cells(&[c])?;
-            }
-            forces.restore_list(reference)?;
-            if let (Some(_), Some(cell)) = (list_cell, restart.cell) {
-                forces.set_cells(&[cell])?;
-            }
-        }
-        let (traj, log) = open_outputs(
-            &settings.outputs,
-            Some([
-                (restart.traj_bytes, restart.traj_tail.clone()),
-                (restart.log_bytes, restart.log_tail.clone()),
-            ]),
-        )?;
-        let records = match (&log, restart.log_bytes) {
-            (Some(l), Some(len)) => read_log(l.path(), len)?,
-            _ => Vec::new(),
-        };
-        let device = forces.device().clone();
-        let state = State {
-            positions: device_positions(&restart.positions, &device)?,
-            velocities: device_positions(&restart.velocities, &device)?,
-            forces: device_positions(&restart.forces, &device)?,
-            energy: Tensor::new(restart.energy, &device)?,
-            step: restart.step,
-        };
-        let mut sim = Self::assemble(
-            forces,
-            settings,
-            system,
-            masses,
-            state,
-            rng,
-            bonds,
-            traj,
-            log,
-            restart.caller,
-            restart.barostat,
-        )?;
-        sim.records = records;
-        // (Version 1 restart files had no run id.)
-        sim.run_id = restart.run_id.unwrap_or_else(new_run_id);
-        sim.max_bond_deviation = restart.max_bond_deviation;
-        sim.unstable_at_step = restart.unstable_at_step;
         Ok(sim)
     }
 
@@ -563,47 +494,6 @@ impl<F: ForceProvider> Simulation<F> {
             &self.system,
             e_kin,
         ))
-    }
-
-    /// Writes the restart file atomically, after flushing the outputs it points into.
-    pub fn write_restart(&mut self) -> Result<()> {
-        let Some(path) = self.settings.outputs.restart.clone() else {
-            return Ok(());
-        };
-        let traj_bytes = self.traj.as_mut().map(AppendFile::sync).transpose()?;
-        let log_bytes = self.log.as_mut().map(AppendFile::sync).transpose()?;
-        let restart = Restart {
-            format: RESTART_FORMAT.into(),
-            version: RESTART_VERSION,
-            settings: self.settings.clone(),
-            numbers: self.system.numbers.clone(),
-            cell: self.system.cell,
-            pbc: self.system.pbc,
-            bonds: (self.bonds.pairs.iter().zip(&self.bonds.lengths))
-                .map(|(&(i, j), &d)| (i, j, d))
-                .collect(),
-            step: self.state.step,
-            positions: host_positions(&self.state.positions)?,
-            velocities: host_positions(&self.state.velocities)?,
-            forces: host_positions(&self.state.forces)?,
-            energy: self.state.energy.to_scalar::<f64>()?,
-            list_reference: self.forces.list_reference()?,
-            rng_word_pos: self.rng.get_word_pos().to_string(),
-            traj_bytes,
-            log_bytes,
-            traj_tail: self.traj.as_ref().and_then(AppendFile::tail),
-            log_tail: self.log.as_ref().and_then(AppendFile::tail),
-            run_id: Some(self.run_id.clone()),
-            max_bond_deviation: self.max_bond_deviation,
-            unstable_at_step: self.unstable_at_step,
-            list_builds: self.forces.list_builds(),
-            caller: self.caller.clone(),
-            barostat: self.npt.as_ref().map(|n| BarostatState {
-                list_cell: self.forces.list_cell(),
-                ..n.state
-            }),
-        };
-        restart.save(&path)
     }
 
     fn summary(&self, first_step: u64, wall_s: f64, stop: StopReason) -> MdSummary {
