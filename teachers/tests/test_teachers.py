@@ -184,7 +184,7 @@ def test_sample_is_reproducible_and_keeps_every_kth_frame(tmp_path):
     # the stored labels are the teacher's for the stored positions (not recomputed elsewhere)
     calc = T.get_calculator("gfn2")
     a = frames[-1].copy()
-    e, f, _ = T.compute(a, calc)
+    e, f, _, _ = T.compute(a, calc)
     assert e == pytest.approx(frames[-1].get_potential_energy(), abs=1e-4)
     np.testing.assert_allclose(f, frames[-1].get_forces(), atol=1e-3)
     start = ase.io.read(tmp_path / "a" / "start" / "ethanol.extxyz")
@@ -360,3 +360,45 @@ def test_help_texts():
         assert "usage:" in p.stdout
     assert "--skip-failed" in run("label.py", "--help").stdout
     assert "--every" in run("sample.py", "--help").stdout
+
+
+def test_label_writes_the_stress_of_periodic_cells(tmp_path):
+    """GFN2 (tblite) labels a periodic box with its stress, in the layout ASE reads back with
+    get_stress() and `mlff eval` compares against; a molecule gets none."""
+    box = water(seed=1) + water(seed=2).copy()
+    box.positions[3:] += 2.5
+    box.set_cell([6.0, 6.5, 7.0])
+    box.pbc = True
+    inp, out = tmp_path / "in.extxyz", tmp_path / "out.extxyz"
+    ase.io.write(inp, [box, water(seed=3)], format="extxyz")
+    run("label.py", inp, "-o", out)
+    got = ase.io.read(out, ":")
+    direct = box.copy()
+    direct.calc = T.get_calculator("gfn2")
+    np.testing.assert_allclose(got[0].get_stress(), direct.get_stress(), atol=1e-9)
+    assert np.abs(got[0].get_stress()).max() > 1e-5
+    assert "stress" not in got[1].calc.results
+    # Kept as ref_stress (9 values) when labelled again.
+    out2 = tmp_path / "out2.extxyz"
+    run("label.py", out, "-o", out2)
+    again = ase.io.read(out2, 0)
+    full = np.asarray(again.info["ref_stress"]).reshape(3, 3)
+    np.testing.assert_allclose(full[[0, 1, 2, 1, 0, 0], [0, 1, 2, 2, 2, 1]], got[0].get_stress(), atol=1e-12)
+    # The engine reads the labels: `mlff eval` reports the stress errors of the one box.
+    root = Path(__file__).resolve().parents[2]
+    mlff = root / "target" / "debug" / "mlff"
+    if not mlff.exists():
+        if os.environ.get("MLFF_REQUIRE_TEACHERS") == "1":
+            pytest.fail(f"{mlff} is not built (cargo build)")
+        pytest.skip("the mlff binary is not built")
+    report = tmp_path / "eval.json"
+    p = subprocess.run(
+        [str(mlff), "eval", str(root / "models" / "painn-gfn2.safetensors"), str(out),
+         "--device", "cpu", "--json", str(report)],
+        capture_output=True, text=True,
+    )
+    assert p.returncode == 0, p.stderr
+    import json
+    stress = json.loads(report.read_text())["report"]["stress"]
+    assert stress["frames"] == 1, stress
+

@@ -30,8 +30,9 @@ from .core import (
 
 
 def label(frames, teacher: str = DEFAULT_TEACHER, skip_failed: bool = False, **opts) -> list:
-    """Copies of `frames` (ase.Atoms) labelled by `teacher` (energy, forces, and the info
-    keys `teacher` and `teacher_time_s`). Labels a frame already had are kept as
+    """Copies of `frames` (ase.Atoms) labelled by `teacher` (energy, forces, the stress of
+    cells periodic along all three axes where the teacher has one, and the info keys
+    `teacher` and `teacher_time_s`). Labels a frame already had are kept as
     `ref_energy`/`ref_forces`. A frame the teacher fails on raises TeacherError naming it,
     or is dropped with `skip_failed`."""
     name = canonical_name(teacher)
@@ -45,14 +46,14 @@ def label(frames, teacher: str = DEFAULT_TEACHER, skip_failed: bool = False, **o
         if "forces" in old:
             a.arrays["ref_forces"] = old["forces"].copy()
         try:
-            energy, forces, seconds = compute(a, calc)
+            energy, forces, stress, seconds = compute(a, calc)
         except TeacherError:
             raise
         except Exception as e:  # the teacher's own failure, named by frame
             if skip_failed:
                 continue
             raise TeacherError(f"teacher '{name}' failed on frame {k}: {type(e).__name__}: {e}") from e
-        out.append(set_labels(a, energy, forces, name, seconds))
+        out.append(set_labels(a, energy, forces, name, seconds, stress))
     return out
 
 

@@ -330,12 +330,17 @@ def get_calculator(name: str = DEFAULT_TEACHER, **opts):
 
 
 def compute(atoms, calc):
-    """Energy (eV) and forces (eV/Å) of `atoms` with `calc`, and the wall time in seconds."""
+    """Energy (eV), forces (eV/Å) and, for a cell periodic along all three axes with a teacher
+    that has one (GFN2/GFN1 via tblite, ...), the stress (eV/Å³, ASE's sign and Voigt order;
+    else None) of `atoms` with `calc`, and the wall time in seconds."""
     atoms.calc = calc
     t0 = time.perf_counter()
     energy = float(atoms.get_potential_energy())
     forces = atoms.get_forces().copy()
-    return energy, forces, time.perf_counter() - t0
+    stress = None
+    if atoms.pbc.all() and "stress" in getattr(calc, "implemented_properties", ()):
+        stress = atoms.get_stress().copy()
+    return energy, forces, stress, time.perf_counter() - t0
 
 
 def teacher_status(name: str) -> str:
@@ -361,11 +366,15 @@ def teacher_status(name: str) -> str:
 # Files and command lines shared by label.py, sample.py, split.py.
 
 
-def set_labels(atoms, energy, forces, teacher, seconds):
-    """Attach `energy`/`forces` (written as the extxyz energy= key and forces column)."""
+def set_labels(atoms, energy, forces, teacher, seconds, stress=None):
+    """Attach `energy`/`forces` (written as the extxyz energy= key and forces column) and,
+    where given, `stress` (the stress= key, read back by `atoms.get_stress()` and `mlff`)."""
     from ase.calculators.singlepoint import SinglePointCalculator
 
-    atoms.calc = SinglePointCalculator(atoms, energy=float(energy), forces=forces)
+    labels = dict(energy=float(energy), forces=forces)
+    if stress is not None:
+        labels["stress"] = stress
+    atoms.calc = SinglePointCalculator(atoms, **labels)
     atoms.info["teacher"] = teacher
     atoms.info["teacher_time_s"] = round(float(seconds), 6)
     return atoms

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Label configurations with a teacher: energy (eV) and forces (eV/Å) for every frame.
+"""Label configurations with a teacher: energy (eV), forces (eV/Å), and stress (eV/Å³) for
+cells periodic along all three axes where the teacher has one (GFN2/GFN1), for every frame.
 
 Reads one or more extended XYZ (or plain XYZ) files with any number of frames and writes them
 to OUTPUT with the teacher's `energy` (comment line) and `forces` (forces:R:3 column), keeping
@@ -100,6 +101,14 @@ def teacher_from_args(args):
     return name, get_calculator(name, **opts)
 
 
+def full_stress(s):
+    """A stress as its 3x3 (from ASE's Voigt 6 or a 3x3)."""
+    from ase.stress import voigt_6_to_full_3x3_stress
+
+    s = np.asarray(s, dtype=float)
+    return voigt_6_to_full_3x3_stress(s) if s.shape == (6,) else s.reshape(3, 3)
+
+
 def timing_summary(times, natoms):
     """Lines describing teacher timings for structures of `natoms` atoms each."""
     if not times:
@@ -153,13 +162,14 @@ def main(argv=None):
     for k, (path, i, atoms) in enumerate(frames):
         where = f"frame {i} of {path}" if len(args.inputs) > 1 else f"frame {i}"
         old = atoms.calc
-        ref_e = ref_f = None
+        ref_e = ref_f = ref_s = None
         if old is not None and not args.drop_old_labels:
             ref_e = old.results.get("energy")
             ref_f = old.results.get("forces")
+            ref_s = old.results.get("stress")
         atoms.calc = None
         try:
-            energy, forces, dt = compute(atoms, calc)
+            energy, forces, stress, dt = compute(atoms, calc)
             if not (math.isfinite(energy) and np.isfinite(forces).all()):
                 raise RuntimeError("non-finite energy or forces")
         except TeacherError:
@@ -177,7 +187,9 @@ def main(argv=None):
             atoms.info["ref_energy"] = float(ref_e)
         if ref_f is not None and "ref_forces" not in atoms.arrays:
             atoms.arrays["ref_forces"] = np.asarray(ref_f, dtype=float)
-        set_labels(atoms, energy, forces, name, dt)
+        if ref_s is not None and "ref_stress" not in atoms.info:
+            atoms.info["ref_stress"] = full_stress(ref_s).reshape(9)
+        set_labels(atoms, energy, forces, name, dt, stress)
         labelled.append(atoms)
         times.append(dt)
         natoms.append(len(atoms))
