@@ -72,7 +72,7 @@ fn main() -> anyhow::Result<()> {
     };
     let forces = PainnForces::new(&calc, &water, settings.skin)?
         .with_list_site(site)?
-        .with_graphs(graphs)?;
+        .with_graphs(settings.graphs(graphs)?)?;
     let on_device = forces.list_on_device();
     let mut sim = Simulation::new(forces, &water, settings, serde_json::Value::Null)?;
     let summary = sim.run(&mut |p| {

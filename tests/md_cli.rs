@@ -588,5 +588,14 @@ fn md_runs_at_constant_pressure() {
     );
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("--barostat-time 0"), "{err}");
+    let o = npt(
+        &["--graphs", "on", "--log", &p("m.jsonl")],
+        start.to_str().unwrap(),
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("constant-pressure steps run op by op"),
+        "{err}"
+    );
     assert!(!dir.path().join("m.jsonl").exists());
 }

@@ -178,7 +178,9 @@ pub fn run_md<'py>(
     }
     let holder = format!("python: mlff_distiller.md.run (pid {})", std::process::id());
     let _claim = io.claim(&holder).map_err(to_py)?;
-    let graphs = graphs.parse().map_err(bad)?;
+    let graphs = settings
+        .graphs(graphs.parse().map_err(bad)?)
+        .map_err(to_py)?;
     let calc = model.borrow().calc;
     let forces = PainnForces::batch(calc, &starts, skin)
         .and_then(|f| f.with_list_site(ListSite::Auto))

@@ -4,6 +4,7 @@
 use super::barostat::Barostat;
 use super::integrator::Ensemble;
 use crate::error::{Error, Result};
+use crate::graph::Graphs;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
@@ -140,6 +141,21 @@ impl MdSettings {
             }
         }
         self.ensemble.validate()
+    }
+
+    /// The CUDA graphs a run of these settings can use, `asked` for: none at constant
+    /// pressure, whose steps run op by op (the cell and the image offsets move every step;
+    /// `on` is refused there).
+    pub fn graphs(&self, asked: Graphs) -> Result<Graphs> {
+        match (self.barostat, asked) {
+            (None, g) => Ok(g),
+            (Some(_), Graphs::On) => Err(Error::Md(
+                "--graphs on: constant-pressure steps run op by op (the cell and the image \
+                 offsets move every step); use auto or off"
+                    .into(),
+            )),
+            (Some(_), _) => Ok(Graphs::Off),
+        }
     }
 
     /// The ensemble's name in logs and summaries: nve, nvt or npt.

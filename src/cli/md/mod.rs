@@ -334,7 +334,7 @@ fn fresh(a: &MdArgs, stop: StopFlag) -> Result<(MdSummary, Claim)> {
     let caller = caller(a, model, &calc)?;
     let forces = PainnForces::new(&calc, &start, settings.skin)?
         .with_list_site(a.dynamics.neighbor_list)?
-        .with_graphs(a.graphs)?;
+        .with_graphs(settings.graphs(a.graphs)?)?;
     eprintln!(
         "md: {} atoms, {} steps of {} fs, {}, on {:?}",
         start.len(),
@@ -389,7 +389,7 @@ fn resume(a: &MdArgs, path: &Path, stop: StopFlag) -> Result<(MdSummary, Claim)>
     };
     let forces = PainnForces::new(&calc, &template, restart.settings.skin)?
         .with_list_site(a.dynamics.neighbor_list)?
-        .with_graphs(a.graphs)?;
+        .with_graphs(restart.settings.graphs(a.graphs)?)?;
     eprintln!(
         "md: resuming {} at step {} of {}",
         path.display(),
