@@ -76,25 +76,8 @@ pub fn strain_derivative(
         return fused_strain_derivative(calc, inputs);
     }
     let s = inputs.n_structures;
-    let dev = calc.device();
-    let strain = Var::from_tensor(&Tensor::zeros((s, 3, 3), calc.dtype(), dev)?)?;
-    // Symmetric, so that ∂E/∂ε is too and rotations do not enter.
-    let eps = ((strain.as_tensor() + strain.as_tensor().transpose(1, 2)?)? * 0.5)?;
-    let strained = |rows: &Tensor, index: &Tensor| -> Result<Tensor> {
-        let e = eps.index_select(index, 0)?; // [R, 3, 3]
-        let moved = rows.unsqueeze(1)?.matmul(&e)?.squeeze(1)?;
-        Ok((rows + moved)?)
-    };
     let x = positions.as_tensor();
-    let strained_inputs = PainnInputs {
-        species: inputs.species.clone(),
-        positions: strained(x, &inputs.atom_structure)?,
-        centers: inputs.centers.clone(),
-        neighbors: inputs.neighbors.clone(),
-        offsets: strained(&inputs.offsets, edge_structure)?,
-        atom_structure: inputs.atom_structure.clone(),
-        n_structures: s,
-    };
+    let (strain, strained_inputs) = strained(inputs, edge_structure)?;
     let atom_energies = model.atom_energies(&strained_inputs)?;
     let total = atom_energies.sum_all()?;
     let grads = total.backward()?;
@@ -114,6 +97,48 @@ pub fn strain_derivative(
     Ok((energies, forces, de_deps))
 }
 
+/// ∂E/∂ε of `s` structures ([S, 3, 3]) from their atoms' virials ([N, 3, 3], each atom's
+/// Σ r_e ⊗ F_e; `atom_structure` \[N\] u32): minus their symmetrized sum per structure.
+pub fn strain_derivative_of_virials(
+    virials: &Tensor,
+    atom_structure: &Tensor,
+    s: usize,
+) -> Result<Tensor> {
+    let n = virials.dim(0)?;
+    let virial = match s {
+        1 => virials.sum_keepdim(0)?,
+        _ => scatter_add(&virials.reshape((n, 9))?, atom_structure, s)?.reshape((s, 3, 3))?,
+    };
+    Ok(((&virial + virial.transpose(1, 2)?)? * -0.5)?)
+}
+
+/// A zero strain ε of every structure ([S, 3, 3], a variable, symmetrized before use so that
+/// ∂E/∂ε is symmetric and rotations do not enter) and `inputs` under it: positions and image
+/// offsets r → r (1 + ε) (`edge_structure`: each edge's structure, \[E\] u32).
+pub fn strained(inputs: &PainnInputs, edge_structure: &Tensor) -> Result<(Var, PainnInputs)> {
+    let x = &inputs.positions;
+    let strain = Var::from_tensor(&Tensor::zeros(
+        (inputs.n_structures, 3, 3),
+        x.dtype(),
+        x.device(),
+    )?)?;
+    let eps = ((strain.as_tensor() + strain.as_tensor().transpose(1, 2)?)? * 0.5)?;
+    let moved = |rows: &Tensor, index: &Tensor| -> Result<Tensor> {
+        let e = eps.index_select(index, 0)?; // [R, 3, 3]
+        Ok((rows + rows.unsqueeze(1)?.matmul(&e)?.squeeze(1)?)?)
+    };
+    let out = PainnInputs {
+        species: inputs.species.clone(),
+        positions: moved(x, &inputs.atom_structure)?,
+        centers: inputs.centers.clone(),
+        neighbors: inputs.neighbors.clone(),
+        offsets: moved(&inputs.offsets, edge_structure)?,
+        atom_structure: inputs.atom_structure.clone(),
+        n_structures: inputs.n_structures,
+    };
+    Ok((strain, out))
+}
+
 /// [`strain_derivative`] by the fused adjoint: one forward and one adjoint pass, whose last
 /// kernel gathers every atom's virial Σ_e r_e ⊗ F_e (F_e = −∂E/∂r_e) besides its force:
 /// ∂E/∂ε = −W, W the structure's sum (symmetrized, as the symmetric strain gives it).
@@ -125,14 +150,7 @@ fn fused_strain_derivative(
     let s = inputs.n_structures;
     let pass = calc.fused()?.forward(inputs)?;
     let (forces, virials) = pass.forces_and_virials()?;
-    let n = virials.dim(0)?;
-    let virial = match s {
-        1 => virials.sum_keepdim(0)?,
-        _ => {
-            scatter_add(&virials.reshape((n, 9))?, &inputs.atom_structure, s)?.reshape((s, 3, 3))?
-        }
-    };
-    let de_deps = ((&virial + virial.transpose(1, 2)?)? * -0.5)?;
+    let de_deps = strain_derivative_of_virials(&virials, &inputs.atom_structure, s)?;
     let energies = model.backend().scatter_add(
         &pass.atom_energies.to_dtype(DType::F64)?,
         &inputs.atom_structure,

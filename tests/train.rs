@@ -483,6 +483,14 @@ fn settings_that_train_nothing_are_refused() {
         },
         "batch_size",
     );
+    refused(
+        TrainConfig {
+            stress_weight: 1.0,
+            force_gradient: ForceGradient::Fused,
+            ..train_config()
+        },
+        "stress_weight needs force_gradient double-backward",
+    );
     assert!(train_config().validate().is_ok());
 }
 
@@ -543,4 +551,122 @@ fn graphs_on_the_cpu_are_refused_and_auto_runs_without() {
     assert!(err.contains("--graphs on") && err.contains("CUDA"), "{err}");
     let mut auto = tiny_trainer(&cfg, &frames, &frames, DType::F32).with_graphs(Graphs::Auto);
     assert!(auto.train_epoch(|_, _| {}).unwrap().is_finite());
+}
+
+/// Periodic boxes labelled by the random teacher (energy, forces, and its stress as the
+/// `stress` info key, 9 values); every third frame has no stress label.
+fn teacher_boxes(n: usize, seed: u64) -> Vec<Structure> {
+    let frames: Vec<Structure> = (0..n)
+        .map(|k| {
+            let mut s = random_box(6 + k % 3, 0.2 * (k % 2) as f64, seed * 100 + k as u64);
+            s.info.push(("trajectory".into(), format!("b{k}")));
+            s
+        })
+        .collect();
+    let mut frames = labelled(&tiny_config(), frames);
+    let teacher = mlff_distiller::PainnCalculator::new(
+        model(&tiny_config(), 99, DType::F64, &Device::Cpu),
+        Device::Cpu,
+        DType::F64,
+    );
+    let batch = mlff_distiller::Batch::new(frames.clone()).unwrap();
+    let got = teacher.compute_with_stress(&batch).unwrap();
+    for (k, (s, sigma)) in frames.iter_mut().zip(got.stresses).enumerate() {
+        if k % 3 != 2 {
+            let values: Vec<String> = sigma
+                .unwrap()
+                .iter()
+                .flatten()
+                .map(|x| format!("{x:e}"))
+                .collect();
+            s.info.push(("stress".into(), values.join(" ")));
+        }
+    }
+    frames
+}
+
+/// The stress term of the loss: its value is w_S · mean((σ − σ̂)²) over the labelled frames'
+/// components (σ from the student's strain derivative), the validation loss counts it the same
+/// way, and its gradient (a double backward through the strain) matches finite differences.
+#[test]
+fn stress_loss_and_its_gradients() {
+    second_order();
+    let train = dataset(teacher_boxes(6, 5));
+    let cfg = |w: f64| TrainConfig {
+        energy_weight: 1.0,
+        force_weight: 10.0,
+        stress_weight: w,
+        force_gradient: ForceGradient::Auto,
+        ..train_config()
+    };
+    let with = tiny_trainer(&cfg(1e4), &train, &train, DType::F64);
+    let without = tiny_trainer(&cfg(0.0), &train, &train, DType::F64);
+    let idx = [0usize, 1, 2, 3, 4, 5];
+    let (l1, _) = with.loss_and_grads(&idx).unwrap();
+    let (l0, _) = without.loss_and_grads(&idx).unwrap();
+    // The student's stress by its own calculator, against the labels.
+    let student =
+        mlff_distiller::PainnCalculator::new(with.ema_model().unwrap(), Device::Cpu, DType::F64);
+    let frames: Vec<Structure> = idx.iter().map(|&k| train.frames[k].clone()).collect();
+    let pred = student
+        .compute_with_stress(&mlff_distiller::Batch::new(frames.clone()).unwrap())
+        .unwrap();
+    let (mut sq, mut n) = (0.0, 0);
+    for (s, p) in frames.iter().zip(&pred.stresses) {
+        if let Some(label) = mlff_distiller::eval::stress_label(s).unwrap() {
+            for (a, b) in p.unwrap().iter().flatten().zip(label.iter().flatten()) {
+                sq += (a - b) * (a - b);
+                n += 1;
+            }
+        }
+    }
+    assert_eq!(n, 9 * 4, "four of the six frames are labelled");
+    let term = 1e4 * sq / n as f64;
+    assert!(
+        term > 1e-3 * l0,
+        "the stress term {term} is too small to test"
+    );
+    assert!(
+        ((l1 - l0) - term).abs() < 1e-9 * l1,
+        "loss {l1} - {l0} vs the stress term {term}"
+    );
+    let v = with.validate().unwrap();
+    assert!(v.stress_mae.is_some());
+
+    let (_, grads) = with.loss_and_grads(&idx).unwrap();
+    for (name, r, c) in [
+        ("filter.weight", 3usize, 2usize),
+        ("blocks.1.update.mix.weight", 5, 2),
+    ] {
+        let var = with
+            .optimizer()
+            .vars()
+            .iter()
+            .find(|(n, _)| n == name)
+            .unwrap()
+            .1
+            .clone();
+        let base = var.as_tensor().copy().unwrap();
+        let analytic = grads
+            .get(var.as_tensor())
+            .unwrap()
+            .i((r, c))
+            .unwrap()
+            .to_scalar::<f64>()
+            .unwrap();
+        let h = 1e-5;
+        let at = |delta: f64| {
+            let mut v = base.flatten_all().unwrap().to_vec1::<f64>().unwrap();
+            v[r * var.dims()[1] + c] += delta;
+            var.set(&Tensor::from_vec(v, var.shape(), &Device::Cpu).unwrap())
+                .unwrap();
+            with.loss_and_grads(&idx).unwrap().0
+        };
+        let fd = (at(h) - at(-h)) / (2.0 * h);
+        var.set(&base).unwrap();
+        assert!(
+            (fd - analytic).abs() < 1e-5 * analytic.abs().max(1e-3),
+            "{name}[{r},{c}]: fd {fd} vs backprop {analytic}"
+        );
+    }
 }

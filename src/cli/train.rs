@@ -71,6 +71,11 @@ pub struct TrainArgs {
     energy_weight: Option<f64>,
     #[arg(long)]
     force_weight: Option<f64>,
+    /// Weight of the mean squared stress error ((eV/Å³)²) over frames with `stress` labels
+    /// (as `teachers/label.py` writes for periodic cells); needs --force-gradient
+    /// double-backward, which auto then picks.
+    #[arg(long)]
+    stress_weight: Option<f64>,
     #[arg(long)]
     clip_grad_norm: Option<f64>,
     #[arg(long)]
@@ -124,6 +129,7 @@ fn train_config(a: &TrainArgs) -> Result<TrainConfig> {
         weight_decay,
         energy_weight,
         force_weight,
+        stress_weight,
         clip_grad_norm,
         ema_decay,
         seed,
@@ -171,7 +177,9 @@ pub fn run(a: TrainArgs) -> Result<ExitCode> {
         (train_ds, v, split)
     };
     let dev = a.device.open()?;
-    if cfg.force_gradient.on(&dev) == ForceGradient::DoubleBackward && cfg.force_weight > 0.0 {
+    if cfg.gradient_mode(&dev) == ForceGradient::DoubleBackward
+        && cfg.force_weight + cfg.stress_weight > 0.0
+    {
         // The double backward needs candle to keep the graph of the first backward; it reads
         // this once per thread, so set it before any backward runs (the directional gradient
         // needs no second-order graph, and keeping one costs memory).
@@ -238,7 +246,7 @@ pub fn run(a: TrainArgs) -> Result<ExitCode> {
             "device": device_name(&dev),
             "dtype": format!("{:?}", a.dtype),
             "backend": a.backend.name(),
-            "force_gradient": cfg.force_gradient.on(&dev).name(),
+            "force_gradient": cfg.gradient_mode(&dev).name(),
         })
     };
     let steps_per_epoch = t.n_train().div_ceil(cfg.batch_size) as u64;
@@ -296,6 +304,7 @@ pub fn run(a: TrainArgs) -> Result<ExitCode> {
             "epoch": t.epoch, "step": t.step(), "lr": t.schedule.at(t.step()),
             "train_loss": train_loss, "val_loss": m.loss, "val_energy_mae": m.energy_mae,
             "val_energy_per_atom_mae": m.energy_per_atom_mae, "val_force_mae": m.force_mae,
+            "val_stress_mae": m.stress_mae,
             "epoch_train_s": train_s, "structures_per_s": t.n_train() as f64 / train_s,
             "elapsed_s": run_started.elapsed().as_secs_f64(),
             "best": improved,
@@ -303,8 +312,12 @@ pub fn run(a: TrainArgs) -> Result<ExitCode> {
             "memory_peak_mb": peak_mb(&dev),
         });
         writeln!(log, "{line}").with_context(|| format!("writing {}", log_path.display()))?;
+        // Stress MAE in GPa (1 eV/Å³ = 160.2 GPa) where the loss has a stress term.
+        let stress = (m.stress_mae)
+            .map(|x| format!("  σ MAE {:.3} GPa", x * crate::units::BAR_PER_EV_A3 * 1e-4))
+            .unwrap_or_default();
         eprintln!(
-            "epoch {:>4}: train loss {train_loss:.4e}  val loss {:.4e}  E MAE {:.2} meV/atom  F MAE {:.1} meV/Å  {:.1} structures/s{}",
+            "epoch {:>4}: train loss {train_loss:.4e}  val loss {:.4e}  E MAE {:.2} meV/atom  F MAE {:.1} meV/Å{stress}  {:.1} structures/s{}",
             t.epoch,
             m.loss,
             m.energy_per_atom_mae * 1e3,

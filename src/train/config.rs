@@ -20,6 +20,10 @@ pub struct TrainConfig {
     pub energy_weight: f64,
     /// Weight of the mean squared force-component error ((eV/Å)²).
     pub force_weight: f64,
+    /// Weight of the mean squared stress-component error ((eV/Å³)², ASE's stress) over the
+    /// frames with `stress` labels (cells periodic along all three axes). Needs the exact
+    /// force gradient (`force_gradient` double-backward, which `auto` then picks).
+    pub stress_weight: f64,
     /// Clip the global gradient norm to this (0: no clipping).
     pub clip_grad_norm: f64,
     /// Decay of the exponential moving average of the weights (0: none).
@@ -41,6 +45,7 @@ impl Default for TrainConfig {
             weight_decay: 0.0,
             energy_weight: 1.0,
             force_weight: 100.0,
+            stress_weight: 0.0,
             clip_grad_norm: 10.0,
             ema_decay: 0.99,
             seed: 0,
@@ -50,6 +55,15 @@ impl Default for TrainConfig {
 }
 
 impl TrainConfig {
+    /// How the loss is differentiated on `device`: `force_gradient`, with `auto` the fused
+    /// gradient, or the double backward where the loss has a stress term.
+    pub fn gradient_mode(&self, device: &candle_core::Device) -> ForceGradient {
+        match (self.force_gradient, self.stress_weight > 0.0) {
+            (ForceGradient::Auto, true) => ForceGradient::DoubleBackward,
+            (mode, _) => mode.on(device),
+        }
+    }
+
     pub fn validate(&self) -> Result<()> {
         let bad = |m: &str| Err(Error::Train(m.to_string()));
         if self.epochs == 0 {
@@ -63,8 +77,20 @@ impl TrainConfig {
         if !(self.lr > 0.0 && self.lr.is_finite()) || self.lr_min < 0.0 {
             return bad("lr must be positive and lr_min non-negative");
         }
-        if self.energy_weight < 0.0 || self.force_weight < 0.0 {
+        if self.energy_weight < 0.0 || self.force_weight < 0.0 || self.stress_weight < 0.0 {
             return bad("loss weights must be non-negative");
+        }
+        if self.stress_weight > 0.0
+            && !matches!(
+                self.force_gradient,
+                ForceGradient::Auto | ForceGradient::DoubleBackward
+            )
+        {
+            return bad(&format!(
+                "stress_weight needs force_gradient double-backward (or auto), not {}: the \
+                 fused and directional gradients have no stress term yet",
+                self.force_gradient.name()
+            ));
         }
         if self.energy_weight + self.force_weight == 0.0 {
             return bad("energy_weight and force_weight are both 0: nothing to fit");

@@ -2,12 +2,14 @@
 //! pass of [`ForceGradient`] through autograd (the fused one is `fused_step`).
 
 use super::force_gradient::{displacement_rms, step_along, ForceGradient};
+use super::labels::StressLabels;
 use super::metrics::HostErrors;
 use super::trainer::Trainer;
 use crate::error::{Error, Result};
 use crate::model::FusedPainn;
 use crate::neighbors::NeighborList;
 use crate::phase::{NoClock, Phase, PhaseClock};
+use crate::stress::strained;
 use crate::structure::Batch;
 use candle_core::backprop::GradStore;
 use candle_core::{DType, Tensor};
@@ -27,7 +29,7 @@ impl Trainer {
     ) -> Result<(f64, GradStore)> {
         clock.mark(Phase::Batch)?;
         let (batch, nl) = Self::batch(&self.train, idx)?;
-        let mode = self.cfg.force_gradient.on(&self.device);
+        let mode = self.cfg.gradient_mode(&self.device);
         if mode == ForceGradient::Fused {
             return self.fused_loss_and_grads(&batch, &nl, clock);
         }
@@ -115,11 +117,24 @@ impl Trainer {
         Ok((errors.loss(&self.cfg, batch), surrogate.backward()?))
     }
 
-    /// The weighted loss as a tensor whose force term is differentiable (double backward).
+    /// The weighted loss as a tensor whose force and stress terms are differentiable (double
+    /// backward).
     fn loss(&self, batch: &Batch, nl: &NeighborList) -> Result<Tensor> {
         let calc = &self.calc;
         let (inputs, positions) = calc.prepare_with(batch, nl)?;
         let dev = &self.device;
+        let stress = StressLabels::of(batch, self.cfg.stress_weight, self.dtype, dev)?;
+        // With stress labels the model sees the inputs under a zero strain, whose gradient is
+        // the stress times the volume.
+        let (strain, inputs) = match &stress {
+            Some(_) => {
+                let edge_structure = nl.edge_structures(&batch.offsets);
+                let edge_structure = Tensor::from_vec(edge_structure, nl.len(), dev)?;
+                let (strain, strained) = strained(&inputs, &edge_structure)?;
+                (Some(strain), strained)
+            }
+            None => (None, inputs),
+        };
         let energies = calc.model().energies(&inputs)?;
         let n_atoms: Vec<f64> = batch.structures.iter().map(|s| s.len() as f64).collect();
         let e_ref: Vec<f64> = batch
@@ -132,10 +147,21 @@ impl Trainer {
         let e_ref = Tensor::from_vec(e_ref, b, dev)?.to_dtype(self.dtype)?;
         let e_err = ((&energies - e_ref)? / n_atoms)?;
         let mut loss = (e_err.sqr()?.mean_all()? * self.cfg.energy_weight)?;
+        if self.cfg.force_weight == 0.0 && stress.is_none() {
+            return Ok(loss);
+        }
+        let grads = energies.sum_all()?.backward()?;
+        if let (Some(labels), Some(strain)) = (&stress, &strain) {
+            let de_deps = grads
+                .get(strain.as_tensor())
+                .ok_or_else(|| Error::Train("the energy does not depend on the strain".into()))?;
+            loss = (loss + (labels.loss(de_deps)? * self.cfg.stress_weight)?)?;
+        }
         if self.cfg.force_weight > 0.0 {
-            let forces = match energies.sum_all()?.backward()?.get(&inputs.positions) {
+            let x = positions.as_tensor();
+            let forces = match grads.get(x) {
                 Some(g) => g.neg()?,
-                None => positions.as_tensor().zeros_like()?,
+                None => x.zeros_like()?,
             };
             if !nl.is_empty() && !forces.track_op() {
                 return Err(Error::Train(

@@ -1,7 +1,10 @@
 //! A batch's labels on the device, as the fused step reads them, padded where a captured step
-//! runs a batch with fewer atoms than it was captured for (`step_graph`).
+//! runs a batch with fewer atoms than it was captured for (`step_graph`), and its stress labels
+//! for the double backward's stress term.
 
 use crate::error::{Error, Result};
+use crate::eval::stress_label;
+use crate::stress::stress_volume;
 use crate::structure::Batch;
 use candle_core::{DType, Device, Tensor};
 
@@ -61,5 +64,68 @@ impl Labels {
             inv_structures: scalar(2 * s + 4 * n)?,
             inv_components: scalar(2 * s + 4 * n + 1)?,
         })
+    }
+}
+
+/// A batch's stress labels for the stress term of the loss: each labelled structure's σ̂
+/// ([S, 3, 3], zero where unlabelled), its 1 / V times a mask ([S, 1, 1]: zero where
+/// unlabelled) and 1 / (9 · labelled structures).
+pub(super) struct StressLabels {
+    stress: Tensor,
+    inv_volume: Tensor,
+    inv_components: f64,
+}
+
+impl StressLabels {
+    /// `None` where the weight is 0 or no structure of `batch` has a stress label; an error
+    /// naming the structure whose label cannot be read, or that has one without a cell periodic
+    /// along all three axes.
+    pub(super) fn of(
+        batch: &Batch,
+        weight: f64,
+        dtype: DType,
+        dev: &Device,
+    ) -> Result<Option<Self>> {
+        if weight == 0.0 {
+            return Ok(None);
+        }
+        let (mut stress, mut inv_volume, mut labelled) = (Vec::new(), Vec::new(), 0usize);
+        for (k, s) in batch.structures.iter().enumerate() {
+            let label = stress_label(s)
+                .map_err(|e| Error::Train(format!("structure {k} of the batch: {e}")))?;
+            match (label, stress_volume(s)) {
+                (Some(l), Some(v)) => {
+                    stress.extend(l.iter().flatten());
+                    inv_volume.push(1.0 / v);
+                    labelled += 1;
+                }
+                (Some(_), None) => {
+                    return Err(Error::Train(format!(
+                        "structure {k} of the batch has a stress label but no cell periodic \
+                         along all three axes"
+                    )))
+                }
+                (None, _) => {
+                    stress.extend([0.0; 9]);
+                    inv_volume.push(0.0);
+                }
+            }
+        }
+        if labelled == 0 {
+            return Ok(None);
+        }
+        let s = batch.n_structures();
+        Ok(Some(Self {
+            stress: Tensor::from_vec(stress, (s, 3, 3), dev)?.to_dtype(dtype)?,
+            inv_volume: Tensor::from_vec(inv_volume, (s, 1, 1), dev)?.to_dtype(dtype)?,
+            inv_components: 1.0 / (9 * labelled) as f64,
+        }))
+    }
+
+    /// mean((σ − σ̂)²) over the labelled structures' components, σ = (∂E/∂ε) / V.
+    pub(super) fn loss(&self, de_deps: &Tensor) -> Result<Tensor> {
+        // Unlabelled structures: 1 / V and σ̂ are zero.
+        let err = (de_deps.broadcast_mul(&self.inv_volume)? - &self.stress)?;
+        Ok((err.sqr()?.sum_all()? * self.inv_components)?)
     }
 }

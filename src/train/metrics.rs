@@ -3,9 +3,11 @@
 use super::config::TrainConfig;
 use super::trainer::Trainer;
 use crate::calculator::{atom_energies_and_forces, PainnCalculator};
-use crate::error::Result;
+use crate::error::{Error, Result};
+use crate::eval::stress_label;
 use crate::model::Backend;
 use crate::profiler::NoClock;
+use crate::stress::{strain_derivative_of_virials, stresses_of, Matrix3};
 use crate::structure::Batch;
 use candle_core::{DType, Tensor};
 use serde::Serialize;
@@ -17,6 +19,10 @@ pub struct Metrics {
     pub energy_mae: f64,
     pub energy_per_atom_mae: f64,
     pub force_mae: f64,
+    /// Mean absolute stress-component error (eV/Å³) over the frames with stress labels, where
+    /// the loss has a stress term.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stress_mae: Option<f64>,
     pub frames: usize,
 }
 
@@ -26,6 +32,8 @@ pub(super) struct HostErrors {
     pub(super) energy: Vec<f64>,
     /// Force error of each atom (eV/Å).
     pub(super) forces: Vec<[f64; 3]>,
+    /// Stress error of each structure with a stress label (eV/Å³), where asked for.
+    pub(super) stress: Vec<Matrix3>,
 }
 
 impl HostErrors {
@@ -35,6 +43,7 @@ impl HostErrors {
         let mut out = Self {
             energy: Vec::with_capacity(batch.n_structures()),
             forces: Vec::with_capacity(batch.n_atoms()),
+            stress: Vec::new(),
         };
         for (k, s) in batch.structures.iter().enumerate() {
             let atoms = batch.offsets[k]..batch.offsets[k + 1];
@@ -60,7 +69,33 @@ impl HostErrors {
             let sq = self.forces.iter().flatten().map(|c| c * c).sum::<f64>();
             loss += cfg.force_weight * sq / (3 * self.forces.len()).max(1) as f64;
         }
+        if cfg.stress_weight > 0.0 && !self.stress.is_empty() {
+            let sq = self
+                .stress
+                .iter()
+                .flatten()
+                .flatten()
+                .map(|c| c * c)
+                .sum::<f64>();
+            loss += cfg.stress_weight * sq / (9 * self.stress.len()) as f64;
+        }
         loss
+    }
+
+    /// The stress errors of the structures of `batch` with labels, from the strain derivative
+    /// `de_deps` ([S, 3, 3]).
+    pub(super) fn with_stress(mut self, batch: &Batch, de_deps: &Tensor) -> Result<Self> {
+        let predicted = stresses_of(&batch.structures, de_deps)?;
+        for (k, (s, p)) in batch.structures.iter().zip(predicted).enumerate() {
+            let label = stress_label(s)
+                .map_err(|e| Error::Train(format!("structure {k} of the batch: {e}")))?;
+            if let (Some(l), Some(p)) = (label, p) {
+                self.stress.push(std::array::from_fn(|a| {
+                    std::array::from_fn(|b| p[a][b] - l[a][b])
+                }));
+            }
+        }
+        Ok(self)
     }
 }
 
@@ -73,11 +108,35 @@ impl Trainer {
         let mut m = Metrics::default();
         let idx: Vec<usize> = (0..self.val.len()).collect();
         let (mut n_f, mut loss_sum) = (0usize, 0.0);
+        let (mut stress_sum, mut n_s) = (0.0, 0usize);
         for chunk in idx.chunks(self.cfg.batch_size.max(32)) {
             let (batch, nl) = Self::batch(&self.val, chunk)?;
             let (inputs, positions) = calc.prepare_with(&batch, &nl)?;
-            let (atom_e, f) = atom_energies_and_forces(&calc, &inputs, &positions, &mut NoClock)?;
-            let errors = HostErrors::of(&batch, &atom_e, &f)?;
+            let errors = match self.cfg.stress_weight > 0.0 {
+                // The fused kernels' forces and virials in one call.
+                true => {
+                    let pass = calc.fused()?.forward(&inputs)?;
+                    let (forces, virials) = pass.forces_and_virials()?;
+                    let s = batch.n_structures();
+                    let de_deps =
+                        strain_derivative_of_virials(&virials, &inputs.atom_structure, s)?;
+                    HostErrors::of(&batch, &pass.atom_energies, &forces)?
+                        .with_stress(&batch, &de_deps)?
+                }
+                false => {
+                    let (atom_e, f) =
+                        atom_energies_and_forces(&calc, &inputs, &positions, &mut NoClock)?;
+                    HostErrors::of(&batch, &atom_e, &f)?
+                }
+            };
+            stress_sum += errors
+                .stress
+                .iter()
+                .flatten()
+                .flatten()
+                .map(|c| c.abs())
+                .sum::<f64>();
+            n_s += 9 * errors.stress.len();
             for (de, s) in errors.energy.iter().zip(&batch.structures) {
                 m.energy_mae += de.abs();
                 m.energy_per_atom_mae += de.abs() / s.len() as f64;
@@ -92,6 +151,7 @@ impl Trainer {
         m.energy_mae /= n;
         m.energy_per_atom_mae /= n;
         m.force_mae /= n_f.max(1) as f64;
+        m.stress_mae = (n_s > 0).then(|| stress_sum / n_s as f64);
         Ok(m)
     }
 }

@@ -166,7 +166,7 @@ impl Trainer {
 
     /// Whether steps replay as graphs; `On` where they cannot is an error naming why.
     pub(super) fn graphed(&self) -> Result<bool> {
-        let why_not = if self.cfg.force_gradient.on(&self.device) != ForceGradient::Fused {
+        let why_not = if self.cfg.gradient_mode(&self.device) != ForceGradient::Fused {
             Some("they need --force-gradient fused")
         } else if !crate::graph::capturable(&self.device) {
             Some("they need a CUDA device with a stream of its own (device::select)")
