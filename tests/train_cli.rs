@@ -130,3 +130,65 @@ fn train_resume_and_eval_from_the_command_line() {
     assert!(!o.status.success());
     assert!(stderr(&o).contains("double-backward"), "{}", stderr(&o));
 }
+
+/// `--stress-weight` on boxes with stress labels: trains, logs the validation stress error;
+/// with the fused force gradient (no stress term) refused by name before any output.
+#[test]
+fn train_fits_stress_labels_from_the_command_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg_json =
+        r#"{"hidden": 8, "n_blocks": 2, "n_rbf": 6, "cutoff": 3.5, "elements": [1, 6, 8]}"#;
+    let config = config_file(dir.path(), cfg_json);
+    let model_cfg: mlff_distiller::model::PainnConfig = serde_json::from_str(cfg_json).unwrap();
+    let frames: Vec<_> = (0..6)
+        .map(|k| {
+            let mut s = common::random_box(6 + k % 3, 0.2, 40 + k as u64);
+            s.info.push(("trajectory".into(), format!("b{k}")));
+            s
+        })
+        .collect();
+    let data = dir.path().join("boxes.extxyz");
+    mlff_distiller::io::write_extxyz(&data, &common::stress_labelled(&model_cfg, frames)).unwrap();
+    let train = |out: &Path, extra: &[&str]| {
+        let mut args = vec![
+            "train",
+            "--train",
+            common::s(&data),
+            "--val",
+            common::s(&data),
+        ];
+        args.extend(["--config", config.to_str().unwrap(), "--epochs", "2"]);
+        args.extend([
+            "--batch-size",
+            "3",
+            "--device",
+            "cpu",
+            "--out",
+            common::s(out),
+        ]);
+        args.extend_from_slice(extra);
+        mlff(&args)
+    };
+    let out = dir.path().join("run");
+    let o = train(&out, &["--stress-weight", "1e4"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("GPa"), "{}", stderr(&o));
+    let lines = log_lines(&out);
+    assert!(
+        lines.iter().all(|l| l["val_stress_mae"].as_f64().is_some()),
+        "{lines:?}"
+    );
+
+    let refused = dir.path().join("refused");
+    let o = train(
+        &refused,
+        &["--stress-weight", "1", "--force-gradient", "fused"],
+    );
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("stress_weight needs force_gradient double-backward"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!refused.join("log.jsonl").exists());
+}

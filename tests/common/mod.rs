@@ -73,6 +73,26 @@ pub fn labelled(cfg: &PainnConfig, mut frames: Vec<Structure>) -> Vec<Structure>
     frames
 }
 
+/// [`labelled`], and the teacher's stress of every periodic frame as its `stress` info key
+/// (9 values, as `teachers/label.py` writes it).
+pub fn stress_labelled(cfg: &PainnConfig, frames: Vec<Structure>) -> Vec<Structure> {
+    let mut frames = labelled(cfg, frames);
+    let teacher = PainnCalculator::new(
+        model(cfg, 99, DType::F64, &Device::Cpu),
+        Device::Cpu,
+        DType::F64,
+    );
+    let batch = mlff_distiller::Batch::new(frames.clone()).unwrap();
+    let got = teacher.compute_with_stress(&batch).unwrap();
+    for (s, sigma) in frames.iter_mut().zip(got.stresses) {
+        if let Some(sigma) = sigma {
+            let values: Vec<String> = sigma.iter().flatten().map(|x| format!("{x:e}")).collect();
+            s.info.push(("stress".into(), values.join(" ")));
+        }
+    }
+    frames
+}
+
 pub fn calculator(dtype: DType, dev: &Device) -> PainnCalculator {
     let cfg = small_config();
     PainnCalculator::new(model(&cfg, 7, dtype, dev), dev.clone(), dtype)
