@@ -37,6 +37,9 @@ pub(super) struct Npt {
     pub state: BarostatState,
     /// Masses as an [N, 1] column.
     mass_column: Tensor,
+    /// Σ m v_α² after the next step's first kick, read with the last step's other values
+    /// (one host read a step the fewer).
+    next_twice_kinetic: Option<[f64; 3]>,
 }
 
 impl Npt {
@@ -51,6 +54,7 @@ impl Npt {
             temperature,
             state,
             mass_column,
+            next_twice_kinetic: None,
         }
     }
 
@@ -96,10 +100,16 @@ impl Npt {
         let dt = integrator.dt();
 
         let v = integrator.kick(&state.velocities, &state.forces)?;
-        let k = self.twice_kinetic(&v)?.to_vec1::<f64>()?;
+        let k = match self.next_twice_kinetic.take() {
+            Some(k) => k,
+            None => {
+                let k = self.twice_kinetic(&v)?.to_vec1::<f64>()?;
+                [k[0], k[1], k[2]]
+            }
+        };
         let before = PressureInputs {
             volume: self.volume(),
-            twice_kinetic: [k[0], k[1], k[2]],
+            twice_kinetic: k,
             stress: self.state.stress,
         };
         let mv: Move = self.barostat.propose(&before, self.temperature, dt, xi)?;
@@ -127,15 +137,21 @@ impl Npt {
                 "the force provider gave no stress: constant pressure needs one".into(),
             ));
         };
+        // The next step's first kick is this step's last one again: its kinetic tensor comes
+        // with this read.
+        let v_end = integrator.kick(&v, &evaluation.forces)?;
+        let v_next = integrator.kick(&v_end, &evaluation.forces)?;
         let reads = Tensor::cat(
             &[
                 self.twice_kinetic(&v)?,
                 k_before.reshape(1)?,
                 k_after.reshape(1)?,
+                self.twice_kinetic(&v_next)?,
             ],
             0,
         )?
         .to_vec1::<f64>()?;
+        self.next_twice_kinetic = Some([reads[5], reads[6], reads[7]]);
         self.state.cell = cell;
         self.state.stress = stress;
         let after = PressureInputs {
@@ -146,7 +162,7 @@ impl Npt {
         let thermostat_heat = 0.5 * (reads[3] - reads[4]);
         self.state.heat +=
             thermostat_heat + mv.finish(&self.barostat, &after, self.temperature, dt);
-        state.velocities = integrator.kick(&v, &evaluation.forces)?;
+        state.velocities = v_end;
         state.positions = x;
         state.forces = evaluation.forces;
         state.energy = evaluation.energy;
