@@ -9,7 +9,7 @@
 //! the virial (no autograd graph, no strained copy of the inputs).
 
 use crate::calculator::{PainnCalculator, Prediction};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::model::{Backend, PainnInputs};
 use crate::neighbors::{batch_neighbor_list, wrap_batch};
 use crate::ops::scatter_add;
@@ -50,6 +50,49 @@ impl PainnCalculator {
             prediction,
             stresses,
         })
+    }
+
+    /// [`compute_with_stress`](Self::compute_with_stress) and every atom's virial (eV, rows
+    /// as ASE writes a 3x3): W_i = Σ over its edges i ← j of r_ij ⊗ F_ij, with F_ij =
+    /// −∂E/∂r_ij, so that a structure's Σ_i W_i, symmetrized, is −∂E/∂ε (−V σ for a cell).
+    /// The fused backend's force kernel gathers them; the others refuse.
+    pub fn compute_with_virials(
+        &self,
+        batch: &Batch,
+    ) -> Result<(StressPrediction, Vec<Vec<Matrix3>>)> {
+        if self.model().backend() != Backend::Fused {
+            return Err(Error::Config(format!(
+                "per-atom virials come from the fused backend's force kernel, not the {} \
+                 backend",
+                self.model().backend().name()
+            )));
+        }
+        let batch = wrap_batch(batch)?;
+        let nl = batch_neighbor_list(&batch, self.model().config().cutoff)?;
+        let (inputs, _) = self.prepare_with(&batch, &nl)?;
+        let s = inputs.n_structures;
+        let pass = self.fused()?.forward(&inputs)?;
+        let (forces, virials) = pass.forces_and_virials()?;
+        let de_deps = strain_derivative_of_virials(&virials, &inputs.atom_structure, s)?;
+        let energies = self.model().backend().scatter_add(
+            &pass.atom_energies.to_dtype(DType::F64)?,
+            &inputs.atom_structure,
+            s,
+        )?;
+        let prediction = Prediction::from_device(&batch, &energies, &forces)?;
+        let stresses = stresses_of(&batch.structures, &de_deps)?;
+        let rows = virials.to_dtype(DType::F64)?.to_vec3::<f64>()?;
+        let rows: Vec<Matrix3> = (rows.iter())
+            .map(|w| std::array::from_fn(|a| std::array::from_fn(|b| w[a][b])))
+            .collect();
+        let per_structure = (0..s)
+            .map(|k| rows[batch.offsets[k]..batch.offsets[k + 1]].to_vec())
+            .collect();
+        let stress = StressPrediction {
+            prediction,
+            stresses,
+        };
+        Ok((stress, per_structure))
     }
 }
 

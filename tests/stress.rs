@@ -145,6 +145,24 @@ fn stress_rotates_with_the_system() {
     }
 }
 
+/// `mlff predict MODEL INPUT -o OUTPUT --stress EXTRA` with the shipped model on the CPU: the
+/// frames written.
+fn predict(input: &std::path::Path, output: &std::path::Path, extra: &[&str]) -> Vec<Structure> {
+    let model = common::root().join("models/painn-gfn2.safetensors");
+    let mut args = vec![
+        "predict",
+        common::s(&model),
+        common::s(input),
+        "-o",
+        common::s(output),
+    ];
+    args.extend(["--stress", "--device", "cpu"]);
+    args.extend_from_slice(extra);
+    let o = common::mlff(&args);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    mlff_distiller::io::read_extxyz(output).unwrap()
+}
+
 /// `mlff predict --stress` writes what the library computes, as a 3x3 `stress` that ASE reads
 /// back with `atoms.get_stress()` (Voigt, its sign); an input `stress` becomes `ref_stress`.
 #[test]
@@ -159,18 +177,7 @@ fn predict_writes_the_stress_ase_reads_back() {
     let input = dir.path().join("in.extxyz");
     mlff_distiller::io::write_extxyz(&input, &frames).unwrap();
     let output = dir.path().join("out.extxyz");
-    let o = common::mlff(&[
-        "predict",
-        model.to_str().unwrap(),
-        input.to_str().unwrap(),
-        "-o",
-        output.to_str().unwrap(),
-        "--stress",
-        "--device",
-        "cpu",
-    ]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let back = mlff_distiller::io::read_extxyz(&output).unwrap();
+    let back = predict(&input, &output, &[]);
     assert_eq!(back[0].info_value("ref_stress"), Some("1 0 0 0 1 0 0 0 1"));
     assert!(
         back[1].info_value("stress").is_none(),
@@ -387,4 +394,58 @@ fn a_batch_logs_each_systems_pressure() {
         err.to_string().contains("system 1: pressure needs"),
         "{err}"
     );
+}
+
+/// Per-atom virials (the fused force kernel's W_i = Σ r_ij ⊗ F_ij over atom i's edges) add
+/// up to each structure's −V σ (symmetrized), the stress of autograd; other backends refuse;
+/// `mlff predict --stress --virials` writes them as a 9-column `virials` array.
+#[test]
+fn atom_virials_add_up_to_the_stress() {
+    let boxes = [random_box(20, 0.0, 21), random_box(16, 0.3, 22)];
+    let batch = Batch::new(boxes.to_vec()).unwrap();
+    let reference = calc(Backend::Autograd).compute_with_stress(&batch).unwrap();
+    let (got, virials) = calc(Backend::Fused).compute_with_virials(&batch).unwrap();
+    for (k, s) in boxes.iter().enumerate() {
+        assert_eq!(virials[k].len(), s.len());
+        let v = stress_volume(s).unwrap();
+        let sigma = reference.stresses[k].unwrap();
+        assert!(got.stresses[k].is_some());
+        for a in 0..3 {
+            for b in 0..3 {
+                let sum: f64 = virials[k].iter().map(|w| 0.5 * (w[a][b] + w[b][a])).sum();
+                let want = -v * sigma[a][b];
+                assert!(
+                    (sum - want).abs() < 1e-9 * want.abs().max(1e-3),
+                    "box {k} [{a}][{b}]: Σ W {sum} vs −V σ {want}"
+                );
+            }
+        }
+    }
+    let err = calc(Backend::Autograd)
+        .compute_with_virials(&batch)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("fused backend"), "{err}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.extxyz");
+    let water = mlff_distiller::systems::water_box(8, 4);
+    mlff_distiller::io::write_extxyz(&input, std::slice::from_ref(&water)).unwrap();
+    let output = dir.path().join("out.extxyz");
+    let back = &predict(&input, &output, &["--virials", "--dtype", "f64"])[0];
+    let column = back.arrays.iter().find(|x| x.name == "virials").unwrap();
+    assert_eq!((column.ncols, column.values.len()), (9, 9 * water.len()));
+    let sigma: Vec<f64> = (back.info_value("stress").unwrap().split_whitespace())
+        .map(|x| x.parse().unwrap())
+        .collect();
+    let w: Vec<f64> = column.values.iter().map(|x| x.parse().unwrap()).collect();
+    let v = stress_volume(&water).unwrap();
+    for q in [0, 4, 8] {
+        let sum: f64 = w.chunks(9).map(|row| row[q]).sum();
+        assert!(
+            (sum + v * sigma[q]).abs() < 1e-8 * (v * sigma[q]).abs().max(1e-3),
+            "component {q}: Σ W {sum} vs −V σ {}",
+            -v * sigma[q]
+        );
+    }
 }

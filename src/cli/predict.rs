@@ -31,6 +31,11 @@ pub struct PredictArgs {
     /// kernel (a few percent over energy and forces); the others through autograd.
     #[arg(long)]
     stress: bool,
+    /// Also every atom's virial as the per-atom column `virials` (9 values, eV, rows of the
+    /// 3x3): W_i = Σ over its edges of r_ij ⊗ F_ij, the share of the structure's −V σ that
+    /// the force kernel gathers at atom i (with --stress; --backend fused).
+    #[arg(long, requires = "stress")]
+    virials: bool,
     #[command(flatten)]
     run: ModelArgs,
     #[command(flatten)]
@@ -62,21 +67,42 @@ pub fn run(a: PredictArgs) -> Result<()> {
         let first = c * a.batch_size;
         let batch = Batch::new(chunk.to_vec())
             .map_err(|e| super::at_frame(e, |k| (a.input.clone(), first + k)))?;
-        let (pred, stresses) = match a.stress {
-            true => {
+        let (pred, stresses, virials) = match (a.stress, a.virials) {
+            (true, true) => model
+                .compute_with_virials(&batch)
+                .map(|(p, w)| (p.prediction, p.stresses, w.into_iter().map(Some).collect())),
+            (true, false) => {
                 let p = model.compute_with_stress(&batch);
-                p.map(|p| (p.prediction, p.stresses))
+                p.map(|p| (p.prediction, p.stresses, vec![None; chunk.len()]))
             }
-            false => calc.compute(&batch).map(|p| (p, vec![None; chunk.len()])),
+            _ => calc
+                .compute(&batch)
+                .map(|p| (p, vec![None; chunk.len()], vec![None; chunk.len()])),
         }
         .map_err(|e| super::at_frame(e, |k| (a.input.clone(), first + k)))?;
         // A non-finite result (a NaN weight, say) is an error naming the frame and atom;
         // nothing has been written yet.
         pred.check_finite()
             .map_err(|e| super::at_frame(e, |k| (a.input.clone(), first + k)))?;
-        let results = pred.energies.into_iter().zip(pred.forces).zip(stresses);
-        for (s, ((e, f), sigma)) in chunk.iter().zip(results) {
+        let results = (pred.energies.into_iter().zip(pred.forces))
+            .zip(stresses)
+            .zip(virials);
+        for (s, (((e, f), sigma), w)) in chunk.iter().zip(results) {
             let mut s = with_prediction(s.clone(), e, f);
+            if let Some(w) = w {
+                s.arrays.retain(|x| x.name != "virials");
+                s.arrays.push(ExtraArray {
+                    name: "virials".into(),
+                    kind: 'R',
+                    ncols: 9,
+                    values: w
+                        .iter()
+                        .flatten()
+                        .flatten()
+                        .map(|x| format!("{x:?}"))
+                        .collect(),
+                });
+            }
             if let Some(sigma) = sigma {
                 anyhow::ensure!(
                     sigma.iter().flatten().all(|x| x.is_finite()),
