@@ -58,3 +58,69 @@ fn cuda_stress_matches_cpu() {
         );
     }
 }
+
+/// Per-atom virials from the fused force kernel on CUDA, atom by atom, against the CPU's (f64).
+#[test]
+fn cuda_atom_virials_match_cpu() {
+    let batch = Batch::new(vec![random_box(40, 0.0, 1), random_box(30, 0.3, 2)]).unwrap();
+    let run = |dev: &Device| {
+        calculator(DType::F64, dev)
+            .with_backend(Backend::Fused)
+            .compute_with_virials(&batch)
+            .unwrap()
+            .1
+    };
+    let (cpu, gpu) = (run(&Device::Cpu), run(&cuda()));
+    for (k, (a, b)) in cpu.iter().zip(&gpu).enumerate() {
+        for (i, (wa, wb)) in a.iter().zip(b).enumerate() {
+            for (x, y) in wa.iter().flatten().zip(wb.iter().flatten()) {
+                assert!(
+                    (x - y).abs() < 1e-9 * x.abs().max(1e-3),
+                    "structure {k} atom {i}: CUDA {wb:?} vs CPU {wa:?}"
+                );
+            }
+        }
+    }
+}
+
+/// The training loss's stress term (double backward through the strain) on CUDA: the loss and
+/// a weight gradient equal the CPU's (f64).
+#[test]
+fn cuda_stress_loss_matches_cpu() {
+    use mlff_distiller::train::{Dataset, ForceGradient, TrainConfig, Trainer};
+    std::env::set_var("CANDLE_GRAD_DO_NOT_DETACH", "1");
+    let cfg = small_config();
+    let frames: Vec<_> = (0..4)
+        .map(|k| random_box(8 + k, 0.2, 60 + k as u64))
+        .collect();
+    let data = Dataset::from_frames(
+        std::path::Path::new("boxes.extxyz"),
+        stress_labelled(&cfg, frames),
+    )
+    .unwrap();
+    let train = TrainConfig {
+        stress_weight: 1e4,
+        force_gradient: ForceGradient::DoubleBackward,
+        ..TrainConfig::default()
+    };
+    let run = |dev: &Device| {
+        let t = Trainer::new(&cfg, &train, &data, &data, dev, DType::F64, None).unwrap();
+        let (loss, grads) = t.loss_and_grads(&[0, 1, 2, 3]).unwrap();
+        let var = t
+            .optimizer()
+            .vars()
+            .iter()
+            .find(|(n, _)| n == "filter.weight");
+        let g = grads.get(var.unwrap().1.as_tensor()).unwrap();
+        (loss, g.flatten_all().unwrap().to_vec1::<f64>().unwrap())
+    };
+    let ((l_cpu, g_cpu), (l_gpu, g_gpu)) = (run(&Device::Cpu), run(&cuda()));
+    assert!(
+        (l_cpu - l_gpu).abs() < 1e-9 * l_cpu.abs(),
+        "{l_gpu} vs {l_cpu}"
+    );
+    let scale = g_cpu.iter().fold(0.0f64, |m, x| m.max(x.abs()));
+    for (x, y) in g_cpu.iter().zip(&g_gpu) {
+        assert!((x - y).abs() < 1e-8 * scale, "gradient {y} vs {x}");
+    }
+}
