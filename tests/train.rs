@@ -423,6 +423,13 @@ fn bad_data_is_named() {
     let mut f = good.clone();
     f[1].forces.as_mut().unwrap().pop();
     check(f, &["frame 1", "force rows"]);
+    // Stress labels: unreadable, or on a molecule.
+    let mut f = good.clone();
+    f[1].info.push(("stress".into(), "1 2 x".into()));
+    check(f, &["frame 1", "stress"]);
+    let mut f = good.clone();
+    f[0].info.push(("stress".into(), "0 0 0 0 0 0 0 0 0".into()));
+    check(f, &["frame 0", "without a cell periodic"]);
     // An element the model does not know.
     let mut f = good.clone();
     f[2].numbers[0] = 16;

@@ -134,6 +134,19 @@ impl Dataset {
             if let Some(i) = forces.iter().position(|f| f.iter().any(|x| !x.is_finite())) {
                 return Err(self.err(k, format!("atom {i} has a non-finite force label")));
             }
+            // A stress label must read, be finite, and belong to a cell with a volume.
+            let stress = crate::eval::stress_label(s).map_err(|e| self.err(k, e))?;
+            if let Some(sigma) = stress {
+                if sigma.iter().flatten().any(|x| !x.is_finite()) {
+                    return Err(self.err(k, format!("stress label {sigma:?} is not finite")));
+                }
+                if crate::stress::stress_volume(s).is_none() {
+                    return Err(self.err(
+                        k,
+                        "a `stress` label without a cell periodic along all three axes".into(),
+                    ));
+                }
+            }
         }
         Ok(())
     }
