@@ -428,7 +428,8 @@ fn bad_data_is_named() {
     f[1].info.push(("stress".into(), "1 2 x".into()));
     check(f, &["frame 1", "stress"]);
     let mut f = good.clone();
-    f[0].info.push(("stress".into(), "0 0 0 0 0 0 0 0 0".into()));
+    f[0].info
+        .push(("stress".into(), "0 0 0 0 0 0 0 0 0".into()));
     check(f, &["frame 0", "without a cell periodic"]);
     // An element the model does not know.
     let mut f = good.clone();
