@@ -74,7 +74,7 @@ impl PainnForces<'_> {
     /// Energy, forces and stress at `positions` in the current cell: one forward and one
     /// backward pass under a strain, the list rebuilt first where the atoms or the cell have
     /// moved beyond what it allows.
-    pub(super) fn strained(
+    pub(super) fn call_with_stress(
         &mut self,
         positions: &mut Tensor,
     ) -> Result<(Evaluation, Vec<Option<Matrix3>>)> {

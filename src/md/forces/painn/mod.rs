@@ -333,7 +333,7 @@ impl ForceProvider for PainnForces<'_> {
     ) -> Result<Evaluation> {
         if self.list_cell.is_some() {
             // The cell has moved (NPT): only the strained call follows it.
-            return self.strained(positions).map(|(e, _)| e);
+            return self.call_with_stress(positions).map(|(e, _)| e);
         }
         clock.mark(Phase::NeighborList)?;
         let rebuild = match (&self.reference, &mut self.deferred) {
@@ -421,7 +421,7 @@ impl ForceProvider for PainnForces<'_> {
     /// check sees the jump and rebuilds it again).
     fn stresses(&mut self, positions: &Tensor) -> Result<Vec<Option<Matrix3>>> {
         let mut x = positions.clone();
-        Ok(self.strained(&mut x)?.1)
+        Ok(self.call_with_stress(&mut x)?.1)
     }
 
     fn retain_systems(&mut self, keep: &[bool]) -> Result<()> {
@@ -432,7 +432,7 @@ impl ForceProvider for PainnForces<'_> {
         &mut self,
         positions: &mut Tensor,
     ) -> Result<(Evaluation, Vec<Option<Matrix3>>)> {
-        self.strained(positions)
+        self.call_with_stress(positions)
     }
 
     fn set_cells(&mut self, cells: &[Lattice]) -> Result<()> {
