@@ -71,14 +71,7 @@ impl PainnCalculator {
         let nl = batch_neighbor_list(&batch, self.model().config().cutoff)?;
         let (inputs, _) = self.prepare_with(&batch, &nl)?;
         let s = inputs.n_structures;
-        let pass = self.fused()?.forward(&inputs)?;
-        let (forces, virials) = pass.forces_and_virials()?;
-        let de_deps = strain_derivative_of_virials(&virials, &inputs.atom_structure, s)?;
-        let energies = self.model().backend().scatter_add(
-            &pass.atom_energies.to_dtype(DType::F64)?,
-            &inputs.atom_structure,
-            s,
-        )?;
+        let (energies, forces, de_deps, virials) = fused_pass_with_virials(self, &inputs)?;
         let prediction = Prediction::from_device(&batch, &energies, &forces)?;
         let stresses = stresses_of(&batch.structures, &de_deps)?;
         let rows = virials.to_dtype(DType::F64)?.to_vec3::<f64>()?;
@@ -189,15 +182,23 @@ fn fused_strain_derivative(
     calc: &PainnCalculator,
     inputs: &PainnInputs,
 ) -> Result<(Tensor, Tensor, Tensor)> {
-    let model = calc.model();
+    let (energies, forces, de_deps, _) = fused_pass_with_virials(calc, inputs)?;
+    Ok((energies, forces, de_deps))
+}
+
+/// The fused pass behind [`fused_strain_derivative`], with the atoms' virials [N, 3, 3] too.
+fn fused_pass_with_virials(
+    calc: &PainnCalculator,
+    inputs: &PainnInputs,
+) -> Result<(Tensor, Tensor, Tensor, Tensor)> {
     let s = inputs.n_structures;
     let pass = calc.fused()?.forward(inputs)?;
     let (forces, virials) = pass.forces_and_virials()?;
     let de_deps = strain_derivative_of_virials(&virials, &inputs.atom_structure, s)?;
-    let energies = model.backend().scatter_add(
+    let energies = calc.model().backend().scatter_add(
         &pass.atom_energies.to_dtype(DType::F64)?,
         &inputs.atom_structure,
         s,
     )?;
-    Ok((energies, forces, de_deps))
+    Ok((energies, forces, de_deps, virials))
 }
