@@ -42,6 +42,13 @@ TEACHERS = {
         "yes",
         "cheaper, less accurate than GFN2",
     ),
+    "morse": (
+        "toy Morse pair potential over all atom pairs, elements ignored (ASE MorsePotential)",
+        "ase",
+        "yes",
+        "for fast CPU tests only, not a real force field; epsilon 0.5 eV, r0 1.6 Å, rho0 6, "
+        "smooth cut-off 3-4 Å (--epsilon --r0 --rho0)",
+    ),
     "ani1x": (
         "ANI-1x ensemble of 8 networks (torchani), elements H C N O",
         "torch torchani==2.2.4 'setuptools<81'",
@@ -52,9 +59,15 @@ TEACHERS = {
     "ani2x": (
         "ANI-2x ensemble of 8 networks (torchani), elements H C N O S F Cl",
         "torch torchani==2.2.4 'setuptools<81'",
-        "no: the 2.2.4 wheel holds only empty placeholder files for ANI-2x; torchani downloads "
-        "the networks from GitHub on first use",
-        "",
+        "yes, with --model-dir PATH to a folder holding ani-2x_8x.info and ani-2x_8x/ (the "
+        "2.2.4 wheel holds only empty placeholders for ANI-2x)",
+        "the team's copy: ../shared/teachers/ani-model-zoo/resources",
+    ),
+    "sevenn": (
+        "SevenNet-0 (11Jul2024) universal potential, 89 elements (sevenn)",
+        "torch sevenn==0.13.0",
+        "yes: the checkpoint ships inside the wheel",
+        "energy, forces, and stress of periodic cells",
     ),
     "orb-v2": (
         "Orb-v2 universal potential (orb-models)",
@@ -81,7 +94,8 @@ DEFAULT_TEACHER = "gfn2"
 
 def _install_hint(name: str) -> str:
     pkgs = TEACHERS[name][1]
-    return f"install it with: python3 -m pip install {pkgs}  (see teachers/requirements-optional.txt)"
+    req = "requirements-ml.txt" if name in ("ani1x", "ani2x", "sevenn") else "requirements-optional.txt"
+    return f"install it with: python3 -m pip install {pkgs}  (see teachers/{req})"
 
 
 def _import(name: str, module: str):
@@ -107,8 +121,12 @@ def teacher_version(name: str) -> str:
     name = canonical_name(name)
     if name in ("gfn2", "gfn1"):
         return f"{'GFN2' if name == 'gfn2' else 'GFN1'}-xTB (tblite {_version('tblite')})"
+    if name == "morse":
+        return f"Morse pair potential (ase {_version('ase')})"
     if name in ("ani1x", "ani2x"):
         return f"ANI-{name[3:]} (torchani {_version('torchani')})"
+    if name == "sevenn":
+        return f"SevenNet-0 (sevenn {_version('sevenn')})"
     if name == "orb-v2":
         return f"orb-v2 (orb-models {_version('orb-models')})"
     if name == "fennol-ani2x":
@@ -130,6 +148,9 @@ def canonical_name(name: str) -> str:
         "orbv2": "orb-v2",
         "fennol": "fennol-ani2x",
         "mace-off23": "mace-off",
+        "sevennet": "sevenn",
+        "7net-0": "sevenn",
+        "sevennet-0": "sevenn",
     }
     key = aliases.get(key, key)
     if key not in TEACHERS:
@@ -140,79 +161,12 @@ def canonical_name(name: str) -> str:
     return key
 
 
-# --------------------------------------------------------------------------------------------
-# torchani: the 2.2.4 wheel ships the ANI-1x networks under torchani/resources/ani-1x_8x/ but an
-# EMPTY torchani/resources/ani-1x_8x.info. torchani then thinks the resources are missing and
-# tries to download them from GitHub, which fails offline. The .info file is four lines:
-# constants file, self-energy file, ensemble prefix, ensemble size (paths relative to the
-# folder holding the .info). We write it from what is on disk.
-
-
-def _torchani_info_lines(resources: Path, model_dir: str = "ani-1x_8x") -> list[str] | None:
-    d = resources / model_dir
-    if not d.is_dir():
-        return None
-    params = sorted(p for p in d.glob("*.params") if p.stat().st_size > 0)
-    sae = sorted(p for p in d.glob("sae*.dat") if p.stat().st_size > 0)
-    members = sorted(p for p in d.glob("train*") if p.is_dir() and p.name[5:].isdigit())
-    if len(params) != 1 or not sae or not members:
-        return None
-    # the wheel ships ANI-2x and ANI-1ccx as EMPTY placeholder files: only real weights count
-    for m in members:
-        if not any(f.is_file() and f.stat().st_size > 0 for f in (m / "networks").glob("*")):
-            return None
-    return [
-        f"{model_dir}/{params[0].name}",
-        f"{model_dir}/{sae[0].name}",
-        f"{model_dir}/train",
-        str(len(members)),
-    ]
-
-
 def fix_torchani_resources(fix: bool = True, model_dir: str = "ani-1x_8x", log=None, teacher="ani1x") -> str:
-    """Detect (and by default repair) the empty ``ani-1x_8x.info`` of the torchani wheel.
+    """Detect (and by default repair) the empty ``ani-1x_8x.info`` of the torchani 2.2.4 wheel
+    (see teachers/README.md); lives in ml.py with the other torchani code."""
+    from .ml import fix_torchani_resources as fix_resources
 
-    Returns a one-line description of what was found or done. The repair writes the info file
-    into torchani's resources folder when that is writable, else into ``~/.local/torchani/``
-    (which torchani also reads) with absolute paths. Raises TeacherError when the networks
-    themselves are not there (then only a download can help).
-    """
-    torchani = _import(teacher, "torchani")
-    resources = Path(torchani.__file__).resolve().parent / "resources"
-    info = resources / f"{model_dir}.info"
-    local_info = Path(os.path.expanduser("~/.local/torchani")) / f"{model_dir}.info"
-    if info.is_file() and info.stat().st_size > 0:
-        return f"ok: {info} is filled in"
-    if local_info.is_file() and local_info.stat().st_size > 0:
-        return f"ok: {info} is empty but {local_info} is used instead"
-    lines = _torchani_info_lines(resources, model_dir)
-    if lines is None:
-        raise TeacherError(
-            f"teacher '{teacher}': torchani {_version('torchani')} has no usable networks in "
-            f"{resources / model_dir} (missing, or empty placeholder files: the 2.2.4 wheel ships "
-            f"real weights for ANI-1x only), and {info} is empty or missing, so torchani would "
-            f"download them from GitHub on first use, which needs internet. Use ani1x offline, or "
-            f"run once with internet, or reinstall: python3 -m pip install --force-reinstall torchani==2.2.4"
-        )
-    problem = f"{info} is {'empty' if info.exists() else 'missing'} (torchani 2.2.4 wheel bug)"
-    if not fix:
-        return (
-            f"broken: {problem}; it should read {lines!r}; "
-            f"fix with fix_torchani_resources() or `python3 teachers/teachers.py --fix-torchani` "
-            f"(get_calculator does it by itself)"
-        )
-    try:
-        info.write_text("\n".join(lines) + "\n")
-        where = info
-    except OSError:
-        local_info.parent.mkdir(parents=True, exist_ok=True)
-        abs_lines = [str(resources / p) for p in lines[:3]] + [lines[3]]
-        local_info.write_text("\n".join(abs_lines) + "\n")
-        where = local_info
-    msg = f"fixed: {problem}; wrote {where}"
-    if log is not None:
-        print(f"note: {msg}", file=log)
-    return msg
+    return fix_resources(fix=fix, model_dir=model_dir, log=log, teacher=teacher)
 
 
 # --------------------------------------------------------------------------------------------
@@ -224,7 +178,10 @@ def get_calculator(name: str = DEFAULT_TEACHER, **opts):
     Options (unused ones are rejected):
       gfn2/gfn1: charge, multiplicity, accuracy (1.0), max_iterations (250),
                  electronic_temperature (300 K), verbosity (0)
-      ani1x/ani2x: model_index (None = whole 8-network ensemble), device ('cpu'), fix_resources (True)
+      morse:     epsilon (0.5 eV), r0 (1.6 Å), rho0 (6.0); the smooth cut-off is fixed at 3-4 Å
+      ani1x/ani2x: model_dir (folder with ani-2x_8x.info and ani-2x_8x/; required for ani2x),
+                 model_index (None = whole 8-network ensemble), device ('cpu'), fix_resources (True)
+      sevenn:    model ('7net-0'), device ('cpu')
       orb-v2:    model_file (local checkpoint instead of download), device ('cpu')
       fennol-ani2x: model_file (required), use_float64 (True)
       mace-off:  model_file or size ('small'|'medium'|'large', default 'medium'), device ('cpu')
@@ -248,85 +205,38 @@ def get_calculator(name: str = DEFAULT_TEACHER, **opts):
             if k in opts:
                 kw[k] = take(k)
         calc = tblite_ase.TBLite(**kw)
-    elif name in ("ani1x", "ani2x"):
-        torch = _import(name, "torch")
-        _import(name, "torchani")
-        model_dir = "ani-1x_8x" if name == "ani1x" else "ani-2x_8x"
-        if take("fix_resources", True):
-            fix_torchani_resources(fix=True, model_dir=model_dir, log=sys.stderr, teacher=name)
-        else:
-            status = fix_torchani_resources(fix=False, model_dir=model_dir, teacher=name)
-            if status.startswith("broken"):
-                raise TeacherError(f"teacher '{name}': {status}")
-        import torchani
+    elif name == "morse":
+        calc = morse_calculator(take("epsilon", MORSE["epsilon"]), take("r0", MORSE["r0"]), take("rho0", MORSE["rho0"]))
+    else:
+        from . import ml  # the ML teachers' imports stay out of the offline paths
 
-        device = take("device", "cpu")
-        cls = torchani.models.ANI1x if name == "ani1x" else torchani.models.ANI2x
-        try:
-            with contextlib.redirect_stdout(sys.stderr):  # torchani prints its resource path
-                model = cls(periodic_table_index=True, model_index=take("model_index"))
-            model = model.to(device).to(torch.float64)
-        except Exception as e:  # noqa: BLE001 - turned into a message
-            raise TeacherError(
-                f"teacher '{name}': could not load the networks ({type(e).__name__}: {e}); "
-                f"check `python3 teachers/teachers.py` and teachers/README.md (torchani workaround)"
-            ) from e
-        calc = model.ase()
-    elif name == "orb-v2":
-        _import(name, "orb_models")
-        pretrained = _import(name, "orb_models.forcefield.pretrained")
-        orbcalc = _import(name, "orb_models.forcefield.calculator")
-        device = take("device", "cpu")
-        model_file = take("model_file")
-        if model_file is not None and not Path(model_file).is_file():
-            raise TeacherError(f"teacher 'orb-v2': model file {model_file} does not exist")
-        try:
-            kw = {"device": device}
-            if model_file is not None:
-                kw["weights_path"] = str(model_file)
-            orbff = pretrained.orb_v2(**kw)
-        except Exception as e:  # noqa: BLE001
-            raise TeacherError(
-                f"teacher 'orb-v2': could not get the orb-v2 weights ({type(e).__name__}: {e}). "
-                f"orb-models downloads them on first use, which needs internet; on an offline "
-                f"machine copy a checkpoint here and pass --model-file PATH"
-            ) from e
-        calc = orbcalc.ORBCalculator(orbff, device=device)
-    elif name == "fennol-ani2x":
-        model_file = take("model_file")
-        if model_file is None:
-            raise TeacherError(
-                "teacher 'fennol-ani2x' needs a model file: pass --model-file PATH "
-                "(a FeNNol .fnx model, e.g. ANI-2x converted with FeNNol's tools)"
-            )
-        if not Path(model_file).is_file():
-            raise TeacherError(f"teacher 'fennol-ani2x': model file {model_file} does not exist")
-        fase = _import(name, "fennol.ase")
-        try:
-            calc = fase.FENNIXCalculator(str(model_file), use_float64=bool(take("use_float64", True)))
-        except Exception as e:  # noqa: BLE001
-            raise TeacherError(
-                f"teacher 'fennol-ani2x': could not load {model_file} ({type(e).__name__}: {e})"
-            ) from e
-    elif name == "mace-off":
-        mcalc = _import(name, "mace.calculators")
-        model_file = take("model_file")
-        if model_file is not None and not Path(model_file).is_file():
-            raise TeacherError(f"teacher 'mace-off': model file {model_file} does not exist")
-        model = str(model_file) if model_file is not None else take("size", "medium")
-        try:
-            calc = mcalc.mace_off(model=model, device=take("device", "cpu"), default_dtype="float64")
-        except Exception as e:  # noqa: BLE001
-            raise TeacherError(
-                f"teacher 'mace-off': could not get the MACE-OFF weights ({type(e).__name__}: {e}). "
-                f"mace-torch downloads them on first use, which needs internet; on an offline "
-                f"machine pass --model-file PATH to a local MACE-OFF .model file"
-            ) from e
-    else:  # pragma: no cover - canonical_name guards this
-        raise TeacherError(f"unknown teacher '{name}'")
+        calc = ml.build(name, take)
     if opts:
         raise TeacherError(f"teacher '{name}' does not take option(s): {', '.join(sorted(opts))}")
     return calc
+
+
+# The toy teacher. ASE's MorsePotential takes its cut-off radii in units of r0; ours are fixed in
+# Å, so that changing --r0 moves the minimum, not the range (and the cut-off stays below 5 Å,
+# which the students' cut-off covers).
+MORSE = {"epsilon": 0.5, "r0": 1.6, "rho0": 6.0, "rcut1": 3.0, "rcut2": 4.0}
+
+
+def morse_calculator(epsilon=MORSE["epsilon"], r0=MORSE["r0"], rho0=MORSE["rho0"]):
+    """ASE's MorsePotential over all atom pairs (elements ignored): E = sum over pairs of
+    epsilon (exp(-2 rho0 (r/r0 - 1)) - 2 exp(-rho0 (r/r0 - 1))) times a smooth (C2) cut-off
+    from 3 to 4 Å. A toy with analytic forces and stress, for fast tests only."""
+    from ase.calculators.morse import MorsePotential
+
+    epsilon, r0, rho0 = float(epsilon), float(r0), float(rho0)
+    for flag, v in (("epsilon", epsilon), ("r0", r0), ("rho0", rho0)):
+        if not (v > 0 and v < float("inf")):
+            raise TeacherError(f"teacher 'morse': --{flag} must be a positive number, got {v}")
+    if r0 >= MORSE["rcut1"]:
+        raise TeacherError(f"teacher 'morse': --r0 {r0} Å must lie below the cut-off start {MORSE['rcut1']} Å")
+    return MorsePotential(
+        epsilon=epsilon, r0=r0, rho0=rho0, rcut1=MORSE["rcut1"] / r0, rcut2=MORSE["rcut2"] / r0
+    )
 
 
 def compute(atoms, calc):
@@ -349,10 +259,17 @@ def teacher_status(name: str) -> str:
         if name == "fennol-ani2x":
             _import(name, "fennol.ase")
             return "installed (needs --model-file)"
-        if name in ("ani1x", "ani2x"):
+        if name == "ani1x":
             _import(name, "torch")
-            model_dir = "ani-1x_8x" if name == "ani1x" else "ani-2x_8x"
-            return "installed; resources: " + fix_torchani_resources(fix=False, model_dir=model_dir, teacher=name)
+            return "installed; resources: " + fix_torchani_resources(fix=False, model_dir="ani-1x_8x", teacher=name)
+        if name == "ani2x":
+            _import(name, "torch")
+            _import(name, "torchani")
+            return "installed (needs --model-dir)"
+        if name == "sevenn":
+            _import(name, "torch")
+            _import(name, "sevenn.calculator")
+            return "installed (7net-0 ships in the wheel)"
         if name in ("orb-v2", "mace-off"):
             _import(name, {"orb-v2": "orb_models", "mace-off": "mace.calculators"}[name])
             return "installed (weights need internet on first use, or --model-file)"

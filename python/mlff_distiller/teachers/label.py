@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Label configurations with a teacher: energy (eV), forces (eV/Å), and stress (eV/Å³) for
-cells periodic along all three axes where the teacher has one (GFN2/GFN1), for every frame.
+cells periodic along all three axes where the teacher has one (GFN2/GFN1, morse, sevenn), for
+every frame; with --hessian-vectors also one Hessian-vector product per frame.
 
 Reads one or more extended XYZ (or plain XYZ) files with any number of frames and writes them
 to OUTPUT with the teacher's `energy` (comment line) and `forces` (forces:R:3 column), keeping
@@ -12,6 +13,13 @@ unless --drop-old-labels is given. Each frame also gets
     teacher_time_s   the teacher's wall time for this structure, in seconds
 
 and a summary is printed (frames, atoms, mean/median teacher time per structure, time per atom).
+
+--hessian-vectors adds, per frame k, a random unit direction v over the 3N coordinates (drawn
+from numpy.random.default_rng([--seed, k])) as the array `hvp_direction` (N x 3) and the
+Hessian-vector product H.v = -(F(x+hv) - F(x-hv))/(2h) as the array `hvp` (N x 3, eV/Å²), from
+two extra teacher force calls with h = --hvp-step (Å), stored as info `hvp_step`. Central
+differences are used for every teacher, autograd ones included. Hessian-vector labels the input
+already had become `ref_hvp`/`ref_hvp_direction` like old energies and forces.
 
 The output is written to a temporary file in the same folder and renamed over OUTPUT at the end,
 so a crash never leaves half a file. OUTPUT must not be one of the inputs, and an existing
@@ -25,6 +33,8 @@ Examples:
     python3 teachers/label.py data/aspirin_rmd17_10frames.extxyz -o /tmp/aspirin_gfn2.extxyz
     python3 teachers/label.py frames.extxyz -o labelled.extxyz --teacher ani1x
     python3 teachers/label.py frames.extxyz -o labelled.extxyz --teacher fennol-ani2x --model-file ani2x.fnx
+    python3 teachers/label.py frames.extxyz -o labelled.extxyz --teacher ani2x --model-dir ANI2X_RESOURCES
+    python3 teachers/label.py frames.extxyz -o labelled.extxyz --teacher morse --hessian-vectors --seed 1
 """
 
 from __future__ import annotations
@@ -38,6 +48,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .hvp import DEFAULT_HVP_STEP, add_hvp_labels, check_step, keep_old_hvp
 from .core import (
     DEFAULT_TEACHER,
     TEACHERS,
@@ -67,7 +78,15 @@ def add_teacher_args(ap: argparse.ArgumentParser) -> None:
         help="local model/weights file (required for fennol-ani2x; for orb-v2 and mace-off "
         "instead of downloading)",
     )
-    g.add_argument("--device", help="torch device for ani1x/ani2x/orb-v2/mace-off (default cpu)")
+    g.add_argument(
+        "--model-dir",
+        help="folder of ANI weights holding ani-2x_8x.info and ani-2x_8x/, laid out like "
+        "ani-model-zoo's resources/ (required for ani2x; optional for ani1x)",
+    )
+    g.add_argument("--device", help="torch device for ani1x/ani2x/sevenn/orb-v2/mace-off (default cpu)")
+    g.add_argument("--epsilon", type=float, help="Morse well depth in eV (morse; default 0.5)")
+    g.add_argument("--r0", type=float, help="Morse equilibrium distance in Å (morse; default 1.6)")
+    g.add_argument("--rho0", type=float, help="Morse stiffness, dimensionless (morse; default 6.0)")
     g.add_argument("--charge", type=float, help="total charge (gfn2/gfn1; default 0 or from initial charges)")
     g.add_argument("--multiplicity", type=int, help="spin multiplicity (gfn2/gfn1)")
     g.add_argument("--max-iterations", type=int, help="SCF iteration limit (gfn2/gfn1; default 250)")
@@ -80,6 +99,15 @@ def add_teacher_args(ap: argparse.ArgumentParser) -> None:
 def teacher_from_args(args):
     name = canonical_name(args.teacher)
     opts = {}
+    for flag in ("epsilon", "r0", "rho0"):
+        if getattr(args, flag) is not None:
+            if name != "morse":
+                raise TeacherError(f"--{flag} only applies to morse, not '{name}'")
+            opts[flag] = getattr(args, flag)
+    if args.model_dir is not None:
+        if name not in ("ani1x", "ani2x"):
+            raise TeacherError(f"--model-dir only applies to ani2x/ani1x, not '{name}'")
+        opts["model_dir"] = args.model_dir
     if name in ("gfn2", "gfn1"):
         opts.update(
             charge=args.charge,
@@ -92,7 +120,7 @@ def teacher_from_args(args):
         for flag in ("charge", "multiplicity", "max_iterations", "accuracy", "electronic_temperature"):
             if getattr(args, flag) is not None:
                 raise TeacherError(f"--{flag.replace('_', '-')} only applies to gfn2/gfn1, not '{name}'")
-        if name in ("ani1x", "ani2x", "orb-v2", "mace-off"):
+        if name in ("ani1x", "ani2x", "sevenn", "orb-v2", "mace-off"):
             opts["device"] = args.device
     if args.model_file is not None:
         if name not in ("orb-v2", "fennol-ani2x", "mace-off"):
@@ -139,11 +167,37 @@ def main(argv=None):
     ap.add_argument(
         "--drop-old-labels",
         action="store_true",
-        help="discard energy/forces the input already had instead of keeping them as ref_energy/ref_forces",
+        help="discard labels the input already had (energy, forces, stress, hvp) instead of keeping them as ref_*",
     )
     ap.add_argument("--quiet", action="store_true", help="no progress lines")
+    h = ap.add_argument_group("Hessian-vector labels")
+    h.add_argument(
+        "--hessian-vectors",
+        action="store_true",
+        help="also store, per frame, a random unit direction v over the 3N coordinates "
+        "(array hvp_direction) and H.v in eV/Å² (array hvp) from two extra force calls, "
+        "-(F(x+hv) - F(x-hv))/(2h); info hvp_step = h",
+    )
+    h.add_argument(
+        "--hvp-step", type=float, metavar="H",
+        help=f"finite-difference step h in Å (default {DEFAULT_HVP_STEP:g})",
+    )
+    h.add_argument(
+        "--seed", type=int,
+        help="seed of the directions (default 0); frame k of the inputs (counted across all "
+        "inputs, failed frames included) draws from numpy.random.default_rng([seed, k])",
+    )
     add_teacher_args(ap)
     args = ap.parse_args(argv)
+    if not args.hessian_vectors:
+        for flag in ("hvp_step", "seed"):
+            if getattr(args, flag) is not None:
+                raise TeacherError(f"--{flag.replace('_', '-')} only applies with --hessian-vectors")
+    try:
+        hvp_step = check_step(DEFAULT_HVP_STEP if args.hvp_step is None else args.hvp_step)
+    except ValueError as e:
+        raise TeacherError(f"--hvp-step: {e}") from e
+    hvp_seed = 0 if args.seed is None else args.seed
 
     out = Path(args.output)
     for p in args.inputs:
@@ -157,7 +211,7 @@ def main(argv=None):
         frames.extend((p, i, a) for i, a in enumerate(read_frames(p)))
 
     name, calc = teacher_from_args(args)
-    labelled, times, natoms, failed = [], [], [], []
+    labelled, times, natoms, failed, hvp_times = [], [], [], [], []
     t_start = time.perf_counter()
     for k, (path, i, atoms) in enumerate(frames):
         where = f"frame {i} of {path}" if len(args.inputs) > 1 else f"frame {i}"
@@ -168,10 +222,15 @@ def main(argv=None):
             ref_f = old.results.get("forces")
             ref_s = old.results.get("stress")
         atoms.calc = None
+        keep_old_hvp(atoms, drop=args.drop_old_labels)
         try:
             energy, forces, stress, dt = compute(atoms, calc)
             if not (math.isfinite(energy) and np.isfinite(forces).all()):
                 raise RuntimeError("non-finite energy or forces")
+            if args.hessian_vectors:
+                t0 = time.perf_counter()
+                add_hvp_labels(atoms, calc, hvp_seed, k, hvp_step)
+                hvp_times.append(time.perf_counter() - t0)
         except TeacherError:
             raise
         except Exception as e:  # noqa: BLE001 - any teacher failure is reported per frame
@@ -208,6 +267,11 @@ def main(argv=None):
     )
     for line in timing_summary(times, natoms):
         print(line)
+    if args.hessian_vectors and hvp_times:
+        print(
+            f"Hessian-vector labels: step {hvp_step:g} Å, seed {hvp_seed}; 2 extra teacher calls "
+            f"per frame, {sum(hvp_times) / len(hvp_times) * 1e3:.2f} ms per frame (not in teacher_time_s)"
+        )
     print(f"wall time {wall:.2f} s; wrote {out}")
     return 0
 
