@@ -192,3 +192,61 @@ fn train_fits_stress_labels_from_the_command_line() {
     );
     assert!(!refused.join("log.jsonl").exists());
 }
+
+#[test]
+fn patience_stops_training_on_a_validation_plateau() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config_file(
+        dir.path(),
+        r#"{"hidden": 8, "n_blocks": 2, "n_rbf": 6, "cutoff": 4.0, "elements": [1, 6, 7, 8]}"#,
+    );
+    let frames = root().join("data/aspirin_rmd17_10frames.extxyz");
+    let (frames, config) = (frames.to_str().unwrap(), config.to_str().unwrap());
+    let out = dir.path().join("run");
+    // Too high a learning rate without warm-up: the validation loss soon stops improving.
+    let o = mlff(&[
+        "train",
+        "--train",
+        frames,
+        "--val",
+        frames,
+        "--config",
+        config,
+        "--epochs",
+        "40",
+        "--batch-size",
+        "2",
+        "--lr",
+        "0.05",
+        "--warmup-steps",
+        "0",
+        "--patience",
+        "3",
+        "--device",
+        "cpu",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let log = log_lines(&out);
+    // It stops at the first epoch that ends 3 epochs in a row without a better loss.
+    let mut since = 0;
+    let mut expected = 40;
+    for (k, line) in log.iter().enumerate() {
+        since = if line["best"].as_bool().unwrap() {
+            0
+        } else {
+            since + 1
+        };
+        if since == 3 {
+            expected = k + 1;
+            break;
+        }
+    }
+    assert!(
+        expected < 40,
+        "no plateau in 40 epochs: the test shows nothing"
+    );
+    assert_eq!(log.len(), expected);
+    assert!(stderr(&o).contains("patience 3"), "{}", stderr(&o));
+}

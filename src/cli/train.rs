@@ -82,6 +82,9 @@ pub struct TrainArgs {
     ema_decay: Option<f64>,
     #[arg(long)]
     seed: Option<u64>,
+    /// Stop after this many epochs in a row without a better validation loss (0: never).
+    #[arg(long)]
+    patience: Option<usize>,
     /// How the force loss is differentiated: fused (the energy gradient's central difference
     /// along the force error, the weight gradients from the fused kernels' adjoint: the most
     /// structures/s, BENCHMARKS.md, "Training throughput"), directional (the same through
@@ -133,7 +136,8 @@ fn train_config(a: &TrainArgs) -> Result<TrainConfig> {
         clip_grad_norm,
         ema_decay,
         seed,
-        force_gradient
+        force_gradient,
+        patience
     );
     if let Some(s) = &a.schedule {
         c.schedule = match s.as_str() {
@@ -256,6 +260,7 @@ pub fn run(a: TrainArgs) -> Result<ExitCode> {
     )
     .expect("valid template");
     let (mut speeds, mut peak) = (Vec::new(), 0.0f64);
+    let mut since_best = 0usize;
     while t.epoch < cfg.epochs {
         let bar = ProgressBar::new(steps_per_epoch).with_style(style.clone());
         bar.set_prefix(format!("{}/{}", t.epoch + 1, cfg.epochs));
@@ -325,6 +330,14 @@ pub fn run(a: TrainArgs) -> Result<ExitCode> {
             t.n_train() as f64 / train_s,
             if improved { "  (best)" } else { "" }
         );
+        since_best = if improved { 0 } else { since_best + 1 };
+        if cfg.patience > 0 && since_best >= cfg.patience && t.epoch < cfg.epochs {
+            eprintln!(
+                "stopping after epoch {}: {since_best} epochs without a better validation                  loss (patience {})",
+                t.epoch, cfg.patience
+            );
+            break;
+        }
         if let Some(limit) = a.max_minutes {
             if run_started.elapsed().as_secs_f64() > 60.0 * limit && t.epoch < cfg.epochs {
                 eprintln!(

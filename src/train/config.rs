@@ -31,6 +31,9 @@ pub struct TrainConfig {
     pub seed: u64,
     /// How the force loss is differentiated with respect to the weights.
     pub force_gradient: ForceGradient,
+    /// Stop after this many epochs in a row without a better validation loss (0: never; the
+    /// count starts again when a run is resumed).
+    pub patience: usize,
 }
 
 impl Default for TrainConfig {
@@ -50,6 +53,7 @@ impl Default for TrainConfig {
             ema_decay: 0.99,
             seed: 0,
             force_gradient: ForceGradient::default(),
+            patience: 0,
         }
     }
 }
