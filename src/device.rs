@@ -31,6 +31,17 @@ impl std::str::FromStr for DeviceSpec {
     }
 }
 
+/// As `--device` takes it.
+impl std::fmt::Display for DeviceSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Cpu => write!(f, "cpu"),
+            Self::Cuda(n) => write!(f, "cuda:{n}"),
+            Self::Auto => write!(f, "auto"),
+        }
+    }
+}
+
 /// The device chosen, and a note for the user when `auto` fell back to the CPU.
 pub struct Selected {
     pub device: Device,

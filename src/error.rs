@@ -62,6 +62,10 @@ pub enum Error {
     #[error("training: {0}")]
     Train(String),
 
+    /// A distillation run (`mlff distill`): its settings, its teacher, its folder.
+    #[error("distill: {0}")]
+    Distill(String),
+
     #[error("checkpoint {path}: {kind}")]
     Checkpoint {
         path: PathBuf,

@@ -26,7 +26,7 @@ struct Acc {
 }
 
 /// Errors of one group of frames or atoms. Energies in eV, forces in eV/Å.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, serde::Deserialize)]
 pub struct Errors {
     pub frames: usize,
     pub atoms: usize,

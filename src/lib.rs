@@ -6,6 +6,7 @@ pub mod calculator;
 pub mod checkpoint;
 pub mod cli;
 pub mod device;
+pub mod distill;
 pub mod elements;
 pub mod error;
 pub mod eval;

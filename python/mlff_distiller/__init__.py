@@ -1,6 +1,6 @@
 """mlff-distiller from Python: distilled PaiNN students as an ASE calculator, batched calls,
-MD on the engine, training and evaluation with the `mlff` command's options, and the teacher
-bridge (`mlff_distiller.teachers`) that makes the training data.
+MD on the engine, training, evaluation and distillation with the `mlff` command's options, and
+the teacher bridge (`mlff_distiller.teachers`) that makes the training data.
 
     from mlff_distiller import Calculator
     atoms.calc = Calculator("models/painn-gfn2.safetensors")
@@ -17,12 +17,23 @@ _LAZY = {
     "main": ("commands", "main"),
     "train": ("commands", "train"),
     "evaluate": ("commands", "evaluate"),
+    "distill": ("commands", "distill"),
     "md": ("md", None),
     "teachers": ("teachers", None),
     "__version__": ("_native", "__version__"),
 }
 
-__all__ = ["Model", "Calculator", "main", "train", "evaluate", "md", "teachers", "__version__"]
+__all__ = [
+    "Model",
+    "Calculator",
+    "main",
+    "train",
+    "evaluate",
+    "distill",
+    "md",
+    "teachers",
+    "__version__",
+]
 
 
 def __getattr__(name):

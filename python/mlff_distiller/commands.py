@@ -93,3 +93,44 @@ def evaluate(model, data, **options) -> dict:
         _run(args + _flags(options))
         with open(report) as f:
             return json.load(f)["report"]
+
+
+def _absolute_paths(config: dict, base: str) -> dict:
+    """`config` with its seed files and model config made absolute (from `base`), and the
+    teacher commands defaulting to this Python, which has the bridge installed."""
+    import copy
+    import sys
+
+    c = copy.deepcopy(config)
+    for seed in c.get("seeds", []):
+        if isinstance(seed, dict) and seed.get("file"):
+            seed["file"] = os.path.join(base, os.fspath(seed["file"]))
+    if c.get("model"):
+        c["model"] = os.path.join(base, os.fspath(c["model"]))
+    teacher = c.setdefault("teacher", {})
+    for key, module in (("label_command", "label"), ("sample_command", "sample")):
+        teacher.setdefault(key, [sys.executable, "-m", f"mlff_distiller.teachers.{module}"])
+    return c
+
+
+def distill(out, config=None, resume: bool = False, **options) -> dict:
+    """`mlff distill`: the active-learning loop from a teacher to a student (docs/distill.md)
+    in the folder `out`, from `config` (a path to the JSON settings, or a dict of them, whose
+    relative paths are the current directory's) or, with `resume=True`, continuing the run
+    in `out`. `options` are the command's flags (`max_iterations`, `disagreement`,
+    `max_frames`, `max_teacher_hours`, `max_train_minutes`, `device`). Returns the run's
+    report (report.json: `config` and `state`)."""
+    args = ["distill", "--out", os.fspath(out)]
+    with tempfile.TemporaryDirectory() as tmp:
+        if isinstance(config, dict):
+            path = os.path.join(tmp, "distill.json")
+            with open(path, "w") as f:
+                json.dump(_absolute_paths(config, os.getcwd()), f)
+            args += ["--config", path]
+        elif config is not None:
+            args += ["--config", os.fspath(config)]
+        if resume:
+            args.append("--resume")
+        _run(args + _flags(options))
+    with open(os.path.join(os.fspath(out), "report.json")) as f:
+        return json.load(f)

@@ -29,3 +29,48 @@ def test_train_then_evaluate_from_atoms(root, tmp_path, device):
 def test_main_runs_any_command(model_path):
     assert mf.main(["info", model_path]) == 0
     assert mf.main(["no-such-command"]) == 2
+
+
+C7 = """7
+Properties=species:S:1:pos:R:3
+C 0.0 0.0 0.0
+C 1.6 0.0 0.0
+C 0.8 1.386 0.0
+C 0.8 0.462 1.306
+C -0.8 1.386 0.0
+C 2.4 1.386 0.0
+C 0.8 -0.924 1.306
+"""
+
+
+def test_distill_runs_the_loop_with_this_pythons_bridge(tmp_path, monkeypatch, device):
+    # Relative paths of a dict config are the current directory's; the teacher commands
+    # default to this interpreter, which has the bridge (no `python3` on PATH is needed).
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "c7.xyz").write_text(C7)
+    (tmp_path / "model.json").write_text(
+        '{"hidden": 8, "n_blocks": 1, "n_rbf": 6, "cutoff": 4.5, "elements": [6]}')
+    config = {
+        "teacher": {"name": "morse", "workers": 2},
+        "seeds": [{"name": "c7", "file": "c7.xyz"}],
+        "temperatures": [300],
+        "model": "model.json",
+        "committee": 2,
+        "train": {"epochs": 5, "batch_size": 8, "lr": 3e-3, "warmup_steps": 5},
+        "teacher_md": {"equil_steps": 20, "steps": 100, "every": 10},
+        "sampling": {"replicas": 2, "steps": 100, "every": 10, "rattle_per_molecule": 4},
+        "selection": {"per_molecule": 5},
+        "stop": {"max_iterations": 1, "disagreement": 0.0},
+        "stability": {"steps": 50},
+    }
+    report = mf.distill("run", config, device=device)
+    iterations = report["state"]["iterations"]
+    assert [len(i["done"]) for i in iterations] == [3, 5]
+    assert iterations[1]["new_frames"] == 5
+    assert "max_iterations" in report["state"]["finished"]
+    assert (tmp_path / "run" / "student.safetensors").exists()
+    # Going on: one more iteration from the same folder.
+    report = mf.distill("run", resume=True, max_iterations=2, device=device)
+    assert len(report["state"]["iterations"]) == 3
+    with pytest.raises(mf.commands.CommandError, match="already holds a distillation run"):
+        mf.distill("run", config, device=device)

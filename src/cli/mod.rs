@@ -2,6 +2,7 @@
 
 mod bench;
 mod check;
+mod distill;
 mod eval;
 mod info;
 mod init_model;
@@ -46,6 +47,10 @@ enum Command {
     /// Molecular dynamics (NVE or Langevin NVT) with a drift and stability summary; exits
     /// with status 4 when the run went unstable or non-finite.
     Md(Box<md::MdArgs>),
+    /// Distil a teacher into a validated student: teacher MD, then iterations of student
+    /// sampling, committee selection, parallel teacher labelling and warm-started training
+    /// until the committee agrees or a budget runs out; resumable; markdown + JSON report.
+    Distill(Box<distill::DistillArgs>),
     /// Profile an MD trajectory: step latency distribution, phases, memory, hotspots,
     /// the profiler's overhead; markdown, JSON, PNG and a Chrome trace.
     Profile(Box<profile::ProfileArgs>),
@@ -288,6 +293,7 @@ where
         Command::Train(a) => return train::run(*a),
         Command::Eval(a) => eval::run(a),
         Command::Md(a) => return md::run(*a),
+        Command::Distill(a) => return distill::run(*a),
         Command::ValidateMd(a) => validate_md::run(*a),
         Command::Profile(a) => profile::run(*a),
     }?;

@@ -1,0 +1,310 @@
+//! `mlff distill`: the active-learning loop from a teacher to a validated student
+//! ([`crate::distill`]), each phase saved as it ends so that a stopped run continues with
+//! `--resume`.
+
+mod phases;
+
+use crate::distill::{DistillConfig, Phase, RunState};
+use crate::fsutil::{write_atomic, write_json, OutputLock};
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+#[derive(Args)]
+pub struct DistillArgs {
+    /// Settings (JSON): teacher, seeds, temperatures, committee, training, sampling,
+    /// selection, stop; docs/distill.md lists every field.
+    #[arg(long, required_unless_present = "resume")]
+    config: Option<PathBuf>,
+    /// The run's folder: distill.json, state.json, report.md/json, iter-NNN/, data/,
+    /// student.safetensors at the end.
+    #[arg(short, long)]
+    out: PathBuf,
+    /// Continue the run in --out (its distill.json; the stop flags below may change it).
+    #[arg(long, conflicts_with = "config")]
+    resume: bool,
+    /// Iterations after the first (overrides stop.max_iterations).
+    #[arg(long)]
+    max_iterations: Option<usize>,
+    /// Committee disagreement on fresh student-MD frames (eV/Å) below which the loop ends.
+    #[arg(long)]
+    disagreement: Option<f64>,
+    /// Labelled frames in all.
+    #[arg(long)]
+    max_frames: Option<usize>,
+    /// Teacher time in all, hours.
+    #[arg(long)]
+    max_teacher_hours: Option<f64>,
+    /// Training time in all, minutes.
+    #[arg(long)]
+    max_train_minutes: Option<f64>,
+    #[command(flatten)]
+    device: super::DeviceArgs,
+}
+
+/// The run's folder and settings, shared by the phases.
+pub(super) struct Run {
+    pub out: PathBuf,
+    pub cfg: DistillConfig,
+    /// `--device` as given, passed on to `mlff train` and `mlff md`.
+    pub device: String,
+    pub dev: candle_core::Device,
+}
+
+impl Run {
+    pub fn iter_dir(&self, i: usize) -> PathBuf {
+        self.out.join(format!("iter-{i:03}"))
+    }
+    pub fn student(&self, i: usize, k: usize) -> PathBuf {
+        self.iter_dir(i)
+            .join(format!("student-{k}"))
+            .join("best.safetensors")
+    }
+    pub fn data(&self, name: &str) -> PathBuf {
+        self.out.join("data").join(name)
+    }
+}
+
+pub fn run(a: DistillArgs) -> Result<ExitCode> {
+    let cfg = match (&a.config, a.resume) {
+        (Some(path), false) => fresh(path, &a.out)?,
+        (None, true) => {
+            let path = a.out.join("distill.json");
+            if !path.exists() {
+                bail!(
+                    "{}: no distillation run to resume (no distill.json); start one with \
+                     --config",
+                    a.out.display()
+                );
+            }
+            DistillConfig::from_file(&path)?
+        }
+        _ => bail!("give --config for a new run or --resume for the run in --out"),
+    };
+    let cfg = with_stop_flags(cfg, &a)?;
+    let _lock = OutputLock::acquire("--out", &a.out.join("state.json"), "mlff distill")?;
+    write_json(&a.out.join("distill.json"), &cfg)?;
+    let run = Run {
+        dev: a.device.open()?,
+        device: a.device.device.to_string(),
+        out: a.out.clone(),
+        cfg,
+    };
+    let state_path = run.out.join("state.json");
+    let mut state = RunState::load_or_new(&state_path)?;
+    if a.resume {
+        // A finished run may go on when the flags allow more.
+        state.finished = None;
+        eprintln!(
+            "resuming {} after {} iteration(s)",
+            run.out.display(),
+            state.iterations.len()
+        );
+    }
+    let status = drive(&run, &mut state, &state_path);
+    report(&run, &state)?;
+    let code = status?;
+    if state.finished.is_some() {
+        finish(&run, &state)?;
+    }
+    Ok(code)
+}
+
+/// The loop: iteration 0 (teacher MD), then student-sampled iterations until a stop holds.
+fn drive(run: &Run, state: &mut RunState, state_path: &Path) -> Result<ExitCode> {
+    let mut i = 0;
+    loop {
+        let started = state
+            .iterations
+            .get(i)
+            .is_some_and(|it| !it.done.is_empty());
+        if i > 0 && !started {
+            if let Some(why) = budget_spent(run, state, i) {
+                state.finished = Some(why);
+                state.save(state_path)?;
+                return Ok(ExitCode::SUCCESS);
+            }
+        }
+        let phases: &[Phase] = match i {
+            0 => &[Phase::TeacherMd, Phase::Train, Phase::Evaluate],
+            _ => &[
+                Phase::Sample,
+                Phase::Select,
+                Phase::Label,
+                Phase::Train,
+                Phase::Evaluate,
+            ],
+        };
+        for &phase in phases {
+            if state.iteration(i).is_done(phase) {
+                continue;
+            }
+            eprintln!("== iteration {i}: {phase:?}");
+            let code = phases::run_phase(run, state, i, phase)?;
+            if code != ExitCode::SUCCESS {
+                state.save(state_path)?;
+                return Ok(code);
+            }
+            state.iteration(i).done.push(phase);
+            state.save(state_path)?;
+            report(run, state)?;
+            if phase == Phase::Select {
+                if let Some(why) = converged(run, state, i) {
+                    state.finished = Some(why);
+                    state.save(state_path)?;
+                    return Ok(ExitCode::SUCCESS);
+                }
+            }
+        }
+        i += 1;
+    }
+}
+
+/// A fresh run: the config checked, the folder claimed, file seeds copied into it.
+fn fresh(config: &Path, out: &Path) -> Result<DistillConfig> {
+    let mut cfg = DistillConfig::from_file(config)?;
+    for name in ["distill.json", "state.json"] {
+        if out.join(name).exists() {
+            bail!(
+                "{} already holds a distillation run ({name}): pass --resume to continue it, \
+                 or choose another --out",
+                out.display()
+            );
+        }
+    }
+    let seeds = out.join("seeds");
+    std::fs::create_dir_all(&seeds).with_context(|| format!("creating {}", seeds.display()))?;
+    let base = config.parent().unwrap_or(Path::new("."));
+    for s in &mut cfg.seeds {
+        let Some(file) = &s.file else { continue };
+        // Relative paths are the config file's; the run keeps its own copy.
+        let src = if file.is_absolute() {
+            file.clone()
+        } else {
+            base.join(file)
+        };
+        let bytes = std::fs::read(&src).with_context(|| {
+            format!(
+                "{}: seed `{}`: reading {}",
+                config.display(),
+                s.name,
+                src.display()
+            )
+        })?;
+        let ext = src.extension().and_then(|e| e.to_str()).unwrap_or("xyz");
+        let copy = PathBuf::from("seeds").join(format!("{}.{ext}", s.name));
+        write_atomic(&out.join(&copy), &bytes)?;
+        s.file = Some(copy);
+    }
+    if let Some(model) = &cfg.model {
+        let src = if model.is_absolute() {
+            model.clone()
+        } else {
+            base.join(model)
+        };
+        let bytes = std::fs::read(&src)
+            .with_context(|| format!("{}: model: reading {}", config.display(), src.display()))?;
+        crate::model::PainnConfig::from_json(&String::from_utf8_lossy(&bytes))
+            .with_context(|| format!("{}: model {}", config.display(), src.display()))?;
+        write_atomic(&out.join("model.json"), &bytes)?;
+        cfg.model = Some(PathBuf::from("model.json"));
+    }
+    Ok(cfg)
+}
+
+fn with_stop_flags(mut cfg: DistillConfig, a: &DistillArgs) -> Result<DistillConfig> {
+    let s = &mut cfg.stop;
+    if let Some(v) = a.max_iterations {
+        s.max_iterations = v;
+    }
+    if let Some(v) = a.disagreement {
+        s.disagreement = v;
+    }
+    if a.max_frames.is_some() {
+        s.max_frames = a.max_frames;
+    }
+    if a.max_teacher_hours.is_some() {
+        s.max_teacher_hours = a.max_teacher_hours;
+    }
+    if a.max_train_minutes.is_some() {
+        s.max_train_minutes = a.max_train_minutes;
+    }
+    cfg.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok(cfg)
+}
+
+/// Why no further iteration may start, if a budget says so.
+fn budget_spent(run: &Run, state: &RunState, i: usize) -> Option<String> {
+    let s = &run.cfg.stop;
+    let (frames, teacher_s, train_s) = state.totals();
+    if i > s.max_iterations {
+        return Some(format!("max_iterations ({}) reached", s.max_iterations));
+    }
+    if let Some(m) = s.max_frames.filter(|&m| frames >= m) {
+        return Some(format!("max_frames: {frames} labelled frames >= {m}"));
+    }
+    if let Some(h) = s.max_teacher_hours.filter(|&h| teacher_s / 3600.0 >= h) {
+        return Some(format!(
+            "max_teacher_hours: {:.3} teacher hours >= {h}",
+            teacher_s / 3600.0
+        ));
+    }
+    if let Some(m) = s.max_train_minutes.filter(|&m| train_s / 60.0 >= m) {
+        return Some(format!(
+            "max_train_minutes: {:.1} training minutes >= {m}",
+            train_s / 60.0
+        ));
+    }
+    None
+}
+
+/// Whether the committee agrees on the fresh student-MD frames of iteration `i`.
+fn converged(run: &Run, state: &mut RunState, i: usize) -> Option<String> {
+    let d = state.iteration(i).disagreement_md_mean?;
+    (d < run.cfg.stop.disagreement).then(|| {
+        format!(
+            "converged: committee disagreement {:.2} meV/Å on iteration {i}'s student-MD \
+             frames < stop.disagreement {:.2} meV/Å (the student is iteration {}'s)",
+            d * 1e3,
+            run.cfg.stop.disagreement * 1e3,
+            i - 1
+        )
+    })
+}
+
+/// report.md, report.json and the error-against-budget plot.
+fn report(run: &Run, state: &RunState) -> Result<()> {
+    let md = crate::distill::markdown(state, &run.cfg.teacher.name);
+    write_atomic(&run.out.join("report.md"), md.as_bytes())?;
+    let json = serde_json::json!({"config": run.cfg, "state": state});
+    write_json(&run.out.join("report.json"), &json)?;
+    crate::distill::budget_plot(state, &run.out.join("error_vs_teacher_time.png"))?;
+    Ok(())
+}
+
+/// The shipped student: student 0 of the last trained iteration, copied to
+/// student.safetensors.
+fn finish(run: &Run, state: &RunState) -> Result<()> {
+    let Some(last) = state
+        .iterations
+        .iter()
+        .rev()
+        .find(|it| it.is_done(Phase::Train))
+    else {
+        return Ok(());
+    };
+    let src = run.student(last.index, 0);
+    let bytes = std::fs::read(&src).with_context(|| format!("reading {}", src.display()))?;
+    let dst = run.out.join("student.safetensors");
+    write_atomic(&dst, &bytes)?;
+    eprintln!(
+        "{}: {}; student {} (iteration {}), report {}",
+        run.out.display(),
+        state.finished.as_deref().unwrap_or("finished"),
+        dst.display(),
+        last.index,
+        run.out.join("report.md").display()
+    );
+    Ok(())
+}

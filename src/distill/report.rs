@@ -1,0 +1,146 @@
+//! The run's report: a markdown page of every iteration (frames, teacher and training time,
+//! held-out errors per molecule and temperature, MD stability) and the plot of held-out error
+//! against the teacher's time.
+
+use super::state::{Iteration, RunState};
+use crate::error::Result;
+use crate::plot::{lines_png, Line};
+use std::fmt::Write;
+use std::path::Path;
+
+fn opt(v: Option<f64>, scale: f64, digits: usize) -> String {
+    v.map_or("–".into(), |x| format!("{:.*}", digits, x * scale))
+}
+
+/// The markdown report of `state`.
+pub fn markdown(state: &RunState, teacher: &str) -> String {
+    let mut m = String::new();
+    let _ = writeln!(m, "# mlff distill: teacher `{teacher}`\n");
+    if let Some(why) = &state.finished {
+        let _ = writeln!(m, "Finished: {why}.\n");
+    }
+    let _ = writeln!(
+        m,
+        "Held-out errors are student 0's on teacher-MD frames of seeds never trained on; \
+         disagreement is the committee's force spread (RMS over atoms) on that iteration's \
+         candidates, which the previous iteration's student sampled.\n"
+    );
+    let _ = writeln!(
+        m,
+        "| iteration | new frames | frames | teacher s (total) | train s (total) | \
+         disagreement MD meV/Å | selected meV/Å | test F MAE meV/Å | test E MAE meV/atom | \
+         stable |"
+    );
+    let _ = writeln!(
+        m,
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+    );
+    for it in state.iterations.iter().filter(|it| !it.done.is_empty()) {
+        let test = it.test.as_ref().map(|t| &t.overall);
+        let stable = it.stability.iter().filter(|r| r.stable).count();
+        let _ = writeln!(
+            m,
+            "| {} | {} | {} | {:.1} ({:.1}) | {:.1} ({:.1}) | {} | {} | {} | {} | {} |",
+            it.index,
+            it.new_frames,
+            it.total_frames,
+            it.teacher_s,
+            it.teacher_s_total,
+            it.train_s,
+            it.train_s_total,
+            opt(it.disagreement_md_mean, 1e3, 1),
+            opt(it.disagreement_selected_mean, 1e3, 1),
+            opt(test.map(|e| e.force_mae), 1e3, 2),
+            opt(test.map(|e| e.energy_per_atom_mae), 1e3, 3),
+            match it.stability.len() {
+                0 => "–".to_string(),
+                n => format!("{stable}/{n}"),
+            }
+        );
+    }
+    if let Some(last) = state.iterations.iter().rev().find(|i| i.test.is_some()) {
+        groups_table(&mut m, last);
+    }
+    m
+}
+
+fn groups_table(m: &mut String, it: &Iteration) {
+    let Some(test) = &it.test else { return };
+    let _ = writeln!(
+        m,
+        "\n## Iteration {}: held-out errors per molecule and temperature\n",
+        it.index
+    );
+    let _ = writeln!(
+        m,
+        "| molecule | T K | frames | E MAE meV/atom | F MAE meV/Å | F RMSE meV/Å |"
+    );
+    let _ = writeln!(m, "| --- | ---: | ---: | ---: | ---: | ---: |");
+    for g in &test.groups {
+        let _ = writeln!(
+            m,
+            "| {} | {} | {} | {:.3} | {:.2} | {:.2} |",
+            g.molecule,
+            opt(g.temperature_k, 1.0, 0),
+            g.errors.frames,
+            g.errors.energy_per_atom_mae * 1e3,
+            g.errors.force_mae * 1e3,
+            g.errors.force_rmse * 1e3
+        );
+    }
+    if !it.stability.is_empty() {
+        let _ = writeln!(m, "\n## Iteration {}: MD stability (NVT)\n", it.index);
+        let _ = writeln!(m, "| molecule | steps | stable | max bond deviation Å |");
+        let _ = writeln!(m, "| --- | ---: | --- | ---: |");
+        for r in &it.stability {
+            let _ = writeln!(
+                m,
+                "| {} | {} | {} | {:.3} |",
+                r.molecule,
+                r.steps,
+                if r.stable { "yes" } else { "no" },
+                r.max_bond_deviation
+            );
+        }
+    }
+}
+
+/// Held-out force MAE (meV/Å) against the teacher's time (hours), overall and per molecule.
+pub fn budget_plot(state: &RunState, path: &Path) -> Result<()> {
+    let mut overall = Line {
+        label: "all".into(),
+        points: Vec::new(),
+    };
+    let mut per: std::collections::BTreeMap<String, Vec<(f64, f64)>> = Default::default();
+    for it in &state.iterations {
+        let Some(test) = &it.test else { continue };
+        let hours = it.teacher_s_total / 3600.0;
+        overall.points.push((hours, test.overall.force_mae * 1e3));
+        let mut sums: std::collections::BTreeMap<&str, (f64, usize)> = Default::default();
+        for g in &test.groups {
+            let e = sums.entry(&g.molecule).or_default();
+            e.0 += g.errors.force_mae * g.errors.atoms as f64;
+            e.1 += g.errors.atoms;
+        }
+        for (mol, (sum, atoms)) in sums {
+            per.entry(mol.to_string())
+                .or_default()
+                .push((hours, 1e3 * sum / atoms.max(1) as f64));
+        }
+    }
+    if overall.points.is_empty() {
+        return Ok(());
+    }
+    let mut lines = vec![overall];
+    lines.extend(
+        per.into_iter()
+            .map(|(label, points)| Line { label, points }),
+    );
+    lines_png(
+        path,
+        "held-out force error against teacher time",
+        "teacher wall time, hours (summed over frames)",
+        "force MAE, meV/Å",
+        &lines,
+    )
+}

@@ -1,0 +1,96 @@
+//! Which candidate frames go to the teacher: those the committee of students disputes most,
+//! per molecule, within a budget; frames with atoms on top of each other never.
+
+use crate::calculator::Calculator;
+use crate::error::Result;
+use crate::neighbors::structure_neighbor_list;
+use crate::structure::{Batch, Structure};
+use std::collections::BTreeMap;
+
+/// The closest pair of atoms (minimum image in periodic cells) if it is closer than `limit`.
+pub fn close_contact(s: &Structure, limit: f64) -> Result<Option<(usize, usize, f64)>> {
+    if limit <= 0.0 || s.len() < 2 {
+        return Ok(None);
+    }
+    let nl = structure_neighbor_list(s, limit)?;
+    let mut closest: Option<(usize, usize, f64)> = None;
+    for e in 0..nl.len() {
+        let (i, j) = (nl.centers[e] as usize, nl.neighbors[e] as usize);
+        let shift = nl.shifts[e];
+        let mut d = [0.0; 3];
+        for (c, dc) in d.iter_mut().enumerate() {
+            let mut off = 0.0;
+            if let Some(cell) = &s.cell {
+                for (a, row) in cell.iter().enumerate() {
+                    off += shift[a] as f64 * row[c];
+                }
+            }
+            *dc = s.positions[j][c] + off - s.positions[i][c];
+        }
+        let r = (d[0] * d[0] + d[1] * d[1] + d[2] * d[2]).sqrt();
+        if r < limit && closest.is_none_or(|c| r < c.2) {
+            closest = Some((i.min(j), i.max(j), r));
+        }
+    }
+    Ok(closest)
+}
+
+/// The committee's force disagreement on each frame, eV/Å: the root mean square over atoms
+/// of the spread of the members' force vectors about their mean
+/// (`sqrt(mean_atoms mean_members |F_k - F_mean|^2)`).
+pub fn disagreement(
+    committee: &[&dyn Calculator],
+    frames: &[Structure],
+    batch_size: usize,
+) -> Result<Vec<f64>> {
+    let mut out = Vec::with_capacity(frames.len());
+    let size = batch_size.max(1);
+    for (c, chunk) in frames.chunks(size).enumerate() {
+        let batch = Batch::new(chunk.to_vec()).map_err(|e| e.shifted(c * size))?;
+        let preds = committee
+            .iter()
+            .map(|calc| {
+                calc.compute(&batch)
+                    .and_then(|p| p.check_finite().map(|_| p))
+                    .map_err(|e| e.shifted(c * size))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        for (f, frame) in chunk.iter().enumerate() {
+            let n = frame.len();
+            let k = preds.len() as f64;
+            let mut sum = 0.0;
+            for a in 0..n {
+                for d in 0..3 {
+                    let mean = preds.iter().map(|p| p.forces[f][a][d]).sum::<f64>() / k;
+                    sum += preds
+                        .iter()
+                        .map(|p| (p.forces[f][a][d] - mean).powi(2))
+                        .sum::<f64>()
+                        / k;
+                }
+            }
+            out.push((sum / n.max(1) as f64).sqrt());
+        }
+    }
+    Ok(out)
+}
+
+/// Indices of the frames to label: per molecule (as `molecule_of` names them), the
+/// `per_molecule` highest scores, in the order of `scores` (ties: the earlier frame).
+pub fn most_disputed(
+    scores: &[f64],
+    molecule_of: impl Fn(usize) -> String,
+    per_molecule: usize,
+) -> Vec<usize> {
+    let mut groups: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    for k in 0..scores.len() {
+        groups.entry(molecule_of(k)).or_default().push(k);
+    }
+    let mut picked = Vec::new();
+    for (_, mut ks) in groups {
+        ks.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]).then(a.cmp(&b)));
+        picked.extend(ks.into_iter().take(per_molecule));
+    }
+    picked.sort_unstable();
+    picked
+}

@@ -1,0 +1,198 @@
+//! The teacher as external processes: the bridge's `sample` (teacher MD) and `label` commands,
+//! labelling in parallel workers. Every failure names the command, its log and its last
+//! words.
+
+use super::config::TeacherConfig;
+use crate::error::{Error, Result};
+use crate::io::{read_extxyz, write_extxyz};
+use crate::structure::Structure;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+/// `--key value` flags of the teacher's options.
+fn option_flags(t: &TeacherConfig) -> Vec<String> {
+    let mut out = Vec::new();
+    for (k, v) in &t.options {
+        let flag = format!("--{}", k.replace('_', "-"));
+        match v {
+            serde_json::Value::Bool(true) => out.push(flag),
+            serde_json::Value::Bool(false) | serde_json::Value::Null => {}
+            serde_json::Value::String(s) => out.extend([flag, s.clone()]),
+            other => out.extend([flag, other.to_string()]),
+        }
+    }
+    out
+}
+
+/// A process with its output going to `log`.
+fn spawn(argv: &[String], log: &Path) -> Result<Child> {
+    let file = std::fs::File::create(log).map_err(|cause| Error::Io {
+        path: log.into(),
+        cause,
+    })?;
+    let err = file.try_clone().map_err(|cause| Error::Io {
+        path: log.into(),
+        cause,
+    })?;
+    let mut cmd = Command::new(&argv[0]);
+    cmd.args(&argv[1..])
+        .stdin(Stdio::null())
+        .stdout(file)
+        .stderr(err);
+    // Workers share the cores: one thread each unless the caller said otherwise.
+    for var in ["OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"] {
+        if std::env::var_os(var).is_none() {
+            cmd.env(var, "1");
+        }
+    }
+    cmd.spawn().map_err(|e| {
+        Error::Distill(format!(
+            "could not start the teacher command `{}`: {e} (set teacher.label_command / \
+             teacher.sample_command in the config)",
+            argv.join(" ")
+        ))
+    })
+}
+
+/// Waits for `child`; a failure quotes the end of its log.
+fn finish(mut child: Child, argv: &[String], log: &Path) -> Result<()> {
+    let status = child.wait().map_err(|cause| Error::Io {
+        path: log.into(),
+        cause,
+    })?;
+    if status.success() {
+        return Ok(());
+    }
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let tail: Vec<&str> = text.lines().rev().take(5).collect();
+    let tail: Vec<&str> = tail.into_iter().rev().collect();
+    Err(Error::Distill(format!(
+        "the teacher command `{}` failed ({status}); its log {}: {}",
+        argv.join(" "),
+        log.display(),
+        tail.join(" | ")
+    )))
+}
+
+/// What the teacher's MD makes: per-molecule files in `out_dir`, the relaxed starts in
+/// `start_dir`.
+pub struct TeacherMdJob<'a> {
+    pub teacher: &'a TeacherConfig,
+    /// Seed arguments: files, `--smiles NAME=SMILES`, `--cluster NAME=SMILES:N`.
+    pub seed_args: Vec<String>,
+    pub temperatures: &'a [f64],
+    pub seeds: Vec<u64>,
+    pub md: &'a super::config::TeacherMd,
+    pub out_dir: PathBuf,
+    pub start_dir: PathBuf,
+}
+
+/// Runs the bridge's `sample` for `job` (replacing what a killed attempt left there).
+pub fn teacher_md(job: &TeacherMdJob) -> Result<()> {
+    let md = job.md;
+    let mut argv = job.teacher.sample_command.clone();
+    argv.extend(job.seed_args.iter().cloned());
+    argv.extend(["--teacher".into(), job.teacher.name.clone()]);
+    argv.extend(option_flags(job.teacher));
+    argv.push("--temperatures".into());
+    argv.extend(job.temperatures.iter().map(|t| t.to_string()));
+    argv.push("--seeds".into());
+    argv.extend(job.seeds.iter().map(|s| s.to_string()));
+    for (flag, v) in [
+        ("--timestep", md.timestep.to_string()),
+        // The bridge takes 1/fs.
+        ("--friction", (md.friction_per_ps / 1000.0).to_string()),
+        ("--equil-steps", md.equil_steps.to_string()),
+        ("--steps", md.steps.to_string()),
+        ("--every", md.every.to_string()),
+    ] {
+        argv.extend([flag.to_string(), v]);
+    }
+    if let Some(r) = md.wall_radius {
+        argv.extend(["--wall-radius".into(), r.to_string()]);
+    }
+    argv.extend([
+        "-o".into(),
+        job.out_dir.display().to_string(),
+        "--start-dir".into(),
+        job.start_dir.display().to_string(),
+        "--overwrite".into(),
+    ]);
+    let log = job.out_dir.with_extension("log");
+    finish(spawn(&argv, &log)?, &argv, &log)
+}
+
+/// `frames` labelled by the teacher in up to `workers` processes at once (contiguous parts,
+/// merged in order; frames the teacher failed on are left out); scratch files in `work_dir`,
+/// removed after success.
+pub fn label(
+    teacher: &TeacherConfig,
+    frames: &[Structure],
+    work_dir: &Path,
+) -> Result<Vec<Structure>> {
+    if frames.is_empty() {
+        return Ok(Vec::new());
+    }
+    std::fs::create_dir_all(work_dir).map_err(|cause| Error::Io {
+        path: work_dir.into(),
+        cause,
+    })?;
+    let workers = match teacher.workers {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        w => w,
+    }
+    .min(frames.len());
+    let per = frames.len().div_ceil(workers);
+    let mut running = Vec::new();
+    for (k, part) in frames.chunks(per).enumerate() {
+        let input = work_dir.join(format!("part-{k}.extxyz"));
+        let output = work_dir.join(format!("part-{k}.labelled.extxyz"));
+        let log = work_dir.join(format!("part-{k}.log"));
+        write_extxyz(&input, part)?;
+        let mut argv = teacher.label_command.clone();
+        argv.extend([
+            input.display().to_string(),
+            "-o".into(),
+            output.display().to_string(),
+            "--overwrite".into(),
+            "--quiet".into(),
+            // A frame the teacher cannot do (an SCF that does not converge on a distorted
+            // geometry) is dropped and counted, not the end of the loop.
+            "--skip-failed".into(),
+            "--teacher".into(),
+            teacher.name.clone(),
+        ]);
+        argv.extend(option_flags(teacher));
+        running.push((spawn(&argv, &log)?, argv, log, output, part.len()));
+    }
+    let mut labelled = Vec::with_capacity(frames.len());
+    let mut first_error = None;
+    for (child, argv, log, output, n) in running {
+        if let Err(e) = finish(child, &argv, &log) {
+            first_error.get_or_insert(e);
+            continue;
+        }
+        let part = read_extxyz(&output)?;
+        if part.len() > n {
+            return Err(Error::Distill(format!(
+                "{}: the teacher returned {} frames for {n}",
+                output.display(),
+                part.len()
+            )));
+        }
+        labelled.extend(part);
+    }
+    if let Some(e) = first_error {
+        return Err(e);
+    }
+    let _ = std::fs::remove_dir_all(work_dir);
+    Ok(labelled)
+}
+
+/// Seconds the teacher spent on `frames` (their `teacher_time_s`).
+pub fn teacher_seconds(frames: &[Structure]) -> f64 {
+    frames
+        .iter()
+        .filter_map(|s| s.info_value("teacher_time_s")?.parse::<f64>().ok())
+        .sum()
+}

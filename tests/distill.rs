@@ -1,0 +1,331 @@
+//! `mlff distill`: the selection pieces, and the whole loop on a toy teacher (the bridge's
+//! analytic Morse potential) through the same teacher processes as any other teacher.
+
+mod common;
+
+use mlff_distiller::calculator::{Calculator, Prediction};
+use mlff_distiller::distill::{close_contact, disagreement, most_disputed, DistillConfig};
+use mlff_distiller::io::read_extxyz;
+use mlff_distiller::structure::{Batch, Structure};
+use mlff_distiller::PainnCalculator;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Forces of a fixed pattern times `scale`: committees whose spread is known.
+struct Scaled(f64);
+
+impl Calculator for Scaled {
+    fn compute(&self, batch: &Batch) -> mlff_distiller::Result<Prediction> {
+        let forces = batch
+            .structures
+            .iter()
+            .map(|s| {
+                s.positions
+                    .iter()
+                    .map(|p| [self.0 * p[0], self.0 * 2.0 * p[1], 0.0])
+                    .collect()
+            })
+            .collect();
+        Ok(Prediction {
+            energies: vec![0.0; batch.structures.len()],
+            forces,
+        })
+    }
+    fn cutoff(&self) -> f64 {
+        5.0
+    }
+}
+
+fn molecule(positions: Vec<[f64; 3]>) -> Structure {
+    Structure::molecule(vec![6; positions.len()], positions)
+}
+
+#[test]
+fn disagreement_is_the_rms_spread_of_the_committee() {
+    let s = molecule(vec![[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]);
+    let (a, b) = (Scaled(1.0), Scaled(3.0));
+    let same: Vec<&dyn Calculator> = vec![&a, &a];
+    assert_eq!(
+        disagreement(&same, std::slice::from_ref(&s), 8).unwrap(),
+        vec![0.0]
+    );
+    // Members 1 and 3 times the pattern: each component deviates by 1x the pattern from the
+    // mean; the atoms' squared patterns are 1 and 4, so the RMS over atoms is sqrt(5/2).
+    let pair: Vec<&dyn Calculator> = vec![&a, &b];
+    let d = disagreement(&pair, &[s.clone(), s], 1).unwrap();
+    for x in d {
+        approx::assert_relative_eq!(x, (2.5f64).sqrt(), epsilon = 1e-12);
+    }
+}
+
+#[test]
+fn the_most_disputed_frames_are_picked_per_molecule_within_the_budget() {
+    let scores = [0.1, 0.9, 0.5, 0.7, 0.2, 0.8, 0.3];
+    let mol = |k: usize| if k.is_multiple_of(2) { "even" } else { "odd" }.to_string();
+    // even: 0.1 0.5 0.2 0.3 -> 2 (0.5), 6 (0.3); odd: 0.9 0.7 0.8 -> 1, 5.
+    assert_eq!(most_disputed(&scores, mol, 2), vec![1, 2, 5, 6]);
+    assert_eq!(most_disputed(&scores, |_| "one".into(), 10).len(), 7);
+}
+
+#[test]
+fn close_contacts_are_found_across_periodic_boundaries() {
+    let mut s = molecule(vec![[0.1, 5.0, 5.0], [9.8, 5.0, 5.0]]);
+    assert!(close_contact(&s, 0.5).unwrap().is_none(), "9.7 Å apart");
+    s.cell = Some([[10.0, 0.0, 0.0], [0.0, 10.0, 0.0], [0.0, 0.0, 10.0]]);
+    s.pbc = [true; 3];
+    let (i, j, r) = close_contact(&s, 0.5)
+        .unwrap()
+        .expect("0.3 Å through the boundary");
+    assert_eq!((i, j), (0, 1));
+    approx::assert_relative_eq!(r, 0.3, epsilon = 1e-9);
+    assert!(close_contact(&s, 0.25).unwrap().is_none());
+}
+
+#[test]
+fn bad_configs_name_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        (
+            r#"{"teacher": {"name": "gfn2"}, "seeds": []}"#,
+            "seeds is empty",
+        ),
+        (
+            r#"{"teacher": {"name": "gfn2"}, "seeds": [{"name": "a", "smiles": "C", "file": "a.xyz"}]}"#,
+            "seeds[0] (a): give exactly one of smiles, cluster, file",
+        ),
+        (
+            r#"{"teacher": {"name": "gfn2"}, "seeds": [{"name": "a", "smiles": "C"}], "committee": 1}"#,
+            "committee is 1",
+        ),
+        (
+            r#"{"teacher": {"name": "gfn2"}, "seeds": [{"name": "a", "smiles": "C"}], "teacher_md": {"val_seeds": [0]}}"#,
+            "must all differ",
+        ),
+        (
+            r#"{"teacher": {"name": "gfn2"}, "seeds": [{"name": "a", "smiles": "C"}], "unknown": 1}"#,
+            "unknown field `unknown`",
+        ),
+    ];
+    for (k, (json, want)) in cases.iter().enumerate() {
+        let p = dir.path().join(format!("c{k}.json"));
+        std::fs::write(&p, json).unwrap();
+        let err = DistillConfig::from_file(&p).unwrap_err().to_string();
+        assert!(err.contains(want), "{json}: {err}");
+        assert!(err.contains(&p.display().to_string()), "{err}");
+        let out = dir.path().join(format!("run{k}"));
+        let o = mlff(&["distill", "--config", p.to_str().unwrap(), "--out"], &out);
+        assert_eq!(o.status.code(), Some(1));
+        assert!(String::from_utf8_lossy(&o.stderr).contains(want));
+        assert!(!out.join("state.json").exists());
+    }
+}
+
+fn mlff(args: &[&str], last: &Path) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_mlff"))
+        .args(args)
+        .arg(last)
+        .output()
+        .unwrap()
+}
+
+/// A 7-atom carbon cluster, a tiny student and a loop sized for a debug build.
+fn toy_run(dir: &Path) -> PathBuf {
+    let root = common::root();
+    std::fs::write(
+        dir.join("c7.xyz"),
+        "7\nProperties=species:S:1:pos:R:3\nC 0.0 0.0 0.0\nC 1.6 0.0 0.0\nC 0.8 1.386 0.0\n\
+         C 0.8 0.462 1.306\nC -0.8 1.386 0.0\nC 2.4 1.386 0.0\nC 0.8 -0.924 1.306\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("model.json"),
+        r#"{"hidden": 16, "n_blocks": 2, "n_rbf": 8, "cutoff": 4.5, "elements": [6]}"#,
+    )
+    .unwrap();
+    let script = |s: &str| root.join("teachers").join(s).display().to_string();
+    let cfg = serde_json::json!({
+        "teacher": {"name": "morse", "workers": 2,
+                    "label_command": ["python3", script("label.py")],
+                    "sample_command": ["python3", script("sample.py")]},
+        "seeds": [{"name": "c7", "file": "c7.xyz"}],
+        "temperatures": [300, 600],
+        "model": "model.json",
+        "committee": 2,
+        "train": {"epochs": 40, "batch_size": 8, "lr": 3e-3, "warmup_steps": 10},
+        "teacher_md": {"equil_steps": 50, "steps": 300, "every": 10},
+        "sampling": {"replicas": 2, "steps": 400, "every": 10, "rattle_per_molecule": 10},
+        "selection": {"per_molecule": 20},
+        "stop": {"max_iterations": 1, "disagreement": 0.0},
+        "stability": {"steps": 200}
+    });
+    let p = dir.join("distill.json");
+    std::fs::write(&p, serde_json::to_string_pretty(&cfg).unwrap()).unwrap();
+    p
+}
+
+fn state(out: &Path) -> Option<Value> {
+    let text = std::fs::read_to_string(out.join("state.json")).ok()?;
+    serde_json::from_str(&text).ok()
+}
+
+fn done(state: &Value, i: usize) -> Vec<String> {
+    state["iterations"][i]["done"]
+        .as_array()
+        .map(|a| a.iter().map(|p| p.as_str().unwrap().to_string()).collect())
+        .unwrap_or_default()
+}
+
+/// Mean force error of `calc` on each labelled frame, eV/Å.
+fn frame_errors(calc: &PainnCalculator, frames: &[Structure]) -> Vec<f64> {
+    frames
+        .iter()
+        .map(|f| {
+            let p = calc.compute(&Batch::from_one(f.clone()).unwrap()).unwrap();
+            let refs = f.forces.as_ref().unwrap();
+            let sum: f64 = p.forces[0]
+                .iter()
+                .zip(refs)
+                .flat_map(|(a, b)| (0..3).map(move |d| (a[d] - b[d]).abs()))
+                .sum();
+            sum / (3 * f.len()) as f64
+        })
+        .collect()
+}
+
+#[test]
+fn the_loop_selects_what_the_student_gets_wrong_learns_from_it_and_resumes_after_a_kill() {
+    if !common::ase_available() {
+        eprintln!("skipped: python3 cannot import ASE (the teacher bridge needs it)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let config = toy_run(dir.path());
+    let out = dir.path().join("run");
+    // Killed (SIGKILL: nothing saved on the way out) once iteration 1 has sampled.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_mlff"))
+        .args(["distill", "--device", "cpu", "--config"])
+        .arg(&config)
+        .arg("--out")
+        .arg(&out)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    loop {
+        if state(&out).is_some_and(|s| done(&s, 1).contains(&"sample".to_string())) {
+            break;
+        }
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the run ended before iteration 1 sampled"
+        );
+        assert!(started.elapsed() < Duration::from_secs(600), "no progress");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let first = std::fs::read(out.join("iter-000/student-0/best.safetensors")).unwrap();
+    let first_data = std::fs::read(out.join("iter-000/labelled.extxyz")).unwrap();
+
+    let o = Command::new(env!("CARGO_BIN_EXE_mlff"))
+        .args(["distill", "--device", "cpu", "--resume", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("resuming"), "{err}");
+    assert!(
+        !err.contains("iteration 0: "),
+        "iteration 0 ran again: {err}"
+    );
+    // Iteration 0 was not redone.
+    assert_eq!(
+        std::fs::read(out.join("iter-000/student-0/best.safetensors")).unwrap(),
+        first
+    );
+    assert_eq!(
+        std::fs::read(out.join("iter-000/labelled.extxyz")).unwrap(),
+        first_data
+    );
+    let s = state(&out).unwrap();
+    assert_eq!(
+        done(&s, 1),
+        ["sample", "select", "label", "train", "evaluate"]
+    );
+    assert!(s["finished"].as_str().unwrap().contains("max_iterations"));
+    assert_eq!(s["iterations"].as_array().unwrap().len(), 2);
+    assert!(out.join("student.safetensors").exists());
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(report.contains("| c7 | 600 |"), "{report}");
+
+    // The second iteration lowers the held-out error (teacher frames of seeds never trained
+    // on).
+    let f = |i: usize| {
+        s["iterations"][i]["test"]["overall"]["force_mae"]
+            .as_f64()
+            .unwrap()
+    };
+    assert!(f(1) < f(0), "held-out force MAE {} -> {}", f(0), f(1));
+
+    // Disagreement finds the frames the student gets wrong: the teacher's labels of every
+    // candidate show the selected ones with a larger error of iteration 0's student than
+    // the candidates as a whole.
+    let it1 = out.join("iter-001");
+    let all = dir.path().join("all.extxyz");
+    let status = Command::new("python3")
+        .arg(common::root().join("teachers/label.py"))
+        .arg(it1.join("candidates.extxyz"))
+        .arg("-o")
+        .arg(&all)
+        .args(["--teacher", "morse", "--quiet"])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let labelled = read_extxyz(&all).unwrap();
+    let student = PainnCalculator::from_checkpoint(
+        &out.join("iter-000/student-0/best.safetensors"),
+        &candle_core::Device::Cpu,
+        candle_core::DType::F64,
+    )
+    .unwrap();
+    let errors = frame_errors(&student, &labelled);
+    let scores: Vec<f64> =
+        serde_json::from_str(&std::fs::read_to_string(it1.join("scores.json")).unwrap()).unwrap();
+    assert_eq!(scores.len(), errors.len());
+    let picked = most_disputed(&scores, |_| "c7".into(), 20);
+    let mean = |v: &mut dyn Iterator<Item = f64>| {
+        let v: Vec<f64> = v.collect();
+        v.iter().sum::<f64>() / v.len() as f64
+    };
+    let selected = mean(&mut picked.iter().map(|&k| errors[k]));
+    let everyone = mean(&mut errors.iter().copied());
+    eprintln!(
+        "force error: selected {selected:.4}, all candidates {everyone:.4} eV/Å; held-out \
+         {:.4} -> {:.4} eV/Å",
+        f(0),
+        f(1)
+    );
+    assert!(
+        selected > 1.2 * everyone,
+        "selected frames' force error {selected} vs all candidates' {everyone}"
+    );
+}
+
+#[test]
+fn the_shipped_example_configs_load() {
+    let dir = common::root().join("examples/distill");
+    let mut n = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let p = entry.unwrap().path();
+        if p.extension().is_some_and(|e| e == "json") {
+            let c = DistillConfig::from_file(&p).unwrap();
+            assert!(!c.seeds.is_empty());
+            n += 1;
+        }
+    }
+    assert!(n > 0, "no configs in {}", dir.display());
+}
