@@ -3,7 +3,7 @@
 
 mod common;
 
-use candle_core::{DType, Device, IndexOp, Tensor};
+use candle_core::{DType, Device};
 use common::*;
 use mlff_distiller::model::PainnConfig;
 use mlff_distiller::train::{
@@ -154,42 +154,6 @@ fn training_lowers_the_validation_loss() {
 
 /// d(loss)/d(parameter) from the double backward equals a central finite difference, for the
 /// force term alone (purely second order) and for energy + forces.
-/// The gradient `grads` holds for weight `name`[r, c] (or [c] of a vector) and the central
-/// difference of `t`'s loss on frames `idx` over it (step 1e-5; the weight is put back).
-fn gradient_and_difference(
-    t: &Trainer,
-    idx: &[usize],
-    grads: &candle_core::backprop::GradStore,
-    (name, r, c): (&str, usize, usize),
-) -> (f64, f64) {
-    let var = (t.optimizer().vars().iter())
-        .find(|(n, _)| n == name)
-        .unwrap()
-        .1
-        .clone();
-    let base = var.as_tensor().copy().unwrap();
-    let vector = var.dims().len() == 1;
-    let g = grads.get(var.as_tensor()).unwrap();
-    let analytic = match vector {
-        true => g.i(c).unwrap(),
-        false => g.i((r, c)).unwrap(),
-    }
-    .to_scalar::<f64>()
-    .unwrap();
-    let k = if vector { c } else { r * var.dims()[1] + c };
-    let h = 1e-5;
-    let at = |delta: f64| {
-        let mut v = base.flatten_all().unwrap().to_vec1::<f64>().unwrap();
-        v[k] += delta;
-        var.set(&Tensor::from_vec(v, var.shape(), &Device::Cpu).unwrap())
-            .unwrap();
-        t.loss_and_grads(idx).unwrap().0
-    };
-    let fd = (at(h) - at(-h)) / (2.0 * h);
-    var.set(&base).unwrap();
-    (analytic, fd)
-}
-
 #[test]
 fn force_loss_gradients_match_finite_differences() {
     second_order();

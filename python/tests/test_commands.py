@@ -1,5 +1,7 @@
 """Training and evaluation from Python run the `mlff` commands with their options and errors."""
 
+import json
+
 import ase.io
 import pytest
 
@@ -51,12 +53,13 @@ def test_distill_runs_the_loop_with_this_pythons_bridge(tmp_path, monkeypatch, d
     (tmp_path / "model.json").write_text(
         '{"hidden": 8, "n_blocks": 1, "n_rbf": 6, "cutoff": 4.5, "elements": [6]}')
     config = {
-        "teacher": {"name": "morse", "workers": 2},
+        "teacher": {"name": "morse", "workers": 2, "hessian_vectors": True},
         "seeds": [{"name": "c7", "file": "c7.xyz"}],
         "temperatures": [300],
         "model": "model.json",
         "committee": 2,
-        "train": {"epochs": 5, "batch_size": 8, "lr": 3e-3, "warmup_steps": 5},
+        "train": {"epochs": 5, "batch_size": 8, "lr": 3e-3, "warmup_steps": 5,
+                  "hessian_weight": 0.01},
         "teacher_md": {"equil_steps": 20, "steps": 100, "every": 10},
         "sampling": {"replicas": 2, "steps": 100, "every": 10, "rattle_per_molecule": 4},
         "selection": {"per_molecule": 5},
@@ -69,6 +72,11 @@ def test_distill_runs_the_loop_with_this_pythons_bridge(tmp_path, monkeypatch, d
     assert iterations[1]["new_frames"] == 5
     assert "max_iterations" in report["state"]["finished"]
     assert (tmp_path / "run" / "student.safetensors").exists()
+    # The teacher's Hessian-vector labels, which the training's H·v term fits.
+    new = ase.io.read(tmp_path / "run" / "iter-001" / "labelled.extxyz", ":")
+    assert all(a.arrays["hvp"].shape == (7, 3) for a in new)
+    settings = (tmp_path / "run" / "iter-001" / "student-0.train.json").read_text()
+    assert json.loads(settings)["hessian_weight"] == 0.01
     # Going on: one more iteration from the same folder.
     report = mf.distill("run", resume=True, max_iterations=2, device=device)
     assert len(report["state"]["iterations"]) == 3

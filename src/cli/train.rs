@@ -76,6 +76,11 @@ pub struct TrainArgs {
     /// double-backward, which auto then picks.
     #[arg(long)]
     stress_weight: Option<f64>,
+    /// Weight of the mean squared Hessian-vector-product error ((eV/Å²)²) over frames with
+    /// `hvp` labels (`teachers/label.py --hessian-vectors`); needs --force-gradient
+    /// double-backward, which auto then picks.
+    #[arg(long)]
+    hessian_weight: Option<f64>,
     #[arg(long)]
     clip_grad_norm: Option<f64>,
     #[arg(long)]
@@ -133,6 +138,7 @@ fn train_config(a: &TrainArgs) -> Result<TrainConfig> {
         energy_weight,
         force_weight,
         stress_weight,
+        hessian_weight,
         clip_grad_norm,
         ema_decay,
         seed,
@@ -182,7 +188,7 @@ pub fn run(a: TrainArgs) -> Result<ExitCode> {
     };
     let dev = a.device.open()?;
     if cfg.gradient_mode(&dev) == ForceGradient::DoubleBackward
-        && cfg.force_weight + cfg.stress_weight > 0.0
+        && cfg.force_weight + cfg.stress_weight + cfg.hessian_weight > 0.0
     {
         // The double backward needs candle to keep the graph of the first backward; it reads
         // this once per thread, so set it before any backward runs (the directional gradient
@@ -309,7 +315,7 @@ pub fn run(a: TrainArgs) -> Result<ExitCode> {
             "epoch": t.epoch, "step": t.step(), "lr": t.schedule.at(t.step()),
             "train_loss": train_loss, "val_loss": m.loss, "val_energy_mae": m.energy_mae,
             "val_energy_per_atom_mae": m.energy_per_atom_mae, "val_force_mae": m.force_mae,
-            "val_stress_mae": m.stress_mae,
+            "val_stress_mae": m.stress_mae, "val_hvp_mae": m.hvp_mae,
             "epoch_train_s": train_s, "structures_per_s": t.n_train() as f64 / train_s,
             "elapsed_s": run_started.elapsed().as_secs_f64(),
             "best": improved,
@@ -321,8 +327,11 @@ pub fn run(a: TrainArgs) -> Result<ExitCode> {
         let stress = (m.stress_mae)
             .map(|x| format!("  σ MAE {:.3} GPa", x * crate::units::BAR_PER_EV_A3 * 1e-4))
             .unwrap_or_default();
+        let hvp = (m.hvp_mae)
+            .map(|x| format!("  H·v MAE {x:.3} eV/Å²"))
+            .unwrap_or_default();
         eprintln!(
-            "epoch {:>4}: train loss {train_loss:.4e}  val loss {:.4e}  E MAE {:.2} meV/atom  F MAE {:.1} meV/Å{stress}  {:.1} structures/s{}",
+            "epoch {:>4}: train loss {train_loss:.4e}  val loss {:.4e}  E MAE {:.2} meV/atom  F MAE {:.1} meV/Å{stress}{hvp}  {:.1} structures/s{}",
             t.epoch,
             m.loss,
             m.energy_per_atom_mae * 1e3,

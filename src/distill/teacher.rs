@@ -124,11 +124,12 @@ pub fn teacher_md(job: &TeacherMdJob) -> Result<()> {
 
 /// `frames` labelled by the teacher in up to `workers` processes at once (contiguous parts,
 /// merged in order; frames the teacher failed on are left out); scratch files in `work_dir`,
-/// removed after success.
+/// removed after success. `seed` seeds the Hessian-vector directions where asked for.
 pub fn label(
     teacher: &TeacherConfig,
     frames: &[Structure],
     work_dir: &Path,
+    seed: u64,
 ) -> Result<Vec<Structure>> {
     if frames.is_empty() {
         return Ok(Vec::new());
@@ -163,6 +164,15 @@ pub fn label(
             teacher.name.clone(),
         ]);
         argv.extend(option_flags(teacher));
+        if teacher.hessian_vectors {
+            // Each part its own seed: the directions are drawn per frame index within a part.
+            let seed = seed * 1000 + k as u64;
+            argv.extend([
+                "--hessian-vectors".into(),
+                "--seed".into(),
+                seed.to_string(),
+            ]);
+        }
         running.push((spawn(&argv, &log)?, argv, log, output, part.len()));
     }
     let mut labelled = Vec::with_capacity(frames.len());

@@ -24,6 +24,12 @@ pub struct TrainConfig {
     /// frames with `stress` labels (cells periodic along all three axes). Needs the exact
     /// force gradient (`force_gradient` double-backward, which `auto` then picks).
     pub stress_weight: f64,
+    /// Weight of the mean squared Hessian-vector-product error ((eV/Å²)²) over the frames with
+    /// `hvp` labels (`teachers/label.py --hessian-vectors`); needs the double backward, like
+    /// the stress term.
+    pub hessian_weight: f64,
+    /// Step (Å) of the central differences of the student's forces that give its H·v.
+    pub hessian_step: f64,
     /// Clip the global gradient norm to this (0: no clipping).
     pub clip_grad_norm: f64,
     /// Decay of the exponential moving average of the weights (0: none).
@@ -49,6 +55,8 @@ impl Default for TrainConfig {
             energy_weight: 1.0,
             force_weight: 100.0,
             stress_weight: 0.0,
+            hessian_weight: 0.0,
+            hessian_step: 5e-3,
             clip_grad_norm: 10.0,
             ema_decay: 0.99,
             seed: 0,
@@ -62,10 +70,15 @@ impl TrainConfig {
     /// How the loss is differentiated on `device`: `force_gradient`, with `auto` the fused
     /// gradient, or the double backward where the loss has a stress term.
     pub fn gradient_mode(&self, device: &candle_core::Device) -> ForceGradient {
-        match (self.force_gradient, self.stress_weight > 0.0) {
+        match (self.force_gradient, self.needs_second_order()) {
             (ForceGradient::Auto, true) => ForceGradient::DoubleBackward,
             (mode, _) => mode.on(device),
         }
+    }
+
+    /// Whether the loss has a term only the double backward differentiates (stress, H·v).
+    pub fn needs_second_order(&self) -> bool {
+        self.stress_weight > 0.0 || self.hessian_weight > 0.0
     }
 
     pub fn validate(&self) -> Result<()> {
@@ -81,20 +94,36 @@ impl TrainConfig {
         if !(self.lr > 0.0 && self.lr.is_finite()) || self.lr_min < 0.0 {
             return bad("lr must be positive and lr_min non-negative");
         }
-        if self.energy_weight < 0.0 || self.force_weight < 0.0 || self.stress_weight < 0.0 {
+        if [
+            self.energy_weight,
+            self.force_weight,
+            self.stress_weight,
+            self.hessian_weight,
+        ]
+        .iter()
+        .any(|w| !(w.is_finite() && *w >= 0.0))
+        {
             return bad("loss weights must be non-negative");
         }
-        if self.stress_weight > 0.0
-            && !matches!(
-                self.force_gradient,
-                ForceGradient::Auto | ForceGradient::DoubleBackward
-            )
-        {
-            return bad(&format!(
-                "stress_weight needs force_gradient double-backward (or auto), not {}: the \
-                 fused and directional gradients have no stress term yet",
-                self.force_gradient.name()
-            ));
+        for (name, w) in [
+            ("stress_weight", self.stress_weight),
+            ("hessian_weight", self.hessian_weight),
+        ] {
+            if w > 0.0
+                && !matches!(
+                    self.force_gradient,
+                    ForceGradient::Auto | ForceGradient::DoubleBackward
+                )
+            {
+                return bad(&format!(
+                    "{name} needs force_gradient double-backward (or auto), not {}: the fused \
+                     and directional gradients have no such term yet",
+                    self.force_gradient.name()
+                ));
+            }
+        }
+        if !(self.hessian_step.is_finite() && self.hessian_step > 0.0) {
+            return bad("hessian_step must be a positive number of Å");
         }
         if self.energy_weight + self.force_weight == 0.0 {
             return bad("energy_weight and force_weight are both 0: nothing to fit");

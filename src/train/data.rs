@@ -134,6 +134,7 @@ impl Dataset {
             if let Some(i) = forces.iter().position(|f| f.iter().any(|x| !x.is_finite())) {
                 return Err(self.err(k, format!("atom {i} has a non-finite force label")));
             }
+            super::hessian::hvp_label(s).map_err(|e| self.err(k, e))?;
             // A stress label must read, be finite, and belong to a cell with a volume.
             let stress = crate::eval::stress_label(s).map_err(|e| self.err(k, e))?;
             if let Some(sigma) = stress {

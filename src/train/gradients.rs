@@ -2,6 +2,7 @@
 //! pass of [`ForceGradient`] through autograd (the fused one is `fused_step`).
 
 use super::force_gradient::{displacement_rms, step_along, ForceGradient};
+use super::hessian::HessianLabels;
 use super::labels::StressLabels;
 use super::metrics::HostErrors;
 use super::trainer::Trainer;
@@ -147,6 +148,11 @@ impl Trainer {
         let e_ref = Tensor::from_vec(e_ref, b, dev)?.to_dtype(self.dtype)?;
         let e_err = ((&energies - e_ref)? / n_atoms)?;
         let mut loss = (e_err.sqr()?.mean_all()? * self.cfg.energy_weight)?;
+        let hessian = HessianLabels::of(batch, self.cfg.hessian_weight, self.dtype, dev)?;
+        if let Some(labels) = &hessian {
+            let term = labels.loss(calc, calc.model(), batch, nl, self.cfg.hessian_step)?;
+            loss = (loss + (term * self.cfg.hessian_weight)?)?;
+        }
         if self.cfg.force_weight == 0.0 && stress.is_none() {
             return Ok(loss);
         }

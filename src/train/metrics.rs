@@ -1,6 +1,7 @@
 //! Errors of predictions against labels: the loss on the host and the validation metrics.
 
 use super::config::TrainConfig;
+use super::hessian::{hessian_vector_products, hvp_label};
 use super::trainer::Trainer;
 use crate::calculator::{atom_energies_and_forces, PainnCalculator};
 use crate::error::{Error, Result};
@@ -23,6 +24,10 @@ pub struct Metrics {
     /// the loss has a stress term.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stress_mae: Option<f64>,
+    /// Mean absolute Hessian-vector-product component error (eV/Å²) over the frames with `hvp`
+    /// labels, where the loss has that term.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hvp_mae: Option<f64>,
     pub frames: usize,
 }
 
@@ -34,6 +39,8 @@ pub(super) struct HostErrors {
     pub(super) forces: Vec<[f64; 3]>,
     /// Stress error of each structure with a stress label (eV/Å³), where asked for.
     pub(super) stress: Vec<Matrix3>,
+    /// H·v error of each atom of the frames with `hvp` labels (eV/Å²), where asked for.
+    pub(super) hvp: Vec<[f64; 3]>,
 }
 
 impl HostErrors {
@@ -44,6 +51,7 @@ impl HostErrors {
             energy: Vec::with_capacity(batch.n_structures()),
             forces: Vec::with_capacity(batch.n_atoms()),
             stress: Vec::new(),
+            hvp: Vec::new(),
         };
         for (k, s) in batch.structures.iter().enumerate() {
             let atoms = batch.offsets[k]..batch.offsets[k + 1];
@@ -79,7 +87,40 @@ impl HostErrors {
                 .sum::<f64>();
             loss += cfg.stress_weight * sq / (9 * self.stress.len()) as f64;
         }
+        if cfg.hessian_weight > 0.0 && !self.hvp.is_empty() {
+            let sq = self.hvp.iter().flatten().map(|c| c * c).sum::<f64>();
+            loss += cfg.hessian_weight * sq / (3 * self.hvp.len()) as f64;
+        }
         loss
+    }
+
+    /// The H·v errors of the frames of `batch` with labels, the student's by `calc`.
+    pub(super) fn with_hvp(
+        mut self,
+        batch: &Batch,
+        calc: &PainnCalculator,
+        h: f64,
+    ) -> Result<Self> {
+        let (mut frames, mut directions, mut labels) = (Vec::new(), Vec::new(), Vec::new());
+        for (k, s) in batch.structures.iter().enumerate() {
+            let label = hvp_label(s)
+                .map_err(|e| Error::Train(format!("structure {k} of the batch: {e}")))?;
+            if let Some((v, hv)) = label {
+                frames.push(s.clone());
+                directions.push(v);
+                labels.push(hv);
+            }
+        }
+        if frames.is_empty() {
+            return Ok(self);
+        }
+        let predicted = hessian_vector_products(calc, &frames, &directions, h)?;
+        for (p, l) in predicted.iter().zip(&labels) {
+            for (a, b) in p.iter().zip(l) {
+                self.hvp.push(std::array::from_fn(|d| a[d] - b[d]));
+            }
+        }
+        Ok(self)
     }
 
     /// The stress errors of the structures of `batch` with labels, from the strain derivative
@@ -109,6 +150,7 @@ impl Trainer {
         let idx: Vec<usize> = (0..self.val.len()).collect();
         let (mut n_f, mut loss_sum) = (0usize, 0.0);
         let (mut stress_sum, mut n_s) = (0.0, 0usize);
+        let (mut hvp_sum, mut n_h) = (0.0, 0usize);
         for chunk in idx.chunks(self.cfg.batch_size.max(32)) {
             let (batch, nl) = Self::batch(&self.val, chunk)?;
             let (inputs, positions) = calc.prepare_with(&batch, &nl)?;
@@ -129,6 +171,12 @@ impl Trainer {
                     HostErrors::of(&batch, &atom_e, &f)?
                 }
             };
+            let errors = match self.cfg.hessian_weight > 0.0 {
+                true => errors.with_hvp(&batch, &calc, self.cfg.hessian_step)?,
+                false => errors,
+            };
+            hvp_sum += errors.hvp.iter().flatten().map(|c| c.abs()).sum::<f64>();
+            n_h += 3 * errors.hvp.len();
             stress_sum += errors
                 .stress
                 .iter()
@@ -152,6 +200,7 @@ impl Trainer {
         m.energy_per_atom_mae /= n;
         m.force_mae /= n_f.max(1) as f64;
         m.stress_mae = (n_s > 0).then(|| stress_sum / n_s as f64);
+        m.hvp_mae = (n_h > 0).then(|| hvp_sum / n_h as f64);
         Ok(m)
     }
 }

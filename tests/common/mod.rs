@@ -258,3 +258,39 @@ pub fn ase_available() -> bool {
     );
     ok
 }
+
+/// The gradient `grads` holds for weight `name`[r, c] (or [c] of a vector) and the central
+/// difference of `t`'s loss on frames `idx` over it (step 1e-5; the weight is put back).
+pub fn gradient_and_difference(
+    t: &mlff_distiller::train::Trainer,
+    idx: &[usize],
+    grads: &candle_core::backprop::GradStore,
+    (name, r, c): (&str, usize, usize),
+) -> (f64, f64) {
+    let var = (t.optimizer().vars().iter())
+        .find(|(n, _)| n == name)
+        .unwrap()
+        .1
+        .clone();
+    let base = var.as_tensor().copy().unwrap();
+    let vector = var.dims().len() == 1;
+    let g = grads.get(var.as_tensor()).unwrap();
+    let analytic = match vector {
+        true => candle_core::IndexOp::i(g, c).unwrap(),
+        false => candle_core::IndexOp::i(g, (r, c)).unwrap(),
+    }
+    .to_scalar::<f64>()
+    .unwrap();
+    let k = if vector { c } else { r * var.dims()[1] + c };
+    let h = 1e-5;
+    let at = |delta: f64| {
+        let mut v = base.flatten_all().unwrap().to_vec1::<f64>().unwrap();
+        v[k] += delta;
+        var.set(&candle_core::Tensor::from_vec(v, var.shape(), &Device::Cpu).unwrap())
+            .unwrap();
+        t.loss_and_grads(idx).unwrap().0
+    };
+    let fd = (at(h) - at(-h)) / (2.0 * h);
+    var.set(&base).unwrap();
+    (analytic, fd)
+}

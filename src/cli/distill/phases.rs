@@ -373,7 +373,7 @@ fn label(run: &Run, state: &mut RunState, i: usize) -> Result<()> {
     let started = Instant::now();
     // Per process: workers a killed run left behind cannot write into this attempt's files.
     let work = dir.join(format!("label-work-{}", std::process::id()));
-    let labelled = d::label(&run.cfg.teacher, &selected, &work)?;
+    let labelled = d::label(&run.cfg.teacher, &selected, &work, i as u64)?;
     write_extxyz(&dir.join("labelled.extxyz"), &labelled)?;
     let teacher_s = d::teacher_seconds(&labelled);
     let total_before: usize = state.iterations[..i].iter().map(|x| x.new_frames).sum();
