@@ -13,12 +13,6 @@ use mlff_distiller::train::{
 use mlff_distiller::{Error, Structure};
 use std::path::Path;
 
-/// Every test here differentiates the force loss: candle reads this once per thread, before
-/// the first backward.
-fn second_order() {
-    std::env::set_var("CANDLE_GRAD_DO_NOT_DETACH", "1");
-}
-
 fn tiny_config() -> PainnConfig {
     PainnConfig {
         hidden: 8,

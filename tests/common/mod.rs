@@ -294,3 +294,9 @@ pub fn gradient_and_difference(
     var.set(&base).unwrap();
     (analytic, fd)
 }
+
+/// For tests that differentiate a force loss: candle reads this once per thread, before the
+/// first backward, to keep the graph of a backward pass differentiable.
+pub fn second_order() {
+    std::env::set_var("CANDLE_GRAD_DO_NOT_DETACH", "1");
+}
