@@ -7,40 +7,16 @@ mod common;
 use candle_core::{DType, Device, Tensor};
 use common::*;
 use mlff_distiller::model::PainnConfig;
-use mlff_distiller::structure::ExtraArray;
 use mlff_distiller::train::{
     hessian_vector_products, Dataset, ForceGradient, TrainConfig, Trainer,
 };
 use mlff_distiller::{Batch, PainnCalculator, Structure};
-use rand::SeedableRng;
-use rand_chacha::ChaCha8Rng;
-use rand_distr::{Distribution, StandardNormal};
 use std::path::Path;
 
 fn tiny_config() -> PainnConfig {
     PainnConfig {
         cutoff: 3.5,
         ..small_config()
-    }
-}
-
-/// A seeded unit vector over the frame's 3N coordinates.
-fn direction(n: usize, seed: u64) -> Vec<[f64; 3]> {
-    let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let mut v: Vec<[f64; 3]> = (0..n)
-        .map(|_| std::array::from_fn(|_| StandardNormal.sample(&mut rng)))
-        .collect();
-    let norm = v.iter().flatten().map(|x| x * x).sum::<f64>().sqrt();
-    v.iter_mut().flatten().for_each(|x| *x /= norm);
-    v
-}
-
-fn column(name: &str, rows: &[[f64; 3]]) -> ExtraArray {
-    ExtraArray {
-        name: name.into(),
-        kind: 'R',
-        ncols: 3,
-        values: rows.iter().flatten().map(|x| format!("{x:.17e}")).collect(),
     }
 }
 
@@ -91,8 +67,8 @@ fn students_hessian_vector_products_equal_autograds() {
     }
 }
 
-/// Molecules labelled by the random teacher, with its H·v (h = 1e-4) along a seeded direction;
-/// every third frame without.
+/// Molecules labelled by the random teacher, with its H·v along a seeded direction; every
+/// third frame without.
 fn teacher_frames(n: usize) -> Vec<Structure> {
     let frames: Vec<Structure> = (0..n)
         .map(|k| {
@@ -101,27 +77,9 @@ fn teacher_frames(n: usize) -> Vec<Structure> {
             s
         })
         .collect();
-    let mut frames = labelled(&tiny_config(), frames);
-    let teacher = PainnCalculator::new(
-        model(&tiny_config(), 99, DType::F64, &Device::Cpu),
-        Device::Cpu,
-        DType::F64,
-    );
-    for (k, s) in frames.iter_mut().enumerate() {
-        if k % 3 == 2 {
-            continue;
-        }
-        let v = direction(s.len(), 1000 + k as u64);
-        let hv = hessian_vector_products(
-            &teacher,
-            std::slice::from_ref(s),
-            std::slice::from_ref(&v),
-            1e-4,
-        )
-        .unwrap()
-        .remove(0);
-        s.arrays.push(column("hvp_direction", &v));
-        s.arrays.push(column("hvp", &hv));
+    let mut frames = hvp_labelled(&tiny_config(), frames);
+    for s in frames.iter_mut().skip(2).step_by(3) {
+        s.arrays.retain(|a| !a.name.starts_with("hvp"));
     }
     frames
 }

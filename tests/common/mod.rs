@@ -9,10 +9,11 @@ pub mod fused;
 use candle_core::{DType, Device};
 use candle_nn::VarBuilder;
 use mlff_distiller::model::{init_varmap, Painn, PainnConfig};
-use mlff_distiller::structure::{Lattice, Structure};
+use mlff_distiller::structure::{ExtraArray, Lattice, Structure};
 use mlff_distiller::PainnCalculator;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use rand_distr::{Distribution, StandardNormal};
 
 /// A small model (fast in debug builds) with every parameter random, including the readout
 /// reference energies, scale and shift.
@@ -299,4 +300,51 @@ pub fn gradient_and_difference(
 /// first backward, to keep the graph of a backward pass differentiable.
 pub fn second_order() {
     std::env::set_var("CANDLE_GRAD_DO_NOT_DETACH", "1");
+}
+
+/// A seeded unit vector over the frame's 3N coordinates.
+pub fn direction(n: usize, seed: u64) -> Vec<[f64; 3]> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut v: Vec<[f64; 3]> = (0..n)
+        .map(|_| std::array::from_fn(|_| StandardNormal.sample(&mut rng)))
+        .collect();
+    let norm = v.iter().flatten().map(|x| x * x).sum::<f64>().sqrt();
+    v.iter_mut().flatten().for_each(|x| *x /= norm);
+    v
+}
+
+/// A per-atom `NAME:R:3` column.
+pub fn hvp_column(name: &str, rows: &[[f64; 3]]) -> ExtraArray {
+    ExtraArray {
+        name: name.into(),
+        kind: 'R',
+        ncols: 3,
+        values: rows.iter().flatten().map(|x| format!("{x:.17e}")).collect(),
+    }
+}
+
+/// [`labelled`], and the teacher's Hessian-vector product (central differences, h = 1e-4)
+/// along a seeded unit direction as the `hvp_direction` and `hvp` columns, as
+/// `teachers/label.py --hessian-vectors` writes them.
+pub fn hvp_labelled(cfg: &PainnConfig, frames: Vec<Structure>) -> Vec<Structure> {
+    let mut frames = labelled(cfg, frames);
+    let teacher = PainnCalculator::new(
+        model(cfg, 99, DType::F64, &Device::Cpu),
+        Device::Cpu,
+        DType::F64,
+    );
+    for (k, s) in frames.iter_mut().enumerate() {
+        let v = direction(s.len(), 1000 + k as u64);
+        let hv = mlff_distiller::train::hessian_vector_products(
+            &teacher,
+            std::slice::from_ref(s),
+            std::slice::from_ref(&v),
+            1e-4,
+        )
+        .unwrap()
+        .remove(0);
+        s.arrays.push(hvp_column("hvp_direction", &v));
+        s.arrays.push(hvp_column("hvp", &hv));
+    }
+    frames
 }

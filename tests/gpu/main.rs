@@ -6,6 +6,7 @@
 mod common;
 
 mod fused_kernels;
+mod hessian;
 mod md;
 mod md_batch;
 mod model;

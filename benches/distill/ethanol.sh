@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Issue 46's timed loop: `mlff distill` on ethanol with the GFN2-xTB teacher
+# (examples/distill/ethanol.json), started or, where OUT holds the run, resumed; the wall time
+# of this invocation is appended to OUT/wall.log. The teacher runs from this checkout's bridge
+# (PYTHONPATH=python), so only ase and tblite need to be installed for python3.
+#
+#   bash benches/distill/ethanol.sh MLFF OUT [mlff distill flags, e.g. --device cuda]
+#
+# CONFIG=FILE picks another settings file.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+mlff=$1 out=$2
+shift 2
+export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
+start=$(date +%s.%N)
+status=0
+if [ -f "$out/distill.json" ]; then
+  "$mlff" distill --resume --out "$out" "$@" || status=$?
+else
+  "$mlff" distill --config "${CONFIG:-examples/distill/ethanol.json}" --out "$out" "$@" || status=$?
+fi
+mkdir -p "$out"
+echo "$(date -u +%FT%TZ) status $status wall_s $(awk "BEGIN {print $(date +%s.%N) - $start}")" >> "$out/wall.log"
+exit $status
