@@ -250,3 +250,50 @@ fn patience_stops_training_on_a_validation_plateau() {
     assert_eq!(log.len(), expected);
     assert!(stderr(&o).contains("patience 3"), "{}", stderr(&o));
 }
+
+#[test]
+fn val_every_validates_and_saves_every_k_epochs_and_at_the_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config_file(
+        dir.path(),
+        r#"{"hidden": 8, "n_blocks": 2, "n_rbf": 6, "cutoff": 4.0, "elements": [1, 6, 7, 8]}"#,
+    );
+    let frames = root().join("data/aspirin_rmd17_10frames.extxyz");
+    let (frames, config) = (frames.to_str().unwrap(), config.to_str().unwrap());
+    let out = dir.path().join("run");
+    let run = |epochs: &str, extra: &[&str]| {
+        let mut args = vec![
+            "train",
+            "--train",
+            frames,
+            "--val",
+            frames,
+            "--config",
+            config,
+            "--epochs",
+            epochs,
+            "--batch-size",
+            "4",
+            "--val-every",
+            "3",
+            "--device",
+            "cpu",
+            "--out",
+        ];
+        args.push(out.to_str().unwrap());
+        args.extend_from_slice(extra);
+        mlff(&args)
+    };
+    let epochs = || -> Vec<u64> {
+        let lines = log_lines(&out);
+        lines.iter().map(|l| l["epoch"].as_u64().unwrap()).collect()
+    };
+    // A time limit validates and saves the epoch it stops after, whatever the cadence.
+    let o = run("7", &["--max-minutes", "0"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(epochs(), [1]);
+    let o = run("7", &["--resume"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("resuming at epoch 1"), "{}", stderr(&o));
+    assert_eq!(epochs(), [1, 3, 6, 7]);
+}

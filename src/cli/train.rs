@@ -90,6 +90,10 @@ pub struct TrainArgs {
     /// Stop after this many epochs in a row without a better validation loss (0: never).
     #[arg(long)]
     patience: Option<usize>,
+    /// Validate (and save the checkpoints, the state and a log line) every K epochs; the last
+    /// epoch always is.
+    #[arg(long)]
+    val_every: Option<usize>,
     /// How the force loss is differentiated: fused (the energy gradient's central difference
     /// along the force error, the weight gradients from the fused kernels' adjoint: the most
     /// structures/s, BENCHMARKS.md, "Training throughput"), directional (the same through
@@ -143,7 +147,8 @@ fn train_config(a: &TrainArgs) -> Result<TrainConfig> {
         ema_decay,
         seed,
         force_gradient,
-        patience
+        patience,
+        val_every
     );
     if let Some(s) = &a.schedule {
         c.schedule = match s.as_str() {
@@ -267,6 +272,8 @@ pub fn run(a: TrainArgs) -> Result<ExitCode> {
     .expect("valid template");
     let (mut speeds, mut peak) = (Vec::new(), 0.0f64);
     let mut since_best = 0usize;
+    // The epoch that state.safetensors (what --resume continues from) holds.
+    let mut saved_epoch = t.epoch;
     while t.epoch < cfg.epochs {
         let bar = ProgressBar::new(steps_per_epoch).with_style(style.clone());
         bar.set_prefix(format!("{}/{}", t.epoch + 1, cfg.epochs));
@@ -292,7 +299,7 @@ pub fn run(a: TrainArgs) -> Result<ExitCode> {
                     t.step(),
                     last.display(),
                     state_path.display(),
-                    t.epoch
+                    saved_epoch
                 );
                 return Ok(ExitCode::from(128 + signal as u8));
             }
@@ -302,6 +309,12 @@ pub fn run(a: TrainArgs) -> Result<ExitCode> {
         speeds.push(t.n_train() as f64 / train_s);
         peak = peak.max(peak_mb(&dev));
         bar.finish_and_clear();
+        let time_up = a
+            .max_minutes
+            .is_some_and(|limit| run_started.elapsed().as_secs_f64() > 60.0 * limit);
+        if !(t.epoch.is_multiple_of(cfg.val_every) || t.epoch >= cfg.epochs || time_up) {
+            continue;
+        }
         let m = t.validate()?;
         t.schedule.observe(m.loss);
         let improved = m.loss < t.best_val_loss;
@@ -311,6 +324,8 @@ pub fn run(a: TrainArgs) -> Result<ExitCode> {
         }
         t.save_checkpoint(&a.out.join("last.safetensors"), &provenance(&t, &m))?;
         t.save_state(&state_path)?;
+        let since_validation = t.epoch - saved_epoch;
+        saved_epoch = t.epoch;
         let line = serde_json::json!({
             "epoch": t.epoch, "step": t.step(), "lr": t.schedule.at(t.step()),
             "train_loss": train_loss, "val_loss": m.loss, "val_energy_mae": m.energy_mae,
@@ -339,22 +354,26 @@ pub fn run(a: TrainArgs) -> Result<ExitCode> {
             t.n_train() as f64 / train_s,
             if improved { "  (best)" } else { "" }
         );
-        since_best = if improved { 0 } else { since_best + 1 };
+        since_best = if improved {
+            0
+        } else {
+            since_best + since_validation
+        };
         if cfg.patience > 0 && since_best >= cfg.patience && t.epoch < cfg.epochs {
             eprintln!(
-                "stopping after epoch {}: {since_best} epochs without a better validation                  loss (patience {})",
+                "stopping after epoch {}: {since_best} epochs without a better validation \
+                 loss (patience {})",
                 t.epoch, cfg.patience
             );
             break;
         }
-        if let Some(limit) = a.max_minutes {
-            if run_started.elapsed().as_secs_f64() > 60.0 * limit && t.epoch < cfg.epochs {
-                eprintln!(
-                    "stopping after epoch {}: --max-minutes {limit} reached (--resume continues)",
-                    t.epoch
-                );
-                break;
-            }
+        if time_up && t.epoch < cfg.epochs {
+            eprintln!(
+                "stopping after epoch {}: --max-minutes {} reached (--resume continues)",
+                t.epoch,
+                a.max_minutes.unwrap_or_default()
+            );
+            break;
         }
     }
     if !speeds.is_empty() {

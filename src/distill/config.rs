@@ -249,6 +249,7 @@ fn default_train() -> TrainConfig {
     TrainConfig {
         epochs: 200,
         patience: 20,
+        val_every: 10,
         ..TrainConfig::default()
     }
 }

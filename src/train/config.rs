@@ -40,6 +40,10 @@ pub struct TrainConfig {
     /// Stop after this many epochs in a row without a better validation loss (0: never; the
     /// count starts again when a run is resumed).
     pub patience: usize,
+    /// Epochs between validations, each with the checkpoints, the training state and a log
+    /// line (the last epoch, and one that hits a time limit, always validate): on small sets
+    /// these cost more than the epoch itself.
+    pub val_every: usize,
 }
 
 impl Default for TrainConfig {
@@ -62,6 +66,7 @@ impl Default for TrainConfig {
             seed: 0,
             force_gradient: ForceGradient::default(),
             patience: 0,
+            val_every: 1,
         }
     }
 }
@@ -87,6 +92,9 @@ impl TrainConfig {
             return bad(
                 "epochs must be at least 1 (0 would train nothing and write no checkpoint)",
             );
+        }
+        if self.val_every == 0 {
+            return bad("val_every must be at least 1");
         }
         if self.batch_size == 0 {
             return bad("batch_size must be at least 1");
