@@ -203,7 +203,8 @@ fn the_loop_selects_what_the_student_gets_wrong_learns_from_it_and_resumes_after
     let dir = tempfile::tempdir().unwrap();
     let config = toy_run(dir.path());
     let out = dir.path().join("run");
-    // Killed (SIGKILL: nothing saved on the way out) once iteration 1 has sampled.
+    // Killed (SIGKILL: nothing saved on the way out) once iteration 1 has trained its first
+    // student.
     let mut child = Command::new(env!("CARGO_BIN_EXE_mlff"))
         .args(["distill", "--device", "cpu", "--config"])
         .arg(&config)
@@ -215,12 +216,13 @@ fn the_loop_selects_what_the_student_gets_wrong_learns_from_it_and_resumes_after
         .unwrap();
     let started = Instant::now();
     loop {
-        if state(&out).is_some_and(|s| done(&s, 1).contains(&"sample".to_string())) {
+        let trained = |s: &Value| s["iterations"][1]["members_trained"] == serde_json::json!([0]);
+        if state(&out).is_some_and(|s| trained(&s)) {
             break;
         }
         assert!(
             child.try_wait().unwrap().is_none(),
-            "the run ended before iteration 1 sampled"
+            "the run ended before iteration 1 trained its first student"
         );
         assert!(started.elapsed() < Duration::from_secs(600), "no progress");
         std::thread::sleep(Duration::from_millis(20));
@@ -229,6 +231,9 @@ fn the_loop_selects_what_the_student_gets_wrong_learns_from_it_and_resumes_after
     child.wait().unwrap();
     let first = std::fs::read(out.join("iter-000/student-0/best.safetensors")).unwrap();
     let first_data = std::fs::read(out.join("iter-000/labelled.extxyz")).unwrap();
+    // Seeded training rewrites the same bytes: the file's time tells whether it was redone.
+    let written = |p: &str| std::fs::metadata(out.join(p)).unwrap().modified().unwrap();
+    let member = written("iter-001/student-0/best.safetensors");
 
     let o = Command::new(env!("CARGO_BIN_EXE_mlff"))
         .args(["distill", "--device", "cpu", "--resume", "--out"])
@@ -251,7 +256,14 @@ fn the_loop_selects_what_the_student_gets_wrong_learns_from_it_and_resumes_after
         std::fs::read(out.join("iter-000/labelled.extxyz")).unwrap(),
         first_data
     );
+    // Nor was the student iteration 1 had finished.
+    assert_eq!(written("iter-001/student-0/best.safetensors"), member);
     let s = state(&out).unwrap();
+    assert_eq!(
+        s["iterations"][1]["members_trained"],
+        serde_json::json!([0, 1])
+    );
+    assert_eq!(s["iterations"][1]["epochs"], serde_json::json!([40, 40]));
     assert_eq!(
         done(&s, 1),
         ["sample", "select", "label", "train", "evaluate"]

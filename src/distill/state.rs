@@ -53,6 +53,10 @@ pub struct Iteration {
     pub train_s_total: f64,
     /// Epochs each committee member trained this iteration.
     pub epochs: Vec<usize>,
+    /// Committee members whose training this iteration has finished (a resumed train phase
+    /// skips them).
+    #[serde(default)]
+    pub members_trained: Vec<usize>,
     pub test: Option<HeldOut>,
     pub stability: Vec<StabilityRow>,
 }

@@ -397,13 +397,16 @@ fn label(run: &Run, state: &mut RunState, i: usize) -> Result<()> {
     Ok(())
 }
 
-/// The committee trained on everything labelled so far (warm-started after iteration 0).
+/// The committee trained on everything labelled so far (warm-started after iteration 0);
+/// members a stopped attempt finished are kept.
 fn train(run: &Run, state: &mut RunState, i: usize) -> Result<ExitCode> {
     let dir = run.iter_dir(i);
     let files = labelled_files(run, state, i + 1);
-    let started = Instant::now();
-    let mut epochs = Vec::new();
     for k in 0..run.cfg.committee {
+        if state.iteration(i).members_trained.contains(&k) {
+            continue;
+        }
+        let started = Instant::now();
         let mut tc = run.cfg.train.clone();
         tc.seed += k as u64;
         let tc_path = dir.join(format!("student-{k}.train.json"));
@@ -433,14 +436,19 @@ fn train(run: &Run, state: &mut RunState, i: usize) -> Result<ExitCode> {
         }
         let log = std::fs::read_to_string(out.join("log.jsonl"))
             .with_context(|| format!("reading {}", s(&out.join("log.jsonl"))))?;
-        epochs.push(log.lines().count());
+        let last: serde_json::Value = log
+            .lines()
+            .last()
+            .and_then(|l| serde_json::from_str(l).ok())
+            .unwrap_or_default();
+        let before: f64 = state.iterations[..i].iter().map(|x| x.train_s).sum();
+        let it = state.iteration(i);
+        it.epochs.push(last["epoch"].as_u64().unwrap_or(0) as usize);
+        it.train_s += started.elapsed().as_secs_f64();
+        it.train_s_total = before + it.train_s;
+        it.members_trained.push(k);
+        state.save(&run.out.join("state.json"))?;
     }
-    let train_s = started.elapsed().as_secs_f64();
-    let before: f64 = state.iterations[..i].iter().map(|x| x.train_s).sum();
-    let it = state.iteration(i);
-    it.train_s = train_s;
-    it.train_s_total = before + train_s;
-    it.epochs = epochs;
     Ok(ExitCode::SUCCESS)
 }
 
