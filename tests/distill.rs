@@ -341,3 +341,37 @@ fn the_shipped_example_configs_load() {
     }
     assert!(n > 0, "no configs in {}", dir.display());
 }
+
+#[test]
+fn sigint_ends_the_loop_after_the_phase_it_arrives_in() {
+    if !common::ase_available() {
+        eprintln!("skipped: python3 cannot import ASE (the teacher bridge needs it)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let config = toy_run(dir.path());
+    let out = dir.path().join("run");
+    let child = Command::new(env!("CARGO_BIN_EXE_mlff"))
+        .args(["distill", "--device", "cpu", "--config"])
+        .arg(&config)
+        .arg("--out")
+        .arg(&out)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The teacher's MD has started (its log exists): the signal reaches `mlff` alone, the
+    // teacher finishes and the loop stops before training.
+    let started = Instant::now();
+    while !out.join("data/teacher-md.log").exists() {
+        assert!(started.elapsed() < Duration::from_secs(120), "no teacher MD");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // SAFETY: sends a signal to our own child process.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(130), "{err}");
+    assert!(err.contains("stopped by signal 2") && err.contains("--resume"), "{err}");
+    assert_eq!(done(&state(&out).unwrap(), 0), ["teacher-md"]);
+}

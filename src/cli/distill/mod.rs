@@ -6,6 +6,7 @@ mod phases;
 
 use crate::distill::{DistillConfig, Phase, RunState};
 use crate::fsutil::{write_atomic, write_json, OutputLock};
+use crate::interrupt::StopFlag;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use std::path::{Path, PathBuf};
@@ -102,7 +103,10 @@ pub fn run(a: DistillArgs) -> Result<ExitCode> {
             state.iterations.len()
         );
     }
-    let status = drive(&run, &mut state, &state_path);
+    // Ctrl-C between or inside phases of our own ends the loop after the phase; the sub-commands
+    // (train, md) answer it themselves and exit with 128 + the signal, which ends it too.
+    let stop = StopFlag::on_signals().context("installing the SIGINT/SIGTERM handlers")?;
+    let status = drive(&run, &mut state, &state_path, &stop);
     report(&run, &state)?;
     let code = status?;
     if state.finished.is_some() {
@@ -112,7 +116,14 @@ pub fn run(a: DistillArgs) -> Result<ExitCode> {
 }
 
 /// The loop: iteration 0 (teacher MD), then student-sampled iterations until a stop holds.
-fn drive(run: &Run, state: &mut RunState, state_path: &Path) -> Result<ExitCode> {
+fn drive(run: &Run, state: &mut RunState, state_path: &Path, stop: &StopFlag) -> Result<ExitCode> {
+    let interrupted = |signal: i32| {
+        eprintln!(
+            "stopped by signal {signal}: {} holds every phase done; --resume continues",
+            state_path.display()
+        );
+        ExitCode::from(128 + signal as u8)
+    };
     let mut i = 0;
     loop {
         let started = state
@@ -140,8 +151,17 @@ fn drive(run: &Run, state: &mut RunState, state_path: &Path) -> Result<ExitCode>
             if state.iteration(i).is_done(phase) {
                 continue;
             }
+            if let Some(signal) = stop.raised() {
+                return Ok(interrupted(signal));
+            }
             eprintln!("== iteration {i}: {phase:?}");
-            let code = phases::run_phase(run, state, i, phase)?;
+            // A signal also reaches the teacher's processes, whose failure it then explains.
+            let code = match phases::run_phase(run, state, i, phase) {
+                Err(_) if stop.raised().is_some() => {
+                    return Ok(interrupted(stop.raised().unwrap_or(2)));
+                }
+                other => other?,
+            };
             if code != ExitCode::SUCCESS {
                 state.save(state_path)?;
                 return Ok(code);
