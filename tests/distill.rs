@@ -364,7 +364,10 @@ fn sigint_ends_the_loop_after_the_phase_it_arrives_in() {
     // teacher finishes and the loop stops before training.
     let started = Instant::now();
     while !out.join("data/teacher-md.log").exists() {
-        assert!(started.elapsed() < Duration::from_secs(120), "no teacher MD");
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "no teacher MD"
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
     // SAFETY: sends a signal to our own child process.
@@ -372,6 +375,9 @@ fn sigint_ends_the_loop_after_the_phase_it_arrives_in() {
     let o = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(130), "{err}");
-    assert!(err.contains("stopped by signal 2") && err.contains("--resume"), "{err}");
+    assert!(
+        err.contains("stopped by signal 2") && err.contains("--resume"),
+        "{err}"
+    );
     assert_eq!(done(&state(&out).unwrap(), 0), ["teacher-md"]);
 }
