@@ -381,3 +381,24 @@ fn sigint_ends_the_loop_after_the_phase_it_arrives_in() {
     );
     assert_eq!(done(&state(&out).unwrap(), 0), ["teacher-md"]);
 }
+
+#[test]
+fn a_failing_teacher_is_named_with_its_log_and_gets_its_threads() {
+    let dir = tempfile::tempdir().unwrap();
+    let teacher = mlff_distiller::distill::TeacherConfig {
+        label_command: ["sh", "-c", "echo threads=$OMP_NUM_THREADS; exit 3", "sh"]
+            .map(String::from)
+            .to_vec(),
+        threads: 3,
+        workers: 1,
+        ..Default::default()
+    };
+    let frames = vec![molecule(vec![[0.0; 3], [1.5, 0.0, 0.0]])];
+    let err = mlff_distiller::distill::label(&teacher, &frames, &dir.path().join("w"), 0)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("sh -c"), "{err}");
+    assert!(err.contains("exit status: 3"), "{err}");
+    assert!(err.contains("threads=3"), "{err}");
+    assert!(err.contains("part-0.log"), "{err}");
+}

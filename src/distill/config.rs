@@ -56,6 +56,8 @@ pub struct TeacherConfig {
     pub sample_command: Vec<String>,
     /// Labelling processes run at once (0: one per CPU core).
     pub workers: usize,
+    /// OpenMP/BLAS threads of each teacher process (the workers share the cores).
+    pub threads: usize,
     /// Also label one Hessian-vector product per selected frame (`label --hessian-vectors`,
     /// two more teacher calls each) for `train.hessian_weight`.
     pub hessian_vectors: bool,
@@ -70,6 +72,7 @@ impl Default for TeacherConfig {
             label_command: module("mlff_distiller.teachers.label"),
             sample_command: module("mlff_distiller.teachers.sample"),
             workers: 0,
+            threads: 1,
             hessian_vectors: false,
         }
     }

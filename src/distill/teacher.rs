@@ -24,8 +24,8 @@ fn option_flags(t: &TeacherConfig) -> Vec<String> {
     out
 }
 
-/// A process with its output going to `log`.
-fn spawn(argv: &[String], log: &Path) -> Result<Child> {
+/// A process with its output going to `log`, with `threads` threads for OpenMP and BLAS.
+fn spawn(argv: &[String], log: &Path, threads: usize) -> Result<Child> {
     let file = std::fs::File::create(log).map_err(|cause| Error::Io {
         path: log.into(),
         cause,
@@ -39,11 +39,8 @@ fn spawn(argv: &[String], log: &Path) -> Result<Child> {
         .stdin(Stdio::null())
         .stdout(file)
         .stderr(err);
-    // Workers share the cores: one thread each unless the caller said otherwise.
     for var in ["OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"] {
-        if std::env::var_os(var).is_none() {
-            cmd.env(var, "1");
-        }
+        cmd.env(var, threads.max(1).to_string());
     }
     cmd.spawn().map_err(|e| {
         Error::Distill(format!(
@@ -119,7 +116,7 @@ pub fn teacher_md(job: &TeacherMdJob) -> Result<()> {
         "--overwrite".into(),
     ]);
     let log = job.out_dir.with_extension("log");
-    finish(spawn(&argv, &log)?, &argv, &log)
+    finish(spawn(&argv, &log, job.teacher.threads)?, &argv, &log)
 }
 
 /// `frames` labelled by the teacher in up to `workers` processes at once (contiguous parts,
@@ -173,7 +170,13 @@ pub fn label(
                 seed.to_string(),
             ]);
         }
-        running.push((spawn(&argv, &log)?, argv, log, output, part.len()));
+        running.push((
+            spawn(&argv, &log, teacher.threads)?,
+            argv,
+            log,
+            output,
+            part.len(),
+        ));
     }
     let mut labelled = Vec::with_capacity(frames.len());
     let mut first_error = None;
