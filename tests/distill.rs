@@ -402,3 +402,13 @@ fn a_failing_teacher_is_named_with_its_log_and_gets_its_threads() {
     assert!(err.contains("threads=3"), "{err}");
     assert!(err.contains("part-0.log"), "{err}");
 }
+
+#[test]
+fn the_teachers_time_counts_its_hessian_vector_calls() {
+    let mut a = molecule(vec![[0.0; 3]]);
+    a.info.push(("teacher_time_s".into(), "0.25".into()));
+    let mut b = a.clone();
+    b.info.push(("hvp_time_s".into(), "0.5".into()));
+    let c = molecule(vec![[0.0; 3]]);
+    assert_eq!(mlff_distiller::distill::teacher_seconds(&[a, b, c]), 1.0);
+}

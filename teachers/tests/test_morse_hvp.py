@@ -40,8 +40,10 @@ def c7(seed=1):
 
 
 def strip_times(text):
-    """The file without teacher_time_s (wall times differ between runs, nothing else may)."""
-    return [" ".join(t for t in line.split() if not t.startswith("teacher_time_s=")) for line in text.splitlines()]
+    """The file without teacher_time_s and hvp_time_s (wall times differ between runs, nothing
+    else may)."""
+    timed = ("teacher_time_s=", "hvp_time_s=")
+    return [" ".join(t for t in line.split() if not t.startswith(timed)) for line in text.splitlines()]
 
 
 # ------------------------------------------------------------------------------------ morse
@@ -191,6 +193,7 @@ def test_hvp_equals_full_hessian_times_direction(tmp_path, step, tol):
         v, hv = a.arrays["hvp_direction"], a.arrays["hvp"]
         assert v.shape == hv.shape == (len(a), 3)
         assert a.info["hvp_step"] == pytest.approx(step)
+        assert a.info["hvp_time_s"] > 0  # the two extra calls' cost, for teacher budgets
         H = fd_hessian(a, calc, step)
         assert np.abs(H - H.T).max() < 10 * tol  # the reference itself is sound
         np.testing.assert_allclose(hv.ravel(), H @ v.ravel(), rtol=0, atol=tol * np.abs(hv).max())

@@ -16,6 +16,7 @@ third derivative, is far below the teachers' own noise at the default h = 1e-3 Ã
 from __future__ import annotations
 
 import math
+import time
 
 import numpy as np
 
@@ -62,17 +63,23 @@ def keep_old_hvp(atoms, drop: bool = False) -> None:
         old = atoms.arrays.pop(key, None)
         if old is not None and not drop and f"ref_{key}" not in atoms.arrays:
             atoms.arrays[f"ref_{key}"] = np.asarray(old, dtype=float)
+    atoms.info.pop("hvp_time_s", None)  # the old labelling's cost, not this one's
     step = atoms.info.pop("hvp_step", None)
     if step is not None and not drop and "ref_hvp_step" not in atoms.info:
         atoms.info["ref_hvp_step"] = step
 
 
 def add_hvp_labels(atoms, calc, seed: int, index: int, step: float = DEFAULT_HVP_STEP) -> None:
-    """Attach `hvp_direction`, `hvp` and info `hvp_step` to `atoms` (frame `index`)."""
+    """Attach `hvp_direction`, `hvp` and info `hvp_step` to `atoms` (frame `index`), and the
+    wall time of the two extra teacher calls as info `hvp_time_s` (a teacher budget counts it
+    beside `teacher_time_s`)."""
     v = hvp_direction(len(atoms), seed, index)
+    t0 = time.perf_counter()
     hv = hessian_vector_product(atoms, calc, v, step)
+    seconds = time.perf_counter() - t0
     if not np.isfinite(hv).all():
         raise RuntimeError("non-finite forces in the Hessian-vector displacements")
     atoms.arrays["hvp_direction"] = v
     atoms.arrays["hvp"] = hv
     atoms.info["hvp_step"] = float(step)
+    atoms.info["hvp_time_s"] = round(seconds, 6)

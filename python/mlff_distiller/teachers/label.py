@@ -228,9 +228,8 @@ def main(argv=None):
             if not (math.isfinite(energy) and np.isfinite(forces).all()):
                 raise RuntimeError("non-finite energy or forces")
             if args.hessian_vectors:
-                t0 = time.perf_counter()
                 add_hvp_labels(atoms, calc, hvp_seed, k, hvp_step)
-                hvp_times.append(time.perf_counter() - t0)
+                hvp_times.append(atoms.info["hvp_time_s"])
         except TeacherError:
             raise
         except Exception as e:  # noqa: BLE001 - any teacher failure is reported per frame
@@ -270,7 +269,7 @@ def main(argv=None):
     if args.hessian_vectors and hvp_times:
         print(
             f"Hessian-vector labels: step {hvp_step:g} Å, seed {hvp_seed}; 2 extra teacher calls "
-            f"per frame, {sum(hvp_times) / len(hvp_times) * 1e3:.2f} ms per frame (not in teacher_time_s)"
+            f"per frame, {sum(hvp_times) / len(hvp_times) * 1e3:.2f} ms per frame (info hvp_time_s)"
         )
     print(f"wall time {wall:.2f} s; wrote {out}")
     return 0
