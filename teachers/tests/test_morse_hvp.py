@@ -278,3 +278,21 @@ def test_hvp_bad_options_are_one_line_errors(tmp_path):
     assert not o.exists()
     with pytest.raises(T.TeacherError, match="step"):
         teachers.label([c7()], "morse", hessian_vectors=True, hvp_step=-1)
+
+
+def test_sample_keeps_the_teachers_stress_of_periodic_cells(tmp_path):
+    start = tmp_path / "box.extxyz"
+    ase.io.write(start, _periodic_carbon())
+    run(
+        "sample.py", start, "--teacher", "morse", "--temperatures", "300", "--seeds", "0",
+        "--equil-steps", "10", "--steps", "40", "--every", "20", "-o", tmp_path / "md",
+        "--no-optimize",
+    )
+    frames = ase.io.read(tmp_path / "md" / "box.extxyz", ":")
+    assert len(frames) == 2
+    calc = T.get_calculator("morse")
+    for a in frames:
+        s = a.get_stress()
+        assert np.abs(s).max() > 1e-4
+        _, _, ref, _ = T.compute(a.copy(), calc)  # the teacher's own stress at this frame
+        np.testing.assert_allclose(s, ref, rtol=1e-6, atol=1e-8)  # positions as written

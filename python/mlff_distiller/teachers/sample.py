@@ -283,7 +283,13 @@ def run_trajectory(atoms0, name, temperature, seed, timed, teacher, args):
         if args.wall_radius is not None:
             frame.info["wall_radius_A"] = float(args.wall_radius)
         frame.arrays.pop("momenta", None)
-        set_labels(frame, energy, np.array(forces), teacher, timed.last)
+        # Cells periodic along all three axes keep the teacher's stress too (a stress term in
+        # training, stress errors on held-out frames); one more property of a kept frame.
+        seconds, stress = timed.last, None
+        base = timed.calc
+        if atoms.pbc.all() and "stress" in getattr(base, "implemented_properties", ()):
+            stress = base.get_property("stress", atoms)
+        set_labels(frame, energy, np.array(forces), teacher, seconds, stress)
         kept.append(frame)
 
     dyn.attach(observe, interval=1)
