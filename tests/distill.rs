@@ -204,7 +204,7 @@ fn the_loop_selects_what_the_student_gets_wrong_learns_from_it_and_resumes_after
     let config = toy_run(dir.path());
     let out = dir.path().join("run");
     // Killed (SIGKILL: nothing saved on the way out) once iteration 1 has trained its first
-    // student.
+    // student and saved an epoch of its second.
     let mut child = Command::new(env!("CARGO_BIN_EXE_mlff"))
         .args(["distill", "--device", "cpu", "--config"])
         .arg(&config)
@@ -217,7 +217,8 @@ fn the_loop_selects_what_the_student_gets_wrong_learns_from_it_and_resumes_after
     let started = Instant::now();
     loop {
         let trained = |s: &Value| s["iterations"][1]["members_trained"] == serde_json::json!([0]);
-        if state(&out).is_some_and(|s| trained(&s)) {
+        let second = out.join("iter-001/student-1/state.safetensors");
+        if second.exists() && state(&out).is_some_and(|s| trained(&s)) {
             break;
         }
         assert!(
@@ -246,6 +247,10 @@ fn the_loop_selects_what_the_student_gets_wrong_learns_from_it_and_resumes_after
     assert!(
         !err.contains("iteration 0: "),
         "iteration 0 ran again: {err}"
+    );
+    assert!(
+        err.contains("resuming at epoch"),
+        "the second student started over: {err}"
     );
     // Iteration 0 was not redone.
     assert_eq!(

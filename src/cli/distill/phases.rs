@@ -421,7 +421,6 @@ fn train(run: &Run, state: &mut RunState, i: usize) -> Result<ExitCode> {
             s(&tc_path),
             "--out".into(),
             s(&out),
-            "--overwrite".into(),
             "--device".into(),
             run.device.clone(),
         ]);
@@ -430,7 +429,21 @@ fn train(run: &Run, state: &mut RunState, i: usize) -> Result<ExitCode> {
         } else if let Some(model) = &run.cfg.model {
             args.extend(["--config".into(), s(&run.out.join(model))]);
         }
-        let code = mlff(args)?;
+        // A member a stopped attempt left half-trained continues from its last saved epoch
+        // (same data and settings); one that cannot starts over.
+        let resumed = match out.join("state.safetensors").exists() {
+            true => mlff([args.clone(), vec!["--resume".into()]].concat()),
+            false => Err(anyhow::anyhow!("no saved state")),
+        };
+        let code = match resumed {
+            Ok(code) => code,
+            Err(e) => {
+                if out.join("state.safetensors").exists() {
+                    eprintln!("note: {} starts over: {e:#}", s(&out));
+                }
+                mlff([args, vec!["--overwrite".into()]].concat())?
+            }
+        };
         if code != ExitCode::SUCCESS {
             return Ok(code);
         }
