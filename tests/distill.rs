@@ -417,3 +417,80 @@ fn the_teachers_time_counts_its_hessian_vector_calls() {
     let c = molecule(vec![[0.0; 3]]);
     assert_eq!(mlff_distiller::distill::teacher_seconds(&[a, b, c]), 1.0);
 }
+
+#[test]
+fn the_loop_runs_on_a_periodic_cell_with_its_stress() {
+    if !common::ase_available() {
+        eprintln!("skipped: python3 cannot import ASE (the teacher bridge needs it)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let root = common::root();
+    // A simple-cubic carbon box of 27 atoms, 1.65 Å apart, periodic along all three axes.
+    let a = 1.65;
+    let mut text = format!(
+        "27\nLattice=\"{l} 0 0 0 {l} 0 0 0 {l}\" Properties=species:S:1:pos:R:3 pbc=\"T T T\"\n",
+        l = 3.0 * a
+    );
+    for k in 0..27 {
+        let (i, j, m) = (k / 9, (k / 3) % 3, k % 3);
+        text += &format!("C {} {} {}\n", i as f64 * a, j as f64 * a, m as f64 * a);
+    }
+    std::fs::write(dir.path().join("box.extxyz"), text).unwrap();
+    let script = |s: &str| root.join("teachers").join(s).display().to_string();
+    let cfg = serde_json::json!({
+        "teacher": {"name": "morse", "workers": 2,
+                    "label_command": ["python3", script("label.py")],
+                    "sample_command": ["python3", script("sample.py")]},
+        "seeds": [{"name": "box", "file": "box.extxyz"}],
+        "temperatures": [300],
+        "model": "model.json",
+        "committee": 2,
+        "train": {"epochs": 5, "batch_size": 8, "warmup_steps": 5},
+        "teacher_md": {"equil_steps": 10, "steps": 60, "every": 10},
+        "sampling": {"replicas": 1, "steps": 60, "every": 10, "rattle_per_molecule": 2},
+        "selection": {"per_molecule": 4},
+        "stop": {"max_iterations": 1, "disagreement": 0.0},
+        "stability": {"steps": 20}
+    });
+    std::fs::write(
+        dir.path().join("model.json"),
+        r#"{"hidden": 16, "n_blocks": 1, "n_rbf": 6, "cutoff": 4.5, "elements": [6]}"#,
+    )
+    .unwrap();
+    let config = dir.path().join("distill.json");
+    std::fs::write(&config, cfg.to_string()).unwrap();
+    let out = dir.path().join("run");
+    let o = mlff(
+        &[
+            "distill",
+            "--device",
+            "cpu",
+            "--out",
+            out.to_str().unwrap(),
+            "--config",
+        ],
+        &config,
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // The teacher's frames carry its stress, the candidates their cell, and the student is
+    // scored on the held-out stress.
+    for file in [
+        "data/test.extxyz",
+        "iter-000/labelled.extxyz",
+        "iter-001/labelled.extxyz",
+    ] {
+        let frames = read_extxyz(&out.join(file)).unwrap();
+        assert!(!frames.is_empty(), "{file}");
+        for f in &frames {
+            assert!(
+                f.is_periodic() && f.info_value("stress").is_some(),
+                "{file}"
+            );
+        }
+    }
+    let s = state(&out).unwrap();
+    assert!(s["iterations"][1]["test"]["stress_mae"].as_f64().unwrap() > 0.0);
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(report.contains("Held-out stress MAE"), "{report}");
+}

@@ -60,6 +60,10 @@ pub fn markdown(state: &RunState, teacher: &str) -> String {
     }
     if let Some(last) = state.iterations.iter().rev().find(|i| i.test.is_some()) {
         groups_table(&mut m, last);
+        if let Some(mae) = last.test.as_ref().and_then(|t| t.stress_mae) {
+            let gpa = mae * crate::units::BAR_PER_EV_A3 * 1e-4;
+            let _ = writeln!(m, "\nHeld-out stress MAE: {gpa:.4} GPa ({mae:.3e} eV/Å³).");
+        }
     }
     m
 }

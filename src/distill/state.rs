@@ -66,6 +66,9 @@ pub struct Iteration {
 pub struct HeldOut {
     pub overall: Errors,
     pub groups: Vec<GroupErrors>,
+    /// Stress MAE (eV/Å³) over the held-out frames with stress labels (periodic cells).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stress_mae: Option<f64>,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]

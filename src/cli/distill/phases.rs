@@ -471,6 +471,9 @@ fn evaluate_student(run: &Run, state: &mut RunState, i: usize) -> Result<ExitCod
     let calc = calculator(run, &student)?;
     let test = read_extxyz(&run.data("test.extxyz"))?;
     let (overall, _) = evaluate(&calc, &test, BATCH)?;
+    let test_file = run.data("test.extxyz");
+    let frame = |k: usize| format!("{}: frame {k}", s(&test_file));
+    let stress = crate::eval::stress_errors(&calc, &test, BATCH, &frame)?;
     let mut groups: BTreeMap<(String, String), Vec<Structure>> = BTreeMap::new();
     for f in test {
         let t = f.info_value("temperature_K").unwrap_or("").to_string();
@@ -530,6 +533,7 @@ fn evaluate_student(run: &Run, state: &mut RunState, i: usize) -> Result<ExitCod
     it.test = Some(HeldOut {
         overall: overall.overall,
         groups: rows,
+        stress_mae: stress.map(|e| e.mae),
     });
     it.stability = stability;
     Ok(ExitCode::SUCCESS)
