@@ -494,3 +494,47 @@ fn the_loop_runs_on_a_periodic_cell_with_its_stress() {
     let report = std::fs::read_to_string(out.join("report.md")).unwrap();
     assert!(report.contains("Held-out stress MAE"), "{report}");
 }
+
+#[test]
+fn a_converged_run_stays_converged_when_resumed() {
+    if !common::ase_available() {
+        eprintln!("skipped: python3 cannot import ASE (the teacher bridge needs it)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let config = toy_run(dir.path());
+    // Quick settings, and a threshold any committee meets: the loop ends at iteration 1's
+    // selection, before the teacher labels anything.
+    let mut cfg: Value = serde_json::from_str(&std::fs::read_to_string(&config).unwrap()).unwrap();
+    cfg["train"]["epochs"] = 3.into();
+    cfg["teacher_md"] = serde_json::json!({"equil_steps": 10, "steps": 60, "every": 10});
+    cfg["sampling"] = serde_json::json!({"replicas": 1, "steps": 60, "every": 10});
+    cfg["stop"] = serde_json::json!({"max_iterations": 3, "disagreement": 10.0});
+    cfg["stability"] = serde_json::json!({"steps": 0});
+    std::fs::write(&config, cfg.to_string()).unwrap();
+    let out = dir.path().join("run");
+    let o = Command::new(env!("CARGO_BIN_EXE_mlff"))
+        .args(["distill", "--device", "cpu", "--config"])
+        .arg(&config)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let s = state(&out).unwrap();
+    assert!(
+        s["finished"].as_str().unwrap().starts_with("converged"),
+        "{s}"
+    );
+    assert_eq!(done(&s, 1), ["sample", "select"]);
+    let o = mlff(&["distill", "--device", "cpu", "--resume", "--out"], &out);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(!err.contains("iteration 1: Label"), "{err}");
+    let s = state(&out).unwrap();
+    assert!(
+        s["finished"].as_str().unwrap().starts_with("converged"),
+        "{s}"
+    );
+    assert_eq!(done(&s, 1), ["sample", "select"]);
+}

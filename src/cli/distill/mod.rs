@@ -148,27 +148,28 @@ fn drive(run: &Run, state: &mut RunState, state_path: &Path, stop: &StopFlag) ->
             ],
         };
         for &phase in phases {
-            if state.iteration(i).is_done(phase) {
-                continue;
-            }
-            if let Some(signal) = stop.raised() {
-                return Ok(interrupted(signal));
-            }
-            eprintln!("== iteration {i}: {phase:?}");
-            // A signal also reaches the teacher's processes, whose failure it then explains.
-            let code = match phases::run_phase(run, state, i, phase) {
-                Err(_) if stop.raised().is_some() => {
-                    return Ok(interrupted(stop.raised().unwrap_or(2)));
+            if !state.iteration(i).is_done(phase) {
+                if let Some(signal) = stop.raised() {
+                    return Ok(interrupted(signal));
                 }
-                other => other?,
-            };
-            if code != ExitCode::SUCCESS {
+                eprintln!("== iteration {i}: {phase:?}");
+                // A signal also reaches the teacher's processes, whose failure it explains.
+                let code = match phases::run_phase(run, state, i, phase) {
+                    Err(_) if stop.raised().is_some() => {
+                        return Ok(interrupted(stop.raised().unwrap_or(2)));
+                    }
+                    other => other?,
+                };
+                if code != ExitCode::SUCCESS {
+                    state.save(state_path)?;
+                    return Ok(code);
+                }
+                state.iteration(i).done.push(phase);
                 state.save(state_path)?;
-                return Ok(code);
+                report(run, state)?;
             }
-            state.iteration(i).done.push(phase);
-            state.save(state_path)?;
-            report(run, state)?;
+            // Checked on a resumed run too: a converged run stays converged unless
+            // --disagreement is lowered.
             if phase == Phase::Select {
                 if let Some(why) = converged(run, state, i) {
                     state.finished = Some(why);
