@@ -538,3 +538,23 @@ fn a_converged_run_stays_converged_when_resumed() {
     );
     assert_eq!(done(&s, 1), ["sample", "select"]);
 }
+
+#[test]
+fn scratch_folders_of_dead_labelling_runs_are_removed() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut gone = Command::new("true").spawn().unwrap();
+    let dead = gone.id();
+    gone.wait().unwrap();
+    let own = std::process::id();
+    for name in [
+        format!("label-work-{dead}"),
+        format!("label-work-{own}"),
+        "student-0".into(),
+    ] {
+        std::fs::create_dir(dir.path().join(name)).unwrap();
+    }
+    mlff_distiller::distill::clean_stale_work(dir.path(), "label-work-");
+    assert!(!dir.path().join(format!("label-work-{dead}")).exists());
+    assert!(dir.path().join(format!("label-work-{own}")).exists());
+    assert!(dir.path().join("student-0").exists());
+}

@@ -24,4 +24,4 @@ pub use config::{
 pub use report::{budget_plot, markdown};
 pub use select::{close_contact, disagreement, most_disputed};
 pub use state::{GroupErrors, HeldOut, Iteration, Phase, RunState, StabilityRow, STATE_FORMAT};
-pub use teacher::{label, teacher_md, teacher_seconds, TeacherMdJob};
+pub use teacher::{clean_stale_work, label, teacher_md, teacher_seconds, TeacherMdJob};

@@ -202,6 +202,23 @@ pub fn label(
     Ok(labelled)
 }
 
+/// Removes the `PREFIX-PID` scratch folders in `dir` whose process is gone (what a killed
+/// labelling left); those of live processes stay.
+pub fn clean_stale_work(dir: &Path, prefix: &str) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let pid = name
+            .strip_prefix(prefix)
+            .and_then(|p| p.parse::<u32>().ok());
+        if pid.is_some_and(|pid| !crate::fsutil::process_alive(pid)) {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
 /// Seconds the teacher spent on `frames`: their `teacher_time_s`, and `hvp_time_s` where a
 /// Hessian-vector label took two more calls.
 pub fn teacher_seconds(frames: &[Structure]) -> f64 {

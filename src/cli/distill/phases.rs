@@ -371,7 +371,9 @@ fn label(run: &Run, state: &mut RunState, i: usize) -> Result<()> {
     let dir = run.iter_dir(i);
     let selected = read_extxyz(&dir.join("selected.extxyz"))?;
     let started = Instant::now();
-    // Per process: workers a killed run left behind cannot write into this attempt's files.
+    // Per process: workers a killed run left behind cannot write into this attempt's files;
+    // the folders of attempts whose process is gone are removed.
+    d::clean_stale_work(&dir, "label-work-");
     let work = dir.join(format!("label-work-{}", std::process::id()));
     let labelled = d::label(&run.cfg.teacher, &selected, &work, i as u64)?;
     write_extxyz(&dir.join("labelled.extxyz"), &labelled)?;
