@@ -281,8 +281,8 @@ fn budget_spent(run: &Run, state: &RunState, i: usize) -> Option<String> {
 }
 
 /// Whether the committee agrees on the fresh student-MD frames of iteration `i`.
-fn converged(run: &Run, state: &mut RunState, i: usize) -> Option<String> {
-    let d = state.iteration(i).disagreement_md_mean?;
+fn converged(run: &Run, state: &RunState, i: usize) -> Option<String> {
+    let d = state.iterations.get(i)?.disagreement_md_mean?;
     (d < run.cfg.stop.disagreement).then(|| {
         format!(
             "converged: committee disagreement {:.2} meV/Å on iteration {i}'s student-MD \
