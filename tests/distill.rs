@@ -115,19 +115,31 @@ fn bad_configs_name_the_field() {
         assert!(err.contains(want), "{json}: {err}");
         assert!(err.contains(&p.display().to_string()), "{err}");
         let out = dir.path().join(format!("run{k}"));
-        let o = mlff(&["distill", "--config", p.to_str().unwrap(), "--out"], &out);
+        let o = distill(Some(&p), &out).output().unwrap();
         assert_eq!(o.status.code(), Some(1));
         assert!(String::from_utf8_lossy(&o.stderr).contains(want));
         assert!(!out.join("state.json").exists());
     }
 }
 
-fn mlff(args: &[&str], last: &Path) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_mlff"))
-        .args(args)
-        .arg(last)
-        .output()
-        .unwrap()
+/// `mlff distill --device cpu --out OUT`, from `config` (a new run) or `--resume`.
+fn distill(config: Option<&Path>, out: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_mlff"));
+    c.args(["distill", "--device", "cpu", "--out"]).arg(out);
+    match config {
+        Some(config) => c.arg("--config").arg(config),
+        None => c.arg("--resume"),
+    };
+    c
+}
+
+/// Whether the teacher bridge can run here (python3 with ASE), saying so where not.
+fn bridge_available() -> bool {
+    let ok = common::ase_available();
+    if !ok {
+        eprintln!("skipped: python3 cannot import ASE (the teacher bridge needs it)");
+    }
+    ok
 }
 
 /// A 7-atom carbon cluster, a tiny student and a loop sized for a debug build.
@@ -196,8 +208,7 @@ fn frame_errors(calc: &PainnCalculator, frames: &[Structure]) -> Vec<f64> {
 
 #[test]
 fn the_loop_selects_what_the_student_gets_wrong_learns_from_it_and_resumes_after_a_kill() {
-    if !common::ase_available() {
-        eprintln!("skipped: python3 cannot import ASE (the teacher bridge needs it)");
+    if !bridge_available() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -205,11 +216,7 @@ fn the_loop_selects_what_the_student_gets_wrong_learns_from_it_and_resumes_after
     let out = dir.path().join("run");
     // Killed (SIGKILL: nothing saved on the way out) once iteration 1 has trained its first
     // student and saved an epoch of its second.
-    let mut child = Command::new(env!("CARGO_BIN_EXE_mlff"))
-        .args(["distill", "--device", "cpu", "--config"])
-        .arg(&config)
-        .arg("--out")
-        .arg(&out)
+    let mut child = distill(Some(&config), &out)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -236,11 +243,7 @@ fn the_loop_selects_what_the_student_gets_wrong_learns_from_it_and_resumes_after
     let written = |p: &str| std::fs::metadata(out.join(p)).unwrap().modified().unwrap();
     let member = written("iter-001/student-0/best.safetensors");
 
-    let o = Command::new(env!("CARGO_BIN_EXE_mlff"))
-        .args(["distill", "--device", "cpu", "--resume", "--out"])
-        .arg(&out)
-        .output()
-        .unwrap();
+    let o = distill(None, &out).output().unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{err}");
     assert!(err.contains("resuming"), "{err}");
@@ -349,18 +352,13 @@ fn the_shipped_example_configs_load() {
 
 #[test]
 fn sigint_ends_the_loop_after_the_phase_it_arrives_in() {
-    if !common::ase_available() {
-        eprintln!("skipped: python3 cannot import ASE (the teacher bridge needs it)");
+    if !bridge_available() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
     let config = toy_run(dir.path());
     let out = dir.path().join("run");
-    let child = Command::new(env!("CARGO_BIN_EXE_mlff"))
-        .args(["distill", "--device", "cpu", "--config"])
-        .arg(&config)
-        .arg("--out")
-        .arg(&out)
+    let child = distill(Some(&config), &out)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -420,8 +418,7 @@ fn the_teachers_time_counts_its_hessian_vector_calls() {
 
 #[test]
 fn the_loop_runs_on_a_periodic_cell_with_its_stress() {
-    if !common::ase_available() {
-        eprintln!("skipped: python3 cannot import ASE (the teacher bridge needs it)");
+    if !bridge_available() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -461,17 +458,7 @@ fn the_loop_runs_on_a_periodic_cell_with_its_stress() {
     let config = dir.path().join("distill.json");
     std::fs::write(&config, cfg.to_string()).unwrap();
     let out = dir.path().join("run");
-    let o = mlff(
-        &[
-            "distill",
-            "--device",
-            "cpu",
-            "--out",
-            out.to_str().unwrap(),
-            "--config",
-        ],
-        &config,
-    );
+    let o = distill(Some(&config), &out).output().unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     // The teacher's frames carry its stress, the candidates their cell, and the student is
     // scored on the held-out stress.
@@ -497,8 +484,7 @@ fn the_loop_runs_on_a_periodic_cell_with_its_stress() {
 
 #[test]
 fn a_converged_run_stays_converged_when_resumed() {
-    if !common::ase_available() {
-        eprintln!("skipped: python3 cannot import ASE (the teacher bridge needs it)");
+    if !bridge_available() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -513,13 +499,7 @@ fn a_converged_run_stays_converged_when_resumed() {
     cfg["stability"] = serde_json::json!({"steps": 0});
     std::fs::write(&config, cfg.to_string()).unwrap();
     let out = dir.path().join("run");
-    let o = Command::new(env!("CARGO_BIN_EXE_mlff"))
-        .args(["distill", "--device", "cpu", "--config"])
-        .arg(&config)
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .unwrap();
+    let o = distill(Some(&config), &out).output().unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let s = state(&out).unwrap();
     assert!(
@@ -527,7 +507,7 @@ fn a_converged_run_stays_converged_when_resumed() {
         "{s}"
     );
     assert_eq!(done(&s, 1), ["sample", "select"]);
-    let o = mlff(&["distill", "--device", "cpu", "--resume", "--out"], &out);
+    let o = distill(None, &out).output().unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{err}");
     assert!(!err.contains("iteration 1: Label"), "{err}");

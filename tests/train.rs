@@ -163,22 +163,15 @@ fn force_loss_gradients_match_finite_differences() {
     {
         let t = trainer(&train, mode, (ew, fw), DType::F64);
         let idx = [0usize, 2, 5];
-        let (_, grads) = t.loss_and_grads(&idx).unwrap();
         let probes = [
-            ("filter.weight", 3usize, 2usize),
+            ("filter.weight", 3, 2),
             ("blocks.0.message.context1.weight", 1, 4),
             ("blocks.1.update.mix.weight", 5, 2),
             ("blocks.1.update.context2.bias", 0, 7),
             ("embedding.weight", 1, 3),
         ];
-        for (name, r, c) in probes {
-            let (analytic, fd) = gradient_and_difference(&t, &idx, &grads, (name, r, c));
-            let err = (fd - analytic).abs() / analytic.abs().max(1e-3);
-            assert!(
-                err < 1e-5,
-                "{mode:?} w_E={ew} w_F={fw} {name}[{r},{c}]: fd {fd} vs backprop {analytic}"
-            );
-        }
+        let label = format!("{mode:?} w_E={ew} w_F={fw}");
+        assert_gradients_match_differences(&t, &idx, &probes, &label);
     }
 }
 
@@ -586,15 +579,9 @@ fn stress_loss_and_its_gradients() {
     let v = with.validate().unwrap();
     assert!(v.stress_mae.is_some());
 
-    let (_, grads) = with.loss_and_grads(&idx).unwrap();
-    for (name, r, c) in [
-        ("filter.weight", 3usize, 2usize),
+    let probes = [
+        ("filter.weight", 3, 2),
         ("blocks.1.update.mix.weight", 5, 2),
-    ] {
-        let (analytic, fd) = gradient_and_difference(&with, &idx, &grads, (name, r, c));
-        assert!(
-            (fd - analytic).abs() < 1e-5 * analytic.abs().max(1e-3),
-            "{name}[{r},{c}]: fd {fd} vs backprop {analytic}"
-        );
-    }
+    ];
+    assert_gradients_match_differences(&with, &idx, &probes, "stress term:");
 }

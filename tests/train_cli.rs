@@ -19,36 +19,32 @@ fn log_lines(out: &Path) -> Vec<serde_json::Value> {
         .collect()
 }
 
-#[test]
-fn train_resume_and_eval_from_the_command_line() {
-    let dir = tempfile::tempdir().unwrap();
+/// `mlff train` of a tiny model (its config written into `dir`) on the ten aspirin frames,
+/// validating on the same, on the CPU, into `out`, with `args` (epochs, batch size, ...).
+fn train_tiny(dir: &Path, out: &Path, args: &[&str]) -> std::process::Output {
     let config = config_file(
-        dir.path(),
+        dir,
         r#"{"hidden": 8, "n_blocks": 2, "n_rbf": 6, "cutoff": 4.0, "elements": [1, 6, 7, 8]}"#,
     );
     let frames = root().join("data/aspirin_rmd17_10frames.extxyz");
     let (frames, config) = (frames.to_str().unwrap(), config.to_str().unwrap());
+    let mut all = vec![
+        "train", "--train", frames, "--val", frames, "--config", config, "--device", "cpu", "--out",
+    ];
+    all.push(out.to_str().unwrap());
+    all.extend_from_slice(args);
+    mlff(&all)
+}
+
+#[test]
+fn train_resume_and_eval_from_the_command_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let frames = root().join("data/aspirin_rmd17_10frames.extxyz");
+    let frames = frames.to_str().unwrap();
     let out = dir.path().join("run");
     let train = |out: &Path, extra: &[&str]| {
-        let mut args = vec![
-            "train",
-            "--train",
-            frames,
-            "--val",
-            frames,
-            "--config",
-            config,
-            "--epochs",
-            "3",
-            "--batch-size",
-            "4",
-            "--device",
-            "cpu",
-            "--out",
-        ];
-        args.push(out.to_str().unwrap());
-        args.extend_from_slice(extra);
-        mlff(&args)
+        let args = [&["--epochs", "3", "--batch-size", "4"], extra].concat();
+        train_tiny(dir.path(), out, &args)
     };
 
     // A negative or non-finite time limit is refused naming the flag, before any output.
@@ -196,22 +192,9 @@ fn train_fits_stress_labels_from_the_command_line() {
 #[test]
 fn patience_stops_training_on_a_validation_plateau() {
     let dir = tempfile::tempdir().unwrap();
-    let config = config_file(
-        dir.path(),
-        r#"{"hidden": 8, "n_blocks": 2, "n_rbf": 6, "cutoff": 4.0, "elements": [1, 6, 7, 8]}"#,
-    );
-    let frames = root().join("data/aspirin_rmd17_10frames.extxyz");
-    let (frames, config) = (frames.to_str().unwrap(), config.to_str().unwrap());
     let out = dir.path().join("run");
     // Too high a learning rate without warm-up: the validation loss soon stops improving.
-    let o = mlff(&[
-        "train",
-        "--train",
-        frames,
-        "--val",
-        frames,
-        "--config",
-        config,
+    let plateau = [
         "--epochs",
         "40",
         "--batch-size",
@@ -222,11 +205,8 @@ fn patience_stops_training_on_a_validation_plateau() {
         "0",
         "--patience",
         "3",
-        "--device",
-        "cpu",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
+    ];
+    let o = train_tiny(dir.path(), &out, &plateau);
     assert!(o.status.success(), "{}", stderr(&o));
     let log = log_lines(&out);
     // It stops at the first epoch that ends 3 epochs in a row without a better loss.
@@ -254,35 +234,10 @@ fn patience_stops_training_on_a_validation_plateau() {
 #[test]
 fn val_every_validates_and_saves_every_k_epochs_and_at_the_end() {
     let dir = tempfile::tempdir().unwrap();
-    let config = config_file(
-        dir.path(),
-        r#"{"hidden": 8, "n_blocks": 2, "n_rbf": 6, "cutoff": 4.0, "elements": [1, 6, 7, 8]}"#,
-    );
-    let frames = root().join("data/aspirin_rmd17_10frames.extxyz");
-    let (frames, config) = (frames.to_str().unwrap(), config.to_str().unwrap());
     let out = dir.path().join("run");
     let run = |epochs: &str, extra: &[&str]| {
-        let mut args = vec![
-            "train",
-            "--train",
-            frames,
-            "--val",
-            frames,
-            "--config",
-            config,
-            "--epochs",
-            epochs,
-            "--batch-size",
-            "4",
-            "--val-every",
-            "3",
-            "--device",
-            "cpu",
-            "--out",
-        ];
-        args.push(out.to_str().unwrap());
-        args.extend_from_slice(extra);
-        mlff(&args)
+        let cadence = ["--epochs", epochs, "--batch-size", "4", "--val-every", "3"];
+        train_tiny(dir.path(), &out, &[&cadence[..], extra].concat())
     };
     let epochs = || -> Vec<u64> {
         let lines = log_lines(&out);

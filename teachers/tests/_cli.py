@@ -59,3 +59,15 @@ def strain_derivative(atoms, calc, d):
             es.append(a.get_potential_energy())
         out.append((es[0] - es[1]) / (2 * d) / atoms.get_volume())
     return out
+
+
+def force_by_difference(atoms, calc, i, k, h):
+    """-dE/dx of atom i along axis k by central differences of `calc`'s energy, step h (Å):
+    what `atoms.get_forces()[i, k]` should equal."""
+    p = atoms.copy()
+    p.calc = calc
+    p.positions[i, k] += h
+    ep = p.get_potential_energy()
+    p.positions[i, k] -= 2 * h
+    em = p.get_potential_energy()
+    return -(ep - em) / (2 * h)

@@ -11,7 +11,7 @@ import time
 import numpy as np
 import pytest
 
-from _cli import assert_clean_error, run, strain_derivative
+from _cli import assert_clean_error, force_by_difference, run, strain_derivative
 
 import ase.io  # noqa: E402
 from ase import Atoms  # noqa: E402
@@ -78,13 +78,7 @@ def test_morse_forces_are_minus_gradient():
     assert np.abs(f).max() > 0.1 and np.abs(f.sum(axis=0)).max() < 1e-10
     h = 1e-5
     for i, k in ((0, 0), (3, 1), (6, 2)):
-        p = atoms.copy()
-        p.calc = atoms.calc
-        p.positions[i, k] += h
-        ep = p.get_potential_energy()
-        p.positions[i, k] -= 2 * h
-        em = p.get_potential_energy()
-        assert -(ep - em) / (2 * h) == pytest.approx(f[i, k], abs=1e-6)
+        assert force_by_difference(atoms, atoms.calc, i, k, h) == pytest.approx(f[i, k], abs=1e-6)
 
 
 def _periodic_carbon():

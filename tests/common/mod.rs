@@ -54,14 +54,19 @@ pub fn model(cfg: &PainnConfig, seed: u64, dtype: DType, dev: &Device) -> Painn 
     Painn::new(cfg, VarBuilder::from_tensors(tensors, dtype, dev)).unwrap()
 }
 
-/// `frames` with energies and forces from a random model of `cfg` (seed 99, f64, CPU): a
-/// teacher for training tests.
-pub fn labelled(cfg: &PainnConfig, mut frames: Vec<Structure>) -> Vec<Structure> {
-    let teacher = PainnCalculator::new(
+/// The random "teacher" PaiNN (seed 99, f64, CPU) that labels the test frames.
+pub fn teacher(cfg: &PainnConfig) -> PainnCalculator {
+    PainnCalculator::new(
         model(cfg, 99, DType::F64, &Device::Cpu),
         Device::Cpu,
         DType::F64,
-    );
+    )
+}
+
+/// `frames` with energies and forces from a random model of `cfg` (seed 99, f64, CPU): a
+/// teacher for training tests.
+pub fn labelled(cfg: &PainnConfig, mut frames: Vec<Structure>) -> Vec<Structure> {
+    let teacher = teacher(cfg);
     let batch = mlff_distiller::Batch::new(frames.clone()).unwrap();
     let pred = mlff_distiller::Calculator::compute(&teacher, &batch).unwrap();
     for (s, (e, f)) in frames
@@ -78,11 +83,7 @@ pub fn labelled(cfg: &PainnConfig, mut frames: Vec<Structure>) -> Vec<Structure>
 /// (9 values, as `teachers/label.py` writes it).
 pub fn stress_labelled(cfg: &PainnConfig, frames: Vec<Structure>) -> Vec<Structure> {
     let mut frames = labelled(cfg, frames);
-    let teacher = PainnCalculator::new(
-        model(cfg, 99, DType::F64, &Device::Cpu),
-        Device::Cpu,
-        DType::F64,
-    );
+    let teacher = teacher(cfg);
     let batch = mlff_distiller::Batch::new(frames.clone()).unwrap();
     let got = teacher.compute_with_stress(&batch).unwrap();
     for (s, sigma) in frames.iter_mut().zip(got.stresses) {
@@ -296,6 +297,26 @@ pub fn gradient_and_difference(
     (analytic, fd)
 }
 
+/// Asserts that `t`'s loss gradients on frames `idx` equal central differences of the loss at
+/// each probe (weight, row, column), to 1e-5 relative (absolute below 1e-3); `label` heads
+/// the message.
+pub fn assert_gradients_match_differences(
+    t: &mlff_distiller::train::Trainer,
+    idx: &[usize],
+    probes: &[(&str, usize, usize)],
+    label: &str,
+) {
+    let (_, grads) = t.loss_and_grads(idx).unwrap();
+    for &(name, r, c) in probes {
+        let (analytic, fd) = gradient_and_difference(t, idx, &grads, (name, r, c));
+        let err = (fd - analytic).abs() / analytic.abs().max(1e-3);
+        assert!(
+            err < 1e-5,
+            "{label} {name}[{r},{c}]: fd {fd} vs backprop {analytic}"
+        );
+    }
+}
+
 /// For tests that differentiate a force loss: candle reads this once per thread, before the
 /// first backward, to keep the graph of a backward pass differentiable.
 pub fn second_order() {
@@ -328,11 +349,7 @@ pub fn hvp_column(name: &str, rows: &[[f64; 3]]) -> ExtraArray {
 /// `teachers/label.py --hessian-vectors` writes them.
 pub fn hvp_labelled(cfg: &PainnConfig, frames: Vec<Structure>) -> Vec<Structure> {
     let mut frames = labelled(cfg, frames);
-    let teacher = PainnCalculator::new(
-        model(cfg, 99, DType::F64, &Device::Cpu),
-        Device::Cpu,
-        DType::F64,
-    );
+    let teacher = teacher(cfg);
     for (k, s) in frames.iter_mut().enumerate() {
         let v = direction(s.len(), 1000 + k as u64);
         let hv = mlff_distiller::train::hessian_vector_products(

@@ -39,6 +39,38 @@ fn shipped_calculator(dev: &Device, dtype: DType, ops: Backend) -> PainnCalculat
     )
 }
 
+/// A trainer (f64, on `dev`) of `data`, its loss on the first four frames and that loss's
+/// gradient for `filter.weight`: what the CUDA-vs-CPU checks of a loss term compare.
+fn loss_and_gradient(
+    cfg: &mlff_distiller::model::PainnConfig,
+    train: &mlff_distiller::train::TrainConfig,
+    data: &mlff_distiller::train::Dataset,
+    dev: &Device,
+) -> (mlff_distiller::train::Trainer, f64, Vec<f64>) {
+    std::env::set_var("CANDLE_GRAD_DO_NOT_DETACH", "1");
+    let t =
+        mlff_distiller::train::Trainer::new(cfg, train, data, data, dev, DType::F64, None).unwrap();
+    let (loss, grads) = t.loss_and_grads(&[0, 1, 2, 3]).unwrap();
+    let vars = t.optimizer().vars();
+    let var = vars.iter().find(|(n, _)| n == "filter.weight").unwrap();
+    let g = grads.get(var.1.as_tensor()).unwrap();
+    let g = g.flatten_all().unwrap().to_vec1::<f64>().unwrap();
+    (t, loss, g)
+}
+
+/// CUDA's loss within 1e-9 of the CPU's, its gradient within 1e-8 of the largest component.
+fn assert_same_loss(cpu: (f64, &[f64]), cuda: (f64, &[f64])) {
+    let ((l_cpu, g_cpu), (l_gpu, g_gpu)) = (cpu, cuda);
+    assert!(
+        (l_cpu - l_gpu).abs() < 1e-9 * l_cpu.abs(),
+        "{l_gpu} vs {l_cpu}"
+    );
+    let scale = g_cpu.iter().fold(0.0f64, |m, x| m.max(x.abs()));
+    for (x, y) in g_cpu.iter().zip(g_gpu) {
+        assert!((x - y).abs() < 1e-8 * scale, "gradient {y} vs {x}");
+    }
+}
+
 fn assert_agree(label: &str, a: &Prediction, b: &Prediction, e_rel: f64, f_rel: f64) {
     for (k, (ea, eb)) in a.energies.iter().zip(&b.energies).enumerate() {
         assert!(

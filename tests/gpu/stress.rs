@@ -2,7 +2,7 @@
 //! every backend, a batch of boxes (orthorhombic, triclinic) and a molecule.
 
 use crate::common::*;
-use crate::{cuda, shipped_calculator};
+use crate::{assert_same_loss, cuda, loss_and_gradient, shipped_calculator};
 use candle_core::{DType, Device};
 use mlff_distiller::model::Backend;
 use mlff_distiller::stress::voigt;
@@ -87,8 +87,7 @@ fn cuda_atom_virials_match_cpu() {
 /// a weight gradient equal the CPU's (f64).
 #[test]
 fn cuda_stress_loss_matches_cpu() {
-    use mlff_distiller::train::{Dataset, ForceGradient, TrainConfig, Trainer};
-    std::env::set_var("CANDLE_GRAD_DO_NOT_DETACH", "1");
+    use mlff_distiller::train::{Dataset, ForceGradient, TrainConfig};
     let cfg = small_config();
     let frames: Vec<_> = (0..4)
         .map(|k| random_box(8 + k, 0.2, 60 + k as u64))
@@ -104,23 +103,9 @@ fn cuda_stress_loss_matches_cpu() {
         ..TrainConfig::default()
     };
     let run = |dev: &Device| {
-        let t = Trainer::new(&cfg, &train, &data, &data, dev, DType::F64, None).unwrap();
-        let (loss, grads) = t.loss_and_grads(&[0, 1, 2, 3]).unwrap();
-        let var = t
-            .optimizer()
-            .vars()
-            .iter()
-            .find(|(n, _)| n == "filter.weight");
-        let g = grads.get(var.unwrap().1.as_tensor()).unwrap();
-        (loss, g.flatten_all().unwrap().to_vec1::<f64>().unwrap())
+        let (_, loss, g) = loss_and_gradient(&cfg, &train, &data, dev);
+        (loss, g)
     };
     let ((l_cpu, g_cpu), (l_gpu, g_gpu)) = (run(&Device::Cpu), run(&cuda()));
-    assert!(
-        (l_cpu - l_gpu).abs() < 1e-9 * l_cpu.abs(),
-        "{l_gpu} vs {l_cpu}"
-    );
-    let scale = g_cpu.iter().fold(0.0f64, |m, x| m.max(x.abs()));
-    for (x, y) in g_cpu.iter().zip(&g_gpu) {
-        assert!((x - y).abs() < 1e-8 * scale, "gradient {y} vs {x}");
-    }
+    assert_same_loss((l_cpu, &g_cpu), (l_gpu, &g_gpu));
 }
