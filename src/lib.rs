@@ -7,6 +7,7 @@ pub mod checkpoint;
 pub mod cli;
 pub mod device;
 pub mod distill;
+pub mod domain;
 pub mod elements;
 pub mod error;
 pub mod eval;

@@ -304,14 +304,20 @@ pub struct FusedForward<'a> {
 impl FusedForward<'_> {
     /// Forces [N, 3] in eV/Å: −∂(Σ atom energies)/∂x by the explicit adjoint.
     pub fn forces(&self) -> Result<Tensor> {
-        self.adjoint(false)
+        self.adjoint(false, None)
+    }
+
+    /// Forces [N, 3] of Σ w_i E_i (weights \[N\] in the model's dtype): with w 1 on a domain's
+    /// own atoms and 0 on its ghosts, the forces of the domain's energy (`crate::domain`).
+    pub fn weighted_forces(&self, weights: &Tensor) -> Result<Tensor> {
+        self.adjoint(false, Some(weights))
     }
 
     /// The forces [N, 3] and, gathered in the same kernel, every atom's virial [N, 3, 3]:
     /// Σ over its edges e (i ← j) of r_e ⊗ F_e, with r_e = x_j − x_i + offset and
     /// F_e = −∂(Σ atom energies)/∂r_e (their sum is the structure's virial W = −∂E/∂ε).
     pub fn forces_and_virials(&self) -> Result<(Tensor, Tensor)> {
-        let both = self.adjoint(true)?;
+        let both = self.adjoint(true, None)?;
         let n = self.positions.dim(0)?;
         Ok((
             both.narrow(0, 0, n)?,
@@ -319,7 +325,7 @@ impl FusedForward<'_> {
         ))
     }
 
-    fn adjoint(&self, virial: bool) -> Result<Tensor> {
+    fn adjoint(&self, virial: bool, weights: Option<&Tensor>) -> Result<Tensor> {
         let (m, x, basis) = (self.model, self.inputs, &self.basis);
         // Every atom energy has gradient −1: the adjoint carries −E's, so it ends in the forces.
         let (plan, path) = (&self.plan, self.plan.dense_atoms);
@@ -330,6 +336,10 @@ impl FusedForward<'_> {
                 m.readout.adjoint_from_hidden(pre, g_hidden, path)?
             }
         };
+        // Each atom's energy depends on its own last state alone: a weight scales its row.
+        if let Some(w) = weights {
+            gx = gx.broadcast_mul(&w.unsqueeze(1)?)?;
+        }
         let mut next: Option<(Tensor, Tensor, Tensor)> = None;
         let mut g_basis: Option<Tensor> = None;
         for (b, t) in m.blocks.iter().zip(&self.tape).rev() {
