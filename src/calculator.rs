@@ -249,6 +249,26 @@ impl PainnCalculator {
         Prediction::from_device(batch, &energies, &forces)
     }
 
+    /// [`Calculator::compute`] and every atom's energy (eV, the terms each structure's energy
+    /// sums), split by structure as `batch` holds its atoms.
+    pub fn compute_with_atom_energies(&self, batch: &Batch) -> Result<(Prediction, Vec<Vec<f64>>)> {
+        let batch = wrap_batch(batch)?;
+        let nl = batch_neighbor_list(&batch, self.model.config().cutoff)?;
+        let (inputs, positions) = self.prepare_with(&batch, &nl)?;
+        let (atom_energies, forces) =
+            atom_energies_and_forces(self, &inputs, &positions, &mut NoClock)?;
+        let atom_energies = atom_energies.to_dtype(DType::F64)?;
+        let energies = self.model.backend().scatter_add(
+            &atom_energies,
+            &inputs.atom_structure,
+            inputs.n_structures,
+        )?;
+        let prediction = Prediction::from_device(&batch, &energies, &forces)?;
+        let all = atom_energies.to_vec1::<f64>()?;
+        let split = batch.offsets.windows(2).map(|w| all[w[0]..w[1]].to_vec());
+        Ok((prediction, split.collect()))
+    }
+
     /// Energies and forces on the device: one forward and one backward for the whole batch.
     pub fn compute_device(&self, inputs: &PainnInputs, positions: &Var) -> Result<DeviceOutput> {
         let (atom_energies, forces) =

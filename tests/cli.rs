@@ -264,3 +264,56 @@ fn predict_refuses_overlapping_atoms_and_non_finite_results() {
     let frames = root().join("data/aspirin_rmd17_10frames.extxyz");
     refused(predict(&poisoned, &frames), &["frame 0", "not finite"]);
 }
+
+#[test]
+fn predict_energies_writes_each_atoms_energy() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("pred.extxyz");
+    let model = root().join("models/painn-gfn2.safetensors");
+    let frames = root().join("data/aspirin_rmd17_10frames.extxyz");
+    let args = ["predict", model.to_str().unwrap(), frames.to_str().unwrap()];
+    let o = mlff(&[&args[..], &["-o", out.to_str().unwrap(), "--device", "cpu"]].concat());
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let plain = mlff_distiller::io::read_extxyz(&out).unwrap();
+    assert!(plain[0].arrays.iter().all(|a| a.name != "energies"));
+    let flags = ["--energies", "--dtype", "f64", "--overwrite"];
+    let o = mlff(
+        &[
+            &args[..],
+            &["-o", out.to_str().unwrap(), "--device", "cpu"],
+            &flags,
+        ]
+        .concat(),
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let calc = mlff_distiller::PainnCalculator::from_checkpoint(
+        &model,
+        &candle_core::Device::Cpu,
+        candle_core::DType::F64,
+    )
+    .unwrap();
+    for (k, s) in mlff_distiller::io::read_extxyz(&out)
+        .unwrap()
+        .iter()
+        .enumerate()
+    {
+        let column = s.arrays.iter().find(|a| a.name == "energies").unwrap();
+        let e: Vec<f64> = column.values.iter().map(|v| v.parse().unwrap()).collect();
+        assert_eq!(e.len(), s.len());
+        let sum: f64 = e.iter().sum();
+        assert!(
+            (sum - s.energy.unwrap()).abs() < 1e-9 * sum.abs(),
+            "frame {k}"
+        );
+        // The same terms by the other route that gives them: a domain of local atoms only.
+        let dom = calc
+            .compute_domain(&s.numbers, &s.positions, s.len())
+            .unwrap();
+        for (i, (a, b)) in e.iter().zip(&dom.atom_energies).enumerate() {
+            assert!(
+                (a - b).abs() < 1e-10 * b.abs(),
+                "frame {k}, atom {i}: {a} vs {b}"
+            );
+        }
+    }
+}

@@ -36,6 +36,10 @@ pub struct PredictArgs {
     /// the force kernel gathers at atom i (with --stress; --backend fused).
     #[arg(long, requires = "stress")]
     virials: bool,
+    /// Also every atom's energy as the per-atom column `energies` (eV; ASE's
+    /// `atoms.get_potential_energies()` reads it back): the terms each frame's energy sums.
+    #[arg(long)]
+    energies: bool,
     #[command(flatten)]
     run: ModelArgs,
     #[command(flatten)]
@@ -84,24 +88,27 @@ pub fn run(a: PredictArgs) -> Result<()> {
         // nothing has been written yet.
         pred.check_finite()
             .map_err(|e| super::at_frame(e, |k| (a.input.clone(), first + k)))?;
+        let atom_energies = match a.energies {
+            true => model
+                .compute_with_atom_energies(&batch)
+                .map_err(|e| super::at_frame(e, |k| (a.input.clone(), first + k)))?
+                .1
+                .into_iter()
+                .map(Some)
+                .collect(),
+            false => vec![None; chunk.len()],
+        };
         let results = (pred.energies.into_iter().zip(pred.forces))
             .zip(stresses)
-            .zip(virials);
-        for (s, (((e, f), sigma), w)) in chunk.iter().zip(results) {
+            .zip(virials)
+            .zip(atom_energies);
+        for (s, ((((e, f), sigma), w), ea)) in chunk.iter().zip(results) {
             let mut s = with_prediction(s.clone(), e, f);
+            if let Some(ea) = ea {
+                set_column(&mut s, "energies", 1, ea.iter());
+            }
             if let Some(w) = w {
-                s.arrays.retain(|x| x.name != "virials");
-                s.arrays.push(ExtraArray {
-                    name: "virials".into(),
-                    kind: 'R',
-                    ncols: 9,
-                    values: w
-                        .iter()
-                        .flatten()
-                        .flatten()
-                        .map(|x| format!("{x:?}"))
-                        .collect(),
-                });
+                set_column(&mut s, "virials", 9, w.iter().flatten().flatten());
             }
             if let Some(sigma) = sigma {
                 anyhow::ensure!(
@@ -130,6 +137,22 @@ pub fn run(a: PredictArgs) -> Result<()> {
         eprintln!("wrote {} frames to {}", out.len(), path.display());
     }
     Ok(())
+}
+
+/// Sets the per-atom real column `name` (`ncols` values per atom), replacing one read in.
+fn set_column<'a>(
+    s: &mut Structure,
+    name: &str,
+    ncols: usize,
+    values: impl Iterator<Item = &'a f64>,
+) {
+    s.arrays.retain(|x| x.name != name);
+    s.arrays.push(ExtraArray {
+        name: name.into(),
+        kind: 'R',
+        ncols,
+        values: values.map(|x| format!("{x:?}")).collect(),
+    });
 }
 
 /// Puts the prediction in `energy`/`forces`, moving any input labels to `ref_*`.
