@@ -1,0 +1,105 @@
+/* mlff.h: the C interface to mlff-distiller's PaiNN students (libmlff_capi).
+ *
+ * Units as ASE and LAMMPS `units metal`: Å, eV, eV/Å. A model is loaded once onto a device and
+ * keeps its weights and buffers there between calls. Every function that can fail returns an
+ * mlff_status; on failure mlff_last_error() gives a message naming the cause (the file, the
+ * atom, the argument). No Rust types cross this boundary and nothing here panics across it.
+ *
+ * A model handle may be used from one thread at a time. */
+#ifndef MLFF_H
+#define MLFF_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+  MLFF_OK = 0,
+  /* A null pointer, a negative count, an unknown device or dtype. */
+  MLFF_ERROR_ARGUMENT = 1,
+  /* The checkpoint cannot be read or is not a PaiNN student. */
+  MLFF_ERROR_MODEL = 2,
+  /* Atoms the model cannot take: an element it does not know, a non-finite position. */
+  MLFF_ERROR_INPUT = 3,
+  /* The device cannot be opened (no CUDA in this build, no such GPU). */
+  MLFF_ERROR_DEVICE = 4,
+  /* The computation failed or gave non-finite energies or forces (overlapping atoms). */
+  MLFF_ERROR_COMPUTE = 5,
+  /* A bug inside the library: please report it with the message. */
+  MLFF_ERROR_INTERNAL = 6
+} mlff_status;
+
+typedef struct mlff_model mlff_model;
+
+/* The message of the last failed call on this thread ("" when none); valid until the next call
+ * on this thread. */
+const char *mlff_last_error(void);
+
+/* The library's version, e.g. "0.1.0". */
+const char *mlff_version(void);
+
+/* Number of CUDA devices this build and machine have (0 without the `cuda` feature). */
+int mlff_cuda_device_count(void);
+
+/* The atomic number of an element symbol ("O", "Cl"; case ignored), 0 when it is none. */
+int mlff_atomic_number(const char *symbol);
+
+/* Loads a checkpoint (.safetensors) onto `device` ("cpu", "cuda", "cuda:N" or "auto") in
+ * `dtype_bits` 32 or 64. On success *out is a handle to free with mlff_model_free. */
+mlff_status mlff_model_load(const char *path, const char *device, int dtype_bits,
+                            mlff_model **out);
+
+/* Frees a handle from mlff_model_load (null is allowed). */
+void mlff_model_free(mlff_model *model);
+
+/* The model's interaction cutoff in Å. */
+double mlff_model_cutoff(const mlff_model *model);
+
+/* Its number of message-passing blocks. */
+int mlff_model_n_blocks(const mlff_model *model);
+
+/* Blocks x cutoff in Å: how far a local atom's energy can feel another atom, so how far ghost
+ * atoms must reach for a domain's energy and forces to be exact. */
+double mlff_model_receptive_field(const mlff_model *model);
+
+/* Its number of elements; mlff_model_elements writes their atomic numbers to `numbers`
+ * (room for mlff_model_n_elements values). */
+int mlff_model_n_elements(const mlff_model *model);
+mlff_status mlff_model_elements(const mlff_model *model, int32_t *numbers);
+
+/* One domain of a (possibly periodic) system: `n_all` atoms, the first `n_local` owned here and
+ * the rest ghosts (copies of atoms owned elsewhere, periodic images included), which should
+ * reach mlff_model_receptive_field from every local atom. The neighbour list is built inside,
+ * without a cell.
+ *
+ *   positions      [n_all * 3] Å, row-major
+ *   numbers        [n_all] atomic numbers
+ *   energy         (out) the sum of the local atoms' energies, eV
+ *   atom_energies  (out, may be null) [n_local] energy of each local atom, eV
+ *   forces         (out, may be null) [n_all * 3] -dE/dx on every atom, ghosts included (add
+ *                  a ghost's force to its owner: LAMMPS's reverse communication), eV/Å
+ *   virial         (out, may be null) [9] row-major W = sum over all atoms of x (x) f, eV: this
+ *                  domain's share of the system's -dE/d(strain) (summed over domains, its
+ *                  symmetric part); LAMMPS's virial[] is its xx, yy, zz, xy, xz, yz.
+ *
+ * Over all domains the energies, the forces (summed onto owners) and the virials add up to the
+ * whole system's. */
+mlff_status mlff_compute(mlff_model *model, int64_t n_all, int64_t n_local,
+                         const double *positions, const int32_t *numbers, double *energy,
+                         double *atom_energies, double *forces, double *virial);
+
+/* A whole cell periodic along a, b and c as one domain: all `n` atoms local, their periodic
+ * images taken from the cell instead of ghosts (what a single rank needs: no ghost shell to
+ * compute). `cell` [9] row-major, rows a, b, c in Å; the outputs as mlff_compute, forces
+ * [n * 3]; the virial is -dE/d(strain) = -V sigma, symmetric. */
+mlff_status mlff_compute_cell(mlff_model *model, int64_t n, const double *positions,
+                              const int32_t *numbers, const double *cell, double *energy,
+                              double *atom_energies, double *forces, double *virial);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MLFF_H */

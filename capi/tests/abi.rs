@@ -1,0 +1,269 @@
+//! The C interface as C calls it: the shipped student through `mlff_*`, against the library.
+
+use candle_core::{DType, Device};
+use mlff_capi::*;
+use mlff_distiller::model::Backend;
+use mlff_distiller::{Batch, Calculator, PainnCalculator, Structure};
+use std::ffi::{CStr, CString};
+use std::path::PathBuf;
+
+fn shipped() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/painn-gfn2.safetensors")
+}
+
+fn last_error() -> String {
+    unsafe { CStr::from_ptr(mlff_last_error()) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+fn load(path: &str, device: &str, bits: i32) -> (Status, *mut Model) {
+    let (p, d) = (CString::new(path).unwrap(), CString::new(device).unwrap());
+    let mut out = std::ptr::null_mut();
+    let status = unsafe { mlff_model_load(p.as_ptr(), d.as_ptr(), bits, &mut out) };
+    (status, out)
+}
+
+/// A water dimer and a methane: 8 atoms.
+fn molecule() -> Structure {
+    Structure::molecule(
+        vec![8, 1, 1, 8, 1, 1, 6, 1],
+        vec![
+            [0.0, 0.0, 0.0],
+            [0.96, 0.0, 0.0],
+            [-0.24, 0.93, 0.0],
+            [2.9, 0.1, 0.2],
+            [3.3, 0.9, 0.4],
+            [3.3, -0.6, 0.5],
+            [0.5, 3.4, 0.3],
+            [1.5, 3.6, 0.1],
+        ],
+    )
+}
+
+#[test]
+fn a_model_through_the_c_interface_matches_the_library() {
+    let (status, m) = load(shipped().to_str().unwrap(), "cpu", 64);
+    assert_eq!(status, Status::Ok, "{}", last_error());
+    assert_eq!(last_error(), "");
+    unsafe {
+        assert_eq!(mlff_model_cutoff(m), 5.0);
+        assert_eq!(mlff_model_n_blocks(m), 3);
+        assert_eq!(mlff_model_receptive_field(m), 15.0);
+        let n = mlff_model_n_elements(m);
+        let mut zs = vec![0i32; n as usize];
+        assert_eq!(mlff_model_elements(m, zs.as_mut_ptr()), Status::Ok);
+        assert_eq!(zs, [1, 6, 7, 8]);
+    }
+    let s = molecule();
+    let lib = PainnCalculator::from_checkpoint(&shipped(), &Device::Cpu, DType::F64)
+        .unwrap()
+        .with_backend(Backend::Fused);
+    let want = lib.compute(&Batch::new(vec![s.clone()]).unwrap()).unwrap();
+    let x: Vec<f64> = s.positions.iter().flatten().copied().collect();
+    let z: Vec<i32> = s.numbers.iter().map(|&z| i32::from(z)).collect();
+    let n = s.len();
+    // All atoms local: the molecule's energy and forces; then 5 local and 3 ghosts.
+    for n_local in [n, 5] {
+        let (mut e, mut ea, mut f, mut w) = (0.0, vec![0.0; n_local], vec![0.0; 3 * n], [0.0; 9]);
+        let status = unsafe {
+            mlff_compute(
+                m,
+                n as i64,
+                n_local as i64,
+                x.as_ptr(),
+                z.as_ptr(),
+                &mut e,
+                ea.as_mut_ptr(),
+                f.as_mut_ptr(),
+                w.as_mut_ptr(),
+            )
+        };
+        assert_eq!(status, Status::Ok, "{}", last_error());
+        let dom = lib
+            .compute_domain(&s.numbers, &s.positions, n_local)
+            .unwrap();
+        assert_eq!(e, dom.energy);
+        assert_eq!(ea, dom.atom_energies);
+        let rows: Vec<f64> = dom.forces.iter().flatten().copied().collect();
+        assert_eq!(f, rows);
+        for a in 0..3 {
+            for b in 0..3 {
+                let sum: f64 = (0..n).map(|i| x[3 * i + a] * f[3 * i + b]).sum();
+                assert!((w[3 * a + b] - sum).abs() < 1e-12, "virial {a}{b}");
+            }
+        }
+        if n_local == n {
+            assert!((e - want.energies[0]).abs() < 1e-9 * e.abs());
+            for (i, fi) in want.forces[0].iter().enumerate() {
+                for k in 0..3 {
+                    assert!((f[3 * i + k] - fi[k]).abs() < 1e-9, "atom {i}");
+                }
+            }
+        }
+    }
+    // Only the energy asked for: the other outputs may be null.
+    let mut e = 0.0;
+    let null = std::ptr::null_mut();
+    let status = unsafe {
+        mlff_compute(
+            m,
+            n as i64,
+            n as i64,
+            x.as_ptr(),
+            z.as_ptr(),
+            &mut e,
+            null,
+            null,
+            null,
+        )
+    };
+    assert_eq!(status, Status::Ok);
+    assert!((e - want.energies[0]).abs() < 1e-9 * e.abs());
+    unsafe { mlff_model_free(m) };
+}
+
+#[test]
+fn bad_calls_return_a_status_and_name_the_cause() {
+    let (status, m) = load("/nonexistent/student.safetensors", "cpu", 32);
+    assert_eq!(status, Status::Model);
+    assert!(m.is_null());
+    assert!(
+        last_error().contains("/nonexistent/student.safetensors"),
+        "{}",
+        last_error()
+    );
+    let path = shipped();
+    let (status, _) = load(path.to_str().unwrap(), "cpu", 16);
+    assert_eq!(status, Status::Argument);
+    assert!(
+        last_error().contains("dtype_bits is 16"),
+        "{}",
+        last_error()
+    );
+    let (status, _) = load(path.to_str().unwrap(), "tpu", 32);
+    assert_eq!(status, Status::Argument);
+    assert!(
+        last_error().contains("unknown device `tpu`"),
+        "{}",
+        last_error()
+    );
+
+    let (status, m) = load(path.to_str().unwrap(), "cpu", 32);
+    assert_eq!(status, Status::Ok);
+    let s = molecule();
+    let x: Vec<f64> = s.positions.iter().flatten().copied().collect();
+    let mut z: Vec<i32> = s.numbers.iter().map(|&z| i32::from(z)).collect();
+    let mut e = 0.0;
+    let null = std::ptr::null_mut();
+    let call = |m: *mut Model, n_all: i64, n_local: i64, z: &[i32], e: &mut f64| unsafe {
+        mlff_compute(
+            m,
+            n_all,
+            n_local,
+            x.as_ptr(),
+            z.as_ptr(),
+            e,
+            null,
+            null,
+            null,
+        )
+    };
+    assert_eq!(call(m, 8, 9, &z, &mut e), Status::Argument);
+    assert!(last_error().contains("n_local 9"), "{}", last_error());
+    assert_eq!(
+        call(std::ptr::null_mut(), 8, 8, &z, &mut e),
+        Status::Argument
+    );
+    assert!(last_error().contains("model is null"));
+    z[6] = 26;
+    assert_eq!(call(m, 8, 8, &z, &mut e), Status::Input);
+    assert!(
+        last_error().contains("Z=26") && last_error().contains("atom 6"),
+        "{}",
+        last_error()
+    );
+    z[6] = 0;
+    assert_eq!(call(m, 8, 8, &z, &mut e), Status::Input);
+    assert!(
+        last_error().contains("atom 6 has atomic number 0"),
+        "{}",
+        last_error()
+    );
+    unsafe {
+        let o = CString::new("O").unwrap();
+        let bad = CString::new("Xx").unwrap();
+        assert_eq!(mlff_atomic_number(o.as_ptr()), 8);
+        assert_eq!(mlff_atomic_number(bad.as_ptr()), 0);
+        assert_eq!(mlff_atomic_number(std::ptr::null()), 0);
+        mlff_model_free(m);
+    }
+}
+
+#[test]
+fn a_periodic_cell_through_the_c_interface_matches_the_library() {
+    let (status, m) = load(shipped().to_str().unwrap(), "cpu", 64);
+    assert_eq!(status, Status::Ok, "{}", last_error());
+    let cell = [[6.5, 0.0, 0.0], [0.8, 6.2, 0.0], [-0.4, 0.3, 6.0]];
+    let mut s = molecule();
+    s.cell = Some(cell);
+    s.pbc = [true; 3];
+    let lib = PainnCalculator::from_checkpoint(&shipped(), &Device::Cpu, DType::F64)
+        .unwrap()
+        .with_backend(Backend::Fused);
+    let want = lib
+        .compute_with_stress(&Batch::new(vec![s.clone()]).unwrap())
+        .unwrap();
+    let volume = mlff_distiller::stress::stress_volume(&s).unwrap();
+    let x: Vec<f64> = s.positions.iter().flatten().copied().collect();
+    let z: Vec<i32> = s.numbers.iter().map(|&z| i32::from(z)).collect();
+    let c: Vec<f64> = cell.iter().flatten().copied().collect();
+    let n = s.len();
+    let (mut e, mut ea, mut f, mut w) = (0.0, vec![0.0; n], vec![0.0; 3 * n], [0.0; 9]);
+    let status = unsafe {
+        mlff_compute_cell(
+            m,
+            n as i64,
+            x.as_ptr(),
+            z.as_ptr(),
+            c.as_ptr(),
+            &mut e,
+            ea.as_mut_ptr(),
+            f.as_mut_ptr(),
+            w.as_mut_ptr(),
+        )
+    };
+    assert_eq!(status, Status::Ok, "{}", last_error());
+    let e_ref = want.prediction.energies[0];
+    assert!((e - e_ref).abs() < 1e-9 * e_ref.abs());
+    assert!((ea.iter().sum::<f64>() - e_ref).abs() < 1e-9 * e_ref.abs());
+    for (i, fi) in want.prediction.forces[0].iter().enumerate() {
+        for k in 0..3 {
+            assert!((f[3 * i + k] - fi[k]).abs() < 1e-9, "atom {i}");
+        }
+    }
+    let sigma = want.stresses[0].unwrap();
+    for a in 0..3 {
+        for b in 0..3 {
+            let dw = (w[3 * a + b] + volume * sigma[a][b]).abs();
+            assert!(dw < 1e-9, "virial {a}{b} off by {dw}");
+        }
+    }
+    let null = std::ptr::null_mut();
+    let status = unsafe {
+        mlff_compute_cell(
+            m,
+            n as i64,
+            x.as_ptr(),
+            z.as_ptr(),
+            std::ptr::null(),
+            &mut e,
+            null,
+            null,
+            null,
+        )
+    };
+    assert_eq!(status, Status::Argument);
+    assert!(last_error().contains("cell is null"));
+    unsafe { mlff_model_free(m) };
+}
