@@ -1,0 +1,249 @@
+/* pair_style mlff: energies, forces and virial of an mlff-distiller PaiNN student.
+
+   A message-passing model's energy of an atom depends on atoms up to blocks x cutoff away (its
+   receptive field), not just the cutoff. So the style asks LAMMPS for ghost atoms out to the
+   receptive field (init_one returns it, and no neighbour list is requested: the engine builds
+   its own over local + ghost atoms), counts the energies of local atoms only, and returns
+   forces on ghosts too, which LAMMPS adds back to their owners (newton_pair on). Summed over
+   ranks this is exactly the energy, forces and virial of the whole system. On a single rank
+   with a fully periodic box the engine takes the cell instead, and no ghosts are computed. */
+
+#include "pair_mlff.h"
+
+#include "atom.h"
+#include "comm.h"
+#include "domain.h"
+#include "error.h"
+#include "force.h"
+#include "memory.h"
+#include "neighbor.h"
+#include "update.h"
+#include "utils.h"
+
+#include "mlff.h"
+
+#include <mpi.h>
+
+#include <cmath>
+#include <cstring>
+
+using namespace LAMMPS_NS;
+
+PairMLFF::PairMLFF(LAMMPS *lmp) : Pair(lmp)
+{
+  single_enable = 0;
+  restartinfo = 0;
+  one_coeff = 1;
+  manybody_flag = 1;
+  // The virial comes from the engine (sum of x (x) f over local and ghost atoms).
+  no_virial_fdotr_compute = 1;
+  centroidstressflag = CENTROID_NOTAVAIL;
+}
+
+PairMLFF::~PairMLFF()
+{
+  mlff_model_free(model);
+  if (allocated) {
+    memory->destroy(setflag);
+    memory->destroy(cutsq);
+  }
+}
+
+void PairMLFF::fail_all(const std::string &what)
+{
+  error->all(FLERR, "pair_style mlff: " + what);
+  std::abort();    // not reached: error->all does not return
+}
+
+void PairMLFF::allocate()
+{
+  allocated = 1;
+  const int n = atom->ntypes;
+  memory->create(setflag, n + 1, n + 1, "pair:setflag");
+  memory->create(cutsq, n + 1, n + 1, "pair:cutsq");
+  for (int i = 1; i <= n; i++)
+    for (int j = i; j <= n; j++) setflag[i][j] = 0;
+}
+
+/* pair_style mlff [device cpu|cuda|cuda:N|auto] [dtype f32|f64] */
+void PairMLFF::settings(int narg, char **arg)
+{
+  for (int k = 0; k < narg; k += 2) {
+    const std::string key = arg[k];
+    if (k + 1 >= narg) fail_all("keyword `" + key + "` needs a value");
+    const std::string value = arg[k + 1];
+    if (key == "device") {
+      device = value;
+    } else if (key == "dtype") {
+      if (value == "f32" || value == "float32")
+        dtype_bits = 32;
+      else if (value == "f64" || value == "float64")
+        dtype_bits = 64;
+      else
+        fail_all("dtype `" + value + "` is not f32 or f64");
+    } else {
+      fail_all("unknown keyword `" + key + "` (expected device or dtype)");
+    }
+  }
+}
+
+/* A bare `cuda` (or `auto` where there are GPUs) puts each rank of a node on its own GPU,
+   round robin: one rank per GPU. */
+std::string PairMLFF::device_for_this_rank() const
+{
+  if (device != "cuda" && device != "gpu" && device != "auto") return device;
+  const int gpus = mlff_cuda_device_count();
+  if (gpus <= 0) return device;    // auto: the CPU; cuda: the engine's error says why
+  MPI_Comm node;
+  MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, comm->me, MPI_INFO_NULL, &node);
+  int local_rank = 0;
+  MPI_Comm_rank(node, &local_rank);
+  MPI_Comm_free(&node);
+  return "cuda:" + std::to_string(local_rank % gpus);
+}
+
+/* pair_coeff * * MODEL.safetensors E1 E2 ... (one element symbol per atom type) */
+void PairMLFF::coeff(int narg, char **arg)
+{
+  if (!allocated) allocate();
+  const int ntypes = atom->ntypes;
+  if (narg < 3 || std::strcmp(arg[0], "*") != 0 || std::strcmp(arg[1], "*") != 0)
+    fail_all("expected pair_coeff * * MODEL.safetensors followed by one element per atom type");
+  if (narg - 3 != ntypes)
+    fail_all(fmt::format("pair_coeff gives {} element(s) for {} atom type(s); give one element "
+                         "symbol per type, in type order (pair_coeff * * MODEL H O ...)",
+                         narg - 3, ntypes));
+
+  model_path = arg[2];
+  mlff_model_free(model);
+  model = nullptr;
+  const std::string dev = device_for_this_rank();
+  if (mlff_model_load(model_path.c_str(), dev.c_str(), dtype_bits, &model) != MLFF_OK)
+    fail_all(fmt::format("cannot load {} on {}: {}", model_path, dev, mlff_last_error()));
+
+  std::vector<int32_t> known(mlff_model_n_elements(model));
+  mlff_model_elements(model, known.data());
+  std::string known_list;
+  for (int32_t z : known) known_list += " " + std::to_string(z);
+
+  type_z.assign(ntypes + 1, 0);
+  for (int t = 1; t <= ntypes; t++) {
+    const char *symbol = arg[2 + t];
+    const int z = mlff_atomic_number(symbol);
+    if (z == 0)
+      fail_all(fmt::format("`{}` (atom type {}) is not an element symbol", symbol, t));
+    bool found = false;
+    for (int32_t k : known) found = found || (k == z);
+    if (!found)
+      fail_all(fmt::format("element {} (Z={}, atom type {}) is not among the elements of {} "
+                           "(atomic numbers{})",
+                           symbol, z, t, model_path, known_list));
+    type_z[t] = z;
+  }
+  for (int i = 1; i <= ntypes; i++)
+    for (int j = i; j <= ntypes; j++) setflag[i][j] = 1;
+  receptive_field = mlff_model_receptive_field(model);
+}
+
+void PairMLFF::init_style()
+{
+  if (!model) fail_all("no model: pair_coeff * * MODEL.safetensors E1 E2 ... comes first");
+  if (force->newton_pair == 0)
+    fail_all("needs newton_pair on (forces on ghost atoms go back to their owners)");
+  if (std::strcmp(update->unit_style, "metal") != 0)
+    fail_all(fmt::format("needs units metal (Å, eV, ps), not units {}", update->unit_style));
+  // No neighbour list is requested: the engine builds its own over local and ghost atoms.
+  single_cell = comm->nprocs == 1 && domain->xperiodic && domain->yperiodic && domain->zperiodic;
+
+  // Brick communication brings ghosts from as many periodic images as the cutoff needs; tiled
+  // communication cannot reach past one box length (LAMMPS stops, without saying why so far).
+  if (comm->style == Comm::TILED && !single_cell) {
+    const double need = receptive_field + neighbor->skin;
+    const double *h = domain->h;    // xprd, yprd, zprd, yz, xz, xy
+    const double volume = h[0] * h[1] * h[2];
+    const double width[3] = {volume / std::sqrt(h[1] * h[1] * h[2] * h[2] +
+                                                h[5] * h[5] * h[2] * h[2] +
+                                                std::pow(h[5] * h[3] - h[1] * h[4], 2)),
+                             volume / std::sqrt(h[0] * h[0] * (h[2] * h[2] + h[3] * h[3])),
+                             h[2]};
+    const char *axis = "xyz";
+    for (int d = 0; d < 3; d++)
+      if (domain->periodicity[d] && need > width[d])
+        fail_all(fmt::format("the model's receptive field ({} blocks x {} Å = {} Å, plus the "
+                             "{} Å skin) is larger than the box's {:.4g} Å width along {}: "
+                             "comm_style tiled cannot bring ghost atoms that far (use "
+                             "comm_style brick, or a larger box)",
+                             mlff_model_n_blocks(model), mlff_model_cutoff(model),
+                             receptive_field, neighbor->skin, width[d], axis[d]));
+  }
+}
+
+/* The ghost cutoff this style needs: the model's receptive field, so that LAMMPS brings ghost
+   atoms out to blocks x cutoff (plus the skin); on a single periodic cell none are used. */
+double PairMLFF::init_one(int, int)
+{
+  return single_cell ? mlff_model_cutoff(model) : receptive_field;
+}
+
+void PairMLFF::compute(int eflag, int vflag)
+{
+  ev_init(eflag, vflag);
+  if (vflag_atom)
+    error->all(FLERR, "pair_style mlff: per-atom virials (compute stress/atom) are not "
+                      "available: a message-passing energy does not split into pair terms");
+
+  const int nlocal = atom->nlocal;
+  const int nall = nlocal + atom->nghost;
+  int *type = atom->type;
+  numbers.resize(nall);
+  for (int i = 0; i < nall; i++) numbers[i] = type_z[type[i]];
+  forces.resize(3 * (size_t) nall);
+  atom_energies.resize(nlocal);
+
+  double energy = 0.0;
+  double w[9];
+  // atom->x is one contiguous block of nall rows of 3 doubles.
+  const double *x = nall > 0 ? &atom->x[0][0] : nullptr;
+  double *eatoms = eflag_atom ? atom_energies.data() : nullptr;
+  // Forces on the atoms the engine saw: all of them, or the local ones of a single cell.
+  int nforces = nall;
+  mlff_status status;
+  if (single_cell) {
+    const double *h = domain->h;    // xprd, yprd, zprd, yz, xz, xy
+    const double cell[9] = {h[0], 0.0, 0.0, h[5], h[1], 0.0, h[4], h[3], h[2]};
+    status = mlff_compute_cell(model, nlocal, x, numbers.data(), cell, &energy, eatoms,
+                               forces.data(), w);
+    nforces = nlocal;
+  } else {
+    status = mlff_compute(model, nall, nlocal, x, numbers.data(), &energy, eatoms,
+                          forces.data(), w);
+  }
+  if (status != MLFF_OK)
+    error->one(FLERR, fmt::format("pair_style mlff: step {}, rank {}: {}", update->ntimestep,
+                                  comm->me, mlff_last_error()));
+
+  double **f = atom->f;
+  for (int i = 0; i < nforces; i++) {
+    f[i][0] += forces[3 * i];
+    f[i][1] += forces[3 * i + 1];
+    f[i][2] += forces[3 * i + 2];
+  }
+  if (eflag_global) eng_vdwl += energy;
+  if (eflag_atom)
+    for (int i = 0; i < nlocal; i++) eatom[i] += atom_energies[i];
+  if (vflag_global) {
+    virial[0] += w[0];    // xx
+    virial[1] += w[4];    // yy
+    virial[2] += w[8];    // zz
+    // A domain's share need not be symmetric; the sum over domains is, to rounding.
+    virial[3] += 0.5 * (w[1] + w[3]);    // xy
+    virial[4] += 0.5 * (w[2] + w[6]);    // xz
+    virial[5] += 0.5 * (w[5] + w[7]);    // yz
+  }
+}
+
+double PairMLFF::memory_usage()
+{
+  return Pair::memory_usage() + numbers.capacity() * sizeof(int32_t) +
+      (forces.capacity() + atom_energies.capacity()) * sizeof(double);
+}

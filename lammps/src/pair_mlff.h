@@ -1,0 +1,49 @@
+/* pair_style mlff: an mlff-distiller PaiNN student as a LAMMPS pair style (a plugin over the
+   C interface in ../../capi/include/mlff.h). */
+#ifndef MLFF_PAIR_MLFF_H
+#define MLFF_PAIR_MLFF_H
+
+#include "pair.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+struct mlff_model;
+
+namespace LAMMPS_NS {
+
+class PairMLFF : public Pair {
+ public:
+  PairMLFF(class LAMMPS *);
+  ~PairMLFF() override;
+  void compute(int, int) override;
+  void settings(int, char **) override;
+  void coeff(int, char **) override;
+  void init_style() override;
+  double init_one(int, int) override;
+  double memory_usage() override;
+
+ private:
+  mlff_model *model = nullptr;
+  std::string model_path;
+  std::string device = "cpu";
+  int dtype_bits = 32;
+  double receptive_field = 0.0;
+  // One rank and a box periodic along x, y and z: the engine takes the cell and computes no
+  // ghosts (set in init_style).
+  bool single_cell = false;
+  // Atomic number of each LAMMPS type (index 0 unused).
+  std::vector<int32_t> type_z;
+  // Per-call buffers, grown to the number of local + ghost atoms.
+  std::vector<int32_t> numbers;
+  std::vector<double> forces, atom_energies;
+
+  void allocate();
+  std::string device_for_this_rank() const;
+  [[noreturn]] void fail_all(const std::string &what);
+};
+
+}    // namespace LAMMPS_NS
+
+#endif
