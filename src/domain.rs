@@ -12,8 +12,7 @@
 use crate::calculator::forces_from;
 use crate::error::{Error, Result};
 use crate::model::{Backend, PainnConfig};
-use crate::neighbors::{batch_neighbor_list, wrap_batch};
-use crate::stress::stress_volume;
+use crate::neighbors::batch_neighbor_list;
 use crate::structure::{Batch, Lattice, Matrix3, Structure};
 use crate::PainnCalculator;
 use candle_core::{DType, Tensor};
@@ -32,9 +31,9 @@ pub struct DomainPrediction {
     pub atom_energies: Vec<f64>,
     /// −∂energy/∂x of every atom, local and ghost, eV/Å.
     pub forces: Vec<[f64; 3]>,
-    /// W = Σ over every atom of x ⊗ f (eV), rows as x: the domain's share of the system's
-    /// virial −∂E/∂ε = −V σ (valid because the domain's energy depends on relative positions
-    /// only). LAMMPS's `virial[]` is its xx, yy, zz, xy, xz, yz.
+    /// W = Σ over the domain's edges of r ⊗ F (eV; without images Σ over every atom of x ⊗ f),
+    /// rows as r: the domain's share of the system's virial −∂E/∂ε = −V σ, whose symmetric
+    /// part the shares add up to. LAMMPS's `virial[]` is its xx, yy, zz, xy, xz, yz.
     pub virial: Matrix3,
 }
 
@@ -45,13 +44,16 @@ impl PainnCalculator {
     }
 
     /// The energy of the first `n_local` of `numbers`/`positions` and the forces on all of
-    /// them (see the module's doc). The neighbour list is built here, without a cell: ghosts
-    /// stand for the periodic images.
+    /// them (see the module's doc). The neighbour list is built here. Without `cell` the ghosts
+    /// stand for every periodic image; with it, the axes it marks periodic take their images
+    /// from the cell instead (no ghost copies along them: an axis the engine did not divide
+    /// between ranks), and the fused backend is needed.
     pub fn compute_domain(
         &self,
         numbers: &[u8],
         positions: &[[f64; 3]],
         n_local: usize,
+        cell: Option<(&Lattice, [bool; 3])>,
     ) -> Result<DomainPrediction> {
         let n = numbers.len();
         if positions.len() != n {
@@ -74,100 +76,58 @@ impl PainnCalculator {
                 positions[i]
             )));
         }
-        let batch = Batch::new(vec![Structure::molecule(
-            numbers.to_vec(),
-            positions.to_vec(),
-        )])?;
+        let periodic = cell.is_some_and(|(_, pbc)| pbc.contains(&true));
+        let fused = self.model().backend() == Backend::Fused;
+        if periodic && !fused {
+            return Err(Error::Config(format!(
+                "a domain with periodic axes needs the fused backend, not {}",
+                self.model().backend().name()
+            )));
+        }
+        let s = Structure {
+            cell: cell.map(|(c, _)| *c),
+            pbc: cell.map_or([false; 3], |(_, p)| p),
+            ..Structure::molecule(numbers.to_vec(), positions.to_vec())
+        };
+        let batch = Batch::new(vec![s])?;
         let nl = batch_neighbor_list(&batch, self.model().config().cutoff)?;
         let (inputs, x) = self.prepare_with(&batch, &nl)?;
         let mask: Vec<f64> = (0..n).map(|i| f64::from(u8::from(i < n_local))).collect();
         let mask = Tensor::from_vec(mask, n, self.device())?.to_dtype(self.dtype())?;
-        let (atom_energies, forces) = match self.model().backend() {
-            Backend::Fused => {
+        let (atom_energies, forces, virial) = match fused {
+            true => {
+                // W = Σ over edges of r ⊗ F, gathered in the force kernel: valid with images.
                 let pass = self.fused()?.forward(&inputs)?;
-                (pass.atom_energies.clone(), pass.weighted_forces(&mask)?)
+                let (forces, virials) = pass.weighted_forces_and_virials(&mask)?;
+                let w = virials.sum(0)?.to_dtype(DType::F64)?.to_vec2::<f64>()?;
+                let w: Matrix3 = std::array::from_fn(|a| std::array::from_fn(|b| w[a][b]));
+                (pass.atom_energies.clone(), rows(&forces)?, w)
             }
-            _ => {
+            false => {
                 let atom_energies = self.model().atom_energies(&inputs)?;
                 let total = (&atom_energies * &mask)?.sum_all()?;
-                (atom_energies, forces_from(&total, &x)?)
+                let forces = rows(&forces_from(&total, &x)?)?;
+                // Without images, Σ x ⊗ f is the same sum over edges.
+                let mut w = [[0.0; 3]; 3];
+                for (x, f) in positions.iter().zip(&forces) {
+                    for (row, xa) in w.iter_mut().zip(x) {
+                        for (wab, fb) in row.iter_mut().zip(f) {
+                            *wab += xa * fb;
+                        }
+                    }
+                }
+                (atom_energies, forces, w)
             }
         };
         let atom_energies = atom_energies
             .narrow(0, 0, n_local)?
             .to_dtype(DType::F64)?
             .to_vec1::<f64>()?;
-        let forces = rows(&forces)?;
-        let mut virial = [[0.0; 3]; 3];
-        for (x, f) in positions.iter().zip(&forces) {
-            for a in 0..3 {
-                for b in 0..3 {
-                    virial[a][b] += x[a] * f[b];
-                }
-            }
-        }
-        let energy = atom_energies.iter().sum();
         let out = DomainPrediction {
-            energy,
+            energy: atom_energies.iter().sum(),
             atom_energies,
             forces,
             virial,
-        };
-        out.check_finite()?;
-        Ok(out)
-    }
-}
-
-impl PainnCalculator {
-    /// A whole cell periodic along a, b and c as one domain: every atom local, periodic images
-    /// from the cell instead of ghosts (what an engine on a single rank needs, without the
-    /// ghost shell's extra atoms). The virial is −∂E/∂ε = −V σ, symmetric.
-    pub fn compute_cell(
-        &self,
-        numbers: &[u8],
-        positions: &[[f64; 3]],
-        cell: &Lattice,
-    ) -> Result<DomainPrediction> {
-        let s = Structure {
-            cell: Some(*cell),
-            pbc: [true; 3],
-            ..Structure::molecule(numbers.to_vec(), positions.to_vec())
-        };
-        let batch = Batch::new(vec![s])?;
-        let out = match self.model().backend() {
-            Backend::Fused => {
-                // One forward and one adjoint that gathers every atom's virial as it goes.
-                let batch = wrap_batch(&batch)?;
-                let nl = batch_neighbor_list(&batch, self.model().config().cutoff)?;
-                let (inputs, _) = self.prepare_with(&batch, &nl)?;
-                let pass = self.fused()?.forward(&inputs)?;
-                let (forces, virials) = pass.forces_and_virials()?;
-                let atom_energies = pass.atom_energies.to_dtype(DType::F64)?.to_vec1::<f64>()?;
-                let w = virials.sum(0)?.to_dtype(DType::F64)?.to_vec2::<f64>()?;
-                DomainPrediction {
-                    energy: atom_energies.iter().sum(),
-                    atom_energies,
-                    forces: rows(&forces)?,
-                    virial: std::array::from_fn(|a| {
-                        std::array::from_fn(|b| 0.5 * (w[a][b] + w[b][a]))
-                    }),
-                }
-            }
-            _ => {
-                let (prediction, mut atom_energies) = self.compute_with_atom_energies(&batch)?;
-                let stressed = self.compute_with_stress(&batch)?;
-                let (Some(sigma), Some(volume)) =
-                    (stressed.stresses[0], stress_volume(&batch.structures[0]))
-                else {
-                    return Err(Error::Structure("the cell has no volume".into()));
-                };
-                DomainPrediction {
-                    energy: prediction.energies[0],
-                    atom_energies: atom_energies.remove(0),
-                    forces: prediction.forces[0].clone(),
-                    virial: sigma.map(|r| r.map(|x| -volume * x)),
-                }
-            }
         };
         out.check_finite()?;
         Ok(out)

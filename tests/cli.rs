@@ -307,7 +307,7 @@ fn predict_energies_writes_each_atoms_energy() {
         );
         // The same terms by the other route that gives them: a domain of local atoms only.
         let dom = calc
-            .compute_domain(&s.numbers, &s.positions, s.len())
+            .compute_domain(&s.numbers, &s.positions, s.len(), None)
             .unwrap();
         for (i, (a, b)) in e.iter().zip(&dom.atom_energies).enumerate() {
             assert!(

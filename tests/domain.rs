@@ -5,7 +5,7 @@ mod common;
 
 use candle_core::{DType, Device};
 use common::{calculator, dist, random_box, random_molecule};
-use mlff_distiller::domain::receptive_field;
+use mlff_distiller::domain::{receptive_field, DomainPrediction};
 use mlff_distiller::model::Backend;
 use mlff_distiller::stress::stress_volume;
 use mlff_distiller::structure::Matrix3;
@@ -19,24 +19,26 @@ struct Domain {
     n_local: usize,
 }
 
-/// `s` cut into `parts` slabs along the fractional a axis, each with every periodic image
-/// (other than its own atoms) within `reach` of one of its atoms as a ghost.
-fn decompose(s: &Structure, parts: usize, reach: f64) -> Vec<Domain> {
+/// `s` cut into `parts` slabs along the fractional a axis, each with ghosts out to `reach`:
+/// every periodic image (other than its own atoms) within `reach` of one of its atoms, or with
+/// `along_a` only the images shifted along a that lie within `reach` of the slab (the cell then
+/// gives the images along b and c).
+fn decompose(s: &Structure, parts: usize, reach: f64, along_a: bool) -> Vec<Domain> {
     let cell = s.cell.unwrap();
     let inv = inverse(&cell);
-    let frac_a = |x: &[f64; 3]| {
-        (0..3)
-            .map(|k| x[k] * inv[k][0])
-            .sum::<f64>()
-            .rem_euclid(1.0)
-    };
+    let unwrapped_a = |x: &[f64; 3]| (0..3).map(|k| x[k] * inv[k][0]).sum::<f64>();
+    // The reach in fractions of a: over the width between the b-c planes.
+    let width = reach * (0..3).map(|k| inv[k][0].powi(2)).sum::<f64>().sqrt();
     let m = 4; // images per axis either side: the box is smaller than the reach
+    let shifts =
+        (-m..=m).flat_map(|a| (-m..=m).flat_map(move |b| (-m..=m).map(move |c| [a, b, c])));
+    let shifts: Vec<[i32; 3]> = shifts.filter(|s| !along_a || s[1..] == [0, 0]).collect();
     (0..parts)
         .map(|p| {
             let lo = p as f64 / parts as f64;
             let hi = (p + 1) as f64 / parts as f64;
             let locals: Vec<usize> = (0..s.len())
-                .filter(|&i| (lo..hi).contains(&frac_a(&s.positions[i])))
+                .filter(|&i| (lo..hi).contains(&unwrapped_a(&s.positions[i]).rem_euclid(1.0)))
                 .collect();
             let mut d = Domain {
                 numbers: locals.iter().map(|&i| s.numbers[i]).collect(),
@@ -45,24 +47,22 @@ fn decompose(s: &Structure, parts: usize, reach: f64) -> Vec<Domain> {
                 n_local: locals.len(),
             };
             for i in 0..s.len() {
-                for a in -m..=m {
-                    for b in -m..=m {
-                        for c in -m..=m {
-                            if [a, b, c] == [0; 3] && locals.contains(&i) {
-                                continue;
-                            }
-                            let shift = [a as f64, b as f64, c as f64];
-                            let x: [f64; 3] = std::array::from_fn(|k| {
-                                s.positions[i][k]
-                                    + (0..3).map(|r| shift[r] * cell[r][k]).sum::<f64>()
-                            });
-                            let near = locals.iter().any(|&l| dist(&x, &s.positions[l]) < reach);
-                            if near {
-                                d.numbers.push(s.numbers[i]);
-                                d.positions.push(x);
-                                d.owner.push(i);
-                            }
-                        }
+                for shift in &shifts {
+                    if *shift == [0; 3] && locals.contains(&i) {
+                        continue;
+                    }
+                    let x: [f64; 3] = std::array::from_fn(|k| {
+                        let by = (0..3).map(|r| f64::from(shift[r]) * cell[r][k]);
+                        s.positions[i][k] + by.sum::<f64>()
+                    });
+                    let near = match along_a {
+                        true => (lo - width..hi + width).contains(&unwrapped_a(&x)),
+                        false => locals.iter().any(|&l| dist(&x, &s.positions[l]) < reach),
+                    };
+                    if near {
+                        d.numbers.push(s.numbers[i]);
+                        d.positions.push(x);
+                        d.owner.push(i);
                     }
                 }
             }
@@ -89,6 +89,10 @@ fn calc(backend: Backend) -> PainnCalculator {
     calculator(DType::F64, &Device::Cpu).with_backend(backend)
 }
 
+fn calc_autograd() -> PainnCalculator {
+    calc(Backend::Autograd)
+}
+
 #[test]
 fn domains_with_ghosts_to_the_receptive_field_add_up_to_the_box() {
     for backend in [Backend::Autograd, Backend::Fused] {
@@ -104,59 +108,113 @@ fn domains_add_up(calc: &PainnCalculator) {
     let whole = calc
         .compute_with_stress(&Batch::new(vec![s.clone()]).unwrap())
         .unwrap();
-    let e_ref = whole.prediction.energies[0];
-    let f_ref = &whole.prediction.forces[0];
     let volume = stress_volume(&s).unwrap();
-    let w_ref = whole.stresses[0].unwrap().map(|r| r.map(|x| -volume * x));
-    // The whole cell as one domain, images from the cell rather than ghosts.
-    let cell = calc
-        .compute_cell(&s.numbers, &s.positions, &s.cell.unwrap())
-        .unwrap();
-    let sum: f64 = cell.atom_energies.iter().sum();
-    assert!((cell.energy - e_ref).abs() < 1e-10 * e_ref.abs());
-    assert!((sum - e_ref).abs() < 1e-10 * e_ref.abs());
-    assert!(common::max_force_diff(&cell.forces, f_ref) < 1e-10 * common::max_abs(f_ref));
-    assert_same_virial(&cell.virial, &w_ref, "the cell");
+    let want = Sums {
+        energy: whole.prediction.energies[0],
+        atom_energies: vec![],
+        forces: whole.prediction.forces[0].clone(),
+        virial: whole.stresses[0].unwrap().map(|r| r.map(|x| -volume * x)),
+    };
+    let fused = calc.model().backend() == Backend::Fused;
+    let cell = s.cell.unwrap();
+    // The whole cell as one domain, images from the cell rather than ghosts (fused only).
+    let whole_cell = fused.then(|| {
+        let all = Some((&cell, [true; 3]));
+        let got = calc.compute_domain(&s.numbers, &s.positions, s.len(), all);
+        let sums = add_up(&s, &[(got.unwrap(), (0..s.len()).collect())]);
+        sums.assert_matches(&want, "the cell as one domain");
+        sums.atom_energies
+    });
     for parts in [1, 2, 3] {
-        let mut energy = 0.0;
-        let mut forces = vec![[0.0; 3]; s.len()];
-        let mut virial = [[0.0; 3]; 3];
-        let mut owned = 0;
-        let mut atom_energies = vec![f64::NAN; s.len()];
-        for d in decompose(&s, parts, reach) {
-            let got = calc
-                .compute_domain(&d.numbers, &d.positions, d.n_local)
-                .unwrap();
-            assert_eq!(got.atom_energies.len(), d.n_local);
-            assert_eq!(got.forces.len(), d.numbers.len());
-            let sum: f64 = got.atom_energies.iter().sum();
-            assert!((sum - got.energy).abs() < 1e-12 * sum.abs());
-            energy += got.energy;
-            for (e, &i) in got.atom_energies.iter().zip(&d.owner) {
-                atom_energies[i] = *e;
-            }
-            owned += d.n_local;
-            for (f, &i) in got.forces.iter().zip(&d.owner) {
-                (0..3).for_each(|k| forces[i][k] += f[k]);
-            }
-            (0..3).for_each(|a| (0..3).for_each(|b| virial[a][b] += got.virial[a][b]));
+        let ghosts = decompose(&s, parts, reach, false).into_iter().map(|d| {
+            let got = calc.compute_domain(&d.numbers, &d.positions, d.n_local, None);
+            (got.unwrap(), d.owner)
+        });
+        let sums = add_up(&s, &ghosts.collect::<Vec<_>>());
+        sums.assert_matches(&want, &format!("{parts} domains with ghosts"));
+        if let Some(e) = &whole_cell {
+            assert_same_atom_energies(&sums.atom_energies, e, &format!("{parts} domains"));
         }
-        assert_eq!(owned, s.len());
-        for (i, (a, b)) in atom_energies.iter().zip(&cell.atom_energies).enumerate() {
-            assert!(
-                (a - b).abs() < 1e-10 * b.abs(),
-                "{parts} domains: atom {i}: {a} vs {b}"
-            );
+        if !fused {
+            continue;
         }
+        // Slabs along a with ghosts only along a, the cell periodic along b and c.
+        let slabs = decompose(&s, parts, reach, true).into_iter().map(|d| {
+            let bc = Some((&cell, [false, true, true]));
+            let got = calc.compute_domain(&d.numbers, &d.positions, d.n_local, bc);
+            (got.unwrap(), d.owner)
+        });
+        let sums = add_up(&s, &slabs.collect::<Vec<_>>());
+        sums.assert_matches(&want, &format!("{parts} slabs periodic along b and c"));
+        let e = whole_cell.as_ref().unwrap();
+        assert_same_atom_energies(&sums.atom_energies, e, &format!("{parts} slabs"));
+    }
+}
+
+/// Energies, forces on owners and virial summed over domains.
+struct Sums {
+    energy: f64,
+    atom_energies: Vec<f64>,
+    forces: Vec<[f64; 3]>,
+    virial: Matrix3,
+}
+
+/// Sums domain results, each with the owner (box atom) of each of its atoms.
+fn add_up(s: &Structure, domains: &[(DomainPrediction, Vec<usize>)]) -> Sums {
+    let mut out = Sums {
+        energy: 0.0,
+        atom_energies: vec![f64::NAN; s.len()],
+        forces: vec![[0.0; 3]; s.len()],
+        virial: [[0.0; 3]; 3],
+    };
+    let mut owned = 0;
+    for (got, owner) in domains {
+        assert_eq!(got.forces.len(), owner.len());
+        let sum: f64 = got.atom_energies.iter().sum();
+        assert!((sum - got.energy).abs() < 1e-12 * sum.abs());
+        out.energy += got.energy;
+        owned += got.atom_energies.len();
+        for (e, &i) in got.atom_energies.iter().zip(owner) {
+            out.atom_energies[i] = *e;
+        }
+        for (f, &i) in got.forces.iter().zip(owner) {
+            (0..3).for_each(|k| out.forces[i][k] += f[k]);
+        }
+        (0..3).for_each(|a| (0..3).for_each(|b| out.virial[a][b] += got.virial[a][b]));
+    }
+    assert_eq!(owned, s.len());
+    // Each share need not be symmetric; their sum is, to rounding.
+    let w = out.virial;
+    out.virial = std::array::from_fn(|a| std::array::from_fn(|b| 0.5 * (w[a][b] + w[b][a])));
+    out
+}
+
+impl Sums {
+    fn assert_matches(&self, want: &Sums, what: &str) {
+        let e = want.energy;
+        let got = self.energy;
         assert!(
-            (energy - e_ref).abs() < 1e-10 * e_ref.abs(),
-            "{:?}, {parts} domains: energy {energy} vs {e_ref}",
-            calc.model().backend()
+            (got - e).abs() < 1e-10 * e.abs(),
+            "{what}: energy {got} vs {e}"
         );
-        let scale = common::max_abs(f_ref);
-        let df = common::max_force_diff(&forces, f_ref);
-        assert!(df < 1e-10 * scale, "{parts} domains: forces off by {df}");
-        assert_same_virial(&virial, &w_ref, &format!("{parts} domains"));
+        let sum: f64 = self.atom_energies.iter().sum();
+        assert!(
+            (sum - e).abs() < 1e-10 * e.abs(),
+            "{what}: Σ atom energies {sum}"
+        );
+        let df = common::max_force_diff(&self.forces, &want.forces);
+        let scale = common::max_abs(&want.forces);
+        assert!(df < 1e-10 * scale, "{what}: forces off by {df}");
+        assert_same_virial(&self.virial, &want.virial, what);
+    }
+}
+
+fn assert_same_atom_energies(got: &[f64], want: &[f64], what: &str) {
+    for (i, (a, b)) in got.iter().zip(want).enumerate() {
+        assert!(
+            (a - b).abs() < 1e-10 * b.abs(),
+            "{what}: atom {i}: {a} vs {b}"
+        );
     }
 }
 
@@ -184,7 +242,7 @@ fn ghost_forces_of(calc: &PainnCalculator) {
     // The first 5 atoms are local, the rest ghosts: a ghost's energy must not count.
     let n_local = 5;
     let got = calc
-        .compute_domain(&s.numbers, &s.positions, n_local)
+        .compute_domain(&s.numbers, &s.positions, n_local, None)
         .unwrap();
     let h = 1e-5;
     for atom in [2, 9] {
@@ -192,7 +250,9 @@ fn ghost_forces_of(calc: &PainnCalculator) {
             let energy_at = |dx: f64| {
                 let mut x = s.positions.clone();
                 x[atom][k] += dx;
-                calc.compute_domain(&s.numbers, &x, n_local).unwrap().energy
+                calc.compute_domain(&s.numbers, &x, n_local, None)
+                    .unwrap()
+                    .energy
             };
             let fd = -(energy_at(h) - energy_at(-h)) / (2.0 * h);
             let f = got.forces[atom][k];
@@ -201,7 +261,7 @@ fn ghost_forces_of(calc: &PainnCalculator) {
     }
     // All local: the molecule's own energy and forces.
     let all = calc
-        .compute_domain(&s.numbers, &s.positions, s.len())
+        .compute_domain(&s.numbers, &s.positions, s.len(), None)
         .unwrap();
     let whole = calc.compute(&Batch::new(vec![s.clone()]).unwrap()).unwrap();
     assert!((all.energy - whole.energies[0]).abs() < 1e-10 * all.energy.abs());
@@ -214,7 +274,7 @@ fn bad_domains_are_refused_naming_the_cause() {
     let calc = calc(Backend::Fused);
     let s = random_molecule(6, 1);
     let err = calc
-        .compute_domain(&s.numbers, &s.positions, 7)
+        .compute_domain(&s.numbers, &s.positions, 7, None)
         .unwrap_err()
         .to_string();
     assert!(
@@ -224,14 +284,20 @@ fn bad_domains_are_refused_naming_the_cause() {
     let mut numbers = s.numbers.clone();
     numbers[4] = 26;
     let err = calc
-        .compute_domain(&numbers, &s.positions, 6)
+        .compute_domain(&numbers, &s.positions, 6, None)
         .unwrap_err()
         .to_string();
     assert!(err.contains("Z=26") && err.contains("atom 4"), "{err}");
+    let cell = [[9.0, 0.0, 0.0], [0.0, 9.0, 0.0], [0.0, 0.0, 9.0]];
+    let err = calc_autograd()
+        .compute_domain(&s.numbers, &s.positions, 6, Some((&cell, [true; 3])))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("needs the fused backend"), "{err}");
     let mut x = s.positions.clone();
     x[3][1] = f64::NAN;
     let err = calc
-        .compute_domain(&s.numbers, &x, 6)
+        .compute_domain(&s.numbers, &x, 6, None)
         .unwrap_err()
         .to_string();
     assert!(err.contains("atom 3"), "{err}");

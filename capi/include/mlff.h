@@ -71,32 +71,29 @@ mlff_status mlff_model_elements(const mlff_model *model, int32_t *numbers);
 
 /* One domain of a (possibly periodic) system: `n_all` atoms, the first `n_local` owned here and
  * the rest ghosts (copies of atoms owned elsewhere, periodic images included), which should
- * reach mlff_model_receptive_field from every local atom. The neighbour list is built inside,
- * without a cell.
+ * reach mlff_model_receptive_field from every local atom. The neighbour list is built inside.
  *
  *   positions      [n_all * 3] Å, row-major
  *   numbers        [n_all] atomic numbers
+ *   cell, pbc      both null: no cell, ghosts stand for every periodic image. Or cell [9]
+ *                  (rows a, b, c in Å) and pbc [3] (0/1): along a periodic axis the images come
+ *                  from the cell and no ghost copies along it may be passed (an axis not divided
+ *                  between ranks; with every axis periodic and n_local == n_all, a whole cell).
  *   energy         (out) the sum of the local atoms' energies, eV
  *   atom_energies  (out, may be null) [n_local] energy of each local atom, eV
  *   forces         (out, may be null) [n_all * 3] -dE/dx on every atom, ghosts included (add
  *                  a ghost's force to its owner: LAMMPS's reverse communication), eV/Å
- *   virial         (out, may be null) [9] row-major W = sum over all atoms of x (x) f, eV: this
- *                  domain's share of the system's -dE/d(strain) (summed over domains, its
- *                  symmetric part); LAMMPS's virial[] is its xx, yy, zz, xy, xz, yz.
+ *   virial         (out, may be null) [9] row-major W = sum over the domain's edges of
+ *                  r (x) F, eV (without a cell, the sum over its atoms of x (x) f): this
+ *                  domain's share of the system's -dE/d(strain) = -V sigma, whose symmetric part
+ *                  the shares add up to; LAMMPS's virial[] is xx, yy, zz, xy, xz, yz.
  *
  * Over all domains the energies, the forces (summed onto owners) and the virials add up to the
  * whole system's. */
 mlff_status mlff_compute(mlff_model *model, int64_t n_all, int64_t n_local,
-                         const double *positions, const int32_t *numbers, double *energy,
-                         double *atom_energies, double *forces, double *virial);
-
-/* A whole cell periodic along a, b and c as one domain: all `n` atoms local, their periodic
- * images taken from the cell instead of ghosts (what a single rank needs: no ghost shell to
- * compute). `cell` [9] row-major, rows a, b, c in Å; the outputs as mlff_compute, forces
- * [n * 3]; the virial is -dE/d(strain) = -V sigma, symmetric. */
-mlff_status mlff_compute_cell(mlff_model *model, int64_t n, const double *positions,
-                              const int32_t *numbers, const double *cell, double *energy,
-                              double *atom_energies, double *forces, double *virial);
+                         const double *positions, const int32_t *numbers, const double *cell,
+                         const int32_t *pbc, double *energy, double *atom_energies,
+                         double *forces, double *virial);
 
 #ifdef __cplusplus
 }

@@ -241,8 +241,8 @@ pub unsafe extern "C" fn mlff_model_elements(model: *const Model, numbers: *mut 
 }
 
 /// # Safety
-/// As mlff.h says: `positions` holds `3 n_all` values, `numbers` `n_all`; the outputs that are
-/// not null have room for what they receive.
+/// As mlff.h says: `positions` holds `3 n_all` values, `numbers` `n_all`, `cell` 9 and `pbc` 3
+/// (or null); the outputs that are not null have room for what they receive.
 #[no_mangle]
 #[allow(clippy::too_many_arguments)]
 pub unsafe extern "C" fn mlff_compute(
@@ -251,6 +251,8 @@ pub unsafe extern "C" fn mlff_compute(
     n_local: i64,
     positions: *const f64,
     numbers: *const i32,
+    cell: *const f64,
+    pbc: *const i32,
     energy: *mut f64,
     atom_energies: *mut f64,
     forces: *mut f64,
@@ -263,43 +265,24 @@ pub unsafe extern "C" fn mlff_compute(
                 "n_all is {n_all} and n_local {n_local} (expected 0 <= n_local <= n_all)"
             )));
         }
+        let lattice = match (cell.is_null(), pbc.is_null()) {
+            (true, true) => None,
+            (false, false) => {
+                let c = std::slice::from_raw_parts(cell, 9);
+                let p = std::slice::from_raw_parts(pbc, 3);
+                let rows: [[f64; 3]; 3] =
+                    std::array::from_fn(|r| [c[3 * r], c[3 * r + 1], c[3 * r + 2]]);
+                Some((rows, [p[0] != 0, p[1] != 0, p[2] != 0]))
+            }
+            _ => return Err(Failure::argument("give both cell and pbc, or neither")),
+        };
         let (zs, xyz) = atoms(n_all, positions, numbers)?;
         let got = match zs.is_empty() {
             true => DomainPrediction::empty(),
-            false => m.calc.compute_domain(&zs, &xyz, n_local as usize)?,
-        };
-        write_out(&got, energy, atom_energies, forces, virial)
-    })
-}
-
-/// # Safety
-/// As mlff.h says: `positions` holds `3 n` values, `numbers` `n`, `cell` 9; the outputs that
-/// are not null have room for what they receive.
-#[no_mangle]
-#[allow(clippy::too_many_arguments)]
-pub unsafe extern "C" fn mlff_compute_cell(
-    model: *mut Model,
-    n: i64,
-    positions: *const f64,
-    numbers: *const i32,
-    cell: *const f64,
-    energy: *mut f64,
-    atom_energies: *mut f64,
-    forces: *mut f64,
-    virial: *mut f64,
-) -> Status {
-    guarded(|| {
-        let m = live(model)?;
-        if cell.is_null() {
-            return Err(Failure::argument("cell is null"));
-        }
-        let c = std::slice::from_raw_parts(cell, 9);
-        let lattice: [[f64; 3]; 3] =
-            std::array::from_fn(|r| [c[3 * r], c[3 * r + 1], c[3 * r + 2]]);
-        let (zs, xyz) = atoms(n, positions, numbers)?;
-        let got = match zs.is_empty() {
-            true => DomainPrediction::empty(),
-            false => m.calc.compute_cell(&zs, &xyz, &lattice)?,
+            false => {
+                let cell = lattice.as_ref().map(|(c, p)| (c, *p));
+                m.calc.compute_domain(&zs, &xyz, n_local as usize, cell)?
+            }
         };
         write_out(&got, energy, atom_energies, forces, virial)
     })

@@ -73,6 +73,8 @@ fn a_model_through_the_c_interface_matches_the_library() {
                 n_local as i64,
                 x.as_ptr(),
                 z.as_ptr(),
+                std::ptr::null(),
+                std::ptr::null(),
                 &mut e,
                 ea.as_mut_ptr(),
                 f.as_mut_ptr(),
@@ -81,7 +83,7 @@ fn a_model_through_the_c_interface_matches_the_library() {
         };
         assert_eq!(status, Status::Ok, "{}", last_error());
         let dom = lib
-            .compute_domain(&s.numbers, &s.positions, n_local)
+            .compute_domain(&s.numbers, &s.positions, n_local, None)
             .unwrap();
         assert_eq!(e, dom.energy);
         assert_eq!(ea, dom.atom_energies);
@@ -112,6 +114,8 @@ fn a_model_through_the_c_interface_matches_the_library() {
             n as i64,
             x.as_ptr(),
             z.as_ptr(),
+            std::ptr::null(),
+            std::ptr::null(),
             &mut e,
             null,
             null,
@@ -163,6 +167,8 @@ fn bad_calls_return_a_status_and_name_the_cause() {
             n_local,
             x.as_ptr(),
             z.as_ptr(),
+            std::ptr::null(),
+            std::ptr::null(),
             e,
             null,
             null,
@@ -221,12 +227,14 @@ fn a_periodic_cell_through_the_c_interface_matches_the_library() {
     let n = s.len();
     let (mut e, mut ea, mut f, mut w) = (0.0, vec![0.0; n], vec![0.0; 3 * n], [0.0; 9]);
     let status = unsafe {
-        mlff_compute_cell(
+        mlff_compute(
             m,
+            n as i64,
             n as i64,
             x.as_ptr(),
             z.as_ptr(),
             c.as_ptr(),
+            [1, 1, 1].as_ptr(),
             &mut e,
             ea.as_mut_ptr(),
             f.as_mut_ptr(),
@@ -251,12 +259,14 @@ fn a_periodic_cell_through_the_c_interface_matches_the_library() {
     }
     let null = std::ptr::null_mut();
     let status = unsafe {
-        mlff_compute_cell(
+        mlff_compute(
             m,
+            n as i64,
             n as i64,
             x.as_ptr(),
             z.as_ptr(),
             std::ptr::null(),
+            [1, 1, 1].as_ptr(),
             &mut e,
             null,
             null,
@@ -264,6 +274,10 @@ fn a_periodic_cell_through_the_c_interface_matches_the_library() {
         )
     };
     assert_eq!(status, Status::Argument);
-    assert!(last_error().contains("cell is null"));
+    assert!(
+        last_error().contains("give both cell and pbc"),
+        "{}",
+        last_error()
+    );
     unsafe { mlff_model_free(m) };
 }

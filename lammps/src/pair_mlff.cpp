@@ -5,8 +5,9 @@
    receptive field (init_one returns it, and no neighbour list is requested: the engine builds
    its own over local + ghost atoms), counts the energies of local atoms only, and returns
    forces on ghosts too, which LAMMPS adds back to their owners (newton_pair on). Summed over
-   ranks this is exactly the energy, forces and virial of the whole system. On a single rank
-   with a fully periodic box the engine takes the cell instead, and no ghosts are computed. */
+   ranks this is exactly the energy, forces and virial of the whole system. Along a periodic
+   axis that LAMMPS does not divide between ranks the engine takes the images from the cell
+   instead of ghost copies (on one rank with a periodic box: no ghosts at all). */
 
 #include "pair_mlff.h"
 
@@ -153,11 +154,21 @@ void PairMLFF::init_style()
   if (std::strcmp(update->unit_style, "metal") != 0)
     fail_all(fmt::format("needs units metal (Å, eV, ps), not units {}", update->unit_style));
   // No neighbour list is requested: the engine builds its own over local and ghost atoms.
-  single_cell = comm->nprocs == 1 && domain->xperiodic && domain->yperiodic && domain->zperiodic;
+
+  // A periodic axis that is not divided between ranks needs no ghosts: the engine takes its
+  // images from the cell (on one rank with a periodic box, no ghosts at all).
+  const bool brick = comm->style == Comm::BRICK;
+  ghosts_needed = false;
+  for (int d = 0; d < 3; d++) {
+    const bool undivided = brick ? comm->procgrid[d] == 1 : comm->nprocs == 1;
+    cell_axes[d] = domain->periodicity[d] && undivided;
+    ghosts_needed = ghosts_needed || !undivided;
+  }
+  seen_build = -1;
 
   // Brick communication brings ghosts from as many periodic images as the cutoff needs; tiled
   // communication cannot reach past one box length (LAMMPS stops, without saying why so far).
-  if (comm->style == Comm::TILED && !single_cell) {
+  if (comm->style == Comm::TILED && ghosts_needed) {
     const double need = receptive_field + neighbor->skin;
     const double *h = domain->h;    // xprd, yprd, zprd, yz, xz, xy
     const double volume = h[0] * h[1] * h[2];
@@ -179,10 +190,40 @@ void PairMLFF::init_style()
 }
 
 /* The ghost cutoff this style needs: the model's receptive field, so that LAMMPS brings ghost
-   atoms out to blocks x cutoff (plus the skin); on a single periodic cell none are used. */
+   atoms out to blocks x cutoff (plus the skin); on a single rank none are needed. */
 double PairMLFF::init_one(int, int)
 {
-  return single_cell ? mlff_model_cutoff(model) : receptive_field;
+  return ghosts_needed ? receptive_field : mlff_model_cutoff(model);
+}
+
+/* The atoms the engine sees: all local atoms, and the ghosts that are not copies along an axis
+   whose images the engine takes from the cell. Chosen right after a neighbour-list build, when
+   every local atom lies in the box: then a ghost is such a copy exactly when it lies outside
+   the box along that axis. Between builds the same atoms are kept. */
+void PairMLFF::choose_atoms()
+{
+  const int nlocal = atom->nlocal;
+  const int nall = nlocal + atom->nghost;
+  seen.clear();
+  for (int i = 0; i < nlocal; i++) seen.push_back(i);
+  const bool filter = cell_axes[0] || cell_axes[1] || cell_axes[2];
+  double **x = atom->x;
+  for (int i = nlocal; i < nall; i++) {
+    bool keep = true;
+    if (filter) {
+      double lamda[3];
+      if (domain->triclinic) {
+        domain->x2lamda(x[i], lamda);
+      } else {
+        for (int d = 0; d < 3; d++) lamda[d] = (x[i][d] - domain->boxlo[d]) / domain->prd[d];
+      }
+      for (int d = 0; d < 3; d++)
+        if (cell_axes[d] && (lamda[d] < 0.0 || lamda[d] >= 1.0)) keep = false;
+    }
+    if (keep) seen.push_back(i);
+  }
+  seen_build = neighbor->ncalls;
+  seen_nall = nall;
 }
 
 void PairMLFF::compute(int eflag, int vflag)
@@ -194,39 +235,41 @@ void PairMLFF::compute(int eflag, int vflag)
 
   const int nlocal = atom->nlocal;
   const int nall = nlocal + atom->nghost;
+  if (neighbor->ncalls != seen_build || nall != seen_nall) choose_atoms();
+  const int n = (int) seen.size();
+  double **x = atom->x;
   int *type = atom->type;
-  numbers.resize(nall);
-  for (int i = 0; i < nall; i++) numbers[i] = type_z[type[i]];
-  forces.resize(3 * (size_t) nall);
+  positions.resize(3 * (size_t) n);
+  numbers.resize(n);
+  for (int k = 0; k < n; k++) {
+    const int i = seen[k];
+    positions[3 * k] = x[i][0];
+    positions[3 * k + 1] = x[i][1];
+    positions[3 * k + 2] = x[i][2];
+    numbers[k] = type_z[type[i]];
+  }
+  forces.resize(3 * (size_t) n);
   atom_energies.resize(nlocal);
 
+  const bool periodic = cell_axes[0] || cell_axes[1] || cell_axes[2];
+  const double *h = domain->h;    // xprd, yprd, zprd, yz, xz, xy
+  const double cell[9] = {h[0], 0.0, 0.0, h[5], h[1], 0.0, h[4], h[3], h[2]};
   double energy = 0.0;
   double w[9];
-  // atom->x is one contiguous block of nall rows of 3 doubles.
-  const double *x = nall > 0 ? &atom->x[0][0] : nullptr;
-  double *eatoms = eflag_atom ? atom_energies.data() : nullptr;
-  // Forces on the atoms the engine saw: all of them, or the local ones of a single cell.
-  int nforces = nall;
-  mlff_status status;
-  if (single_cell) {
-    const double *h = domain->h;    // xprd, yprd, zprd, yz, xz, xy
-    const double cell[9] = {h[0], 0.0, 0.0, h[5], h[1], 0.0, h[4], h[3], h[2]};
-    status = mlff_compute_cell(model, nlocal, x, numbers.data(), cell, &energy, eatoms,
-                               forces.data(), w);
-    nforces = nlocal;
-  } else {
-    status = mlff_compute(model, nall, nlocal, x, numbers.data(), &energy, eatoms,
-                          forces.data(), w);
-  }
+  const mlff_status status =
+      mlff_compute(model, n, nlocal, positions.data(), numbers.data(),
+                   periodic ? cell : nullptr, periodic ? cell_axes : nullptr, &energy,
+                   eflag_atom ? atom_energies.data() : nullptr, forces.data(), w);
   if (status != MLFF_OK)
     error->one(FLERR, fmt::format("pair_style mlff: step {}, rank {}: {}", update->ntimestep,
                                   comm->me, mlff_last_error()));
 
   double **f = atom->f;
-  for (int i = 0; i < nforces; i++) {
-    f[i][0] += forces[3 * i];
-    f[i][1] += forces[3 * i + 1];
-    f[i][2] += forces[3 * i + 2];
+  for (int k = 0; k < n; k++) {
+    const int i = seen[k];
+    f[i][0] += forces[3 * k];
+    f[i][1] += forces[3 * k + 1];
+    f[i][2] += forces[3 * k + 2];
   }
   if (eflag_global) eng_vdwl += energy;
   if (eflag_atom)
@@ -245,5 +288,6 @@ void PairMLFF::compute(int eflag, int vflag)
 double PairMLFF::memory_usage()
 {
   return Pair::memory_usage() + numbers.capacity() * sizeof(int32_t) +
-      (forces.capacity() + atom_energies.capacity()) * sizeof(double);
+      seen.capacity() * sizeof(int) +
+      (positions.capacity() + forces.capacity() + atom_energies.capacity()) * sizeof(double);
 }

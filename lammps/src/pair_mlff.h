@@ -30,9 +30,17 @@ class PairMLFF : public Pair {
   std::string device = "cpu";
   int dtype_bits = 32;
   double receptive_field = 0.0;
-  // One rank and a box periodic along x, y and z: the engine takes the cell and computes no
-  // ghosts (set in init_style).
-  bool single_cell = false;
+  // Axes the engine treats as periodic (images from the cell, no ghost copies): periodic
+  // axes that LAMMPS does not divide between ranks. Set in init_style.
+  int cell_axes[3] = {0, 0, 0};
+  // Whether ghosts are needed at all (some axis is divided between ranks).
+  bool ghosts_needed = true;
+  // The atoms the engine sees (locals first, then the ghosts it needs), chosen at each
+  // neighbour-list build (when LAMMPS has just wrapped the atoms into the box).
+  std::vector<int> seen;
+  bigint seen_build = -1;
+  int seen_nall = -1;
+  std::vector<double> positions;
   // Atomic number of each LAMMPS type (index 0 unused).
   std::vector<int32_t> type_z;
   // Per-call buffers, grown to the number of local + ghost atoms.
@@ -40,6 +48,7 @@ class PairMLFF : public Pair {
   std::vector<double> forces, atom_energies;
 
   void allocate();
+  void choose_atoms();
   std::string device_for_this_rank() const;
   [[noreturn]] void fail_all(const std::string &what);
 };

@@ -232,13 +232,17 @@ def test_the_shipped_student_in_lammps_matches_mlff_predict(lammps, mlff, tmp_pa
     assert np.abs(forces - f).max() <= 1e-9 * np.abs(f).max()
 
 
-@pytest.mark.parametrize("system", ["water_box", "triclinic_water_box"])
-def test_one_two_and_four_ranks_agree(lammps, tiny, tmp_path, system):
-    # A 9.3 Å box cut in 2 or 4: subdomains of 4.65 Å or less, under the 6 Å receptive field.
+@pytest.mark.parametrize("system", SYSTEMS)
+def test_one_two_four_and_eight_ranks_agree(lammps, tiny, tmp_path, system):
+    # A 9.3 Å box cut in 2, 4 or 8 (grids 2x1x1, 2x2x1, 2x2x2): subdomains of 4.65 Å, under
+    # the 6 Å receptive field. One rank takes the whole cell; 2 and 4 take ghosts along the
+    # divided axes and the cell's images along the others; 8 take ghosts along all three. The
+    # molecule (no periodic axis) leaves most ranks without atoms.
     numbers, x, cell = SYSTEMS[system]()
-    runs = [single_point(lammps, tmp_path, n, tiny, numbers, x, cell, "f64") for n in (1, 2, 4)]
+    ranks = (1, 2, 4, 8)
+    runs = [single_point(lammps, tmp_path, n, tiny, numbers, x, cell, "f64") for n in ranks]
     pe, pe_atoms, forces, virial = runs[0]
-    for n, (pe_n, pe_atoms_n, forces_n, virial_n) in zip((2, 4), runs[1:]):
+    for n, (pe_n, pe_atoms_n, forces_n, virial_n) in zip(ranks[1:], runs[1:]):
         assert abs(pe_n - pe) <= 1e-12 * abs(pe), n
         assert np.abs(pe_atoms_n - pe_atoms).max() <= 1e-12 * np.abs(pe_atoms).max(), n
         assert np.abs(forces_n - forces).max() <= 1e-12 * np.abs(forces).max(), n

@@ -313,11 +313,21 @@ impl FusedForward<'_> {
         self.adjoint(false, Some(weights))
     }
 
+    /// [`forces_and_virials`](Self::forces_and_virials) of Σ w_i E_i, as
+    /// [`weighted_forces`](Self::weighted_forces).
+    pub fn weighted_forces_and_virials(&self, weights: &Tensor) -> Result<(Tensor, Tensor)> {
+        self.split_virials(&self.adjoint(true, Some(weights))?)
+    }
+
     /// The forces [N, 3] and, gathered in the same kernel, every atom's virial [N, 3, 3]:
     /// Σ over its edges e (i ← j) of r_e ⊗ F_e, with r_e = x_j − x_i + offset and
     /// F_e = −∂(Σ atom energies)/∂r_e (their sum is the structure's virial W = −∂E/∂ε).
     pub fn forces_and_virials(&self) -> Result<(Tensor, Tensor)> {
-        let both = self.adjoint(true, None)?;
+        self.split_virials(&self.adjoint(true, None)?)
+    }
+
+    /// The adjoint's [4N, 3] output as forces [N, 3] and virials [N, 3, 3].
+    fn split_virials(&self, both: &Tensor) -> Result<(Tensor, Tensor)> {
         let n = self.positions.dim(0)?;
         Ok((
             both.narrow(0, 0, n)?,
