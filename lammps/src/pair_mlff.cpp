@@ -144,6 +144,15 @@ void PairMLFF::coeff(int narg, char **arg)
   for (int i = 1; i <= ntypes; i++)
     for (int j = i; j <= ntypes; j++) setflag[i][j] = 1;
   receptive_field = mlff_model_receptive_field(model);
+  if (comm->me == 0) {
+    std::string types;
+    for (int t = 1; t <= ntypes; t++) types += fmt::format(" {}={}", t, arg[2 + t]);
+    utils::logmesg(lmp,
+                   "pair_style mlff: {} (mlff {}) on {}, f{}: cutoff {} Å, {} blocks, "
+                   "receptive field {} Å; types{}\n",
+                   model_path, mlff_version(), dev, dtype_bits, mlff_model_cutoff(model),
+                   mlff_model_n_blocks(model), receptive_field, types);
+  }
 }
 
 void PairMLFF::init_style()

@@ -249,6 +249,29 @@ def test_one_two_four_and_eight_ranks_agree(lammps, tiny, tmp_path, system):
         assert np.abs(virial_n - virial).max() <= 1e-11 * np.abs(virial).max(), n
 
 
+def test_npt_trajectory_is_the_same_on_one_and_two_ranks(lammps, tiny, tmp_path):
+    # The barostat reads the virial every step and moves the cell the engine is given.
+    numbers, x, cell = water_box()
+    write_data(tmp_path / "system.data", numbers, x, cell, (1, 6, 8))
+    body = setup_lines(tiny, (1, 6, 8), "f64") + """
+velocity all create 300 4928 mom yes rot no dist gaussian
+timestep 0.0005
+fix md all npt temp 300 300 0.05 aniso 1.0 1.0 0.5
+thermo 25
+thermo_style custom step pe vol press
+thermo_modify format float %.15g
+run 100
+"""
+    runs = []
+    for n in (1, 2):
+        p = run_lammps(lammps, tmp_path, n, body)
+        assert "pair_style mlff: " in p.stdout and "receptive field 6 Å" in p.stdout
+        runs.append(_thermo(tmp_path / "log.lammps"))
+    np.testing.assert_allclose(runs[1], runs[0], rtol=1e-9)
+    volume = runs[0][:, 2]
+    assert np.ptp(volume) > 1e-3 * volume[0], "the cell did not move"
+
+
 def test_nve_trajectory_is_the_same_on_one_and_two_ranks(lammps, tiny, tmp_path):
     numbers, x, cell = water_box()
     write_data(tmp_path / "system.data", numbers, x, cell, (1, 6, 8))
