@@ -85,7 +85,7 @@ EOF
 mlff_steps_per_s() {  # structure -> steps/s
   "$MLFF" md --model "$model" --structure "$1" --steps "$steps" --dt 0.5 --ensemble nve \
     --temperature 300 --device "$device" --dtype "$dtype" \
-    --summary-json "$out/md-summary.json" > "$out/md.log" 2>&1 || {
+    --summary-json "$out/md-summary.json" --overwrite > "$out/md.log" 2>&1 || {
       echo "mlff md failed, see $out/md.log" >&2; return 1; }
   python3 -c "import json; print('%.2f' % json.load(open('$out/md-summary.json'))['steps_per_s'])"
 }
