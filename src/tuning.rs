@@ -98,6 +98,10 @@ tuning! {
     /// MD steps whose force call is one kernel run as one launch with the integrator folded
     /// in (same arithmetic, rounding for rounding).
     one_launch_steps: bool = true,
+    /// The Verlet skin (Å) of a domain over many calls, as LAMMPS's pair style makes them
+    /// (null: 0 on the CPU, where rebuilding is cheaper than the skin's pairs, 1 on CUDA, where
+    /// a host list at every call would be the time).
+    domain_skin: Option<f64> = None,
 }
 
 /// A tuning that could not be read: names the file or variable and the key.

@@ -5,11 +5,14 @@ mod common;
 
 use candle_core::{DType, Device};
 use common::{calculator, dist, random_box, random_molecule};
-use mlff_distiller::domain::{receptive_field, DomainPrediction};
+use mlff_distiller::domain::{receptive_field, skin_for, DomainPrediction, DomainSession};
 use mlff_distiller::model::Backend;
 use mlff_distiller::stress::stress_volume;
 use mlff_distiller::structure::Matrix3;
+use mlff_distiller::Tuning;
 use mlff_distiller::{Batch, Calculator, PainnCalculator, Structure};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
 
 /// One domain: its atoms (locals first) and the box atom each stands for.
 struct Domain {
@@ -301,4 +304,56 @@ fn bad_domains_are_refused_naming_the_cause() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("atom 3"), "{err}");
+}
+
+#[test]
+fn a_session_reuses_its_list_between_builds_and_matches_fresh_calls() {
+    for backend in [Backend::Autograd, Backend::Fused] {
+        let calc = calc(backend);
+        let s = random_box(40, 0.15, 3);
+        let cell = s.cell.unwrap();
+        let d = decompose(&s, 2, calc.receptive_field(), backend == Backend::Fused).swap_remove(0);
+        let bc = (backend == Backend::Fused).then_some((&cell, [false, true, true]));
+        let mut session = DomainSession::new(&calc, 1.0);
+        let mut x = d.positions.clone();
+        let mut numbers = d.numbers.clone();
+        let mut n_local = d.n_local;
+        let mut rng = ChaCha8Rng::seed_from_u64(5);
+        for step in 0..8 {
+            // Steps 0-4 move every atom by < 0.1 Å each (under half the skin in all); step 5
+            // moves them far enough to rebuild; 6 changes an element, 7 the local count.
+            let kick = if step == 5 { 0.6 } else { 0.02 };
+            for xi in x.iter_mut() {
+                xi.iter_mut()
+                    .for_each(|c| *c += rng.random_range(-kick..kick));
+            }
+            if step == 6 {
+                numbers[3] = if numbers[3] == 1 { 8 } else { 1 };
+            }
+            if step == 7 {
+                n_local -= 2;
+            }
+            let got = session.compute(&calc, &numbers, &x, n_local, bc).unwrap();
+            let want = calc.compute_domain(&numbers, &x, n_local, bc).unwrap();
+            let what = format!("{backend:?}, step {step}");
+            assert!(
+                (got.energy - want.energy).abs() < 1e-10 * want.energy.abs(),
+                "{what}"
+            );
+            assert_same_atom_energies(&got.atom_energies, &want.atom_energies, &what);
+            let df = common::max_force_diff(&got.forces, &want.forces);
+            assert!(df < 1e-10 * common::max_abs(&want.forces), "{what}: {df}");
+            assert_same_virial(&got.virial, &want.virial, &what);
+            let builds = if step < 5 { 1 } else { 2 };
+            assert_eq!(session.builds(), builds, "{what}");
+        }
+    }
+}
+
+#[test]
+fn the_skin_is_chosen_by_device_unless_the_tuning_says() {
+    let mut tuning = Tuning::default();
+    assert_eq!(skin_for(&tuning, &Device::Cpu), 0.0);
+    tuning.domain_skin = Some(0.5);
+    assert_eq!(skin_for(&tuning, &Device::Cpu), 0.5);
 }

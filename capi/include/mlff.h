@@ -71,7 +71,10 @@ mlff_status mlff_model_elements(const mlff_model *model, int32_t *numbers);
 
 /* One domain of a (possibly periodic) system: `n_all` atoms, the first `n_local` owned here and
  * the rest ghosts (copies of atoms owned elsewhere, periodic images included), which should
- * reach mlff_model_receptive_field from every local atom. The neighbour list is built inside.
+ * reach mlff_model_receptive_field from every local atom. The neighbour list is built inside
+ * and kept, with the inputs on the device, while no atom moves more than half its skin and the
+ * atoms are those of the last build (skin 0 on the CPU, 1 Å on CUDA; the tuning key
+ * domain_skin, e.g. MLFF_TUNING=domain_skin=0.5 in the environment).
  *
  *   positions      [n_all * 3] Å, row-major
  *   numbers        [n_all] atomic numbers

@@ -7,10 +7,10 @@
 //! their message in a thread-local buffer for `mlff_last_error`.
 
 use mlff_distiller::device::{select, DeviceSpec};
-use mlff_distiller::domain::DomainPrediction;
+use mlff_distiller::domain::{skin_for, DomainPrediction, DomainSession};
 use mlff_distiller::io::extxyz::atomic_number;
 use mlff_distiller::model::Backend;
-use mlff_distiller::{Error, PainnCalculator};
+use mlff_distiller::{Error, PainnCalculator, Tuning};
 use std::cell::RefCell;
 use std::ffi::{c_char, c_int, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -32,6 +32,8 @@ pub enum Status {
 /// A loaded model (opaque to C).
 pub struct Model {
     calc: PainnCalculator,
+    /// The neighbour list and device inputs kept between calls (an MD run's steps).
+    session: DomainSession,
 }
 
 thread_local! {
@@ -171,10 +173,14 @@ pub unsafe extern "C" fn mlff_model_load(
         let device = select(spec)?.device;
         // The fused kernels and their explicit adjoint: the fastest, and the leanest in memory
         // (a domain with its ghosts is several times the atoms it owns).
+        // The engine's tuning: defaults, then MLFF_TUNING=key=value,... for experiments.
+        let tuning = Tuning::load(None).map_err(|e| Failure::argument(e.to_string()))?;
         let calc = PainnCalculator::from_checkpoint(Path::new(path), &device, dtype)?
+            .with_tuning(tuning)
             .with_backend(Backend::Fused);
         calc.check_ops()?;
-        *out = Box::into_raw(Box::new(Model { calc }));
+        let session = DomainSession::new(&calc, skin_for(calc.tuning(), &device));
+        *out = Box::into_raw(Box::new(Model { calc, session }));
         Ok(())
     })
 }
@@ -259,7 +265,9 @@ pub unsafe extern "C" fn mlff_compute(
     virial: *mut f64,
 ) -> Status {
     guarded(|| {
-        let m = live(model)?;
+        let m = model
+            .as_mut()
+            .ok_or_else(|| Failure::argument("model is null"))?;
         if n_local < 0 || n_local > n_all {
             return Err(Failure::argument(format!(
                 "n_all is {n_all} and n_local {n_local} (expected 0 <= n_local <= n_all)"
@@ -281,7 +289,7 @@ pub unsafe extern "C" fn mlff_compute(
             true => DomainPrediction::empty(),
             false => {
                 let cell = lattice.as_ref().map(|(c, p)| (c, *p));
-                m.calc.compute_domain(&zs, &xyz, n_local as usize, cell)?
+                (m.session).compute(&m.calc, &zs, &xyz, n_local as usize, cell)?
             }
         };
         write_out(&got, energy, atom_energies, forces, virial)

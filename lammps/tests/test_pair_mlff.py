@@ -156,12 +156,16 @@ def predict(mlff, tmp, model, numbers, x, cell, dtype):
     return read_prediction(tmp / "out.extxyz")
 
 
-def run_lammps(lammps, tmp, ranks, body, check=True):
-    """Runs `body` after loading the plugin on `ranks` MPI ranks in `tmp`; the process."""
+def run_lammps(lammps, tmp, ranks, body, check=True, tuning=None):
+    """Runs `body` after loading the plugin on `ranks` MPI ranks in `tmp`; the process.
+    `tuning` (key=value,...) goes to the engine as MLFF_TUNING."""
     plugin, lmp = lammps
     (tmp / "in.lmp").write_text(f"plugin load {plugin}\n{body}\n")
     cmd = lmp.replace("{n}", str(ranks)).split() + ["-in", "in.lmp", "-log", "log.lammps"]
-    p = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True)
+    env = {k: v for k, v in os.environ.items() if k != "MLFF_TUNING"}
+    if tuning:
+        env["MLFF_TUNING"] = tuning
+    p = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, env=env)
     if check:
         assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     return p
@@ -249,19 +253,26 @@ def test_one_two_four_and_eight_ranks_agree(lammps, tiny, tmp_path, system):
         assert np.abs(virial_n - virial).max() <= 1e-11 * np.abs(virial).max(), n
 
 
-def test_npt_trajectory_is_the_same_on_one_and_two_ranks(lammps, tiny, tmp_path):
-    # The barostat reads the virial every step and moves the cell the engine is given.
+def md_input(tmp_path, model, fix, steps, thermo):
+    """The water box with `model` in f64, then `steps` of MD under `fix` from 300 K, thermo
+    columns `thermo` every 25 steps, the end state written to final.txt."""
     numbers, x, cell = water_box()
     write_data(tmp_path / "system.data", numbers, x, cell, (1, 6, 8))
-    body = setup_lines(tiny, (1, 6, 8), "f64") + """
+    return setup_lines(model, (1, 6, 8), "f64") + f"""
 velocity all create 300 4928 mom yes rot no dist gaussian
 timestep 0.0005
-fix md all npt temp 300 300 0.05 aniso 1.0 1.0 0.5
+fix md all {fix}
 thermo 25
-thermo_style custom step pe vol press
+thermo_style custom step {thermo}
 thermo_modify format float %.15g
-run 100
+run {steps}
+write_dump all custom final.txt id x y z vx vy vz modify sort id format float %.17g
 """
+
+
+def test_npt_trajectory_is_the_same_on_one_and_two_ranks(lammps, tiny, tmp_path):
+    # The barostat reads the virial every step and moves the cell the engine is given.
+    body = md_input(tmp_path, tiny, "npt temp 300 300 0.05 aniso 1.0 1.0 0.5", 100, "pe vol press")
     runs = []
     for n in (1, 2):
         p = run_lammps(lammps, tmp_path, n, body)
@@ -273,18 +284,8 @@ run 100
 
 
 def test_nve_trajectory_is_the_same_on_one_and_two_ranks(lammps, tiny, tmp_path):
-    numbers, x, cell = water_box()
-    write_data(tmp_path / "system.data", numbers, x, cell, (1, 6, 8))
-    body = setup_lines(tiny, (1, 6, 8), "f64") + """
-velocity all create 300 4928 mom yes rot no dist gaussian
-timestep 0.0005
-fix md all nve
-thermo 50
-thermo_style custom step pe ke etotal
-thermo_modify format float %.15g
-run 200
-write_dump all custom final.txt id x y z vx vy vz modify sort id format float %.17g
-"""
+    body = md_input(tmp_path, tiny, "nve", 200, "pe ke etotal")
+    x = water_box()[1]
     finals, energies = [], []
     for n in (1, 2):
         run_lammps(lammps, tmp_path, n, body)
@@ -300,6 +301,19 @@ write_dump all custom final.txt id x y z vx vy vz modify sort id format float %.
     assert np.abs(finals[0][:, 1:4] - x).max() > 0.01
     pe, etotal = energies[0][:, 1], energies[0][:, 3]
     assert np.ptp(etotal) < 0.05 * np.ptp(pe), (np.ptp(etotal), np.ptp(pe))
+
+
+def test_a_neighbour_list_kept_with_a_skin_changes_no_trajectory(lammps, tiny, tmp_path):
+    # The default on the CPU rebuilds the list at every call; with a 1 Å skin it is kept
+    # between builds and the skin's pairs add exact zeros. On 1 rank (the cell) and 2 (ghosts).
+    body = md_input(tmp_path, tiny, "nve", 100, "pe")
+    for n in (1, 2):
+        finals = []
+        for tuning in (None, "domain_skin=1.0"):
+            run_lammps(lammps, tmp_path, n, body, tuning=tuning)
+            finals.append(np.loadtxt(tmp_path / "final.txt", skiprows=9))
+        scale = np.abs(finals[0]).max()
+        assert np.abs(finals[1] - finals[0]).max() < 1e-10 * scale, n
 
 
 def _thermo(log):

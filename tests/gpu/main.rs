@@ -5,6 +5,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod domain;
 mod fused_kernels;
 mod hessian;
 mod md;

@@ -9,11 +9,13 @@
 //! message-passing blocks an atom's energy depends on atoms within B × cutoff only, and a ghost
 //! at that edge enters through its embedding alone, which needs no neighbours.
 
-use crate::calculator::forces_from;
+mod session;
+
+pub use session::{skin_for, DomainSession};
+
 use crate::error::{Error, Result};
-use crate::model::{Backend, PainnConfig};
-use crate::neighbors::batch_neighbor_list;
-use crate::structure::{Batch, Lattice, Matrix3, Structure};
+use crate::model::PainnConfig;
+use crate::structure::{Lattice, Matrix3};
 use crate::PainnCalculator;
 use candle_core::{DType, Tensor};
 
@@ -47,7 +49,8 @@ impl PainnCalculator {
     /// them (see the module's doc). The neighbour list is built here. Without `cell` the ghosts
     /// stand for every periodic image; with it, the axes it marks periodic take their images
     /// from the cell instead (no ghost copies along them: an axis the engine did not divide
-    /// between ranks), and the fused backend is needed.
+    /// between ranks), and the fused backend is needed. One call of a [`DomainSession`]
+    /// without a skin.
     pub fn compute_domain(
         &self,
         numbers: &[u8],
@@ -55,87 +58,12 @@ impl PainnCalculator {
         n_local: usize,
         cell: Option<(&Lattice, [bool; 3])>,
     ) -> Result<DomainPrediction> {
-        let n = numbers.len();
-        if positions.len() != n {
-            return Err(Error::Structure(format!(
-                "{n} atomic numbers but {} positions",
-                positions.len()
-            )));
-        }
-        if n_local > n {
-            return Err(Error::Structure(format!(
-                "{n_local} local atoms but only {n} atoms in all"
-            )));
-        }
-        if let Some(i) = positions
-            .iter()
-            .position(|x| x.iter().any(|c| !c.is_finite()))
-        {
-            return Err(Error::NonFinite(format!(
-                "atom {i} is at {:?}",
-                positions[i]
-            )));
-        }
-        let periodic = cell.is_some_and(|(_, pbc)| pbc.contains(&true));
-        let fused = self.model().backend() == Backend::Fused;
-        if periodic && !fused {
-            return Err(Error::Config(format!(
-                "a domain with periodic axes needs the fused backend, not {}",
-                self.model().backend().name()
-            )));
-        }
-        let s = Structure {
-            cell: cell.map(|(c, _)| *c),
-            pbc: cell.map_or([false; 3], |(_, p)| p),
-            ..Structure::molecule(numbers.to_vec(), positions.to_vec())
-        };
-        let batch = Batch::new(vec![s])?;
-        let nl = batch_neighbor_list(&batch, self.model().config().cutoff)?;
-        let (inputs, x) = self.prepare_with(&batch, &nl)?;
-        let mask: Vec<f64> = (0..n).map(|i| f64::from(u8::from(i < n_local))).collect();
-        let mask = Tensor::from_vec(mask, n, self.device())?.to_dtype(self.dtype())?;
-        let (atom_energies, forces, virial) = match fused {
-            true => {
-                // W = Σ over edges of r ⊗ F, gathered in the force kernel: valid with images.
-                let pass = self.fused()?.forward(&inputs)?;
-                let (forces, virials) = pass.weighted_forces_and_virials(&mask)?;
-                let w = virials.sum(0)?.to_dtype(DType::F64)?.to_vec2::<f64>()?;
-                let w: Matrix3 = std::array::from_fn(|a| std::array::from_fn(|b| w[a][b]));
-                (pass.atom_energies.clone(), rows(&forces)?, w)
-            }
-            false => {
-                let atom_energies = self.model().atom_energies(&inputs)?;
-                let total = (&atom_energies * &mask)?.sum_all()?;
-                let forces = rows(&forces_from(&total, &x)?)?;
-                // Without images, Σ x ⊗ f is the same sum over edges.
-                let mut w = [[0.0; 3]; 3];
-                for (x, f) in positions.iter().zip(&forces) {
-                    for (row, xa) in w.iter_mut().zip(x) {
-                        for (wab, fb) in row.iter_mut().zip(f) {
-                            *wab += xa * fb;
-                        }
-                    }
-                }
-                (atom_energies, forces, w)
-            }
-        };
-        let atom_energies = atom_energies
-            .narrow(0, 0, n_local)?
-            .to_dtype(DType::F64)?
-            .to_vec1::<f64>()?;
-        let out = DomainPrediction {
-            energy: atom_energies.iter().sum(),
-            atom_energies,
-            forces,
-            virial,
-        };
-        out.check_finite()?;
-        Ok(out)
+        DomainSession::new(self, 0.0).compute(self, numbers, positions, n_local, cell)
     }
 }
 
 /// The rows of an [N, 3] tensor, in f64.
-fn rows(t: &Tensor) -> Result<Vec<[f64; 3]>> {
+pub(crate) fn rows(t: &Tensor) -> Result<Vec<[f64; 3]>> {
     let rows = t.to_dtype(DType::F64)?.to_vec2::<f64>()?;
     Ok(rows.into_iter().map(|r| [r[0], r[1], r[2]]).collect())
 }
@@ -152,7 +80,7 @@ impl DomainPrediction {
     }
 
     /// A NaN weight or overlapping atoms, as [`Error::NonFiniteResult`] naming the atom.
-    fn check_finite(&self) -> Result<()> {
+    pub(crate) fn check_finite(&self) -> Result<()> {
         let bad = |what: String| Error::NonFiniteResult { structure: 0, what };
         if let Some(i) = self.atom_energies.iter().position(|e| !e.is_finite()) {
             return Err(bad(format!(

@@ -1,0 +1,209 @@
+//! A domain over many calls (an MD engine's steps): a Verlet list with a skin, and the model
+//! inputs built from it kept on the device until the list is rebuilt, so that a call between
+//! builds uploads the positions alone. Pairs in the skin go through the model as exact zeros.
+
+use super::{rows, DomainPrediction};
+use crate::calculator::{edge_offsets, forces_from};
+use crate::error::{Error, Result};
+use crate::model::{Backend, PainnInputs};
+use crate::neighbors::VerletList;
+use crate::structure::{Batch, Lattice, Matrix3, Structure};
+use crate::tuning::Tuning;
+use crate::PainnCalculator;
+use candle_core::{DType, Device, Tensor, Var};
+
+/// The skin a domain session uses on `device` ([`Tuning::domain_skin`], else 0 on the CPU,
+/// where the model is the time and the skin's pairs would cost more than rebuilding, and 1 Å
+/// on CUDA, where the host list built at every call would be the time: bench-log 54).
+pub fn skin_for(tuning: &Tuning, device: &Device) -> f64 {
+    tuning
+        .domain_skin
+        .unwrap_or(if device.is_cuda() { 1.0 } else { 0.0 })
+}
+
+/// The Verlet list and the device inputs of a domain between calls.
+pub struct DomainSession {
+    list: VerletList,
+    resident: Option<Resident>,
+}
+
+/// What the inputs were built for, and the device tensors built from the list.
+struct Resident {
+    numbers: Vec<u8>,
+    n_local: usize,
+    builds: usize,
+    species: Tensor,
+    centers: Tensor,
+    neighbors: Tensor,
+    offsets: Tensor,
+    atom_structure: Tensor,
+    /// 1 on local atoms, 0 on ghosts: the weights of the atom energies.
+    mask: Tensor,
+}
+
+impl DomainSession {
+    /// A session for `calc`'s cutoff with `skin` Å (0: the exact list at every call that
+    /// moved an atom).
+    pub fn new(calc: &PainnCalculator, skin: f64) -> Self {
+        Self {
+            list: VerletList::new(calc.model().config().cutoff, skin),
+            resident: None,
+        }
+    }
+
+    /// Number of neighbour-list builds so far.
+    pub fn builds(&self) -> usize {
+        self.list.rebuilds()
+    }
+
+    /// [`PainnCalculator::compute_domain`], reusing the list and the device inputs while no
+    /// atom has moved more than half the skin and the atoms, their count and the cell are
+    /// those of the last build.
+    pub fn compute(
+        &mut self,
+        calc: &PainnCalculator,
+        numbers: &[u8],
+        positions: &[[f64; 3]],
+        n_local: usize,
+        cell: Option<(&Lattice, [bool; 3])>,
+    ) -> Result<DomainPrediction> {
+        check_atoms(numbers, positions, n_local)?;
+        let periodic = cell.is_some_and(|(_, pbc)| pbc.contains(&true));
+        let fused = calc.model().backend() == Backend::Fused;
+        if periodic && !fused {
+            return Err(Error::Config(format!(
+                "a domain with periodic axes needs the fused backend, not {}",
+                calc.model().backend().name()
+            )));
+        }
+        let (lattice, pbc) = match cell {
+            Some((c, p)) => (Some(c), p),
+            None => (None, [false; 3]),
+        };
+        self.list.update(positions, lattice, pbc)?;
+        let builds = self.list.rebuilds();
+        let fresh = self
+            .resident
+            .as_ref()
+            .is_some_and(|r| r.builds == builds && r.n_local == n_local && r.numbers == numbers);
+        if !fresh {
+            let built = build(
+                &self.list,
+                calc,
+                numbers,
+                positions,
+                n_local,
+                (lattice, pbc),
+            )?;
+            self.resident = Some(built);
+        }
+        let r = (self.resident.as_ref()).ok_or_else(|| Error::Config("no inputs built".into()))?;
+        let flat: Vec<f64> = positions.iter().flatten().copied().collect();
+        let x = Tensor::from_vec(flat, (positions.len(), 3), calc.device())?;
+        let x = Var::from_tensor(&x.to_dtype(calc.dtype())?)?;
+        let inputs = PainnInputs {
+            species: r.species.clone(),
+            positions: x.as_tensor().clone(),
+            centers: r.centers.clone(),
+            neighbors: r.neighbors.clone(),
+            offsets: r.offsets.clone(),
+            atom_structure: r.atom_structure.clone(),
+            n_structures: 1,
+        };
+        let (atom_energies, forces, virial) = match fused {
+            true => {
+                // W = Σ over edges of r ⊗ F, gathered in the force kernel: valid with images.
+                let pass = calc.fused()?.forward(&inputs)?;
+                let (forces, virials) = pass.weighted_forces_and_virials(&r.mask)?;
+                let w = virials.sum(0)?.to_dtype(DType::F64)?.to_vec2::<f64>()?;
+                let w: Matrix3 = std::array::from_fn(|a| std::array::from_fn(|b| w[a][b]));
+                (pass.atom_energies.clone(), rows(&forces)?, w)
+            }
+            false => {
+                let atom_energies = calc.model().atom_energies(&inputs)?;
+                let total = (&atom_energies * &r.mask)?.sum_all()?;
+                let forces = rows(&forces_from(&total, &x)?)?;
+                // Without images, Σ x ⊗ f is the same sum over edges.
+                let mut w = [[0.0; 3]; 3];
+                for (x, f) in positions.iter().zip(&forces) {
+                    for (row, xa) in w.iter_mut().zip(x) {
+                        for (wab, fb) in row.iter_mut().zip(f) {
+                            *wab += xa * fb;
+                        }
+                    }
+                }
+                (atom_energies, forces, w)
+            }
+        };
+        let atom_energies = atom_energies
+            .narrow(0, 0, n_local)?
+            .to_dtype(DType::F64)?
+            .to_vec1::<f64>()?;
+        let out = DomainPrediction {
+            energy: atom_energies.iter().sum(),
+            atom_energies,
+            forces,
+            virial,
+        };
+        out.check_finite()?;
+        Ok(out)
+    }
+}
+
+/// The device inputs of `list` as last built (pairs within cutoff + skin).
+fn build(
+    list: &VerletList,
+    calc: &PainnCalculator,
+    numbers: &[u8],
+    positions: &[[f64; 3]],
+    n_local: usize,
+    (lattice, pbc): (Option<&Lattice>, [bool; 3]),
+) -> Result<Resident> {
+    let s = Structure {
+        cell: lattice.copied(),
+        pbc,
+        ..Structure::molecule(numbers.to_vec(), positions.to_vec())
+    };
+    let batch = Batch::new(vec![s])?;
+    let nl = list.list();
+    let (n, e, dev) = (numbers.len(), nl.len(), calc.device());
+    let offsets: Vec<f64> = edge_offsets(&batch, nl).into_iter().flatten().collect();
+    let mask: Vec<f64> = (0..n).map(|i| f64::from(u8::from(i < n_local))).collect();
+    Ok(Resident {
+        numbers: numbers.to_vec(),
+        n_local,
+        builds: list.rebuilds(),
+        species: Tensor::from_vec(calc.species_of(&batch)?, n, dev)?,
+        centers: Tensor::from_vec(nl.centers.clone(), e, dev)?,
+        neighbors: Tensor::from_vec(nl.neighbors.clone(), e, dev)?,
+        offsets: Tensor::from_vec(offsets, (e, 3), dev)?.to_dtype(calc.dtype())?,
+        atom_structure: Tensor::zeros(n, DType::U32, dev)?,
+        mask: Tensor::from_vec(mask, n, dev)?.to_dtype(calc.dtype())?,
+    })
+}
+
+/// Counts agree, the locals are among the atoms, every position is finite.
+fn check_atoms(numbers: &[u8], positions: &[[f64; 3]], n_local: usize) -> Result<()> {
+    let n = numbers.len();
+    if positions.len() != n {
+        return Err(Error::Structure(format!(
+            "{n} atomic numbers but {} positions",
+            positions.len()
+        )));
+    }
+    if n_local > n {
+        return Err(Error::Structure(format!(
+            "{n_local} local atoms but only {n} atoms in all"
+        )));
+    }
+    if let Some(i) = positions
+        .iter()
+        .position(|x| x.iter().any(|c| !c.is_finite()))
+    {
+        return Err(Error::NonFinite(format!(
+            "atom {i} is at {:?}",
+            positions[i]
+        )));
+    }
+    Ok(())
+}

@@ -1,0 +1,90 @@
+//! Domains on CUDA against the CPU (what LAMMPS's pair style computes): the shipped student on
+//! a water box cut into a slab with ghosts, the fused backend with the ghost mask and the edge
+//! virial, with and without cell axes, and a session keeping its list on the device.
+
+use crate::{cuda, shipped_calculator};
+use candle_core::{DType, Device};
+use mlff_distiller::domain::{DomainPrediction, DomainSession};
+use mlff_distiller::model::Backend;
+use mlff_distiller::systems::water_box;
+use mlff_distiller::Structure;
+
+/// The box's atoms with x below half its side as local, then every atom shifted by ±a (and
+/// the box's own others) as ghosts: a slab whose cell gives the images along b and c.
+fn slab() -> (Structure, Vec<u8>, Vec<[f64; 3]>, usize) {
+    let s = water_box(300, 0);
+    let cell = s.cell.unwrap();
+    let half = 0.5 * cell[0][0];
+    let (mut numbers, mut x) = (vec![], vec![]);
+    let local = |p: &[f64; 3]| p[0] < half;
+    for (z, p) in s.numbers.iter().zip(&s.positions).filter(|(_, p)| local(p)) {
+        numbers.push(*z);
+        x.push(*p);
+    }
+    let n_local = numbers.len();
+    for shift in [-1.0, 0.0, 1.0] {
+        for (z, p) in s.numbers.iter().zip(&s.positions) {
+            if shift == 0.0 && local(p) {
+                continue;
+            }
+            numbers.push(*z);
+            x.push([p[0] + shift * cell[0][0], p[1], p[2]]);
+        }
+    }
+    (s, numbers, x, n_local)
+}
+
+fn assert_close(cpu: &DomainPrediction, gpu: &DomainPrediction, tol: f64, what: &str) {
+    let e = cpu.energy.abs();
+    assert!((cpu.energy - gpu.energy).abs() < tol * e, "{what}: energy");
+    let emax = largest(cpu.atom_energies.iter());
+    for (a, b) in cpu.atom_energies.iter().zip(&gpu.atom_energies) {
+        assert!((a - b).abs() < tol * emax, "{what}: atom energy {b} vs {a}");
+    }
+    let fmax = largest(cpu.forces.iter().flatten());
+    for (a, b) in cpu.forces.iter().flatten().zip(gpu.forces.iter().flatten()) {
+        assert!((a - b).abs() < tol * fmax, "{what}: force {b} vs {a}");
+    }
+    let wmax = largest(cpu.virial.iter().flatten());
+    for (a, b) in cpu.virial.iter().flatten().zip(gpu.virial.iter().flatten()) {
+        assert!((a - b).abs() < tol * wmax, "{what}: virial {b} vs {a}");
+    }
+}
+
+fn largest<'a>(values: impl Iterator<Item = &'a f64>) -> f64 {
+    values.fold(0.0f64, |m, x| m.max(x.abs()))
+}
+
+#[test]
+fn cuda_domains_match_cpu() {
+    let (s, numbers, x, n_local) = slab();
+    let cell = s.cell.unwrap();
+    for (dtype, tol) in [(DType::F64, 1e-9), (DType::F32, 2e-4)] {
+        let run = |dev: &Device, bc: Option<(&[[f64; 3]; 3], [bool; 3])>| {
+            let calc = shipped_calculator(dev, dtype, Backend::Fused);
+            calc.compute_domain(&numbers, &x, n_local, bc).unwrap()
+        };
+        for bc in [None, Some((&cell, [false, true, true]))] {
+            let what = format!("{dtype:?}, cell axes {:?}", bc.map(|c| c.1));
+            assert_close(&run(&Device::Cpu, bc), &run(&cuda(), bc), tol, &what);
+        }
+    }
+}
+
+#[test]
+fn a_cuda_session_keeps_its_list_and_matches_fresh_calls() {
+    let (s, numbers, mut x, n_local) = slab();
+    let cell = s.cell.unwrap();
+    let bc = Some((&cell, [false, true, true]));
+    let calc = shipped_calculator(&cuda(), DType::F64, Backend::Fused);
+    let mut session = DomainSession::new(&calc, 1.0);
+    for step in 0..4 {
+        for (i, xi) in x.iter_mut().enumerate() {
+            xi[i % 3] += 0.01 * ((i * 7 + step) % 5) as f64 - 0.02;
+        }
+        let kept = session.compute(&calc, &numbers, &x, n_local, bc).unwrap();
+        let fresh = calc.compute_domain(&numbers, &x, n_local, bc).unwrap();
+        assert_close(&fresh, &kept, 1e-10, &format!("step {step}"));
+    }
+    assert_eq!(session.builds(), 1);
+}
