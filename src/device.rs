@@ -231,6 +231,20 @@ pub fn system_report() -> SystemReport {
     }
 }
 
+/// Number of CUDA devices the driver sees, without creating a context on any (0 without the
+/// `cuda` feature or a driver): for callers that pick a device per process, as LAMMPS ranks do.
+pub fn cuda_device_count() -> usize {
+    #[cfg(feature = "cuda")]
+    {
+        use candle_core::cuda_backend::cudarc::driver::CudaContext;
+        CudaContext::device_count().map_or(0, |n| n.max(0) as usize)
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        0
+    }
+}
+
 #[cfg(not(feature = "cuda"))]
 pub fn gpu_infos() -> Result<Vec<GpuInfo>> {
     Err(Error::Device(

@@ -129,8 +129,7 @@ pub extern "C" fn mlff_version() -> *const c_char {
 
 #[no_mangle]
 pub extern "C" fn mlff_cuda_device_count() -> c_int {
-    catch_unwind(|| mlff_distiller::device::gpu_infos().map_or(0, |g| g.len() as c_int))
-        .unwrap_or(0)
+    catch_unwind(mlff_distiller::device::cuda_device_count).map_or(0, |n| n as c_int)
 }
 
 /// # Safety
@@ -171,10 +170,10 @@ pub unsafe extern "C" fn mlff_model_load(
             }
         };
         let device = select(spec)?.device;
-        // The fused kernels and their explicit adjoint: the fastest, and the leanest in memory
-        // (a domain with its ghosts is several times the atoms it owns).
         // The engine's tuning: defaults, then MLFF_TUNING=key=value,... for experiments.
         let tuning = Tuning::load(None).map_err(|e| Failure::argument(e.to_string()))?;
+        // The fused kernels and their explicit adjoint: the fastest, and the leanest in memory
+        // (a domain with its ghosts is several times the atoms it owns).
         let calc = PainnCalculator::from_checkpoint(Path::new(path), &device, dtype)?
             .with_tuning(tuning)
             .with_backend(Backend::Fused);

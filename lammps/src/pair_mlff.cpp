@@ -36,7 +36,7 @@ PairMLFF::PairMLFF(LAMMPS *lmp) : Pair(lmp)
   restartinfo = 0;
   one_coeff = 1;
   manybody_flag = 1;
-  // The virial comes from the engine (sum of x (x) f over local and ghost atoms).
+  // The virial comes from the engine (the sum over the edges it saw of r (x) F).
   no_virial_fdotr_compute = 1;
   centroidstressflag = CENTROID_NOTAVAIL;
 }
@@ -93,13 +93,14 @@ void PairMLFF::settings(int narg, char **arg)
 std::string PairMLFF::device_for_this_rank() const
 {
   if (device != "cuda" && device != "gpu" && device != "auto") return device;
-  const int gpus = mlff_cuda_device_count();
-  if (gpus <= 0) return device;    // auto: the CPU; cuda: the engine's error says why
+  // Collective on every rank, whatever its node has.
   MPI_Comm node;
   MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, comm->me, MPI_INFO_NULL, &node);
   int local_rank = 0;
   MPI_Comm_rank(node, &local_rank);
   MPI_Comm_free(&node);
+  const int gpus = mlff_cuda_device_count();
+  if (gpus <= 0) return device;    // auto: the CPU; cuda: the engine's error says why
   return "cuda:" + std::to_string(local_rank % gpus);
 }
 
@@ -119,8 +120,10 @@ void PairMLFF::coeff(int narg, char **arg)
   mlff_model_free(model);
   model = nullptr;
   const std::string dev = device_for_this_rank();
+  // One rank may fail where others do not (its GPU): it stops the run alone.
   if (mlff_model_load(model_path.c_str(), dev.c_str(), dtype_bits, &model) != MLFF_OK)
-    fail_all(fmt::format("cannot load {} on {}: {}", model_path, dev, mlff_last_error()));
+    error->one(FLERR, fmt::format("pair_style mlff: cannot load {} on {}: {}", model_path, dev,
+                                  mlff_last_error()));
 
   std::vector<int32_t> known(mlff_model_n_elements(model));
   mlff_model_elements(model, known.data());
