@@ -397,6 +397,26 @@ def test_settings_the_style_cannot_work_with_are_refused(lammps, tiny, tmp_path,
     assert p.returncode != 0 and expected in out, out[-2000:]
 
 
+def test_the_c_interface_compiles_as_c99_and_matches_mlff_predict(lammps, mlff, tmp_path):
+    # capi/examples/energy.c: one water molecule through mlff.h from plain C.
+    lib = ROOT / "target" / ("debug" if PROFILE == "dev" else PROFILE)
+    exe = tmp_path / "energy"
+    subprocess.run(["cc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic",
+                    "-I", ROOT / "capi/include", ROOT / "capi/examples/energy.c", "-L", lib,
+                    "-lmlff_capi", f"-Wl,-rpath,{lib}", "-o", exe], check=True)
+    model = ROOT / "models/painn-gfn2.safetensors"
+    out = subprocess.run([exe, model], check=True, capture_output=True, text=True).stdout
+    lines = [line.split() for line in out.splitlines()]
+    energy = float(lines[0][1])
+    atoms = np.array([[float(v) for v in line[3:4] + line[5:8]] for line in lines[1:]])
+    numbers = np.array([8, 1, 1])
+    x = np.array([[0.0, 0.0, 0.0], [0.9572, 0.0, 0.0], [-0.24, 0.9266, 0.0]])
+    e, ea, f, _ = predict(mlff, tmp_path, model, numbers, x, None, "f64")
+    assert abs(energy - e) <= 1e-9 * abs(e)
+    assert np.abs(atoms[:, 0] - ea).max() <= 1e-9 * np.abs(ea).max()
+    assert np.abs(atoms[:, 1:] - f).max() <= 1e-9 * np.abs(f).max()
+
+
 def test_the_water_example_runs(lammps, tmp_path):
     example = ROOT / "lammps/examples/water"
     for name in ("in.water", "water.data"):
