@@ -24,6 +24,57 @@ fn load(path: &str, device: &str, bits: i32) -> (Status, *mut Model) {
     (status, out)
 }
 
+/// The atoms of one `mlff_compute` call: counts, flat positions, atomic numbers, and the cell
+/// and pbc (each passed as given, null where None).
+struct Atoms<'a> {
+    n_all: i64,
+    n_local: i64,
+    x: &'a [f64],
+    z: &'a [i32],
+    cell: Option<&'a [f64]>,
+    pbc: Option<[i32; 3]>,
+}
+
+/// What `mlff_compute` wrote: the energy, and with `all` the per-atom energies, forces and
+/// virial (without, those are passed as null).
+struct Outputs {
+    energy: f64,
+    atom_energies: Vec<f64>,
+    forces: Vec<f64>,
+    virial: [f64; 9],
+}
+
+fn compute(m: *mut Model, a: &Atoms, all: bool) -> (Status, Outputs) {
+    let mut out = Outputs {
+        energy: 0.0,
+        atom_energies: vec![0.0; a.n_local.max(0) as usize],
+        forces: vec![0.0; 3 * a.n_all.max(0) as usize],
+        virial: [0.0; 9],
+    };
+    let cell = a.cell.map_or(std::ptr::null(), |c| c.as_ptr());
+    let pbc = a.pbc.as_ref().map_or(std::ptr::null(), |p| p.as_ptr());
+    let ptr = |v: &mut [f64]| match all {
+        true => v.as_mut_ptr(),
+        false => std::ptr::null_mut(),
+    };
+    let status = unsafe {
+        mlff_compute(
+            m,
+            a.n_all,
+            a.n_local,
+            a.x.as_ptr(),
+            a.z.as_ptr(),
+            cell,
+            pbc,
+            &mut out.energy,
+            ptr(&mut out.atom_energies),
+            ptr(&mut out.forces),
+            ptr(&mut out.virial),
+        )
+    };
+    (status, out)
+}
+
 /// A water dimer and a methane: 8 atoms.
 fn molecule() -> Structure {
     Structure::molecule(
@@ -65,22 +116,16 @@ fn a_model_through_the_c_interface_matches_the_library() {
     let n = s.len();
     // All atoms local: the molecule's energy and forces; then 5 local and 3 ghosts.
     for n_local in [n, 5] {
-        let (mut e, mut ea, mut f, mut w) = (0.0, vec![0.0; n_local], vec![0.0; 3 * n], [0.0; 9]);
-        let status = unsafe {
-            mlff_compute(
-                m,
-                n as i64,
-                n_local as i64,
-                x.as_ptr(),
-                z.as_ptr(),
-                std::ptr::null(),
-                std::ptr::null(),
-                &mut e,
-                ea.as_mut_ptr(),
-                f.as_mut_ptr(),
-                w.as_mut_ptr(),
-            )
+        let atoms = Atoms {
+            n_all: n as i64,
+            n_local: n_local as i64,
+            x: &x,
+            z: &z,
+            cell: None,
+            pbc: None,
         };
+        let (status, out) = compute(m, &atoms, true);
+        let (e, ea, f, w) = (out.energy, out.atom_energies, out.forces, out.virial);
         assert_eq!(status, Status::Ok, "{}", last_error());
         let dom = lib
             .compute_domain(&s.numbers, &s.positions, n_local, None)
@@ -105,23 +150,16 @@ fn a_model_through_the_c_interface_matches_the_library() {
         }
     }
     // Only the energy asked for: the other outputs may be null.
-    let mut e = 0.0;
-    let null = std::ptr::null_mut();
-    let status = unsafe {
-        mlff_compute(
-            m,
-            n as i64,
-            n as i64,
-            x.as_ptr(),
-            z.as_ptr(),
-            std::ptr::null(),
-            std::ptr::null(),
-            &mut e,
-            null,
-            null,
-            null,
-        )
+    let atoms = Atoms {
+        n_all: n as i64,
+        n_local: n as i64,
+        x: &x,
+        z: &z,
+        cell: None,
+        pbc: None,
     };
+    let (status, out) = compute(m, &atoms, false);
+    let e = out.energy;
     assert_eq!(status, Status::Ok);
     assert!((e - want.energies[0]).abs() < 1e-9 * e.abs());
     unsafe { mlff_model_free(m) };
@@ -158,39 +196,35 @@ fn bad_calls_return_a_status_and_name_the_cause() {
     let s = molecule();
     let x: Vec<f64> = s.positions.iter().flatten().copied().collect();
     let mut z: Vec<i32> = s.numbers.iter().map(|&z| i32::from(z)).collect();
-    let mut e = 0.0;
-    let null = std::ptr::null_mut();
-    let call = |m: *mut Model, n_all: i64, n_local: i64, z: &[i32], e: &mut f64| unsafe {
-        mlff_compute(
+    let call = |m: *mut Model, n_all: i64, n_local: i64, z: &[i32]| {
+        let (x, cell, pbc) = (&x, None, None);
+        compute(
             m,
-            n_all,
-            n_local,
-            x.as_ptr(),
-            z.as_ptr(),
-            std::ptr::null(),
-            std::ptr::null(),
-            e,
-            null,
-            null,
-            null,
+            &Atoms {
+                n_all,
+                n_local,
+                x,
+                z,
+                cell,
+                pbc,
+            },
+            false,
         )
+        .0
     };
-    assert_eq!(call(m, 8, 9, &z, &mut e), Status::Argument);
+    assert_eq!(call(m, 8, 9, &z), Status::Argument);
     assert!(last_error().contains("n_local 9"), "{}", last_error());
-    assert_eq!(
-        call(std::ptr::null_mut(), 8, 8, &z, &mut e),
-        Status::Argument
-    );
+    assert_eq!(call(std::ptr::null_mut(), 8, 8, &z), Status::Argument);
     assert!(last_error().contains("model is null"));
     z[6] = 26;
-    assert_eq!(call(m, 8, 8, &z, &mut e), Status::Input);
+    assert_eq!(call(m, 8, 8, &z), Status::Input);
     assert!(
         last_error().contains("Z=26") && last_error().contains("atom 6"),
         "{}",
         last_error()
     );
     z[6] = 0;
-    assert_eq!(call(m, 8, 8, &z, &mut e), Status::Input);
+    assert_eq!(call(m, 8, 8, &z), Status::Input);
     assert!(
         last_error().contains("atom 6 has atomic number 0"),
         "{}",
@@ -225,22 +259,16 @@ fn a_periodic_cell_through_the_c_interface_matches_the_library() {
     let z: Vec<i32> = s.numbers.iter().map(|&z| i32::from(z)).collect();
     let c: Vec<f64> = cell.iter().flatten().copied().collect();
     let n = s.len();
-    let (mut e, mut ea, mut f, mut w) = (0.0, vec![0.0; n], vec![0.0; 3 * n], [0.0; 9]);
-    let status = unsafe {
-        mlff_compute(
-            m,
-            n as i64,
-            n as i64,
-            x.as_ptr(),
-            z.as_ptr(),
-            c.as_ptr(),
-            [1, 1, 1].as_ptr(),
-            &mut e,
-            ea.as_mut_ptr(),
-            f.as_mut_ptr(),
-            w.as_mut_ptr(),
-        )
+    let atoms = Atoms {
+        n_all: n as i64,
+        n_local: n as i64,
+        x: &x,
+        z: &z,
+        cell: Some(&c),
+        pbc: Some([1, 1, 1]),
     };
+    let (status, out) = compute(m, &atoms, true);
+    let (e, ea, f, w) = (out.energy, out.atom_energies, out.forces, out.virial);
     assert_eq!(status, Status::Ok, "{}", last_error());
     let e_ref = want.prediction.energies[0];
     assert!((e - e_ref).abs() < 1e-9 * e_ref.abs());
@@ -257,22 +285,11 @@ fn a_periodic_cell_through_the_c_interface_matches_the_library() {
             assert!(dw < 1e-9, "virial {a}{b} off by {dw}");
         }
     }
-    let null = std::ptr::null_mut();
-    let status = unsafe {
-        mlff_compute(
-            m,
-            n as i64,
-            n as i64,
-            x.as_ptr(),
-            z.as_ptr(),
-            std::ptr::null(),
-            [1, 1, 1].as_ptr(),
-            &mut e,
-            null,
-            null,
-            null,
-        )
+    let no_cell = Atoms {
+        cell: None,
+        ..atoms
     };
+    let (status, _) = compute(m, &no_cell, false);
     assert_eq!(status, Status::Argument);
     assert!(
         last_error().contains("give both cell and pbc"),
