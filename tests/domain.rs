@@ -8,7 +8,7 @@ use common::{calculator, dist, random_box, random_molecule};
 use mlff_distiller::domain::{receptive_field, skin_for, DomainPrediction, DomainSession};
 use mlff_distiller::model::Backend;
 use mlff_distiller::stress::stress_volume;
-use mlff_distiller::structure::Matrix3;
+use mlff_distiller::structure::{inverse, Matrix3};
 use mlff_distiller::Tuning;
 use mlff_distiller::{Batch, Calculator, PainnCalculator, Structure};
 use rand::{Rng, SeedableRng};
@@ -28,7 +28,7 @@ struct Domain {
 /// gives the images along b and c).
 fn decompose(s: &Structure, parts: usize, reach: f64, along_a: bool) -> Vec<Domain> {
     let cell = s.cell.unwrap();
-    let inv = inverse(&cell);
+    let inv = inverse(&cell).unwrap();
     let unwrapped_a = |x: &[f64; 3]| (0..3).map(|k| x[k] * inv[k][0]).sum::<f64>();
     // The reach in fractions of a: over the width between the b-c planes.
     let width = reach * (0..3).map(|k| inv[k][0].powi(2)).sum::<f64>().sqrt();
@@ -72,19 +72,6 @@ fn decompose(s: &Structure, parts: usize, reach: f64, along_a: bool) -> Vec<Doma
             d
         })
         .collect()
-}
-
-fn inverse(m: &[[f64; 3]; 3]) -> [[f64; 3]; 3] {
-    let det = m[0][0] * (m[1][1] * m[2][2] - m[1][2] * m[2][1])
-        - m[0][1] * (m[1][0] * m[2][2] - m[1][2] * m[2][0])
-        + m[0][2] * (m[1][0] * m[2][1] - m[1][1] * m[2][0]);
-    std::array::from_fn(|i| {
-        std::array::from_fn(|j| {
-            let (r0, r1) = ((j + 1) % 3, (j + 2) % 3);
-            let (c0, c1) = ((i + 1) % 3, (i + 2) % 3);
-            (m[r0][c0] * m[r1][c1] - m[r0][c1] * m[r1][c0]) / det
-        })
-    })
 }
 
 /// The test model on the CPU in f64, with `backend`.
