@@ -288,7 +288,7 @@ pub unsafe extern "C" fn mlff_compute(
             true => DomainPrediction::empty(),
             false => {
                 let cell = lattice.as_ref().map(|(c, p)| (c, *p));
-                (m.session).compute(&m.calc, &zs, &xyz, n_local as usize, cell)?
+                (m.session).compute(&m.calc, &zs, xyz, n_local as usize, cell)?
             }
         };
         write_out(&got, energy, atom_energies, forces, virial)
@@ -299,20 +299,20 @@ pub unsafe extern "C" fn mlff_compute(
 ///
 /// # Safety
 /// `positions` holds `3 n` values and `numbers` `n` (either may be null when `n` is 0).
-unsafe fn atoms(
+unsafe fn atoms<'a>(
     n: i64,
     positions: *const f64,
     numbers: *const i32,
-) -> Result<(Vec<u8>, Vec<[f64; 3]>), Failure> {
+) -> Result<(Vec<u8>, &'a [[f64; 3]]), Failure> {
     let n = usize::try_from(n).map_err(|_| Failure::argument(format!("{n} atoms")))?;
     if n == 0 {
-        return Ok((vec![], vec![]));
+        return Ok((vec![], &[]));
     }
     if positions.is_null() || numbers.is_null() {
         return Err(Failure::argument("positions or numbers is null"));
     }
-    let flat = std::slice::from_raw_parts(positions, 3 * n);
-    let xyz = flat.chunks_exact(3).map(|r| [r[0], r[1], r[2]]).collect();
+    // Rows of three doubles have the layout of [f64; 3]: read in place, not copied per step.
+    let xyz = std::slice::from_raw_parts(positions.cast::<[f64; 3]>(), n);
     let zs = std::slice::from_raw_parts(numbers, n)
         .iter()
         .enumerate()

@@ -98,8 +98,11 @@ impl DomainSession {
             self.resident = Some(built);
         }
         let r = (self.resident.as_ref()).ok_or_else(|| Error::Config("no inputs built".into()))?;
-        let flat: Vec<f64> = positions.iter().flatten().copied().collect();
-        let x = Tensor::from_vec(flat, (positions.len(), 3), calc.device())?;
+        let x = Tensor::from_slice(
+            positions.as_flattened(),
+            (positions.len(), 3),
+            calc.device(),
+        )?;
         let x = Var::from_tensor(&x.to_dtype(calc.dtype())?)?;
         let inputs = PainnInputs {
             species: r.species.clone(),
