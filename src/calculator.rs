@@ -235,18 +235,33 @@ impl PainnCalculator {
         nl: &NeighborList,
         clock: &mut dyn PhaseClock,
     ) -> Result<Prediction> {
+        Ok(self.evaluate(batch, nl, clock)?.0)
+    }
+
+    /// [`compute_with`](Self::compute_with), and the atom energies [N] (f64, on the device) the
+    /// structure energies are sums of.
+    fn evaluate(
+        &self,
+        batch: &Batch,
+        nl: &NeighborList,
+        clock: &mut dyn PhaseClock,
+    ) -> Result<(Prediction, Tensor)> {
         clock.mark(Phase::Upload)?;
         let (inputs, positions) = self.prepare_with(batch, nl)?;
         let (atom_energies, forces) = atom_energies_and_forces(self, &inputs, &positions, clock)?;
         clock.mark(Phase::Download)?;
         // Per-structure totals summed in f64: in f32 a sum of 10,000 atom energies of a few
         // hundred eV each is off by ~1 eV (measured against the same sum in another order).
+        let atom_energies = atom_energies.to_dtype(DType::F64)?;
         let energies = self.model.backend().scatter_add(
-            &atom_energies.to_dtype(DType::F64)?,
+            &atom_energies,
             &inputs.atom_structure,
             inputs.n_structures,
         )?;
-        Prediction::from_device(batch, &energies, &forces)
+        Ok((
+            Prediction::from_device(batch, &energies, &forces)?,
+            atom_energies,
+        ))
     }
 
     /// [`Calculator::compute`] and every atom's energy (eV, the terms each structure's energy
@@ -254,16 +269,7 @@ impl PainnCalculator {
     pub fn compute_with_atom_energies(&self, batch: &Batch) -> Result<(Prediction, Vec<Vec<f64>>)> {
         let batch = wrap_batch(batch)?;
         let nl = batch_neighbor_list(&batch, self.model.config().cutoff)?;
-        let (inputs, positions) = self.prepare_with(&batch, &nl)?;
-        let (atom_energies, forces) =
-            atom_energies_and_forces(self, &inputs, &positions, &mut NoClock)?;
-        let atom_energies = atom_energies.to_dtype(DType::F64)?;
-        let energies = self.model.backend().scatter_add(
-            &atom_energies,
-            &inputs.atom_structure,
-            inputs.n_structures,
-        )?;
-        let prediction = Prediction::from_device(&batch, &energies, &forces)?;
+        let (prediction, atom_energies) = self.evaluate(&batch, &nl, &mut NoClock)?;
         let all = atom_energies.to_vec1::<f64>()?;
         let split = batch.offsets.windows(2).map(|w| all[w[0]..w[1]].to_vec());
         Ok((prediction, split.collect()))

@@ -71,6 +71,15 @@ pub fn run(a: PredictArgs) -> Result<()> {
         let first = c * a.batch_size;
         let batch = Batch::new(chunk.to_vec())
             .map_err(|e| super::at_frame(e, |k| (a.input.clone(), first + k)))?;
+        // Every atom's energy where asked for, with the prediction it sums to (one call).
+        let with_atoms = match a.energies {
+            true => Some(
+                model
+                    .compute_with_atom_energies(&batch)
+                    .map_err(|e| super::at_frame(e, |k| (a.input.clone(), first + k)))?,
+            ),
+            false => None,
+        };
         let (pred, stresses, virials) = match (a.stress, a.virials) {
             (true, true) => model
                 .compute_with_virials(&batch)
@@ -79,24 +88,20 @@ pub fn run(a: PredictArgs) -> Result<()> {
                 let p = model.compute_with_stress(&batch);
                 p.map(|p| (p.prediction, p.stresses, vec![None; chunk.len()]))
             }
-            _ => calc
-                .compute(&batch)
-                .map(|p| (p, vec![None; chunk.len()], vec![None; chunk.len()])),
+            _ => match &with_atoms {
+                Some((p, _)) => Ok(p.clone()),
+                None => calc.compute(&batch),
+            }
+            .map(|p| (p, vec![None; chunk.len()], vec![None; chunk.len()])),
         }
         .map_err(|e| super::at_frame(e, |k| (a.input.clone(), first + k)))?;
         // A non-finite result (a NaN weight, say) is an error naming the frame and atom;
         // nothing has been written yet.
         pred.check_finite()
             .map_err(|e| super::at_frame(e, |k| (a.input.clone(), first + k)))?;
-        let atom_energies = match a.energies {
-            true => model
-                .compute_with_atom_energies(&batch)
-                .map_err(|e| super::at_frame(e, |k| (a.input.clone(), first + k)))?
-                .1
-                .into_iter()
-                .map(Some)
-                .collect(),
-            false => vec![None; chunk.len()],
+        let atom_energies = match with_atoms {
+            Some((_, ea)) => ea.into_iter().map(Some).collect(),
+            None => vec![None; chunk.len()],
         };
         let results = (pred.energies.into_iter().zip(pred.forces))
             .zip(stresses)
