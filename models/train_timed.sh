@@ -20,7 +20,12 @@ read -r epochs left_min < <(python3 - "$minutes" "$started" "$out/probe/log.json
 import json, sys, time
 minutes, started, log = float(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
 lines = [json.loads(l) for l in open(log)]
-epoch_s = lines[1]["elapsed_s"] - lines[0]["elapsed_s"]
+if len(lines) > 1:
+    epoch_s = lines[-1]["elapsed_s"] - lines[-2]["elapsed_s"]
+else:
+    # With val_every above 1 only the last epoch is logged: its training time, plus a tenth for
+    # the validations in between.
+    epoch_s = 1.1 * lines[-1]["epoch_train_s"]
 left = 60 * minutes - (time.time() - started)
 # 10% of what is left is kept for start-up and the last checkpoints.
 print(max(1, int(0.9 * left / epoch_s)), left / 60)
