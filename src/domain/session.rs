@@ -3,10 +3,10 @@
 //! builds uploads the positions alone. Pairs in the skin go through the model as exact zeros.
 
 use super::{rows, DomainPrediction};
-use crate::calculator::{edge_offsets, forces_from};
+use crate::calculator::forces_from;
 use crate::error::{Error, Result};
 use crate::model::{Backend, PainnInputs};
-use crate::neighbors::VerletList;
+use crate::neighbors::{flat_image_offsets, VerletList};
 use crate::structure::{Batch, Lattice, Matrix3, Structure};
 use crate::tuning::Tuning;
 use crate::PainnCalculator;
@@ -170,7 +170,7 @@ fn build(
     let batch = Batch::new(vec![s])?;
     let nl = list.list();
     let (n, e, dev) = (numbers.len(), nl.len(), calc.device());
-    let offsets: Vec<f64> = edge_offsets(&batch, nl).into_iter().flatten().collect();
+    let offsets = flat_image_offsets(&nl.shifts, lattice);
     let mask: Vec<f64> = (0..n).map(|i| f64::from(u8::from(i < n_local))).collect();
     Ok(Resident {
         numbers: numbers.to_vec(),

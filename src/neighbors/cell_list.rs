@@ -10,9 +10,10 @@
 //! injective, so each (neighbour, image) is visited once even when `n_k` is 1 or 2 and the
 //! cutoff spans several cells. Along non-periodic axes out-of-range bins are skipped.
 
-use super::{edge_vector, norm2, Geometry, NeighborList};
+use super::{edge_vector, norm2, work_threads, Geometry, NeighborList};
 use crate::error::{Error, Result};
 use crate::structure::Lattice;
+use std::ops::Range;
 
 /// Relative safety margin on the cutoff for binning and the first distance filter, far above
 /// the rounding of fractional coordinates and wrapping. The final test is exact (see below).
@@ -22,6 +23,10 @@ const MAX_BINS_PER_AXIS: usize = 1 << 20;
 /// Atoms further than this many cell lengths from the cell are refused (shift overflow and
 /// loss of precision in the wrapped coordinates).
 const MAX_WRAP: f64 = 1e6;
+/// Centers per thread below which the search stays on fewer threads: a thread's start costs
+/// about what a few hundred centers' search does, so small lists (a molecule, a training
+/// batch) stay on one.
+const MIN_CENTERS_PER_THREAD: usize = 4096;
 
 /// Neighbour list by cell list, O(N) for bounded density. Same output as
 /// [`brute_force_neighbor_list`](super::brute_force_neighbor_list), edges sorted by
@@ -36,6 +41,18 @@ pub fn neighbor_list(
     cell: Option<&Lattice>,
     pbc: [bool; 3],
     cutoff: f64,
+) -> Result<NeighborList> {
+    search(positions, cell, pbc, cutoff, None)
+}
+
+/// [`neighbor_list`] on `threads` threads (None: the cores, at most one per
+/// [`MIN_CENTERS_PER_THREAD`] centers).
+fn search(
+    positions: &[[f64; 3]],
+    cell: Option<&Lattice>,
+    pbc: [bool; 3],
+    cutoff: f64,
+    threads: Option<usize>,
 ) -> Result<NeighborList> {
     let g = Geometry::new(positions, cell, pbc, cutoff)?;
     let n = positions.len();
@@ -201,14 +218,15 @@ pub fn neighbor_list(
         c2,
         c2_loose,
     };
+    let threads = threads.unwrap_or_else(|| work_threads(n, MIN_CENTERS_PER_THREAD));
     if total_bits <= 32 {
-        grid.fill::<u64>(&packing, &mut out);
+        grid.fill_on::<u64>(&packing, threads, &mut out);
     } else {
         let wide = Packing {
             lo: [i64::from(i32::MIN); 3],
             bits: [32; 3],
         };
-        grid.fill::<u128>(&wide, &mut out);
+        grid.fill_on::<u128>(&wide, threads, &mut out);
     }
     Ok(out)
 }
@@ -232,14 +250,52 @@ struct Grid<'a> {
 }
 
 impl Grid<'_> {
-    /// Appends the edges of every center in order, each center's sorted by (neighbor, shift).
-    fn fill<K: SortKey>(&self, packing: &Packing, out: &mut NeighborList) {
+    /// [`fill`](Self::fill) for every center, on `threads` threads that each take a contiguous
+    /// run of centers: concatenated in order, the edges are the one-thread list exactly.
+    fn fill_on<K: SortKey>(&self, packing: &Packing, threads: usize, out: &mut NeighborList) {
+        let n = self.bins.len();
+        if threads <= 1 {
+            return self.fill::<K>(packing, 0..n, out);
+        }
+        let chunk = n.div_ceil(threads);
+        // The caller reserved the expected edges where it could estimate them.
+        let per_center = out.centers.capacity() / n;
+        let parts: Vec<NeighborList> = std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..n)
+                .step_by(chunk)
+                .map(|lo| {
+                    scope.spawn(move || {
+                        let mut part = NeighborList::default();
+                        let expected = per_center * chunk;
+                        part.centers.reserve(expected);
+                        part.neighbors.reserve(expected);
+                        part.shifts.reserve(expected);
+                        self.fill::<K>(packing, lo..(lo + chunk).min(n), &mut part);
+                        part
+                    })
+                })
+                .collect();
+            // A search thread only panics on a bug; carry the panic on.
+            (handles.into_iter())
+                .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+                .collect()
+        });
+        for part in parts {
+            out.centers.extend_from_slice(&part.centers);
+            out.neighbors.extend_from_slice(&part.neighbors);
+            out.shifts.extend_from_slice(&part.shifts);
+        }
+    }
+
+    /// Appends the edges of `centers` in order, each center's sorted by (neighbor, shift).
+    fn fill<K: SortKey>(&self, packing: &Packing, centers: Range<usize>, out: &mut NeighborList) {
         let nb = self.nb;
         // Per center: the (bin, image, image · cell) choices along each axis, then every bin
         // triple. Scratch buffers are reused: no allocation per edge or per atom.
         let mut axes: [Vec<(usize, i32, [f64; 3])>; 3] = Default::default();
         let mut scratch: Vec<K> = Vec::new();
-        for (i, bi) in self.bins.iter().enumerate() {
+        for i in centers {
+            let bi = &self.bins[i];
             for k in 0..3 {
                 axes[k].clear();
                 let nk = nb[k] as i64;
@@ -361,6 +417,32 @@ impl_sort_key!(u128);
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn threads_split_the_centers_without_changing_the_list() {
+        // 600 atoms in a triclinic cell periodic along two axes, some far outside it.
+        let cell = [[14.0, 0.0, 0.0], [3.0, 13.0, 0.0], [1.0, -2.0, 12.0]];
+        let mut state = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 11) as f64 / (1u64 << 53) as f64
+        };
+        let positions: Vec<[f64; 3]> = (0..600)
+            .map(|_| std::array::from_fn(|_| 40.0 * next() - 13.0))
+            .collect();
+        for pbc in [[true, true, false], [true; 3], [false; 3]] {
+            let one = search(&positions, Some(&cell), pbc, 4.5, Some(1)).unwrap();
+            assert!(one.len() > 1000, "{pbc:?}: {} edges", one.len());
+            for threads in [2, 3, 7] {
+                let many = search(&positions, Some(&cell), pbc, 4.5, Some(threads)).unwrap();
+                assert_eq!(many.centers, one.centers, "{pbc:?}, {threads} threads");
+                assert_eq!(many.neighbors, one.neighbors, "{pbc:?}, {threads} threads");
+                assert_eq!(many.shifts, one.shifts, "{pbc:?}, {threads} threads");
+            }
+        }
+    }
 
     #[test]
     fn sort_keys_round_trip_and_keep_tuple_order() {

@@ -144,6 +144,40 @@ pub fn image_offset(s: [i32; 3], cell: Option<&Lattice>) -> [f64; 3] {
     }
 }
 
+/// Threads for `items` independent pieces of work: the machine's cores (as the process may
+/// use them), at most one per `min_per_thread` items, at least one.
+pub(crate) fn work_threads(items: usize, min_per_thread: usize) -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+    cores.min(items / min_per_thread.max(1)).max(1)
+}
+
+/// Edges per thread below which [`flat_image_offsets`] uses fewer threads.
+const MIN_OFFSETS_PER_THREAD: usize = 1 << 16;
+
+/// [`image_offset`] of every shift, flattened to `[E * 3]` (the layout a device tensor takes),
+/// on several threads for long lists: a million-atom list has ~55 million edges.
+pub fn flat_image_offsets(shifts: &[[i32; 3]], cell: Option<&Lattice>) -> Vec<f64> {
+    let threads = work_threads(shifts.len(), MIN_OFFSETS_PER_THREAD);
+    flat_image_offsets_on(shifts, cell, threads)
+}
+
+fn flat_image_offsets_on(shifts: &[[i32; 3]], cell: Option<&Lattice>, threads: usize) -> Vec<f64> {
+    let mut out = vec![0.0; 3 * shifts.len()];
+    let Some(c) = cell else { return out };
+    let fill = |shifts: &[[i32; 3]], out: &mut [f64]| {
+        for (s, o) in shifts.iter().zip(out.chunks_exact_mut(3)) {
+            o.copy_from_slice(&image_offset(*s, Some(c)));
+        }
+    };
+    let chunk = shifts.len().div_ceil(threads.max(1)).max(1);
+    std::thread::scope(|scope| {
+        for (s, o) in shifts.chunks(chunk).zip(out.chunks_mut(3 * chunk)) {
+            scope.spawn(move || fill(s, o));
+        }
+    });
+    out
+}
+
 /// Wraps positions into the cell along its periodic directions (fractional coordinates in
 /// [0, 1)), as `ase.Atoms.wrap()`. Non-periodic directions and molecules are left alone.
 pub fn wrap_positions(
@@ -440,6 +474,25 @@ fn complete_basis(cell: &Lattice, periodic: [bool; 3]) -> Result<Lattice> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn flat_offsets_are_the_offsets_of_each_edge_on_any_thread_count() {
+        let cell = [[9.0, 0.5, 0.0], [1.0, 8.0, 0.2], [0.3, -1.0, 7.0]];
+        let shifts: Vec<[i32; 3]> = (0..1000)
+            .map(|e: i32| [e % 3 - 1, (e / 3) % 5 - 2, (e * 7) % 3 - 1])
+            .collect();
+        let each: Vec<f64> = (shifts.iter())
+            .flat_map(|s| image_offset(*s, Some(&cell)))
+            .collect();
+        for threads in [1, 2, 3, 8] {
+            assert_eq!(flat_image_offsets_on(&shifts, Some(&cell), threads), each);
+            assert_eq!(
+                flat_image_offsets_on(&shifts, None, threads),
+                vec![0.0; 3000]
+            );
+        }
+        assert_eq!(flat_image_offsets(&[], Some(&cell)), Vec::<f64>::new());
+    }
 
     #[test]
     fn completed_basis_keeps_periodic_rows_and_is_orthonormal_elsewhere() {
