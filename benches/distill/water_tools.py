@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""Numpy-only helpers of benches/distill/water_bulk.sh (a GPU host may have no ASE):
+
+    water_tools.py box N DENSITY SEED OUT.extxyz   N rigid waters at DENSITY g/cm³, random
+                                                    orientations on fcc sites where N is 4k³
+                                                    (32, 108, ...), else a simple cubic lattice
+    water_tools.py rdf OUT.json TRAJ.extxyz [SKIP]  O-O radial distribution of the frames of
+                                                    periodic orthorhombic cells (SKIP first)
+"""
+
+import json
+import sys
+
+import numpy as np
+
+AVOGADRO = 0.602214076  # molecules per mol, in units that turn g/cm³ into Å⁻³ per amu
+WATER_AMU = 18.015
+
+
+def box(n, density, seed, out):
+    rng = np.random.default_rng(seed)
+    side = (n * WATER_AMU / AVOGADRO / density) ** (1 / 3)
+    k = round((n / 4) ** (1 / 3))
+    if 4 * k ** 3 == n:
+        # fcc: 32 waters on a 4³ simple cubic lattice would sit 2.5 Å apart, on fcc 3.5 Å.
+        basis = np.array([[0, 0, 0], [0.5, 0.5, 0], [0.5, 0, 0.5], [0, 0.5, 0.5]])
+        cells = np.array([(i, j, l) for i in range(k) for j in range(k) for l in range(k)])
+        sites = ((cells[:, None, :] + basis[None] + 0.25).reshape(-1, 3) / k) * side
+    else:
+        per = int(np.ceil(n ** (1 / 3)))
+        cube = np.array([(i, j, l) for i in range(per) for j in range(per) for l in range(per)])
+        sites = (cube + 0.5) * side / per
+    sites = rng.permutation(sites)[:n]
+    r, half = 0.9572, np.radians(104.52) / 2
+    local = np.array([[0, 0, 0], [r * np.sin(half), r * np.cos(half), 0],
+                      [-r * np.sin(half), r * np.cos(half), 0]])
+    rows = []
+    for c in sites:
+        q, rr = np.linalg.qr(rng.normal(size=(3, 3)))
+        rot = q * np.sign(np.diag(rr))
+        for z, p in zip("OHH", local @ rot.T + c):
+            rows.append("%s %.8f %.8f %.8f" % (z, *p))
+    with open(out, "w") as f:
+        f.write(f"{len(rows)}\nLattice=\"{side} 0 0 0 {side} 0 0 0 {side}\" "
+                f"Properties=species:S:1:pos:R:3 pbc=\"T T T\"\n" + "\n".join(rows) + "\n")
+
+
+def frames(path):
+    with open(path) as f:
+        while True:
+            head = f.readline()
+            if not head.strip():
+                return
+            n = int(head)
+            info = f.readline()
+            lat = info.split('Lattice="')[1].split('"')[0].split()
+            cell = np.array(lat, float).reshape(3, 3)
+            rows = [f.readline().split() for _ in range(n)]
+            yield cell, [r[0] for r in rows], np.array([r[1:4] for r in rows], float)
+
+
+def rdf(out, traj, skip=0, width=0.05):
+    """g(r) out to 8 Å or 0.45 of the first frame's shortest side (an NPT box breathes)."""
+    hist, edges = None, None
+    density_sum, used = 0.0, 0
+    for k, (cell, species, x) in enumerate(frames(traj)):
+        if k < skip:
+            continue
+        if np.abs(cell - np.diag(np.diag(cell))).max() > 1e-9:
+            raise SystemExit(f"{traj}: frame {k} is not orthorhombic")
+        lengths = np.diag(cell)
+        if edges is None:
+            r_max = min(8.0, 0.45 * lengths.min())
+            edges = np.arange(0.0, r_max, width)
+            hist = np.zeros(len(edges) - 1)
+        if edges[-1] > lengths.min() / 2:
+            raise SystemExit(f"{traj}: frame {k}: the box shrank below twice {edges[-1]:.2f} Å")
+        o = x[np.array(species) == "O"]
+        for i in range(len(o) - 1):
+            d = o[i + 1:] - o[i]
+            d -= lengths * np.round(d / lengths)
+            hist += 2 * np.histogram(np.sqrt((d * d).sum(1)), edges)[0]
+        density_sum += len(o) / lengths.prod()
+        used += 1
+        n_o = len(o)
+    if used == 0:
+        raise SystemExit(f"{traj}: no frames after skipping {skip}")
+    shell = 4 / 3 * np.pi * (edges[1:] ** 3 - edges[:-1] ** 3)
+    g = hist / (used * n_o * (density_sum / used) * shell)
+    centres = (edges[1:] + edges[:-1]) / 2
+    peak = int(np.argmax(g))
+    json.dump({"traj": traj, "frames": used, "oxygens": n_o, "r": centres.round(4).tolist(),
+               "g": g.round(5).tolist(), "first_peak_r": float(centres[peak]),
+               "first_peak_g": float(g[peak])}, open(out, "w"))
+    print(f"{traj}: {used} frames, O-O first peak g({centres[peak]:.3f} Å) = {g[peak]:.3f}")
+
+
+if __name__ == "__main__":
+    cmd, args = sys.argv[1], sys.argv[2:]
+    if cmd == "box":
+        box(int(args[0]), float(args[1]), int(args[2]), args[3])
+    elif cmd == "rdf":
+        rdf(args[0], args[1], int(args[2]) if len(args) > 2 else 0)
+    else:
+        raise SystemExit(__doc__)
