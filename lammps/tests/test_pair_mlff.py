@@ -424,7 +424,7 @@ def test_the_water_example_runs(lammps, tmp_path):
     plugin, lmp = lammps
     cmd = lmp.replace("{n}", "1").split() + [
         "-in", "in.water", "-var", "plugin", plugin, "-var", "model",
-        str(ROOT / "models/painn-gfn2.safetensors"), "-var", "relax", "5", "-var", "steps", "20",
+        str(ROOT / "models/painn-gfn2-water.safetensors"), "-var", "relax", "5", "-var", "steps", "20",
         "-var", "device", "cpu"]
     p = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
