@@ -8,6 +8,8 @@
 #   benches/lammps/water.sh [--device cpu|cuda] [--dtype f32|f64] [--ranks "1 2"]
 #                           [--replicas "2 4"] [--steps N] [--weak] [--out DIR] [--model M]
 #
+# --model defaults to models/painn-gfn2-water.safetensors.
+#
 # Runs from the repository root after `bash lammps/build.sh` (or with PLUGIN, LMP and MLFF set:
 # the plugin, the mpirun command with {n}, the mlff binary). Prints one table row per run and
 # writes the logs to --out.
@@ -33,7 +35,8 @@ if [ -z "${PLUGIN:-}" ] || [ -z "${LMP:-}" ]; then
   LMP=$(echo "$built" | sed -n 's/^lmp=//p')
 fi
 MLFF=${MLFF:-$root/target/release/mlff}
-model=${model:-$root/models/painn-gfn2.safetensors}
+# The bulk-water student by default: the cluster student heats and compresses bulk water.
+model=${model:-$root/models/painn-gfn2-water.safetensors}
 example="$root/lammps/examples/water"
 mkdir -p "$out"
 
