@@ -169,7 +169,11 @@ fn flat_image_offsets_on(shifts: &[[i32; 3]], cell: Option<&Lattice>, threads: u
             o.copy_from_slice(&image_offset(*s, Some(c)));
         }
     };
-    let chunk = shifts.len().div_ceil(threads.max(1)).max(1);
+    if threads <= 1 {
+        fill(shifts, &mut out);
+        return out;
+    }
+    let chunk = shifts.len().div_ceil(threads).max(1);
     std::thread::scope(|scope| {
         for (s, o) in shifts.chunks(chunk).zip(out.chunks_mut(3 * chunk)) {
             scope.spawn(move || fill(s, o));
