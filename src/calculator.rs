@@ -212,20 +212,23 @@ impl PainnCalculator {
     /// The model's species index of every atom of `batch`; an unknown element is an error
     /// naming its structure and atom.
     pub fn species_of(&self, batch: &Batch) -> Result<Vec<u32>> {
-        let cfg = self.model.config();
         let mut species = Vec::with_capacity(batch.n_atoms());
         for (k, s) in batch.structures.iter().enumerate() {
-            let sp = cfg
-                .species_of(&s.numbers)
-                .map_err(|(atom, z)| Error::UnknownElement {
-                    z,
-                    structure: k,
-                    atom,
-                    known: cfg.elements.clone(),
-                })?;
-            species.extend(sp);
+            species.extend(self.structure_species(&s.numbers, k)?);
         }
         Ok(species)
+    }
+
+    /// The species index of every atom of structure `k`, whose atomic numbers are `numbers`.
+    pub(crate) fn structure_species(&self, numbers: &[u8], k: usize) -> Result<Vec<u32>> {
+        let cfg = self.model.config();
+        cfg.species_of(numbers)
+            .map_err(|(atom, z)| Error::UnknownElement {
+                z,
+                structure: k,
+                atom,
+                known: cfg.elements.clone(),
+            })
     }
 
     /// [`Calculator::compute_phased`] on a neighbour list the caller built.

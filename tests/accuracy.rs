@@ -43,7 +43,12 @@ fn test_files() -> Vec<PathBuf> {
 }
 
 fn report(model: Painn) -> Report {
-    let ds = Dataset::load_all(&test_files()).unwrap();
+    report_on(model, &test_files())
+}
+
+/// `mlff eval`'s report of `model` (CPU, f32) on `files`.
+fn report_on(model: Painn, files: &[PathBuf]) -> Report {
+    let ds = Dataset::load_all(files).unwrap();
     let calc = PainnCalculator::new(model, Device::Cpu, DType::F32);
     evaluate(&calc, &ds.frames, 50).unwrap().0
 }
@@ -98,13 +103,8 @@ const WATER_DOCUMENTED: (f64, f64) = (175.46, 9.55);
 
 fn water_errors(model_file: &str) -> Errors {
     let ck = checkpoint::load(&root().join(model_file)).unwrap();
-    let calc = PainnCalculator::new(
-        ck.model(&Device::Cpu, DType::F32).unwrap(),
-        Device::Cpu,
-        DType::F32,
-    );
-    let ds = Dataset::load_all(&[root().join("data/gfn2-water/test.extxyz")]).unwrap();
-    let r = evaluate(&calc, &ds.frames, 32).unwrap().0;
+    let files = [root().join("data/gfn2-water/test.extxyz")];
+    let r = report_on(ck.model(&Device::Cpu, DType::F32).unwrap(), &files);
     let e = r
         .per_molecule
         .get("H64O32")

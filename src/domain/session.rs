@@ -7,7 +7,7 @@ use crate::calculator::forces_from;
 use crate::error::{Error, Result};
 use crate::model::{Backend, PainnInputs};
 use crate::neighbors::{flat_image_offsets, VerletList};
-use crate::structure::{Batch, Lattice, Matrix3, Structure};
+use crate::structure::{Lattice, Matrix3};
 use crate::tuning::Tuning;
 use crate::PainnCalculator;
 use candle_core::{DType, Device, Tensor, Var};
@@ -87,14 +87,7 @@ impl DomainSession {
             .as_ref()
             .is_some_and(|r| r.builds == builds && r.n_local == n_local && r.numbers == numbers);
         if !fresh {
-            let built = build(
-                &self.list,
-                calc,
-                numbers,
-                positions,
-                n_local,
-                (lattice, pbc),
-            )?;
+            let built = build(&self.list, calc, numbers, n_local, lattice)?;
             self.resident = Some(built);
         }
         let r = (self.resident.as_ref()).ok_or_else(|| Error::Config("no inputs built".into()))?;
@@ -158,16 +151,9 @@ fn build(
     list: &VerletList,
     calc: &PainnCalculator,
     numbers: &[u8],
-    positions: &[[f64; 3]],
     n_local: usize,
-    (lattice, pbc): (Option<&Lattice>, [bool; 3]),
+    lattice: Option<&Lattice>,
 ) -> Result<Resident> {
-    let s = Structure {
-        cell: lattice.copied(),
-        pbc,
-        ..Structure::molecule(numbers.to_vec(), positions.to_vec())
-    };
-    let batch = Batch::new(vec![s])?;
     let nl = list.list();
     let (n, e, dev) = (numbers.len(), nl.len(), calc.device());
     let offsets = flat_image_offsets(&nl.shifts, lattice);
@@ -176,7 +162,7 @@ fn build(
         numbers: numbers.to_vec(),
         n_local,
         builds: list.rebuilds(),
-        species: Tensor::from_vec(calc.species_of(&batch)?, n, dev)?,
+        species: Tensor::from_vec(calc.structure_species(numbers, 0)?, n, dev)?,
         centers: Tensor::from_vec(nl.centers.clone(), e, dev)?,
         neighbors: Tensor::from_vec(nl.neighbors.clone(), e, dev)?,
         offsets: Tensor::from_vec(offsets, (e, 3), dev)?.to_dtype(calc.dtype())?,
