@@ -14,6 +14,9 @@ fn main() {
         return;
     }
     let out_dir = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
+    if std::env::var_os("CARGO_FEATURE_NCCL").is_some() {
+        nccl_link(&out_dir);
+    }
     let nvcc = std::env::var_os("CUDA_ROOT")
         .map(|root| PathBuf::from(root).join("bin").join("nvcc"))
         .filter(|p| p.exists())
@@ -83,6 +86,42 @@ fn main() {
 }
 
 /// Every file under `dir`, recursively.
+/// With the `nccl` feature cudarc links libnccl. The folder holding it is added to the link
+/// search: `$NCCL_HOME/lib`, else the `nvidia-nccl` wheel PyTorch installs (found through
+/// `python3`), else the linker's own paths. The wheel holds only `libnccl.so.2`, so a
+/// `libnccl.so` link to it is made in OUT_DIR. At run time the library must be on the
+/// loader's path (LD_LIBRARY_PATH).
+fn nccl_link(out_dir: &Path) {
+    println!("cargo:rerun-if-env-changed=NCCL_HOME");
+    let mut dirs = Vec::new();
+    if let Some(home) = std::env::var_os("NCCL_HOME").map(PathBuf::from) {
+        dirs.extend([home.join("lib"), home.join("lib64"), home]);
+    }
+    let probe = "import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], 'lib'))";
+    if let Ok(out) = Command::new("python3").args(["-c", probe]).output() {
+        if out.status.success() {
+            dirs.push(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()));
+        }
+    }
+    for dir in dirs {
+        if dir.join("libnccl.so").exists() {
+            println!("cargo:rustc-link-search=native={}", dir.display());
+            return;
+        }
+        let versioned = dir.join("libnccl.so.2");
+        if versioned.exists() {
+            let links = out_dir.join("nccl-link");
+            let link = links.join("libnccl.so");
+            let _ = std::fs::create_dir_all(&links);
+            let _ = std::fs::remove_file(&link);
+            std::os::unix::fs::symlink(&versioned, &link)
+                .unwrap_or_else(|e| panic!("linking {}: {e}", versioned.display()));
+            println!("cargo:rustc-link-search=native={}", links.display());
+            return;
+        }
+    }
+}
+
 fn files_under(dir: &Path, out: &mut Vec<PathBuf>) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;

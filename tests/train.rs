@@ -585,3 +585,53 @@ fn stress_loss_and_its_gradients() {
     ];
     assert_gradients_match_differences(&with, &idx, &probes, "stress term:");
 }
+
+/// Data-parallel training over three CPU ranks (summing in host memory; on GPUs NCCL does,
+/// tests/gpu) follows one-device training of the same batches: 23 frames of 4-7 atoms in
+/// batches of 7 give shards of unequal atoms (3/2/2 structures) and a last batch smaller than
+/// the ranks (1/1/0), and after 20 steps the weights agree to 1e-10 of their largest.
+#[test]
+fn three_ranks_train_as_one_device() {
+    let data = dataset(teacher_data(23, 5));
+    let cfg = TrainConfig {
+        batch_size: 7,
+        force_gradient: ForceGradient::Fused,
+        ..train_config()
+    };
+    let mut one = tiny_trainer(&cfg, &data, &data, DType::F64);
+    let mut three = tiny_trainer(&cfg, &data, &data, DType::F64)
+        .with_replicas(vec![Device::Cpu, Device::Cpu])
+        .unwrap();
+    assert_eq!(three.ranks(), 3);
+    for _ in 0..5 {
+        let a = one.train_epoch(|_, _| {}).unwrap();
+        let b = three.train_epoch(|_, _| {}).unwrap();
+        assert!((a - b).abs() <= 1e-10 * a, "epoch loss {a} vs {b}");
+    }
+    assert_eq!(three.step(), 20);
+    let weights = |t: &Trainer| -> Vec<f64> {
+        let w = t.optimizer().flat_weights().unwrap();
+        w.to_vec1::<f64>().unwrap()
+    };
+    let (a, b) = (weights(&one), weights(&three));
+    let largest = a.iter().fold(0.0f64, |m, x| m.max(x.abs()));
+    let worst = a
+        .iter()
+        .zip(&b)
+        .fold(0.0f64, |m, (x, y)| m.max((x - y).abs()));
+    assert!(worst <= 1e-10 * largest, "{worst} of {largest}");
+    let (va, vb) = (one.validate().unwrap(), three.validate().unwrap());
+    assert!((va.loss - vb.loss).abs() <= 1e-10 * va.loss);
+}
+
+/// Data-parallel training refuses the force gradients it cannot split (they differentiate
+/// each rank's loss by autograd, whose mean is not the batch's).
+#[test]
+fn several_ranks_need_the_fused_gradient() {
+    let data = dataset(teacher_data(4, 6));
+    for mode in [ForceGradient::Directional, ForceGradient::DoubleBackward] {
+        let t = trainer(&data, mode, (1.0, 10.0), DType::F64);
+        let e = t.with_replicas(vec![Device::Cpu]).err().unwrap();
+        assert!(e.to_string().contains("--force-gradient fused"), "{e}");
+    }
+}

@@ -11,8 +11,10 @@
 //! replayed ([`Trainer::replayed`], `step_graph`).
 
 use super::force_gradient::displacement_rms;
-use super::labels::Labels;
-use super::step_graph::{Buffers, StepGraph, StepInputs, BUCKET_ATOMS, MAX_GRAPHS};
+use super::labels::{Labels, Norms, Padded};
+use super::step_graph::{
+    Buffers, Need, StepGraph, StepInputs, StepPadding, BUCKET_ATOMS, MAX_GRAPHS,
+};
 use super::trainer::Trainer;
 use crate::calculator::edge_offsets;
 use crate::error::{Error, Result};
@@ -58,7 +60,7 @@ impl Trainer {
     ) -> Result<(f64, GradStore)> {
         clock.mark(Phase::Upload)?;
         let (x, _) = self.calc.prepare_with(batch, nl)?;
-        let packed = Labels::packed(batch, None, &self.device)?;
+        let packed = Labels::packed(batch, None, Norms::of(batch), &self.device)?;
         let labels = Labels::of(&packed, batch.n_structures(), batch.n_atoms(), self.dtype)?;
         clock.mark(Phase::Forward)?;
         let (loss, named) = self.fused_device_step(&x, &labels, true)?;
@@ -94,6 +96,15 @@ impl Trainer {
         let u_sq = u.sqr()?.sum_all()?.to_dtype(DType::F64)?;
         let loss = (((per_atom.sqr()?.sum_all()? * inv_b)? * cfg.energy_weight)?
             + ((&u_sq * inv_m)? * cfg.force_weight)?)?;
+        // A data-parallel step takes h from all ranks' errors, as one device would.
+        let u_sq = match &self.collective {
+            None => u_sq,
+            Some(c) => {
+                let all = u_sq.copy()?;
+                c.sum_in_place(&all)?;
+                all
+            }
+        };
         // The energy term's seed of each structure: 2 w_E ΔE_k / (n_k² B), shared by the copies.
         let energy_seed =
             (((per_atom * &labels.inv_atoms)?.broadcast_mul(inv_b))? * (2.0 * cfg.energy_weight))?;
@@ -132,11 +143,7 @@ impl Trainer {
     }
 
     /// The step on `idx` replayed as a CUDA graph (`step_graph`), or None where steps run op
-    /// by op: graphs off, or no room for another graph ([`MAX_GRAPHS`]). A batch runs on the
-    /// smallest captured graph of its structure count that holds its atoms and edges, padded
-    /// to it; where none does, one is captured: for its exact atom count the first time, then
-    /// (batches of this many structures come in several sizes) for its atoms rounded up to a
-    /// multiple of [`BUCKET_ATOMS`], which later batches of other sizes share.
+    /// by op: graphs off, or no room for another graph ([`MAX_GRAPHS`]).
     pub(super) fn replayed(
         &mut self,
         idx: &[usize],
@@ -148,52 +155,76 @@ impl Trainer {
         }
         clock.mark(Phase::Batch)?;
         let (batch, nl) = Self::batch(&self.train, idx)?;
-        let (atoms, structures) = (batch.n_atoms(), batch.n_structures() + 1);
-        let fitting = self
-            .step_graphs
-            .iter()
-            .enumerate()
-            .filter(|(_, g)| g.fits(atoms, structures, nl.len()))
-            .min_by_key(|(_, g)| g.atoms());
-        let k = match fitting {
-            Some((k, _)) => k,
-            None => {
-                let mixed = self
-                    .step_graphs
-                    .iter()
-                    .any(|g| g.structures() == structures);
-                let size = match mixed {
-                    false => atoms,
-                    true => atoms.next_multiple_of(BUCKET_ATOMS),
-                };
-                // A longer list than its size's graph holds replaces that graph.
-                self.step_graphs.retain(|g| !g.same_atoms(size, structures));
-                if self.step_graphs.len() >= MAX_GRAPHS {
-                    return Ok(None);
-                }
-                clock.mark(Phase::Capture)?;
-                let capacity = edge_capacity(nl.len() * size / atoms.max(1));
-                let inputs = self.step_inputs(&batch, &nl, size, capacity, &step)?;
-                let graph = self.capture_step(&inputs, step)?;
-                self.step_graphs.push(graph);
-                self.step_graphs.len() - 1
-            }
+        let (need, norms) = (Need::of(&batch, &nl), Norms::of(&batch));
+        let Some(k) = self.graph_for(need, &batch, &nl, norms, step, clock)? else {
+            return Ok(None);
         };
         clock.mark(Phase::Upload)?;
         let graph = &self.step_graphs[k];
-        let inputs = self.step_inputs(&batch, &nl, graph.atoms(), graph.capacity(), &step)?;
+        let inputs = self.step_inputs(&batch, &nl, graph.padded(), norms, &step)?;
         clock.mark(Phase::Forward)?;
         graph.run(&inputs).map(Some)
     }
 
-    /// `batch`'s inputs for a captured step of `size` atoms (the padding atoms isolated, far
-    /// apart, in one more structure) and `capacity` edges (padded beyond the cutoff).
+    /// The captured step that runs a batch of `need`, captured (on `batch`, as this rank's
+    /// part) where none fits, or None where there is no room for another ([`MAX_GRAPHS`]).
+    /// The smallest fitting graph is taken; a new one is for the exact atom count the first
+    /// time, then (batches of this many structures come in several sizes) for the atoms
+    /// rounded up to a multiple of [`BUCKET_ATOMS`], which later batches of other sizes share.
+    /// The choice depends on `need` and the graphs captured only, so ranks given the same
+    /// `need` make the same captures in the same order.
+    pub(super) fn graph_for(
+        &mut self,
+        need: Need,
+        batch: &Batch,
+        nl: &NeighborList,
+        norms: Norms,
+        step: AdamWStep,
+        clock: &mut dyn PhaseClock,
+    ) -> Result<Option<usize>> {
+        let fitting = self
+            .step_graphs
+            .iter()
+            .enumerate()
+            .filter(|(_, g)| g.fits(need))
+            .min_by_key(|(_, g)| g.atoms());
+        if let Some((k, _)) = fitting {
+            return Ok(Some(k));
+        }
+        let mixed = self
+            .step_graphs
+            .iter()
+            .any(|g| g.structures() == need.structures);
+        let size = match mixed {
+            false => need.atoms,
+            true => need.atoms.next_multiple_of(BUCKET_ATOMS),
+        };
+        // A longer list than its size's graph holds replaces that graph.
+        self.step_graphs
+            .retain(|g| !g.same_atoms(size, need.structures));
+        if self.step_graphs.len() >= MAX_GRAPHS {
+            return Ok(None);
+        }
+        clock.mark(Phase::Capture)?;
+        let padded = StepPadding {
+            atoms: size,
+            structures: need.structures,
+            capacity: edge_capacity(need.edges * size / need.atoms.max(1)),
+        };
+        let inputs = self.step_inputs(batch, nl, padded, norms, &step)?;
+        let graph = self.capture_step(&inputs, step)?;
+        self.step_graphs.push(graph);
+        Ok(Some(self.step_graphs.len() - 1))
+    }
+
+    /// `batch`'s inputs padded as `padded` says (the padding atoms isolated, far apart, in the
+    /// first padding structure; edges beyond the cutoff), its loss averaged over `norms`.
     pub(super) fn step_inputs(
         &self,
         batch: &Batch,
         nl: &NeighborList,
-        size: usize,
-        capacity: usize,
+        padded: StepPadding,
+        norms: Norms,
         step: &AdamWStep,
     ) -> Result<StepInputs> {
         let (n, b, dev, dtype) = (
@@ -202,9 +233,16 @@ impl Trainer {
             &self.device,
             self.dtype,
         );
-        let pad = size.checked_sub(n).ok_or_else(|| {
-            Error::Train(format!("a batch of {n} atoms given to a step of {size}"))
-        })?;
+        let (size, capacity) = (padded.atoms, padded.capacity);
+        let pad = match size.checked_sub(n) {
+            Some(pad) if padded.structures > b => pad,
+            _ => {
+                return Err(Error::Train(format!(
+                    "a batch of {n} atoms in {b} structures given to a step of {size} in {}",
+                    padded.structures
+                )))
+            }
+        };
         let offsets = edge_offsets(batch, nl);
         let edges = HostEdges {
             centers: &nl.centers,
@@ -229,11 +267,15 @@ impl Trainer {
             neighbors,
             offsets,
             atom_structure: Tensor::from_vec(atom_structure, size, dev)?,
-            n_structures: b + 1,
+            n_structures: padded.structures,
+        };
+        let labels = Padded {
+            atoms: size,
+            structures: padded.structures,
         };
         Ok(StepInputs {
             x,
-            labels: Labels::packed(batch, Some(pad), dev)?,
+            labels: Labels::packed(batch, Some(labels), norms, dev)?,
             values: step.values(dtype, dev)?,
         })
     }
@@ -251,6 +293,9 @@ impl Trainer {
             // The separate kernels at x, as `graph::ForceGraph` captures them.
             let (loss, named) = self.fused_device_step(&inputs.x, &labels, false)?;
             let g = self.flat_named(named)?;
+            if let Some(c) = &self.collective {
+                c.sum_in_place(&g)?;
+            }
             self.opt.update(&g, step, &inputs.values, &self.ema)?;
             b.loss.set(&loss.reshape(1)?)?;
             Ok(())
@@ -305,8 +350,9 @@ mod tests {
         Dataset::from_frames(std::path::Path::new("mem"), frames).unwrap()
     }
 
-    /// A batch padded as a captured step runs it (isolated atoms in one more structure, edges
-    /// beyond the cutoff) gives the loss and gradients of the batch itself.
+    /// A batch padded as a captured step runs it (isolated atoms in one more structure, an
+    /// empty structure after it, edges beyond the cutoff) gives the loss and gradients of the
+    /// batch itself.
     #[test]
     fn padded_steps_give_the_batch_loss_and_gradients() {
         let cfg = PainnConfig {
@@ -320,16 +366,19 @@ mod tests {
         let tc = TrainConfig::default();
         let t = Trainer::new(&cfg, &tc, &ds, &ds, &Device::Cpu, DType::F64, None).unwrap();
         let (batch, nl) = Trainer::batch(&t.train, &[0, 2]).unwrap();
-        let (n, b) = (batch.n_atoms(), batch.n_structures());
-        let packed = Labels::packed(&batch, None, &t.device).unwrap();
+        let (n, b, norms) = (batch.n_atoms(), batch.n_structures(), Norms::of(&batch));
+        let packed = Labels::packed(&batch, None, norms, &t.device).unwrap();
         let labels = Labels::of(&packed, b, n, DType::F64).unwrap();
         let (x, _) = t.calc.prepare_with(&batch, &nl).unwrap();
         let (loss, grads) = t.fused_device_step(&x, &labels, true).unwrap();
         let step = t.opt.next_step(1e-3, 10.0, 0.9);
-        let inputs = t
-            .step_inputs(&batch, &nl, n + 7, nl.len() + 40, &step)
-            .unwrap();
-        let labels = Labels::of(&inputs.labels, b + 1, n + 7, DType::F64).unwrap();
+        let padded = StepPadding {
+            atoms: n + 7,
+            structures: b + 2,
+            capacity: nl.len() + 40,
+        };
+        let inputs = t.step_inputs(&batch, &nl, padded, norms, &step).unwrap();
+        let labels = Labels::of(&inputs.labels, b + 2, n + 7, DType::F64).unwrap();
         let (padded_loss, padded) = t.fused_device_step(&inputs.x, &labels, false).unwrap();
         let (loss, padded_loss) = (
             loss.to_scalar::<f64>().unwrap(),
@@ -350,6 +399,13 @@ mod tests {
             // ±c ~ 1/h amplify that: ~1e-10 of a gradient.
             assert!(diff <= 1e-9 * scale.max(1e-12), "{name}: {diff} of {scale}");
         }
-        assert!(t.step_inputs(&batch, &nl, n - 1, nl.len(), &step).is_err());
+        for (atoms, structures) in [(n - 1, b + 1), (n, b)] {
+            let small = StepPadding {
+                atoms,
+                structures,
+                capacity: nl.len(),
+            };
+            assert!(t.step_inputs(&batch, &nl, small, norms, &step).is_err());
+        }
     }
 }

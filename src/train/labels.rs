@@ -10,8 +10,9 @@ use candle_core::{DType, Device, Tensor};
 
 /// Reference energies and 1 / atoms per structure (f64), reference forces [N, 3] and a mask of
 /// the real atoms \[N\] (the model's dtype), and 1 / structures, 1 / force components of the
-/// real batch (f64 scalars). Padding (one structure holding every padding atom) has 1 / atoms,
-/// forces and mask zero, so it adds nothing to the loss or its gradient.
+/// whole step (f64 scalars, see [`Norms`]). Padding (structures holding no atom or every
+/// padding atom) has 1 / atoms, forces and mask zero, so it adds nothing to the loss or its
+/// gradient.
 pub(super) struct Labels {
     pub(super) energy: Tensor,
     pub(super) inv_atoms: Tensor,
@@ -21,18 +22,58 @@ pub(super) struct Labels {
     pub(super) inv_components: Tensor,
 }
 
+/// The structures and atoms the loss is averaged over: a batch's own, or in a data-parallel
+/// step (`replicas`) those of all ranks' shards together, so that the ranks' losses and
+/// gradients add up to the whole batch's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Norms {
+    pub(super) structures: usize,
+    pub(super) atoms: usize,
+}
+
+impl Norms {
+    pub(super) fn of(batch: &Batch) -> Self {
+        Self {
+            structures: batch.n_structures(),
+            atoms: batch.n_atoms(),
+        }
+    }
+}
+
+/// A batch padded to `atoms` atoms and `structures` structures (both counting the padding,
+/// at least one structure more than the batch: every padding atom is in the first of them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Padded {
+    pub(super) atoms: usize,
+    pub(super) structures: usize,
+}
+
 impl Labels {
-    /// The labels of `batch` in one f64 buffer on `dev`, with `pad` padding atoms in one more
-    /// structure where given: [Ê (S) | 1 / n (S) | F̂ (3N) | mask (N) | 1 / B, 1 / 3n], S and N
-    /// counting the padding.
-    pub(super) fn packed(batch: &Batch, pad: Option<usize>, dev: &Device) -> Result<Tensor> {
+    /// The labels of `batch` in one f64 buffer on `dev`, `padded` where given, averaged over
+    /// `norms`: [Ê (S) | 1 / n (S) | F̂ (3N) | mask (N) | 1 / B, 1 / 3n], S and N counting the
+    /// padding.
+    pub(super) fn packed(
+        batch: &Batch,
+        padded: Option<Padded>,
+        norms: Norms,
+        dev: &Device,
+    ) -> Result<Tensor> {
         let (b, n) = (batch.n_structures(), batch.n_atoms());
-        let (s, all) = (b + pad.is_some() as usize, n + pad.unwrap_or(0));
+        let (s, all) = match padded {
+            Some(p) if p.atoms >= n && p.structures > b => (p.structures, p.atoms),
+            Some(p) => {
+                return Err(Error::Train(format!(
+                    "a batch of {n} atoms in {b} structures padded to {} in {}",
+                    p.atoms, p.structures
+                )))
+            }
+            None => (b, n),
+        };
         let mut host = Vec::with_capacity(2 * s + 4 * all + 2);
         host.extend(batch.structures.iter().map(|s| s.energy.unwrap_or(0.0)));
-        host.extend(pad.map(|_| 0.0));
+        host.extend(std::iter::repeat_n(0.0, s - b));
         host.extend(batch.structures.iter().map(|s| 1.0 / s.len().max(1) as f64));
-        host.extend(pad.map(|_| 0.0));
+        host.extend(std::iter::repeat_n(0.0, s - b));
         let before = host.len();
         host.extend(
             batch
@@ -46,7 +87,10 @@ impl Labels {
         host.extend(std::iter::repeat_n(0.0, 3 * (all - n)));
         host.extend(std::iter::repeat_n(1.0, n));
         host.extend(std::iter::repeat_n(0.0, all - n));
-        host.extend([1.0 / b.max(1) as f64, 1.0 / (3 * n).max(1) as f64]);
+        host.extend([
+            1.0 / norms.structures.max(1) as f64,
+            1.0 / (3 * norms.atoms).max(1) as f64,
+        ]);
         let len = host.len();
         Ok(Tensor::from_vec(host, len, dev)?)
     }

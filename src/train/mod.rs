@@ -6,6 +6,7 @@
 //! the validation frames, `state` saves and restores checkpoints and training state.
 
 mod adamw;
+mod collective;
 mod config;
 mod data;
 mod force_gradient;
@@ -15,6 +16,7 @@ mod hessian;
 mod labels;
 mod metrics;
 mod reference;
+mod replicas;
 mod schedule;
 mod state;
 mod step_graph;

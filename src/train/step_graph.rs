@@ -15,6 +15,8 @@
 use crate::error::Result;
 use crate::graph::{capture_graph, launch, Graph};
 use crate::model::PainnInputs;
+use crate::neighbors::NeighborList;
+use crate::structure::Batch;
 use candle_core::{DType, Device, Tensor, Var};
 
 /// Batch shapes captured at most; a batch that fits none of them runs op by op.
@@ -23,6 +25,42 @@ pub(super) const MAX_GRAPHS: usize = 8;
 /// Where batches of one structure count come in several sizes, graphs are captured for atom
 /// counts in steps of this, the batches padded up to them (at most this many atoms more).
 pub(super) const BUCKET_ATOMS: usize = 64;
+
+/// What a batch needs of a captured step: its atoms, its structures with the padding one,
+/// its edges. In a data-parallel step (`replicas`), the largest of the ranks' shards.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Need {
+    pub(super) atoms: usize,
+    pub(super) structures: usize,
+    pub(super) edges: usize,
+}
+
+impl Need {
+    pub(super) fn of(batch: &Batch, nl: &NeighborList) -> Self {
+        Self {
+            atoms: batch.n_atoms(),
+            structures: batch.n_structures() + 1,
+            edges: nl.len(),
+        }
+    }
+
+    /// The largest need of each kind.
+    pub(super) fn max(self, other: Self) -> Self {
+        Self {
+            atoms: self.atoms.max(other.atoms),
+            structures: self.structures.max(other.structures),
+            edges: self.edges.max(other.edges),
+        }
+    }
+}
+
+/// The shape a batch is padded to: atoms and structures (padding included), edge capacity.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct StepPadding {
+    pub(super) atoms: usize,
+    pub(super) structures: usize,
+    pub(super) capacity: usize,
+}
 
 /// One batch's inputs as a step reads them: the model inputs (edges padded to the graph's
 /// capacity), the packed labels (`Labels::packed`) and the optimiser's step values
@@ -116,10 +154,20 @@ impl StepGraph {
         Ok(Self { buffers, graph })
     }
 
-    /// Whether a batch of up to `atoms` atoms, `structures` structures (its padding one
-    /// included) and `edges` edges runs on this graph.
-    pub(super) fn fits(&self, atoms: usize, structures: usize, edges: usize) -> bool {
-        atoms <= self.atoms() && structures == self.structures() && edges <= self.capacity()
+    /// Whether a batch of `need` runs on this graph.
+    pub(super) fn fits(&self, need: Need) -> bool {
+        need.atoms <= self.atoms()
+            && need.structures == self.structures()
+            && need.edges <= self.capacity()
+    }
+
+    /// The shape batches are padded to for this graph.
+    pub(super) fn padded(&self) -> StepPadding {
+        StepPadding {
+            atoms: self.atoms(),
+            structures: self.structures(),
+            capacity: self.capacity(),
+        }
     }
 
     /// The atoms it was captured for (padding included).
@@ -147,6 +195,11 @@ impl StepGraph {
     pub(super) fn run(&self, inputs: &StepInputs) -> Result<f64> {
         self.buffers.load(inputs)?;
         launch(&self.graph)?;
-        Ok(self.buffers.loss.as_tensor().get(0)?.to_scalar::<f64>()?)
+        // The step done before the loss is copied out: a data-parallel step's sums wait for
+        // the other ranks, and a copy queued behind them could hold the driver's staging
+        // buffers that another rank needs (`collective`).
+        let loss = self.buffers.loss.as_tensor();
+        loss.device().synchronize()?;
+        Ok(loss.get(0)?.to_scalar::<f64>()?)
     }
 }

@@ -1,10 +1,12 @@
 //! The training loop: set-up, seeded epochs of optimiser steps, the EMA of the weights.
 
 use super::adamw::AdamW;
+use super::collective::Collective;
 use super::config::TrainConfig;
 use super::data::Dataset;
 use super::force_gradient::ForceGradient;
 use super::reference::{fit_reference_energies, fit_scale_shift};
+use super::replicas::Peers;
 use super::schedule::LrSchedule;
 use super::step_graph::StepGraph;
 use super::variables::{set_vars, snapshot, FIXED};
@@ -24,6 +26,7 @@ use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 /// A labelled frame with its neighbour list (positions never change during training).
 pub(super) struct Frame {
@@ -44,15 +47,20 @@ pub struct Trainer {
     /// EMA of the trainable weights, flat in the optimiser's order.
     pub(super) ema: Var,
     pub schedule: LrSchedule,
-    pub(super) train: Vec<Frame>,
+    /// Shared with the other ranks of a data-parallel run, which build their shards from it.
+    pub(super) train: Arc<Vec<Frame>>,
     pub(super) val: Vec<Frame>,
     pub epoch: usize,
     pub best_val_loss: f64,
     /// Checked after every optimiser step ([`Trainer::with_stop`]).
     pub(super) stop: StopFlag,
     /// Whether steps replay as CUDA graphs ([`Trainer::with_graphs`]), and those captured.
-    graphs: Graphs,
+    pub(super) graphs: Graphs,
     pub(super) step_graphs: Vec<StepGraph>,
+    /// This rank's end of the sums of a data-parallel run (`replicas`); None on one device.
+    pub(super) collective: Option<Collective>,
+    /// The other ranks of a data-parallel run ([`Trainer::with_replicas`]).
+    pub(super) peers: Peers,
 }
 
 /// The frames with their lists; periodic positions wrapped into the cell in f64 first (see
@@ -110,6 +118,21 @@ impl Trainer {
                 set_vars(&varmap, &stats)?;
             }
         }
+        let train = Arc::new(frames(&train.frames, model_cfg.cutoff)?);
+        let val = frames(&val.frames, model_cfg.cutoff)?;
+        Self::assemble(model_cfg, cfg, varmap, device, dtype, train, val)
+    }
+
+    /// A trainer of `varmap`'s weights (the EMA starting at them, fresh moments).
+    pub(super) fn assemble(
+        model_cfg: &PainnConfig,
+        cfg: &TrainConfig,
+        varmap: VarMap,
+        device: &Device,
+        dtype: DType,
+        train: Arc<Vec<Frame>>,
+        val: Vec<Frame>,
+    ) -> Result<Self> {
         let model = Painn::new(model_cfg, VarBuilder::from_varmap(&varmap, dtype, device))?;
         let calc = PainnCalculator::new(model, device.clone(), dtype);
         let mut trainable: Vec<_> = varmap
@@ -125,8 +148,6 @@ impl Trainer {
         let mut fixed = snapshot(&varmap)?;
         fixed.retain(|k, _| FIXED.contains(&k.as_str()));
         let ema = Var::from_tensor(&opt.flat_weights()?)?;
-        let train = frames(&train.frames, model_cfg.cutoff)?;
-        let val = frames(&val.frames, model_cfg.cutoff)?;
         let steps_per_epoch = train.len().div_ceil(cfg.batch_size) as u64;
         let schedule = LrSchedule::new(
             cfg.schedule.clone(),
@@ -153,6 +174,8 @@ impl Trainer {
             stop: StopFlag::new(),
             graphs: Graphs::Auto,
             step_graphs: Vec::new(),
+            collective: None,
+            peers: Peers::None,
         })
     }
 
@@ -252,7 +275,11 @@ impl Trainer {
         let step = self
             .opt
             .next_step(lr, self.cfg.clip_grad_norm.max(0.0), decay);
-        let loss = match self.replayed(idx, step, clock)? {
+        let replayed = match self.peers.any() {
+            true => Some(self.parallel_step(idx, step)?),
+            false => self.replayed(idx, step, clock)?,
+        };
+        let loss = match replayed {
             Some(loss) => loss,
             None => {
                 let (loss, grads) = self.loss_and_grads_phased(idx, clock)?;

@@ -16,6 +16,8 @@ mod npt;
 mod one_launch;
 mod optimizer;
 mod stress;
+#[cfg(feature = "nccl")]
+mod train_devices;
 mod train_graphs;
 mod weight_grads;
 
