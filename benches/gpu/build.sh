@@ -8,7 +8,8 @@
 #
 #   CUDA_COMPUTE_CAP=90 bash benches/gpu/build.sh   # 90: H100/H200; 80: A100; 89: L40/RTX 40xx
 #
-# GPU_TESTS, GPU_BINS and GPU_BENCHES name other targets (space-separated; empty: none;
+# GPU_FEATURES replaces `cuda` (e.g. `nccl`: several-GPU training, links libnccl, see
+# Cargo.toml). GPU_TESTS, GPU_BINS and GPU_BENCHES name other targets (space-separated; empty: none;
 # GPU_LIB=0 leaves the library's unit tests out), PACK another
 # name for the tarball (each bundled binary holds candle's kernels: ~13 MB packed). Then copy
 # the tarball and the repository to the GPU host and use benches/gpu/run.sh there
@@ -19,6 +20,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 tests=${GPU_TESTS-gpu gpu_graphs gpu_second_order}
 bins=${GPU_BINS-mlff md_water_box}
 benches=${GPU_BENCHES-train_step_times}
+features=${GPU_FEATURES:-cuda}
 pack=${PACK:-target/gpu-pack.tar.xz}
 name=$(basename "$pack" .tar.xz)
 stage=target/$name
@@ -30,17 +32,17 @@ for b in $bins; do
   if [ -f "examples/$b.rs" ]; then targets+=(--example "$b"); else targets+=(--bin "$b"); fi
 done
 if [ ${#targets[@]} -gt 0 ]; then
-  cargo build --release --features cuda "${targets[@]}" --message-format=json-render-diagnostics >> "$json"
+  cargo build --release --features "$features" "${targets[@]}" --message-format=json-render-diagnostics >> "$json"
 fi
 if [ -n "$tests" ]; then
   test_targets=()
   [ "${GPU_LIB:-1}" = 1 ] && test_targets+=(--lib)
   for t in $tests; do test_targets+=(--test "$t"); done
-  cargo test --release --features cuda --no-run "${test_targets[@]}" \
+  cargo test --release --features "$features" --no-run "${test_targets[@]}" \
     --message-format=json-render-diagnostics >> "$json"
 fi
 for b in $benches; do
-  cargo bench --features cuda --bench "$b" --no-run --message-format=json-render-diagnostics >> "$json"
+  cargo bench --features "$features" --bench "$b" --no-run --message-format=json-render-diagnostics >> "$json"
 done
 python3 - "$json" "$stage" <<'PY'
 import json, shutil, sys

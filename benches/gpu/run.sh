@@ -22,6 +22,9 @@ for lib in /usr/local/cuda/lib64 /usr/local/cuda-13.0/targets/x86_64-linux/lib \
            /usr/local/cuda-12/lib64 /usr/local/nvidia/lib64; do
   [ -d "$lib" ] && export LD_LIBRARY_PATH="$lib:${LD_LIBRARY_PATH:-}"
 done
+# libnccl for builds with the `nccl` feature: the wheel PyTorch installs.
+nccl=$(python3 -c "import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], 'lib'))" 2>/dev/null)
+[ -n "$nccl" ] && [ -d "$nccl" ] && export LD_LIBRARY_PATH="$nccl:${LD_LIBRARY_PATH:-}"
 root=$(cat "$dest/build-root")
 if [ "$root" != "$PWD" ] && [ ! -e "$root" ]; then
   mkdir -p "$(dirname "$root")" && ln -s "$PWD" "$root"

@@ -4,10 +4,12 @@
 //! read back, the forward over the copies (autograd's graph, or the fused forward), its
 //! backward, and the optimiser (flattening, clipping, AdamW, the EMA); a step replayed as a
 //! CUDA graph shows as upload, forward (the replay) and download (the loss). GRADIENT is a
-//! `--force-gradient` (default fused), GRAPHS a `--graphs` (default auto).
+//! `--force-gradient` (default fused), GRAPHS a `--graphs` (default auto). GPUS > 1 trains
+//! data-parallel on GPUs 0..GPUS (`--devices`, a build with the `nccl` feature): BATCH is the
+//! whole batch, split between them, and the phases are the first GPU's.
 //!
 //!     cargo bench --features cuda --bench train_step_times -- \
-//!         MODEL TRAIN.extxyz [BATCH [STEPS [GRADIENT [GRAPHS]]]]
+//!         MODEL TRAIN.extxyz [BATCH [STEPS [GRADIENT [GRAPHS [GPUS]]]]]
 
 use anyhow::{Context, Result};
 use candle_core::DType;
@@ -37,7 +39,11 @@ fn main() -> Result<()> {
         Some(s) => s.parse().map_err(anyhow::Error::msg)?,
         None => Graphs::Auto,
     };
+    let gpus: usize = args.get(6).map_or(Ok(1), |s| s.parse())?;
     let dev = select(DeviceSpec::Auto)?.device;
+    let others = (1..gpus)
+        .map(|k| Ok(select(DeviceSpec::Cuda(k))?.device))
+        .collect::<Result<Vec<_>>>()?;
     let init = checkpoint::load(&model)?;
     let ds = Dataset::load(&data)?;
     let cfg = TrainConfig {
@@ -46,7 +52,8 @@ fn main() -> Result<()> {
         ..TrainConfig::default()
     };
     let mut t = Trainer::new(&init.config, &cfg, &ds, &ds, &dev, DType::F32, Some(&init))?
-        .with_graphs(graphs);
+        .with_graphs(graphs)
+        .with_replicas(others)?;
     let n = t.n_train();
     // Frames spread over the file (a stride prime to its length, as a shuffle would), so that
     // a file of several molecules gives batches of several sizes.
@@ -71,8 +78,8 @@ fn main() -> Result<()> {
     }
     let wall = started.elapsed().as_secs_f64();
     println!(
-        "{} on {:?}, {}, graphs {graphs:?}, batch {batch}, {steps} steps: {:.0} µs/step \
-         marked, {:.0} µs/step wall, {:.0} structures/s",
+        "{} on {:?} ({gpus} GPUs), {}, graphs {graphs:?}, batch {batch}, {steps} steps: {:.0} \
+         µs/step marked, {:.0} µs/step wall, {:.0} structures/s",
         model.display(),
         dev,
         gradient.name(),

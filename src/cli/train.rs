@@ -2,7 +2,7 @@
 
 use super::{parse_dtype, DeviceArgs};
 use crate::checkpoint;
-use crate::device::device_name;
+use crate::device::{device_name, DeviceSpec};
 use crate::fsutil::{Mode, OutputSet};
 use crate::graph::Graphs;
 use crate::interrupt::StopFlag;
@@ -119,6 +119,46 @@ pub struct TrainArgs {
     tuning: super::TuningArgs,
     #[command(flatten)]
     device: DeviceArgs,
+    /// Train data-parallel on several GPUs: cuda:0,cuda:1,... or `all` (every visible one).
+    /// Each batch is split between them, with the one-GPU results of that batch (up to the
+    /// order of f32 sums); --batch-size is the whole batch. Needs a build with the `nccl`
+    /// feature and --force-gradient fused.
+    #[arg(long, value_delimiter = ',', conflicts_with = "device")]
+    devices: Vec<String>,
+}
+
+/// The devices of --devices, opened, or --device's alone.
+fn open_devices(a: &TrainArgs) -> Result<Vec<candle_core::Device>> {
+    if a.devices.is_empty() {
+        return Ok(vec![a.device.open()?]);
+    }
+    let specs: Vec<DeviceSpec> = match a.devices.as_slice() {
+        [all] if all == "all" => {
+            let n = crate::device::cuda_device_count();
+            if n == 0 {
+                bail!("--devices all: this machine (or build) shows no CUDA device");
+            }
+            (0..n).map(DeviceSpec::Cuda).collect()
+        }
+        list => list
+            .iter()
+            .map(|s| match s.parse::<DeviceSpec>() {
+                Ok(spec @ DeviceSpec::Cuda(_)) => Ok(spec),
+                Ok(_) => bail!("--devices takes CUDA devices (cuda:N) or `all`, not `{s}`"),
+                Err(e) => bail!("--devices: {e}"),
+            })
+            .collect::<Result<_>>()?,
+    };
+    let mut seen = std::collections::BTreeSet::new();
+    for spec in &specs {
+        if !seen.insert(spec.to_string()) {
+            bail!("--devices names {spec} twice");
+        }
+    }
+    specs
+        .into_iter()
+        .map(|spec| Ok(crate::device::select(spec)?.device))
+        .collect()
 }
 
 fn train_config(a: &TrainArgs) -> Result<TrainConfig> {
@@ -191,7 +231,8 @@ pub fn run(a: TrainArgs) -> Result<ExitCode> {
         let split = format!("validation files {}", v.describe());
         (train_ds, v, split)
     };
-    let dev = a.device.open()?;
+    let mut devices = open_devices(&a)?;
+    let dev = devices.remove(0);
     if cfg.gradient_mode(&dev) == ForceGradient::DoubleBackward
         && cfg.force_weight + cfg.stress_weight + cfg.hessian_weight > 0.0
     {
@@ -229,12 +270,17 @@ pub fn run(a: TrainArgs) -> Result<ExitCode> {
         t.load_state(&state_path)?;
         eprintln!("resuming at epoch {} (step {})", t.epoch, t.step());
     }
+    // The other ranks start from the state the trainer has now (resumed or fresh).
+    let mut t = t.with_replicas(devices)?;
+    let on = match t.ranks() {
+        1 => device_name(&dev),
+        n => format!("{n} devices ({} first)", device_name(&dev)),
+    };
     eprintln!(
-        "training on {} frames, validating on {} ({split}); {} on {}",
+        "training on {} frames, validating on {} ({split}); {} on {on}",
         t.n_train(),
         val_ds.frames.len(),
         if a.dtype == DType::F64 { "f64" } else { "f32" },
-        device_name(&dev)
     );
     let mut log = std::fs::OpenOptions::new()
         .create(true)
@@ -259,6 +305,7 @@ pub fn run(a: TrainArgs) -> Result<ExitCode> {
             "steps": t.step(),
             "validation_metrics": best,
             "device": device_name(&dev),
+            "devices": t.ranks(),
             "dtype": format!("{:?}", a.dtype),
             "backend": a.backend.name(),
             "force_gradient": cfg.gradient_mode(&dev).name(),
@@ -334,8 +381,10 @@ pub fn run(a: TrainArgs) -> Result<ExitCode> {
             "epoch_train_s": train_s, "structures_per_s": t.n_train() as f64 / train_s,
             "elapsed_s": run_started.elapsed().as_secs_f64(),
             "best": improved,
-            // The device's allocator pool on CUDA, the process's resident set on the CPU.
+            // The device's allocator pool on CUDA (the first device's, with --devices), the
+            // process's resident set on the CPU.
             "memory_peak_mb": peak_mb(&dev),
+            "devices": t.ranks(),
         });
         writeln!(log, "{line}").with_context(|| format!("writing {}", log_path.display()))?;
         // Stress MAE in GPa (1 eV/Å³ = 160.2 GPa) where the loss has a stress term.
