@@ -252,3 +252,35 @@ fn val_every_validates_and_saves_every_k_epochs_and_at_the_end() {
     assert!(stderr(&o).contains("resuming at epoch 1"), "{}", stderr(&o));
     assert_eq!(epochs(), [1, 3, 6, 7]);
 }
+
+/// `--devices` takes CUDA devices, each once, and not beside `--device`; a refused run writes
+/// nothing.
+#[test]
+fn devices_are_refused_with_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let frames = root().join("data/aspirin_rmd17_10frames.extxyz");
+    let (frames, o) = (frames.to_str().unwrap(), out.to_str().unwrap());
+    let base = ["train", "--train", frames, "--val", frames, "--out", o];
+    let cases: [(&[&str], &str); 4] = [
+        (&["--devices", "cpu"], "--devices takes CUDA devices"),
+        (
+            &["--devices", "cuda:0,cuda:0"],
+            "--devices names cuda:0 twice",
+        ),
+        (
+            &["--devices", "cuda:x"],
+            "--devices: unknown device `cuda:x`",
+        ),
+        (
+            &["--devices", "cuda:0", "--device", "cpu"],
+            "cannot be used with",
+        ),
+    ];
+    for (args, why) in cases {
+        let o = mlff(&[&base[..], args].concat());
+        assert!(!o.status.success());
+        assert!(stderr(&o).contains(why), "{args:?}: {}", stderr(&o));
+        assert!(!out.exists(), "{args:?} wrote {}", out.display());
+    }
+}

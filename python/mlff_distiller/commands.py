@@ -50,12 +50,14 @@ def _files(data, folder: str, name: str) -> list:
 
 
 def _flags(options: dict) -> list:
-    """`epochs=3, force_gradient="auto", resume=True` as `--epochs 3 --force-gradient auto
-    --resume`."""
+    """`epochs=3, force_gradient="auto", resume=True, devices=["cuda:0", "cuda:1"]` as
+    `--epochs 3 --force-gradient auto --resume --devices cuda:0,cuda:1`."""
     out = []
     for key, value in options.items():
         if value is None or value is False:
             continue
+        if isinstance(value, (list, tuple)):
+            value = ",".join(str(v) for v in value)
         flag = "--" + key.replace("_", "-")
         out.append(flag)
         if value is not True:
@@ -68,7 +70,8 @@ def train(train, out, val=None, **options) -> dict:
     `val` (or a held-out fraction of the training trajectories), writing into `out`.
 
     `options` are the command's flags with underscores: `epochs`, `batch_size`, `lr`,
-    `config`, `init`, `resume`, `overwrite`, `max_minutes`, `device`, `dtype`, ...
+    `config`, `init`, `resume`, `overwrite`, `max_minutes`, `device`, `dtype`, `devices`
+    (a list of GPUs: data-parallel, a build with the `nccl` feature), ...
     Returns the paths of best.safetensors, last.safetensors, state.safetensors, log.jsonl.
     """
     with tempfile.TemporaryDirectory() as tmp:
