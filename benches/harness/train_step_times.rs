@@ -6,7 +6,7 @@
 //! CUDA graph shows as upload, forward (the replay) and download (the loss). GRADIENT is a
 //! `--force-gradient` (default fused), GRAPHS a `--graphs` (default auto). GPUS > 1 trains
 //! data-parallel on GPUs 0..GPUS (`--devices`, a build with the `nccl` feature): BATCH is the
-//! whole batch, split between them, and the phases are the first GPU's.
+//! whole batch, split between them (no phases are marked: the ranks work on threads of their own).
 //!
 //!     cargo bench --features cuda --bench train_step_times -- \
 //!         MODEL TRAIN.extxyz [BATCH [STEPS [GRADIENT [GRAPHS [GPUS]]]]]

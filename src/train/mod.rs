@@ -15,6 +15,7 @@ mod gradients;
 mod hessian;
 mod labels;
 mod metrics;
+mod ranks;
 mod reference;
 mod replicas;
 mod schedule;

@@ -14,6 +14,7 @@
 use super::collective::{Collective, HostSum};
 use super::force_gradient::ForceGradient;
 use super::labels::{Labels, Norms};
+use super::ranks::{Job, Peers, Worker};
 use super::step_graph::{Need, StepPadding};
 use super::trainer::{Frame, Trainer};
 use super::variables::{set_vars, snapshot};
@@ -26,49 +27,8 @@ use crate::phase::NoClock;
 use crate::tuning::Tuning;
 use candle_core::{DType, Device, Tensor};
 use std::collections::BTreeMap;
-use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::mpsc::channel;
 use std::sync::Arc;
-use std::thread::JoinHandle;
-
-/// The other ranks of a data-parallel run: none, their devices (started at the first step,
-/// from the state the trainer has then), or running.
-pub(super) enum Peers {
-    None,
-    Pending(Vec<Device>),
-    Running(Vec<Worker>),
-}
-
-impl Peers {
-    pub(super) fn any(&self) -> bool {
-        !matches!(self, Self::None)
-    }
-}
-
-/// A rank's shard of one step (training frames, which the rank assembles itself) and what
-/// all ranks share of it.
-struct Job {
-    idx: Vec<usize>,
-    need: Need,
-    norms: Norms,
-    step: AdamWStep,
-}
-
-/// A rank on a thread of its own: jobs in, losses out.
-pub(super) struct Worker {
-    jobs: Option<Sender<Job>>,
-    losses: Receiver<std::result::Result<f64, String>>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl Drop for Worker {
-    fn drop(&mut self) {
-        // Closing the job channel ends the thread's loop.
-        self.jobs.take();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
 
 /// Rank 0's state on the host, which the other ranks start from.
 #[derive(Clone)]
