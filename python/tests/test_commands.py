@@ -88,6 +88,8 @@ def test_train_passes_a_device_list_as_one_flag(root, tmp_path):
     # A CPU device in the list is refused by `mlff train` naming the flag, which shows the
     # list reached it as `--devices cpu,cuda:1`.
     frames = root / "data" / "aspirin_rmd17_10frames.extxyz"
-    with pytest.raises(mf.CommandError, match="--devices takes CUDA devices.*`cpu`"):
+    from mlff_distiller.commands import CommandError
+
+    with pytest.raises(CommandError, match="--devices takes CUDA devices.*`cpu`"):
         mf.train(frames, tmp_path / "run", val=frames, devices=["cpu", "cuda:1"])
     assert not (tmp_path / "run").exists()
