@@ -234,7 +234,6 @@ impl Trainer {
             });
             ready.push(ready_rx);
         }
-        self.collective = Some(mine.into_collective());
         for (k, r) in ready.into_iter().enumerate() {
             match r.recv() {
                 Ok(Ok(())) => {}
@@ -242,6 +241,9 @@ impl Trainer {
                 Err(_) => return Err(Error::Train(format!("rank {} did not start", k + 1))),
             }
         }
+        // Only a trainer whose ranks all started sums over them (a later step alone would
+        // wait in a sum nobody joins).
+        self.collective = Some(mine.into_collective());
         self.peers = Peers::Running(workers);
         Ok(())
     }
