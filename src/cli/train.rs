@@ -271,6 +271,10 @@ pub fn run(a: TrainArgs) -> Result<ExitCode> {
         eprintln!("resuming at epoch {} (step {})", t.epoch, t.step());
     }
     // The other ranks start from the state the trainer has now (resumed or fresh).
+    // Every device's memory is watched; the log gives the largest peak.
+    let watched: Vec<candle_core::Device> = std::iter::once(dev.clone())
+        .chain(devices.iter().cloned())
+        .collect();
     let mut t = t.with_replicas(devices)?;
     let on = match t.ranks() {
         1 => device_name(&dev),
@@ -324,7 +328,7 @@ pub fn run(a: TrainArgs) -> Result<ExitCode> {
     while t.epoch < cfg.epochs {
         let bar = ProgressBar::new(steps_per_epoch).with_style(style.clone());
         bar.set_prefix(format!("{}/{}", t.epoch + 1, cfg.epochs));
-        reset_peak(&dev);
+        watched.iter().for_each(reset_peak);
         let started = Instant::now();
         let trained = t.train_epoch(|_, loss| {
             bar.set_message(format!("loss {loss:.4e}"));
@@ -354,7 +358,7 @@ pub fn run(a: TrainArgs) -> Result<ExitCode> {
         };
         let train_s = started.elapsed().as_secs_f64();
         speeds.push(t.n_train() as f64 / train_s);
-        peak = peak.max(peak_mb(&dev));
+        peak = peak.max(peak_mb(&watched));
         bar.finish_and_clear();
         let time_up = a
             .max_minutes
@@ -381,9 +385,9 @@ pub fn run(a: TrainArgs) -> Result<ExitCode> {
             "epoch_train_s": train_s, "structures_per_s": t.n_train() as f64 / train_s,
             "elapsed_s": run_started.elapsed().as_secs_f64(),
             "best": improved,
-            // The device's allocator pool on CUDA (the first device's, with --devices), the
+            // The device's allocator pool on CUDA (the largest, with --devices), the
             // process's resident set on the CPU.
-            "memory_peak_mb": peak_mb(&dev),
+            "memory_peak_mb": peak_mb(&watched),
             "devices": t.ranks(),
         });
         writeln!(log, "{line}").with_context(|| format!("writing {}", log_path.display()))?;
@@ -489,11 +493,15 @@ fn path_list(out: &Path) -> String {
     .join(", ")
 }
 
-/// Peak memory since the last `reset_peak`, MB: the device's allocator pool on CUDA (its
-/// high-water mark), the process's resident set on the CPU.
-fn peak_mb(dev: &candle_core::Device) -> f64 {
-    let s = sample(dev, 0);
-    s.pool_high_bytes.or(s.rss_bytes).unwrap_or(0) as f64 / 1e6
+/// Peak memory since the last `reset_peak`, MB, the largest of `devs`: a device's allocator
+/// pool on CUDA (its high-water mark), the process's resident set on the CPU.
+fn peak_mb(devs: &[candle_core::Device]) -> f64 {
+    devs.iter()
+        .map(|dev| {
+            let s = sample(dev, 0);
+            s.pool_high_bytes.or(s.rss_bytes).unwrap_or(0) as f64 / 1e6
+        })
+        .fold(0.0, f64::max)
 }
 
 /// `--max-minutes`: a finite number of minutes, zero or more.
