@@ -11,7 +11,7 @@
 //! replayed ([`Trainer::replayed`], `step_graph`).
 
 use super::force_gradient::displacement_rms;
-use super::labels::{Labels, Norms, Padded};
+use super::labels::{Labels, Norms};
 use super::step_graph::{
     Buffers, Need, StepGraph, StepInputs, StepPadding, BUCKET_ATOMS, MAX_GRAPHS,
 };
@@ -142,6 +142,16 @@ impl Trainer {
         self.opt.flat_grads(&store)
     }
 
+    /// What the batch of training frames `idx` needs of a captured step, from the frames'
+    /// sizes (no batch assembled).
+    pub(super) fn need(&self, idx: &[usize]) -> Need {
+        Need {
+            atoms: idx.iter().map(|&k| self.train[k].structure.len()).sum(),
+            structures: idx.len() + 1,
+            edges: idx.iter().map(|&k| self.train[k].edges.len()).sum(),
+        }
+    }
+
     /// The step on `idx` replayed as a CUDA graph (`step_graph`), or None where steps run op
     /// by op: graphs off, or no room for another graph ([`MAX_GRAPHS`]).
     pub(super) fn replayed(
@@ -155,7 +165,7 @@ impl Trainer {
         }
         clock.mark(Phase::Batch)?;
         let (batch, nl) = Self::batch(&self.train, idx)?;
-        let (need, norms) = (Need::of(&batch, &nl), Norms::of(&batch));
+        let (need, norms) = (self.need(idx), Norms::of(&batch));
         let Some(k) = self.graph_for(need, &batch, &nl, norms, step, clock)? else {
             return Ok(None);
         };
@@ -269,13 +279,9 @@ impl Trainer {
             atom_structure: Tensor::from_vec(atom_structure, size, dev)?,
             n_structures: padded.structures,
         };
-        let labels = Padded {
-            atoms: size,
-            structures: padded.structures,
-        };
         Ok(StepInputs {
             x,
-            labels: Labels::packed(batch, Some(labels), norms, dev)?,
+            labels: Labels::packed(batch, Some(padded), norms, dev)?,
             values: step.values(dtype, dev)?,
         })
     }

@@ -2,6 +2,7 @@
 //! runs a batch with fewer atoms than it was captured for (`step_graph`), and its stress labels
 //! for the double backward's stress term.
 
+use super::step_graph::StepPadding;
 use crate::error::{Error, Result};
 use crate::eval::stress_label;
 use crate::stress::stress_volume;
@@ -40,21 +41,14 @@ impl Norms {
     }
 }
 
-/// A batch padded to `atoms` atoms and `structures` structures (both counting the padding,
-/// at least one structure more than the batch: every padding atom is in the first of them).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct Padded {
-    pub(super) atoms: usize,
-    pub(super) structures: usize,
-}
-
 impl Labels {
-    /// The labels of `batch` in one f64 buffer on `dev`, `padded` where given, averaged over
-    /// `norms`: [Ê (S) | 1 / n (S) | F̂ (3N) | mask (N) | 1 / B, 1 / 3n], S and N counting the
-    /// padding.
+    /// The labels of `batch` in one f64 buffer on `dev`, padded to `padded`'s atoms and
+    /// structures where given (at least one structure more than the batch: every padding atom
+    /// is in the first of them), averaged over `norms`: [Ê (S) | 1 / n (S) | F̂ (3N) | mask (N)
+    /// | 1 / B, 1 / 3n], S and N counting the padding.
     pub(super) fn packed(
         batch: &Batch,
-        padded: Option<Padded>,
+        padded: Option<StepPadding>,
         norms: Norms,
         dev: &Device,
     ) -> Result<Tensor> {

@@ -253,15 +253,10 @@ impl Trainer {
     pub(super) fn parallel_step(&mut self, idx: &[usize], step: AdamWStep) -> Result<f64> {
         self.start_peers()?;
         let parts = shards(idx, self.ranks());
-        // The shared shape, from the frames' sizes (each rank assembles its own batch).
-        let need_of = |part: &[usize]| Need {
-            atoms: part.iter().map(|&k| self.train[k].structure.len()).sum(),
-            structures: part.len() + 1,
-            edges: part.iter().map(|&k| self.train[k].edges.len()).sum(),
-        };
+        // The shared shape: the largest shard's (each rank assembles its own batch).
         let need = parts
             .iter()
-            .map(|p| need_of(p))
+            .map(|p| self.need(p))
             .reduce(Need::max)
             .ok_or_else(|| Error::Train("a step with no ranks".into()))?;
         let norms = Norms {

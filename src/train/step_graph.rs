@@ -15,8 +15,6 @@
 use crate::error::Result;
 use crate::graph::{capture_graph, launch, Graph};
 use crate::model::PainnInputs;
-use crate::neighbors::NeighborList;
-use crate::structure::Batch;
 use candle_core::{DType, Device, Tensor, Var};
 
 /// Batch shapes captured at most; a batch that fits none of them runs op by op.
@@ -36,14 +34,6 @@ pub(super) struct Need {
 }
 
 impl Need {
-    pub(super) fn of(batch: &Batch, nl: &NeighborList) -> Self {
-        Self {
-            atoms: batch.n_atoms(),
-            structures: batch.n_structures() + 1,
-            edges: nl.len(),
-        }
-    }
-
     /// The largest need of each kind.
     pub(super) fn max(self, other: Self) -> Self {
         Self {
