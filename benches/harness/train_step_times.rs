@@ -7,9 +7,10 @@
 //! `--force-gradient` (default fused), GRAPHS a `--graphs` (default auto). GPUS > 1 trains
 //! data-parallel on GPUs 0..GPUS (`--devices`, a build with the `nccl` feature): BATCH is the
 //! whole batch, split between them (no phases are marked: the ranks work on threads of their own).
+//! FRAMES `host` uploads every batch instead of holding the frames on the device.
 //!
 //!     cargo bench --features cuda --bench train_step_times -- \
-//!         MODEL TRAIN.extxyz [BATCH [STEPS [GRADIENT [GRAPHS [GPUS]]]]]
+//!         MODEL TRAIN.extxyz [BATCH [STEPS [GRADIENT [GRAPHS [GPUS [FRAMES]]]]]]
 
 use anyhow::{Context, Result};
 use candle_core::DType;
@@ -40,6 +41,11 @@ fn main() -> Result<()> {
         None => Graphs::Auto,
     };
     let gpus: usize = args.get(6).map_or(Ok(1), |s| s.parse())?;
+    let frames_on_device = match args.get(7).map(String::as_str) {
+        None | Some("device") => true,
+        Some("host") => false,
+        Some(other) => anyhow::bail!("FRAMES is `device` or `host`, not `{other}`"),
+    };
     let dev = select(DeviceSpec::Auto)?.device;
     let others = (1..gpus)
         .map(|k| Ok(select(DeviceSpec::Cuda(k))?.device))
@@ -53,6 +59,7 @@ fn main() -> Result<()> {
     };
     let mut t = Trainer::new(&init.config, &cfg, &ds, &ds, &dev, DType::F32, Some(&init))?
         .with_graphs(graphs)
+        .with_frames_on_device(frames_on_device)
         .with_replicas(others)?;
     let n = t.n_train();
     // Frames spread over the file (a stride prime to its length, as a shuffle would), so that
@@ -78,8 +85,8 @@ fn main() -> Result<()> {
     }
     let wall = started.elapsed().as_secs_f64();
     println!(
-        "{} on {:?} ({gpus} GPUs), {}, graphs {graphs:?}, batch {batch}, {steps} steps: {:.0} \
-         µs/step marked, {:.0} µs/step wall, {:.0} structures/s",
+        "{} on {:?} ({gpus} GPUs), {}, graphs {graphs:?}, frames on the device {frames_on_device}, \
+         batch {batch}, {steps} steps: {:.0} µs/step marked, {:.0} µs/step wall, {:.0} structures/s",
         model.display(),
         dev,
         gradient.name(),

@@ -12,8 +12,9 @@
 
 use super::force_gradient::displacement_rms;
 use super::labels::{Labels, Norms};
+use super::resident::{store_bytes, FramePlace, FrameStore, SHARE};
 use super::step_graph::{
-    Buffers, Need, StepGraph, StepInputs, StepPadding, BUCKET_ATOMS, MAX_GRAPHS,
+    Buffers, Need, StepGraph, StepInputs, StepPadding, StepSource, BUCKET_ATOMS, MAX_GRAPHS,
 };
 use super::trainer::Trainer;
 use crate::calculator::edge_offsets;
@@ -153,43 +154,121 @@ impl Trainer {
     }
 
     /// The step on `idx` replayed as a CUDA graph (`step_graph`), or None where steps run op
-    /// by op: graphs off, or no room for another graph ([`MAX_GRAPHS`]).
+    /// by op: graphs off, or no room for another graph ([`MAX_GRAPHS`]). `ready`: the
+    /// frames' batch, where it was assembled ahead.
     pub(super) fn replayed(
         &mut self,
         idx: &[usize],
         step: AdamWStep,
+        ready: Option<&(Batch, NeighborList)>,
         clock: &mut dyn PhaseClock,
     ) -> Result<Option<f64>> {
         if !self.graphed()? {
             return Ok(None);
         }
-        clock.mark(Phase::Batch)?;
-        let (batch, nl) = Self::batch(&self.train, idx)?;
-        let (need, norms) = (self.need(idx), Norms::of(&batch));
-        let Some(k) = self.graph_for(need, &batch, &nl, norms, step, clock)? else {
+        self.place_frames()?;
+        let (need, norms) = (self.need(idx), self.norms(idx));
+        let Some(k) = self.graph_for(need, idx, norms, step, ready, clock)? else {
             return Ok(None);
         };
-        clock.mark(Phase::Upload)?;
         let graph = &self.step_graphs[k];
-        let inputs = self.step_inputs(&batch, &nl, graph.padded(), norms, &step)?;
+        let source = self.source(idx, graph.padded(), norms, &step, ready, clock)?;
         clock.mark(Phase::Forward)?;
-        graph.run(&inputs).map(Some)
+        graph.run(&source).map(Some)
     }
 
-    /// The captured step that runs a batch of `need`, captured (on `batch`, as this rank's
-    /// part) where none fits, or None where there is no room for another ([`MAX_GRAPHS`]).
-    /// The smallest fitting graph is taken; a new one is for the exact atom count the first
-    /// time, then (batches of this many structures come in several sizes) for the atoms
-    /// rounded up to a multiple of [`BUCKET_ATOMS`], which later batches of other sizes share.
-    /// The choice depends on `need` and the graphs captured only, so ranks given the same
-    /// `need` make the same captures in the same order.
+    /// The structures and atoms of the training frames `idx`.
+    pub(super) fn norms(&self, idx: &[usize]) -> Norms {
+        Norms {
+            structures: idx.len(),
+            atoms: idx.iter().map(|&k| self.train[k].structure.len()).sum(),
+        }
+    }
+
+    /// Holds the training frames on the device where they fit ([`SHARE`] of its free memory),
+    /// decided once, at the first captured step; else steps upload their batches.
+    pub(super) fn place_frames(&mut self) -> Result<()> {
+        if !matches!(self.resident, FramePlace::Undecided) {
+            return Ok(());
+        }
+        let (atoms, edges) = self.train.iter().fold((0, 0), |(a, e), f| {
+            (a + f.structure.len(), e + f.edges.len())
+        });
+        let bytes = store_bytes(self.train.len(), atoms, edges) as f64;
+        let free = crate::profiler::sample(&self.device, 0).device_free_bytes;
+        let counted = atoms.max(edges) < u32::MAX as usize;
+        self.resident = match free.is_some_and(|f| bytes <= SHARE * f as f64) && counted {
+            false => FramePlace::Host,
+            true => {
+                let frames = self.train.iter().map(|f| (&f.structure, &f.edges));
+                FramePlace::Device(FrameStore::new(frames, &self.model_cfg, &self.device)?)
+            }
+        };
+        Ok(())
+    }
+
+    /// What the step on the training frames `idx` padded to `padded` reads, averaged over
+    /// `norms`: the table picking them where the frames are on the device, else their batch
+    /// (`ready`, or assembled here) uploaded.
+    pub(super) fn source(
+        &self,
+        idx: &[usize],
+        padded: StepPadding,
+        norms: Norms,
+        step: &AdamWStep,
+        ready: Option<&(Batch, NeighborList)>,
+        clock: &mut dyn PhaseClock,
+    ) -> Result<StepSource> {
+        clock.mark(Phase::Batch)?;
+        match &self.resident {
+            FramePlace::Device(store) => {
+                let table = store.table(idx, padded, norms, &self.device)?;
+                let values = step.values(self.dtype, &self.device)?;
+                Ok(StepSource::Picks { table, values })
+            }
+            FramePlace::Undecided | FramePlace::Host => {
+                let assembled;
+                let (batch, nl) = match ready {
+                    Some((batch, nl)) => (batch, nl),
+                    None => {
+                        assembled = Self::batch(&self.train, idx)?;
+                        (&assembled.0, &assembled.1)
+                    }
+                };
+                clock.mark(Phase::Upload)?;
+                let inputs = self.step_inputs(batch, nl, padded, norms, step)?;
+                Ok(StepSource::Batch(inputs))
+            }
+        }
+    }
+
+    /// The step inputs `source` gives (device work only where it picks frames).
+    pub(super) fn inputs_of(&self, source: StepSource, padded: StepPadding) -> Result<StepInputs> {
+        match (source, &self.resident) {
+            (StepSource::Batch(inputs), _) => Ok(inputs),
+            (StepSource::Picks { table, values }, FramePlace::Device(store)) => {
+                store.gather(&table, padded, self.dtype, &values)
+            }
+            (StepSource::Picks { .. }, _) => Err(Error::Train(
+                "a step picks frames that are not on the device".into(),
+            )),
+        }
+    }
+
+    /// The captured step that runs a batch of `need`, captured (on the frames `idx`, as this
+    /// rank's part) where none fits, or None where there is no room for another
+    /// ([`MAX_GRAPHS`]). The smallest fitting graph is taken; a new one is for the exact atom
+    /// count the first time, then (batches of this many structures come in several sizes) for
+    /// the atoms rounded up to a multiple of [`BUCKET_ATOMS`], which later batches of other
+    /// sizes share. The choice depends on `need` and the graphs captured only, so ranks given
+    /// the same `need` make the same captures in the same order.
     pub(super) fn graph_for(
         &mut self,
         need: Need,
-        batch: &Batch,
-        nl: &NeighborList,
+        idx: &[usize],
         norms: Norms,
         step: AdamWStep,
+        ready: Option<&(Batch, NeighborList)>,
         clock: &mut dyn PhaseClock,
     ) -> Result<Option<usize>> {
         let fitting = self
@@ -215,14 +294,14 @@ impl Trainer {
         if self.step_graphs.len() >= MAX_GRAPHS {
             return Ok(None);
         }
-        clock.mark(Phase::Capture)?;
         let padded = StepPadding {
             atoms: size,
             structures: need.structures,
             capacity: edge_capacity(need.edges * size / need.atoms.max(1)),
         };
-        let inputs = self.step_inputs(batch, nl, padded, norms, &step)?;
-        let graph = self.capture_step(&inputs, step)?;
+        let source = self.source(idx, padded, norms, &step, ready, clock)?;
+        clock.mark(Phase::Capture)?;
+        let graph = self.capture_step(&source, padded, step)?;
         self.step_graphs.push(graph);
         Ok(Some(self.step_graphs.len() - 1))
     }
@@ -286,14 +365,19 @@ impl Trainer {
         })
     }
 
-    /// The fused step (loss, gradients, AdamW, EMA, the variables written) on `inputs`,
-    /// captured. The capture's two warm-up runs update the weights; they are put back, so the
-    /// first replay takes the batch's step.
-    fn capture_step(&self, inputs: &StepInputs, step: AdamWStep) -> Result<StepGraph> {
+    /// The fused step (loss, gradients, AdamW, EMA, the variables written) on `source`'s
+    /// batch padded to `padded`, captured. The capture's two warm-up runs update the weights;
+    /// they are put back, so the first replay takes the batch's step.
+    fn capture_step(
+        &self,
+        source: &StepSource,
+        padded: StepPadding,
+        step: AdamWStep,
+    ) -> Result<StepGraph> {
         let kept = self.opt.snapshot()?;
         let ema = self.ema.as_tensor().copy()?;
-        let captured = StepGraph::capture(&self.device, Buffers::new(inputs)?, |b| {
-            let inputs = b.inputs();
+        let captured = StepGraph::capture(&self.device, Buffers::new(source)?, padded, |b| {
+            let inputs = self.inputs_of(b.source(), padded)?;
             let (b_count, n) = (inputs.x.n_structures, inputs.x.species.dim(0)?);
             let labels = Labels::of(&inputs.labels, b_count, n, self.dtype)?;
             // The separate kernels at x, as `graph::ForceGraph` captures them.
@@ -329,11 +413,22 @@ impl Trainer {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::model::PainnConfig;
     use crate::train::{Dataset, TrainConfig};
     use candle_core::Device;
+
+    /// A model small enough for the CPU's tests, of H, C and O.
+    pub(in crate::train) fn small_config() -> PainnConfig {
+        PainnConfig {
+            hidden: 8,
+            n_blocks: 2,
+            n_rbf: 6,
+            cutoff: 3.5,
+            elements: vec![1, 6, 8],
+        }
+    }
 
     /// Three aspirins, moved and labelled differently.
     fn dataset() -> Dataset {
@@ -361,13 +456,7 @@ mod tests {
     /// batch itself.
     #[test]
     fn padded_steps_give_the_batch_loss_and_gradients() {
-        let cfg = PainnConfig {
-            hidden: 8,
-            n_blocks: 2,
-            n_rbf: 6,
-            cutoff: 3.5,
-            elements: vec![1, 6, 8],
-        };
+        let cfg = small_config();
         let ds = dataset();
         let tc = TrainConfig::default();
         let t = Trainer::new(&cfg, &tc, &ds, &ds, &Device::Cpu, DType::F64, None).unwrap();

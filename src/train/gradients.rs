@@ -5,7 +5,7 @@ use super::force_gradient::{displacement_rms, step_along, ForceGradient};
 use super::hessian::HessianLabels;
 use super::labels::StressLabels;
 use super::metrics::HostErrors;
-use super::trainer::Trainer;
+use super::trainer::{Ready, Trainer};
 use crate::error::{Error, Result};
 use crate::model::FusedPainn;
 use crate::neighbors::NeighborList;
@@ -28,8 +28,22 @@ impl Trainer {
         idx: &[usize],
         clock: &mut dyn PhaseClock,
     ) -> Result<(f64, GradStore)> {
+        self.loss_and_grads_of(idx, None, clock)
+    }
+
+    /// [`loss_and_grads_phased`](Self::loss_and_grads_phased), on the frames' batch where it
+    /// was assembled ahead.
+    pub(super) fn loss_and_grads_of(
+        &self,
+        idx: &[usize],
+        ready: Ready,
+        clock: &mut dyn PhaseClock,
+    ) -> Result<(f64, GradStore)> {
         clock.mark(Phase::Batch)?;
-        let (batch, nl) = Self::batch(&self.train, idx)?;
+        let (batch, nl) = match ready {
+            Some(ready) => ready,
+            None => Self::batch(&self.train, idx)?,
+        };
         let mode = self.cfg.gradient_mode(&self.device);
         if mode == ForceGradient::Fused {
             return self.fused_loss_and_grads(&batch, &nl, clock);

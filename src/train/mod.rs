@@ -18,6 +18,7 @@ mod metrics;
 mod ranks;
 mod reference;
 mod replicas;
+mod resident;
 mod schedule;
 mod state;
 mod step_graph;

@@ -13,8 +13,9 @@
 
 use super::collective::{Collective, HostSum};
 use super::force_gradient::ForceGradient;
-use super::labels::{Labels, Norms};
+use super::labels::Labels;
 use super::ranks::{Job, Peers, Worker};
+use super::resident::FramePlace;
 use super::step_graph::{Need, StepPadding};
 use super::trainer::{Frame, Trainer};
 use super::variables::{set_vars, snapshot};
@@ -37,6 +38,7 @@ struct Seed {
     cfg: TrainConfig,
     dtype: DType,
     graphs: Graphs,
+    frames_on_device: bool,
     tuning: Tuning,
     params: BTreeMap<String, Tensor>,
     /// AdamW's moments and flat weights (`AdamW::snapshot`).
@@ -138,6 +140,7 @@ impl Trainer {
             cfg: self.cfg.clone(),
             dtype: self.dtype,
             graphs: self.graphs,
+            frames_on_device: !matches!(self.resident, FramePlace::Host),
             tuning: self.calc.tuning().clone(),
             params,
             moments: [host(&m)?, host(&v)?, host(&theta)?],
@@ -164,7 +167,8 @@ impl Trainer {
             Vec::new(),
         )?
         .with_tuning(seed.tuning)
-        .with_graphs(seed.graphs);
+        .with_graphs(seed.graphs)
+        .with_frames_on_device(seed.frames_on_device);
         let moved = |x: &Tensor| x.to_device(dev)?.to_dtype(seed.dtype);
         let [m, v, theta] = &seed.moments;
         t.opt.restore(&[moved(m)?, moved(v)?, moved(theta)?])?;
@@ -259,10 +263,7 @@ impl Trainer {
             .map(|p| self.need(p))
             .reduce(Need::max)
             .ok_or_else(|| Error::Train("a step with no ranks".into()))?;
-        let norms = Norms {
-            structures: idx.len(),
-            atoms: idx.iter().map(|&k| self.train[k].structure.len()).sum(),
-        };
+        let norms = self.norms(idx);
         let job = |part: &[usize]| Job {
             idx: part.to_vec(),
             need,
@@ -308,14 +309,15 @@ impl Trainer {
             norms,
             step,
         } = job;
-        let (batch, nl) = &Self::batch(&self.train, idx)?;
         if self.graphed()? {
-            if let Some(k) = self.graph_for(*need, batch, nl, *norms, *step, &mut NoClock)? {
+            self.place_frames()?;
+            if let Some(k) = self.graph_for(*need, idx, *norms, *step, None, &mut NoClock)? {
                 let graph = &self.step_graphs[k];
-                let inputs = self.step_inputs(batch, nl, graph.padded(), *norms, step)?;
-                return graph.run(&inputs);
+                let source = self.source(idx, graph.padded(), *norms, step, None, &mut NoClock)?;
+                return graph.run(&source);
             }
         }
+        let (batch, nl) = &Self::batch(&self.train, idx)?;
         let padded = StepPadding {
             atoms: need.atoms,
             structures: need.structures,

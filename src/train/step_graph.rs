@@ -1,8 +1,9 @@
 //! A whole fused training step as a CUDA graph: the weights' fused form, the pass at x, the
 //! loss, the displaced copies, the weight gradients, AdamW, the EMA and the write-back into the
-//! variables, replayed with one launch. A step is then the host's batch (its uploads into the
-//! graph's static inputs), the launch and one read of the loss, instead of a few hundred
-//! launches, each with its allocation.
+//! variables, replayed with one launch. A step is then its uploads into the graph's static
+//! inputs (the table of frames it takes where the frames are held on the device, `resident`;
+//! else the batch the host assembled), the launch and one read of the loss, instead of a few
+//! hundred launches, each with its allocation.
 //!
 //! A graph is captured for a number of atoms and structures and an edge capacity; shorter edge
 //! lists are padded with edges beyond the cutoff (`graph::pad_edges`: zero basis, zero
@@ -12,7 +13,7 @@
 //! (learning rate, bias corrections, EMA decay) are a device input of the optimiser kernel.
 //! What the step is, the trainer says (`fused_step`); this holds the buffers and the graph.
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::graph::{capture_graph, launch, Graph};
 use crate::model::PainnInputs;
 use candle_core::{DType, Device, Tensor, Var};
@@ -61,129 +62,184 @@ pub(super) struct StepInputs {
     pub(super) values: Tensor,
 }
 
-/// A graph's static inputs and its output, the step's loss (f64 \[1\]).
+/// What a step is given: a batch assembled on the host, or, where the frames are held on the
+/// device (`resident`), the table that picks them (u32) and the step values.
+pub(super) enum StepSource {
+    Batch(StepInputs),
+    Picks { table: Tensor, values: Tensor },
+}
+
+/// A graph's static inputs (those of its [`StepSource`]) and its output, the step's loss
+/// (f64 \[1\]).
 pub(super) struct Buffers {
-    structures: usize,
-    positions: Var,
-    species: Var,
-    centers: Var,
-    neighbors: Var,
-    offsets: Var,
-    atom_structure: Var,
-    labels: Var,
-    values: Var,
+    statics: Statics,
     pub(super) loss: Var,
 }
 
+enum Statics {
+    /// The batch's tensors in the order of [`batch_parts`], and its structure count.
+    Batch {
+        structures: usize,
+        vars: Vec<Var>,
+    },
+    Picks {
+        table: Var,
+        values: Var,
+    },
+}
+
+/// A batch's tensors in one order: positions, species, centers, neighbors, offsets,
+/// atom_structure, labels, values.
+fn batch_parts(inputs: &StepInputs) -> [&Tensor; 8] {
+    let x = &inputs.x;
+    [
+        &x.positions,
+        &x.species,
+        &x.centers,
+        &x.neighbors,
+        &x.offsets,
+        &x.atom_structure,
+        &inputs.labels,
+        &inputs.values,
+    ]
+}
+
 impl Buffers {
-    /// Buffers holding copies of `inputs`.
-    pub(super) fn new(inputs: &StepInputs) -> Result<Self> {
+    /// Buffers holding copies of `source`.
+    pub(super) fn new(source: &StepSource) -> Result<Self> {
         let var = |x: &Tensor| Var::from_tensor(&x.copy()?);
-        let x = &inputs.x;
+        let (statics, dev) = match source {
+            StepSource::Batch(inputs) => {
+                let vars = batch_parts(inputs).map(var);
+                let statics = Statics::Batch {
+                    structures: inputs.x.n_structures,
+                    vars: vars.into_iter().collect::<candle_core::Result<_>>()?,
+                };
+                (statics, inputs.x.positions.device())
+            }
+            StepSource::Picks { table, values } => {
+                let statics = Statics::Picks {
+                    table: var(table)?,
+                    values: var(values)?,
+                };
+                (statics, table.device())
+            }
+        };
         Ok(Self {
-            structures: x.n_structures,
-            positions: var(&x.positions)?,
-            species: var(&x.species)?,
-            centers: var(&x.centers)?,
-            neighbors: var(&x.neighbors)?,
-            offsets: var(&x.offsets)?,
-            atom_structure: var(&x.atom_structure)?,
-            labels: var(&inputs.labels)?,
-            values: var(&inputs.values)?,
-            loss: Var::zeros(1, DType::F64, x.positions.device())?,
+            statics,
+            loss: Var::zeros(1, DType::F64, dev)?,
         })
     }
 
-    /// Writes `inputs` (of the captured shape) into the buffers.
-    fn load(&self, inputs: &StepInputs) -> Result<()> {
-        let x = &inputs.x;
-        self.positions.set(&x.positions)?;
-        self.species.set(&x.species)?;
-        self.centers.set(&x.centers)?;
-        self.neighbors.set(&x.neighbors)?;
-        self.offsets.set(&x.offsets)?;
-        self.atom_structure.set(&x.atom_structure)?;
-        self.labels.set(&inputs.labels)?;
-        self.values.set(&inputs.values)?;
+    /// Writes `source` (of the captured kind and shape) into the buffers.
+    fn load(&self, source: &StepSource) -> Result<()> {
+        match (&self.statics, source) {
+            (Statics::Batch { vars, .. }, StepSource::Batch(inputs)) => {
+                for (var, t) in vars.iter().zip(batch_parts(inputs)) {
+                    var.set(t)?;
+                }
+            }
+            (
+                Statics::Picks { table, values },
+                StepSource::Picks {
+                    table: t,
+                    values: v,
+                },
+            ) => {
+                table.set(t)?;
+                values.set(v)?;
+            }
+            _ => {
+                return Err(Error::Train(
+                    "a step given a batch where its graph picks frames, or the other way".into(),
+                ))
+            }
+        }
         Ok(())
     }
 
-    /// The buffers as a step's inputs (tensors sharing their storage).
-    pub(super) fn inputs(&self) -> StepInputs {
-        StepInputs {
-            x: PainnInputs {
-                species: self.species.as_tensor().clone(),
-                positions: self.positions.as_tensor().clone(),
-                centers: self.centers.as_tensor().clone(),
-                neighbors: self.neighbors.as_tensor().clone(),
-                offsets: self.offsets.as_tensor().clone(),
-                atom_structure: self.atom_structure.as_tensor().clone(),
-                n_structures: self.structures,
+    /// The buffers as a step's source (tensors sharing their storage).
+    pub(super) fn source(&self) -> StepSource {
+        let t = |v: &Var| v.as_tensor().clone();
+        match &self.statics {
+            Statics::Batch { structures, vars } => {
+                let v = |k: usize| t(&vars[k]);
+                StepSource::Batch(StepInputs {
+                    x: PainnInputs {
+                        positions: v(0),
+                        species: v(1),
+                        centers: v(2),
+                        neighbors: v(3),
+                        offsets: v(4),
+                        atom_structure: v(5),
+                        n_structures: *structures,
+                    },
+                    labels: v(6),
+                    values: v(7),
+                })
+            }
+            Statics::Picks { table, values } => StepSource::Picks {
+                table: t(table),
+                values: t(values),
             },
-            labels: self.labels.as_tensor().clone(),
-            values: self.values.as_tensor().clone(),
         }
     }
 }
 
-/// One captured step and its static buffers.
+/// One captured step, the shape it runs and its static buffers.
 pub(super) struct StepGraph {
     buffers: Buffers,
+    padded: StepPadding,
     graph: Graph,
 }
 
 impl StepGraph {
-    /// Captures `step` run on `buffers` on `dev` (it runs twice before, for real: the caller
-    /// puts back what those runs changed).
+    /// Captures `step` run on `buffers` for batches padded to `padded` on `dev` (it runs
+    /// twice before, for real: the caller puts back what those runs changed).
     pub(super) fn capture(
         dev: &Device,
         buffers: Buffers,
+        padded: StepPadding,
         step: impl Fn(&Buffers) -> Result<()>,
     ) -> Result<Self> {
         let graph = capture_graph(dev, || step(&buffers))?;
-        Ok(Self { buffers, graph })
+        Ok(Self {
+            buffers,
+            padded,
+            graph,
+        })
     }
 
     /// Whether a batch of `need` runs on this graph.
     pub(super) fn fits(&self, need: Need) -> bool {
         need.atoms <= self.atoms()
             && need.structures == self.structures()
-            && need.edges <= self.capacity()
+            && need.edges <= self.padded.capacity
     }
 
     /// The shape batches are padded to for this graph.
     pub(super) fn padded(&self) -> StepPadding {
-        StepPadding {
-            atoms: self.atoms(),
-            structures: self.structures(),
-            capacity: self.capacity(),
-        }
+        self.padded
     }
 
     /// The atoms it was captured for (padding included).
     pub(super) fn atoms(&self) -> usize {
-        self.buffers.species.dim(0).unwrap_or(0)
+        self.padded.atoms
     }
 
     /// The structures it was captured for (the padding one included).
     pub(super) fn structures(&self) -> usize {
-        self.buffers.structures
+        self.padded.structures
     }
 
     /// Whether this graph is for `atoms` atoms in `structures` structures (whatever the edges).
     pub(super) fn same_atoms(&self, atoms: usize, structures: usize) -> bool {
-        let b = &self.buffers;
-        b.species.dim(0).ok() == Some(atoms) && b.structures == structures
+        self.atoms() == atoms && self.structures() == structures
     }
 
-    /// The edges its buffers hold (padding included).
-    pub(super) fn capacity(&self) -> usize {
-        self.buffers.centers.dim(0).unwrap_or(0)
-    }
-
-    /// Replays the step on `inputs`; returns its loss (the one read back).
-    pub(super) fn run(&self, inputs: &StepInputs) -> Result<f64> {
-        self.buffers.load(inputs)?;
+    /// Replays the step on `source`; returns its loss (the one read back).
+    pub(super) fn run(&self, source: &StepSource) -> Result<f64> {
+        self.buffers.load(source)?;
         launch(&self.graph)?;
         // The step done before the loss is copied out: a data-parallel step's sums wait for
         // the other ranks, and a copy queued behind them could hold the driver's staging

@@ -7,6 +7,7 @@ use super::data::Dataset;
 use super::force_gradient::ForceGradient;
 use super::ranks::Peers;
 use super::reference::{fit_reference_energies, fit_scale_shift};
+use super::resident::FramePlace;
 use super::schedule::LrSchedule;
 use super::step_graph::StepGraph;
 use super::variables::{set_vars, snapshot, FIXED};
@@ -26,7 +27,11 @@ use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use std::collections::{BTreeMap, HashMap};
+use std::sync::mpsc::sync_channel;
 use std::sync::Arc;
+
+/// A batch of training frames with its merged list, where it was assembled ahead of its step.
+pub(super) type Ready = Option<(Batch, NeighborList)>;
 
 /// A labelled frame with its neighbour list (positions never change during training).
 pub(super) struct Frame {
@@ -61,6 +66,8 @@ pub struct Trainer {
     pub(super) collective: Option<Collective>,
     /// The other ranks of a data-parallel run ([`Trainer::with_replicas`]).
     pub(super) peers: Peers,
+    /// Where the training frames are for captured steps ([`Trainer::with_frames_on_device`]).
+    pub(super) resident: FramePlace,
 }
 
 /// The frames with their lists; periodic positions wrapped into the cell in f64 first (see
@@ -176,6 +183,7 @@ impl Trainer {
             step_graphs: Vec::new(),
             collective: None,
             peers: Peers::None,
+            resident: FramePlace::Undecided,
         })
     }
 
@@ -201,6 +209,17 @@ impl Trainer {
             (_, None) => Ok(true),
             (Graphs::On, Some(why)) => Err(Error::Train(format!("--graphs on: {why}"))),
         }
+    }
+
+    /// Whether captured steps may hold the training frames on the device (where they fit a
+    /// quarter of its free memory) and gather each batch there: `true` by default; `false`
+    /// uploads every batch, leaving that memory to other work on a shared GPU.
+    pub fn with_frames_on_device(mut self, allowed: bool) -> Self {
+        self.resident = match allowed {
+            true => FramePlace::Undecided,
+            false => FramePlace::Host,
+        };
+        self
     }
 
     /// Runs the model's autograd graph with `ops` (the same maths; `Custom` by default).
@@ -243,21 +262,50 @@ impl Trainer {
 
     /// One pass over the training frames in a seeded order (the order depends on the seed and
     /// the epoch only, so a resumed run sees the same batches). `on_step(step, loss)` is called
-    /// after every optimiser step. Returns the mean training loss.
+    /// after every optimiser step. Returns the mean training loss. Where steps take batches
+    /// assembled on the host, a thread assembles each while the step before it runs.
     pub fn train_epoch(&mut self, mut on_step: impl FnMut(u64, f64)) -> Result<f64> {
         let mut order: Vec<usize> = (0..self.train.len()).collect();
         let mut rng = ChaCha8Rng::seed_from_u64(self.cfg.seed ^ (self.epoch as u64 + 1) << 32);
         order.shuffle(&mut rng);
-        let (mut total, mut n) = (0.0, 0usize);
-        for idx in order.chunks(self.cfg.batch_size) {
-            let loss = self.optimizer_step(idx, &mut NoClock)?;
-            total += loss * idx.len() as f64;
-            n += idx.len();
-            on_step(self.opt.step, loss);
-            if let Some(signal) = self.stop.raised() {
-                return Err(Error::Interrupted(signal));
-            }
+        let chunks: Vec<&[usize]> = order.chunks(self.cfg.batch_size).collect();
+        let graphed = self.graphed()?;
+        if graphed {
+            self.place_frames()?;
         }
+        let gathered = graphed && matches!(self.resident, FramePlace::Device(_));
+        let prefetch = !gathered && !self.peers.any();
+        let train = self.train.clone();
+        let (mut total, mut n) = (0.0, 0usize);
+        std::thread::scope(|scope| -> Result<()> {
+            let (ahead, ready) = sync_channel(1);
+            if prefetch {
+                let chunks = &chunks;
+                scope.spawn(move || {
+                    for idx in chunks {
+                        if ahead.send(Self::batch(&train, idx)).is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+            for idx in &chunks {
+                let batch = match prefetch {
+                    true => Some(ready.recv().map_err(|_| {
+                        Error::Train("the batch-assembling thread stopped".into())
+                    })??),
+                    false => None,
+                };
+                let loss = self.step_with(idx, batch, &mut NoClock)?;
+                total += loss * idx.len() as f64;
+                n += idx.len();
+                on_step(self.opt.step, loss);
+                if let Some(signal) = self.stop.raised() {
+                    return Err(Error::Interrupted(signal));
+                }
+            }
+            Ok(())
+        })?;
         self.epoch += 1;
         Ok(total / n.max(1) as f64)
     }
@@ -265,6 +313,17 @@ impl Trainer {
     /// One optimiser step on the training frames `idx`, its phases marked on `clock`
     /// (`benches/harness/train_step_times` reads them). Returns the batch's loss.
     pub fn optimizer_step(&mut self, idx: &[usize], clock: &mut dyn PhaseClock) -> Result<f64> {
+        self.step_with(idx, None, clock)
+    }
+
+    /// [`optimizer_step`](Self::optimizer_step), with the frames' batch where it was
+    /// assembled ahead ([`Ready`]).
+    fn step_with(
+        &mut self,
+        idx: &[usize],
+        ready: Ready,
+        clock: &mut dyn PhaseClock,
+    ) -> Result<f64> {
         let lr = self.schedule.at(self.opt.step + 1);
         // The EMA's decay is warmed up so that early weights do not dominate.
         let t = (self.opt.step + 1) as f64;
@@ -277,12 +336,12 @@ impl Trainer {
             .next_step(lr, self.cfg.clip_grad_norm.max(0.0), decay);
         let replayed = match self.peers.any() {
             true => Some(self.parallel_step(idx, step)?),
-            false => self.replayed(idx, step, clock)?,
+            false => self.replayed(idx, step, ready.as_ref(), clock)?,
         };
         let loss = match replayed {
             Some(loss) => loss,
             None => {
-                let (loss, grads) = self.loss_and_grads_phased(idx, clock)?;
+                let (loss, grads) = self.loss_and_grads_of(idx, ready, clock)?;
                 if loss.is_finite() {
                     clock.mark(Phase::Optimizer)?;
                     let grads = self.opt.flat_grads(&grads)?;

@@ -74,3 +74,109 @@ fn replayed_training_steps_equal_steps_op_by_op() {
         assert!(worst <= tol, "{dtype:?}: weights differ by {worst}");
     }
 }
+
+/// Molecules and periodic triclinic boxes (edges to images): batches of 4 mix them.
+fn mixed_dataset() -> Dataset {
+    let frames = (0..10)
+        .map(|k| match k % 3 {
+            2 => random_box(6 + k % 4, 0.2, 200 + k as u64),
+            _ => random_molecule(5 + (k * 5) % 7, 200 + k as u64),
+        })
+        .collect();
+    let frames = labelled(&small_config(), frames);
+    Dataset::from_frames(std::path::Path::new("mem"), frames).unwrap()
+}
+
+/// The batch gathered on the device (`ops::gather_frames`, CUDA) is its CPU twin's, bit for
+/// bit: three frames taken out of order, padded in atoms, structures and edges.
+#[test]
+fn frames_gathered_on_the_device_equal_the_cpu_twin() {
+    use mlff_distiller::ops::{gather_frames, FrameTensors, GatherShape};
+    let gathered = |dev: &Device| {
+        let f = |v: Vec<f64>| Tensor::new(v, dev).unwrap();
+        let u = |v: Vec<u32>| Tensor::new(v, dev).unwrap();
+        // Frames of 2, 3 and 1 atoms with 2, 4 and 0 edges.
+        let frames = FrameTensors {
+            positions: f((0..18).map(|k| 0.37 * k as f64 - 1.0).collect()),
+            forces: f((0..18).map(|k| (k as f64).sin()).collect()),
+            energy: f(vec![-1.5, -2.25, -0.125]),
+            offsets: f((0..18).map(|k| (k % 5) as f64 * 0.5).collect()),
+            atom_begin: u(vec![0, 2, 5, 6]),
+            edge_begin: u(vec![0, 2, 6, 6]),
+            species: u(vec![0, 1, 2, 0, 1, 3]),
+            centers: u(vec![0, 1, 0, 1, 2, 2]),
+            neighbors: u(vec![1, 0, 2, 2, 0, 1]),
+        };
+        let shape = GatherShape {
+            structures: 5,
+            atoms: 9,
+            capacity: 11,
+            far: 12.5,
+        };
+        // Frames 1, 0, 2 (6 atoms, 6 edges), averaged over 7 structures and 40 atoms.
+        let mut table = vec![3, 7, 40, 1, 0, 2, 0, 0];
+        table.extend([0, 3, 5, 6, 6, 6, 0, 4, 6, 6, 6, 6]);
+        gather_frames(&frames, &u(table), shape)
+            .unwrap()
+            .to_device(&Device::Cpu)
+            .unwrap()
+            .to_vec1::<f64>()
+            .unwrap()
+    };
+    let (cpu, gpu) = (gathered(&Device::Cpu), gathered(&cuda()));
+    let (cpu_bits, gpu_bits): (Vec<u64>, Vec<u64>) = (
+        cpu.iter().map(|x| x.to_bits()).collect(),
+        gpu.iter().map(|x| x.to_bits()).collect(),
+    );
+    assert_eq!(cpu_bits, gpu_bits);
+    // Frame 1's first atom opens the batch: its position, then frame 0's edges shifted by 3.
+    let (s, n) = (5, 9);
+    let positions = 2 * s + 4 * n + 2;
+    let first: Vec<f64> = (6..9).map(|k| 0.37 * k as f64 - 1.0).collect();
+    assert_eq!(&cpu[positions..positions + 3], &first[..]);
+    let centers = positions + 3 * n + 3 * 11 + 2 * n;
+    assert_eq!(&cpu[centers..centers + 6], &[0.0, 1.0, 2.0, 2.0, 3.0, 4.0]);
+}
+
+/// Training with the frames held on the device (each batch gathered inside the replayed step)
+/// takes the steps of training that uploads each batch: the gathered inputs are the same bits
+/// (the test above and `train::resident`'s), so the runs differ only by the order of the
+/// kernels' atomic sums (f64 ~1e-15 of a gradient, ~1e-10 after the directional 1/h).
+#[test]
+fn frames_on_the_device_train_as_uploaded_batches() {
+    let dev = with_own_stream(&cuda()).unwrap();
+    let ds = mixed_dataset();
+    let tc = TrainConfig {
+        batch_size: 4,
+        epochs: 3,
+        ..TrainConfig::default()
+    };
+    let run = |on_device: bool| {
+        let mut t = Trainer::new(&small_config(), &tc, &ds, &ds, &dev, DType::F64, None)
+            .unwrap()
+            .with_graphs(Graphs::On)
+            .with_frames_on_device(on_device);
+        let mut losses = Vec::new();
+        for _ in 0..3 {
+            t.train_epoch(|_, loss| losses.push(loss)).unwrap();
+        }
+        let weights: Vec<Tensor> = (t.optimizer().vars().iter())
+            .map(|(_, v)| v.as_tensor().to_device(&Device::Cpu).unwrap())
+            .collect();
+        (losses, weights)
+    };
+    let (l_host, w_host) = run(false);
+    let (l_dev, w_dev) = run(true);
+    assert_eq!(l_host.len(), 9);
+    for (k, (a, b)) in l_host.iter().zip(&l_dev).enumerate() {
+        assert!(
+            (a - b).abs() <= 1e-12 * a.abs(),
+            "step {k}: loss {a} vs {b}"
+        );
+    }
+    let worst = (w_host.iter().zip(&w_dev))
+        .map(|(a, b)| max_abs_diff(a, b))
+        .fold(0.0, f64::max);
+    println!("frames on the device vs uploaded: weights {worst:.2e} apart after 9 steps");
+    assert!(worst <= 1e-9, "weights differ by {worst}");
+}
