@@ -1,7 +1,8 @@
 // The PaiNN interaction with the filter formed in the kernel, tiled for many edges: the same
 // maths as interaction_fwd (kernels/layers/interaction.cu, whose comments define it) without an
 // [E, 3F] tensor, and the adjoint of interaction_rows_adj with the filter formed here instead of
-// read from rows (it still writes dL/dw as rows, for the caller's product back to the basis).
+// read from rows (it still writes dL/dw as rows, for the caller's product back to the basis;
+// for the weights' gradient it sums dL/dW = Σ_e basis_e dL/dw_e itself, with no rows).
 //
 // A block of TILE_F threads owns TILE_F features (chunk blockIdx.y) and walks tiles of TILE_E
 // consecutive edges (grid-stride over blockIdx.x). It stages its features' filter weights in
@@ -43,27 +44,34 @@ __device__ __forceinline__ void load8(const double* p, double v[8]) {
         v[k] = a.x, v[k + 1] = a.y;
     }
 }
-// Shared memory of a block: transposed basis, weights, (adjoint) per-edge sums, then the
-// tile's edge indices.
+// Shared memory of a block: transposed basis, weights, (adjoint) per-edge sums, (reducing
+// adjoint) the block's dL/d(filter weights), then the tile's edge indices.
 template <typename T>
 struct Tile {
     T* sb;          // [bw][TILE_SB]
     T* sw;          // [nb][3][TILE_F]
     T* sg;          // [TILE_E][3], adjoint only: unit-vector columns of dL/d(basis)
+    T* sw_grad;     // [nb][3][TILE_F], reducing adjoint only: column t is thread t's own
     unsigned* si;   // [TILE_E]
     unsigned* sj;   // [TILE_E]
     size_t c;       // this thread's feature
     bool active;    // c < F
     T bias[3];      // φ's last bias for c: s, d and v parts
     // Lays out the shared memory and stages the block's weights (features from
-    // blockIdx.y TILE_F); loads the thread's bias.
-    __device__ Tile(const T* wt, const T* pb, size_t nb, size_t bw, size_t f, bool adjoint) {
+    // blockIdx.y TILE_F); loads the thread's bias; zeroes its column of the weights' gradient
+    // where `reduce` (only this thread touches it: no barrier).
+    __device__ Tile(const T* wt, const T* pb, size_t nb, size_t bw, size_t f, bool adjoint,
+                    bool reduce = false) {
         extern __shared__ __align__(16) unsigned char tile_smem[];
         sb = reinterpret_cast<T*>(tile_smem);
         sw = sb + bw * TILE_SB;
         sg = sw + nb * 3 * TILE_F;
-        si = reinterpret_cast<unsigned*>(sg + (adjoint ? TILE_E * 3 : 0));
+        sw_grad = sg + (adjoint ? TILE_E * 3 : 0);
+        si = reinterpret_cast<unsigned*>(sw_grad + (reduce ? nb * 3 * TILE_F : 0));
         sj = si + TILE_E;
+        if (reduce) {
+            for (size_t rp = 0; rp < nb * 3; ++rp) sw_grad[rp * TILE_F + threadIdx.x] = T(0);
+        }
         const size_t c0 = blockIdx.y * TILE_F;
         c = c0 + threadIdx.x;
         active = c < f;
@@ -124,6 +132,33 @@ struct Tile {
         }
     }
     __device__ T w(size_t r, int p) const { return sw[(r * 3 + p) * TILE_F + threadIdx.x]; }
+    // Adds staged edges [g, g + TILE_G)'s dL/dw (this thread's feature; zero past the tile's
+    // end, where the staged basis is zero too) times their basis rows to the block's dL/dW:
+    // per basis row two vector loads and 24 FMAs, as the filters are formed.
+    __device__ __forceinline__ void add_weight_grads(size_t g, size_t nb, const T gw[TILE_G][3]) {
+        for (size_t r = 0; r < nb; ++r) {
+            T b[TILE_G];
+            load8(sb + r * TILE_SB + g, b);
+            T sum[3] = {0, 0, 0};
+#pragma unroll
+            for (int k = 0; k < TILE_G; ++k) {
+#pragma unroll
+                for (int p = 0; p < 3; ++p) sum[p] += b[k] * gw[k][p];
+            }
+#pragma unroll
+            for (int p = 0; p < 3; ++p) sw_grad[(r * 3 + p) * TILE_F + threadIdx.x] += sum[p];
+        }
+    }
+    // Adds the block's dL/dW (this thread's feature) to gW [nb, 3F].
+    __device__ void flush_weight_grads(T* gW, size_t nb, size_t f) const {
+        if (!active) return;
+        for (size_t r = 0; r < nb; ++r) {
+#pragma unroll
+            for (int p = 0; p < 3; ++p) {
+                atomicAdd(gW + r * 3 * f + p * f + c, sw_grad[(r * 3 + p) * TILE_F + threadIdx.x]);
+            }
+        }
+    }
     // This thread's feature of the filters (s, d, v parts) of staged edges [g, g + TILE_G).
     __device__ __forceinline__ void filters(size_t g, size_t nb, T fs[TILE_G], T fd[TILE_G],
                                             T fv[TILE_G]) const {
@@ -232,7 +267,8 @@ __device__ void tile_fwd(const T* __restrict__ phi, const T* __restrict__ pb,
     if (t.active) run.flush(out, n, f, c);
 }
 
-// The adjoints' output [g_v (3NF) | g_phi (3NF) | g_basis (E (R + 4)) | g_w (E 3F)].
+// The adjoints' output [g_v (3NF) | g_phi (3NF) | g_basis (E (R + 4)) | g_w], g_w the rows
+// dL/dw (E 3F) or, reducing, dL/dW (nb 3F) summed over the edges.
 template <typename T>
 struct AdjointOut {
     T *gv, *gphi, *gb, *gw;
@@ -243,13 +279,16 @@ struct AdjointOut {
 
 // Walks the block's tiles of edges for an adjoint: stages each tile; per TILE_G edges calls
 // gather(g0) (which issues the edges' loads) before forming their filters, then, for each edge
-// m of the tile (edge e of the list), edge(pre, k, m, e, fs, fd, fv, gu) on the active threads,
-// and sums the unit-vector gradients gu over the block into g_basis. The loop over k stops at
-// the same edge for the whole block (cnt is uniform), so every lane reaches the warp sums.
+// m of the tile (edge e of the list), edge(pre, k, m, e, fs, fd, fv, gu, gw) on the active
+// threads, and sums the unit-vector gradients gu over the block into g_basis. The edges' dL/dw
+// gw go to their rows of o.gw, or (reduce) times their basis rows into the block's dL/dW. The
+// loop over k stops at the same edge for the whole block (cnt is uniform), so every lane
+// reaches the warp sums.
 template <typename T, typename Gather, typename Edge>
 __device__ __forceinline__ void walk_adjoint(Tile<T>& t, const T* basis, const unsigned* ci,
                                              const unsigned* nj, size_t n_edges, size_t nb,
-                                             size_t bw, T* gb, const T* gb_prev, Gather gather,
+                                             size_t bw, size_t f, const AdjointOut<T>& o,
+                                             const T* gb_prev, bool reduce, Gather gather,
                                              Edge edge) {
     for (size_t e0 = blockIdx.x * (size_t)TILE_E; e0 < n_edges; e0 += gridDim.x * (size_t)TILE_E) {
         const size_t cnt = min((size_t)TILE_E, n_edges - e0);
@@ -258,17 +297,28 @@ __device__ __forceinline__ void walk_adjoint(Tile<T>& t, const T* basis, const u
             const auto pre = gather(g0);
             T fs[TILE_G], fd[TILE_G], fv[TILE_G];
             t.filters(g0, nb, fs, fd, fv);
+            T gw[TILE_G][3];
+#pragma unroll
+            for (int k = 0; k < TILE_G; ++k) gw[k][0] = gw[k][1] = gw[k][2] = T(0);
 #pragma unroll
             for (int k = 0; k < TILE_G; ++k) {
                 const size_t m = g0 + k;
                 if (m >= cnt) break;
                 T gu[3] = {0, 0, 0};
-                if (t.active) edge(pre, k, m, e0 + m, fs[k], fd[k], fv[k], gu);
+                if (t.active) {
+                    edge(pre, k, m, e0 + m, fs[k], fd[k], fv[k], gu, gw[k]);
+                    if (!reduce) {
+                        store_filter_grads(o.gw + (e0 + m) * 3 * f, f, t.c, gw[k][0], gw[k][1],
+                                           gw[k][2]);
+                    }
+                }
                 t.add_unit_grads(gu, m);
             }
+            if (reduce && t.active) t.add_weight_grads(g0, nb, gw);
         }
-        t.end_adjoint_tile(gb, gb_prev, e0, cnt, nb, bw);
+        t.end_adjoint_tile(o.gb, gb_prev, e0, cnt, nb, bw);
     }
+    if (reduce) t.flush_weight_grads(o.gw, nb, f);
 }
 
 // Adjoint; out = [g_v (3NF) | g_phi (3NF) | g_basis (E (R + 4)) | g_w (E 3F)] with the first
@@ -285,9 +335,9 @@ __device__ void tile_adj(const T* __restrict__ phi, const T* __restrict__ pb,
                          const T* __restrict__ gve, const unsigned* __restrict__ ci,
                          const unsigned* __restrict__ nj, T* __restrict__ out, size_t n_edges,
                          size_t f, size_t n, size_t n_rbf,
-                         size_t /* cpw: not used by the tiled kernel */) {
+                         size_t /* cpw: not used by the tiled kernel */, bool reduce) {
     const size_t nb = n_rbf + 1, bw = n_rbf + 4;
-    Tile<T> t(wt, pb, nb, bw, f, true);
+    Tile<T> t(wt, pb, nb, bw, f, true, reduce);
     const size_t c = t.c;
     const AdjointOut<T> o(out, n, f, n_edges, bw);
     // The receiving atom's output gradients: dL/ds_i and dL/dv_i (with the mixing term).
@@ -298,8 +348,8 @@ __device__ void tile_adj(const T* __restrict__ phi, const T* __restrict__ pb,
         if (t.active) from.load(t.sj, phi, sv, t.bias, g0, n, f, c);
         return from;
     };
-    auto edge = [&](const Senders<T>& from, int k, size_t m, size_t e, T ws, T wd, T wv,
-                    T gu[3]) {
+    auto edge = [&](const Senders<T>& from, int k, size_t m, size_t, T ws, T wd, T wv, T gu[3],
+                    T gw[3]) {
         const unsigned i = t.si[m];
         const size_t j = t.sj[m];
         if (i != cur) {
@@ -316,11 +366,14 @@ __device__ void tile_adj(const T* __restrict__ phi, const T* __restrict__ pb,
             gxv += g[a] * from.vec[a][k];
         }
         add_sender_grads(o.gphi, o.gv, g, gs, gxd, gxv, ws, wd, wv, pv * wv, n, f, j, c);
-        store_filter_grads(o.gw + e * 3 * f, f, c, gs * ps, gxd * pd, gxv * pv);
+        gw[0] = gs * ps;
+        gw[1] = gxd * pd;
+        gw[2] = gxv * pv;
 #pragma unroll
         for (int a = 0; a < 3; ++a) gu[a] = g[a] * (pd * wd);
     };
-    walk_adjoint(t, basis, ci, nj, n_edges, nb, bw, o.gb, (const T*)nullptr, gather, edge);
+    walk_adjoint(t, basis, ci, nj, n_edges, nb, bw, f, o, (const T*)nullptr, reduce, gather,
+                 edge);
 }
 
 // The output gradients of the atoms at the far end of staged edges [g, g + TILE_G), this
@@ -371,9 +424,9 @@ __device__ void tile_sym_adj(const T* __restrict__ phi, const T* __restrict__ pb
                              const T* __restrict__ gve, const T* __restrict__ gb_prev,
                              const unsigned* __restrict__ ci, const unsigned* __restrict__ nj,
                              T* __restrict__ out, size_t n_edges, size_t f, size_t n,
-                             size_t n_rbf) {
+                             size_t n_rbf, bool reduce) {
     const size_t nb = n_rbf + 1, bw = n_rbf + 4;
-    Tile<T> t(wt, pb, nb, bw, f, true);
+    Tile<T> t(wt, pb, nb, bw, f, true, reduce);
     const size_t c = t.c;
     const AdjointOut<T> o(out, n, f, n_edges, bw);
     // The run's atom j: its context and vectors, and its gradients' sums.
@@ -384,8 +437,8 @@ __device__ void tile_sym_adj(const T* __restrict__ phi, const T* __restrict__ pb
         if (t.active) far.load(t.sj, gm, gve, g0, n, f, c);
         return far;
     };
-    auto edge = [&](const Others<T>& far, int k, size_t m, size_t e, T ws, T wd, T wv,
-                    T gu[3]) {
+    auto edge = [&](const Others<T>& far, int k, size_t m, size_t, T ws, T wd, T wv, T gu[3],
+                    T gw[3]) {
         const unsigned j = t.si[m];
         if (j != cur) {
             flush_own(o.gphi, o.gv, n, f, cur, c, sum_phi, sum_v);
@@ -411,10 +464,11 @@ __device__ void tile_sym_adj(const T* __restrict__ phi, const T* __restrict__ pb
             sum_v[a] += far.g[a][k] * xv;
             gu[a] = -far.g[a][k] * xd;
         }
-        store_filter_grads(o.gw + e * 3 * f, f, c, far.gs[k] * ctx[0], gxd * ctx[1],
-                           gxv * ctx[2]);
+        gw[0] = far.gs[k] * ctx[0];
+        gw[1] = gxd * ctx[1];
+        gw[2] = gxv * ctx[2];
     };
-    walk_adjoint(t, basis, ci, nj, n_edges, nb, bw, o.gb, gb_prev, gather, edge);
+    walk_adjoint(t, basis, ci, nj, n_edges, nb, bw, f, o, gb_prev, reduce, gather, edge);
     if (t.active) flush_own(o.gphi, o.gv, n, f, cur, c, sum_phi, sum_v);
 }
 
@@ -435,17 +489,19 @@ __device__ void tile_sym_adj(const T* __restrict__ phi, const T* __restrict__ pb
     }
 TILE_FWD(interaction_tile_cc_fwd_f64, double)
 TILE_FWD(interaction_tile_cc_fwd_f32, float)
-// The CUDA-core symmetric adjoint (dL/dw as rows), interaction_tile_cc_sym_adj: f64, and f32
-// where the tensor-core kernels do not run; interaction_tile_sym_adj_f32 is tc_sym_adj.
+// The CUDA-core symmetric adjoint (dL/dw as rows, or reduce: dL/dW summed in the kernel),
+// interaction_tile_cc_sym_adj: f64, and f32 where the tensor-core kernels do not run or the
+// weights' gradient is asked for; interaction_tile_sym_adj_f32 is tc_sym_adj.
 // accumulate: gb_prev is added to g_basis (else it is not read).
 #define TILE_SYM_ADJ(NAME, T)                                                                \
     extern "C" __global__ void __launch_bounds__(TILE_F) NAME(                               \
         const T* phi, const T* pb, const T* w, const T* basis, const T* sv, const T* gm,     \
         const T* gve, const T* gb_prev, const unsigned int* ci, const unsigned int* nj,      \
-        T* out, size_t n_edges, size_t f, size_t n, size_t n_rbf, size_t accumulate) {       \
+        T* out, size_t n_edges, size_t f, size_t n, size_t n_rbf, size_t accumulate,         \
+        size_t reduce) {                                                                     \
         wait_for_previous_kernel();                                                           \
         tile_sym_adj(phi, pb, w, basis, sv, gm, gve, accumulate ? gb_prev : nullptr, ci, nj,  \
-                     out, n_edges, f, n, n_rbf);                                             \
+                     out, n_edges, f, n, n_rbf, reduce != 0);                                \
     }
 TILE_SYM_ADJ(interaction_tile_cc_sym_adj_f64, double)
 TILE_SYM_ADJ(interaction_tile_cc_sym_adj_f32, float)
@@ -454,9 +510,10 @@ TILE_SYM_ADJ(interaction_tile_cc_sym_adj_f32, float)
     extern "C" __global__ void __launch_bounds__(TILE_F) interaction_tile_adj_##S(            \
         const T* phi, const T* pb, const T* w, const T* basis, const T* sv, const T* gm,     \
         const T* gve, const unsigned int* ci, const unsigned int* nj, T* out,                \
-        size_t n_edges, size_t f, size_t n, size_t n_rbf, size_t cpw) {                      \
+        size_t n_edges, size_t f, size_t n, size_t n_rbf, size_t cpw, size_t reduce) {       \
         wait_for_previous_kernel();                                                          \
-        tile_adj(phi, pb, w, basis, sv, gm, gve, ci, nj, out, n_edges, f, n, n_rbf, cpw);    \
+        tile_adj(phi, pb, w, basis, sv, gm, gve, ci, nj, out, n_edges, f, n, n_rbf, cpw,     \
+                 reduce != 0);                                                               \
     }
 INTERACTION_TILE(float, f32)
 INTERACTION_TILE(double, f64)

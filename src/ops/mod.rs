@@ -45,8 +45,8 @@ pub use layers::element_sums::{
     element_sums, element_sums_position_adjoint, ELEMENT_SUMS_MAX_ELEMENTS,
 };
 pub use layers::interaction::{
-    interaction, interaction_adjoint, EdgeFilter, InteractionGrads, InteractionInputs,
-    FUSED_MAX_RBF,
+    interaction, interaction_adjoint, interaction_weight_adjoint, EdgeFilter, InteractionGrads,
+    InteractionInputs, FUSED_MAX_RBF,
 };
 pub use layers::interaction_tile::{tiles_on_tensor_cores, TILE_GRAD_ROWS_MAX_BYTES};
 pub use layers::message::{message, Message};

@@ -1,13 +1,14 @@
 //! Weight gradients by the fused path: ∂(Σᵢ cᵢ Eᵢ)/∂θ for per-atom seeds cᵢ, by the same
 //! hand-written adjoint as the forces. Each dense layer's gradient is one product of its saved
-//! input with the adjoint at its output (cuBLAS), the filter's is the basis rows times the
-//! interaction adjoint's dL/dw rows, and the first block's φ, computed per element, takes its
+//! input with the adjoint at its output (cuBLAS), the filter's is summed over the edges inside
+//! the interaction's adjoint kernel (`interaction_weight_adjoint`: each edge's dL/dw times its
+//! basis row, no [E, 3F] rows), and the first block's φ, computed per element, takes its
 //! atoms' adjoints summed per element. What training's fused force gradient
 //! (`train::ForceGradient::Fused`) runs over a batch's displaced copies.
 //!
-//! The forward keeps what this needs besides the forces' tape (each block's messaged state,
-//! its filter rows), so it runs the per-layer kernels whose adjoints expose every layer's
-//! output gradient: per-edge blocks with filter rows, the update block as separate layers.
+//! The forward keeps what this needs besides the forces' tape (each block's messaged state),
+//! so it runs the per-layer kernels whose adjoints expose every layer's output gradient:
+//! per-edge blocks with the filter formed in the kernel, the update block as separate layers.
 //! Its dense layers take cuBLAS where inference would take the tensor-core kernels: those
 //! read weights packed on the host once per model, and training changes them every step.
 
@@ -16,7 +17,7 @@ use super::weights::Mlp;
 use super::FusedPainn;
 use crate::model::PainnInputs;
 use crate::ops::{
-    act_grad, bias_silu, bias_silu_adjoint, interaction_adjoint, scatter_add,
+    act_grad, bias_silu, bias_silu_adjoint, interaction_weight_adjoint, scatter_add,
     update_combine_adjoint, update_context, update_context_adjoint, InteractionInputs, StateGrad,
 };
 use crate::plan::FilterSource;
@@ -70,7 +71,7 @@ impl FusedPainn {
     ) -> Result<Vec<(String, Tensor)>> {
         let mut plan = self.layer_plan(x)?.without_packed_weights();
         plan.first_block_sums = false;
-        plan.filter = FilterSource::Rows { kept: true };
+        plan.filter = FilterSource::InKernel;
         plan.tiled = false;
         self.forward_planned(x, plan, true)?.weight_gradients(seed)
     }
@@ -106,7 +107,6 @@ impl FusedForward<'_> {
         let mut next: Option<(Tensor, Tensor, Tensor)> = None;
         let mut filter = Vec::with_capacity(m.blocks.len());
         let mut embedding = None;
-        let basis_rows = self.basis.narrow(1, 0, r + 1)?.contiguous()?;
         for (k, (b, t)) in m.blocks.iter().zip(&self.tape).enumerate().rev() {
             let (Some(messaged), Some(phi), Some(state)) = (&t.messaged, &t.phi, &t.state) else {
                 bail!("weight gradients: block {k}'s forward kept no messaged state")
@@ -137,11 +137,11 @@ impl FusedForward<'_> {
                 symmetric_edges: true,
                 tuning: &m.tuning,
             };
-            let grads = interaction_adjoint(&inputs, &g_s, &g_v, None)?;
-            let Some(g_rows) = &grads.filter_rows else {
-                bail!("weight gradients: the interaction adjoint left no filter rows")
+            let grads = interaction_weight_adjoint(&inputs, &g_s, &g_v)?;
+            let Some(g_weights) = grads.filter_weights else {
+                bail!("weight gradients: the interaction adjoint left no filter gradient")
             };
-            filter.push(basis_rows.t()?.matmul(g_rows)?); // [R + 1, 3F]
+            filter.push(g_weights); // [R + 1, 3F]
             let phi_grads = match &t.phi_pre {
                 Some(pre) => {
                     let s_in = state.narrow(0, 0, n)?;

@@ -112,6 +112,10 @@ pub(crate) struct AdjointMode {
     pub rows: bool,
     /// dL/dw is written as rows after g_basis, which then only holds its unit-vector columns.
     pub grad_rows: bool,
+    /// dL/dW [R + 1, 3F] (the filter weights' gradient: Σ over the edges of each edge's basis
+    /// row times its dL/dw) is written after g_basis, which then only holds its unit-vector
+    /// columns (the weights' gradient needs no position gradient).
+    pub grad_weights: bool,
     /// Each edge computes the terms of its reverse edge (symmetric lists, `tile_sym_adj`):
     /// the output gradient of the edge's sending atom, sums into its receiving atom, and the
     /// reverse edge's dL/du (its u is minus this edge's) with the sign flipped. (Every adjoint
@@ -121,7 +125,8 @@ pub(crate) struct AdjointMode {
     pub accumulate: bool,
 }
 
-/// out (zeroed) = [g_v | g_phi | g_basis] and, with `mode.grad_rows`, then g_w [E, 3F].
+/// out (zeroed) = [g_v | g_phi | g_basis] and, with `mode.grad_rows`, then g_w [E, 3F]
+/// (`mode.grad_weights`: then dL/dW [R + 1, 3F]).
 pub(crate) fn adjoint_cpu<T: Real>(
     z: Sizes,
     mode: AdjointMode,
@@ -170,6 +175,15 @@ pub(crate) fn adjoint_cpu<T: Real>(
         }
         if mode.grad_rows {
             g_rows[e * 3 * f..(e + 1) * 3 * f].copy_from_slice(&gw);
+            continue;
+        }
+        if mode.grad_weights {
+            for (r, &br) in b[..nb].iter().enumerate() {
+                let row = &mut g_rows[r * 3 * f..(r + 1) * 3 * f];
+                for (acc, &g) in row.iter_mut().zip(&gw) {
+                    *acc += br * g;
+                }
+            }
             continue;
         }
         // dL/db_r = Σ_c dL/dw_c · Wt[r, c], a dot product per basis column.
@@ -260,6 +274,7 @@ impl<const ROWS: bool> Kernel for Adjoint<ROWS> {
         let mode = AdjointMode {
             rows: ROWS,
             grad_rows: ROWS,
+            grad_weights: false,
             symmetric: false,
             accumulate: false,
         };
@@ -395,6 +410,9 @@ pub struct InteractionGrads {
     /// [`TILE_GRAD_ROWS_MAX_BYTES`](crate::ops::TILE_GRAD_ROWS_MAX_BYTES)); the tensor-core
     /// adjoint sums dL/d(basis) itself.
     pub filter_rows: Option<Tensor>,
+    /// dL/d(filter weights) [R + 1, 3F], summed over the edges in the kernel
+    /// ([`interaction_weight_adjoint`]).
+    pub filter_weights: Option<Tensor>,
 }
 
 impl InteractionGrads {
@@ -503,5 +521,51 @@ pub fn interaction_adjoint(
             None => basis,
         },
         filter_rows,
+        filter_weights: None,
+    })
+}
+
+/// [`interaction_adjoint`] for the weights' gradient of a block whose filter is formed from
+/// its weights (`x.filter` [`EdgeFilter::Weights`]) over a list holding every edge's reverse:
+/// dL/dW [R + 1, 3F] summed over the edges inside the kernel (the symmetric tiled adjoint on
+/// CUDA cores; no [E, 3F] rows are made), dL/dφ and dL/dv as [`interaction_adjoint`] gives
+/// them; dL/d(basis) holds its unit-vector columns only (there is no position gradient).
+pub fn interaction_weight_adjoint(
+    x: &InteractionInputs,
+    g_s: &Tensor,
+    g_v: &Tensor,
+) -> Result<InteractionGrads> {
+    let z = x.sizes()?;
+    let (n, f, e, nb) = (z.n_atoms, z.hidden, z.n_edges, z.n_rbf + 1);
+    if g_s.dims() != [n, f] || g_v.dims() != [3 * n, f] {
+        bail!(
+            "interaction weight adjoint: gradients {:?} and {:?} do not fit [N, F] and [3N, F]",
+            g_s.dims(),
+            g_v.dims()
+        )
+    }
+    let EdgeFilter::Weights(w) = x.filter else {
+        bail!("interaction weight adjoint: the filter must be formed from its weights")
+    };
+    if !x.symmetric_edges {
+        bail!("interaction weight adjoint: the edge list must hold every edge's reverse")
+    }
+    let bw = basis_width(z.n_rbf);
+    let (nf, gb_len) = (n * f, e * bw);
+    // x.basis stands in for the later blocks' dL/d(basis), not read.
+    let inputs = [x.phi, x.phi_bias, w, x.basis, x.state, g_s, g_v, x.basis];
+    let idx = [x.centers, x.neighbors];
+    let kernel = TileAdjoint::<true>::new(z, x.state).reducing_weights();
+    let len = 6 * nf + gb_len + nb * 3 * f;
+    let out = launch(kernel, &inputs, &idx, len, Init::Zero)?;
+    Ok(InteractionGrads {
+        v: out.narrow(0, 0, 3 * nf)?.reshape((3 * n, f))?,
+        phi: out.narrow(0, 3 * nf, 3 * nf)?.reshape((n, 3 * f))?,
+        basis: out.narrow(0, 6 * nf, gb_len)?.reshape((e, bw))?,
+        filter_rows: None,
+        filter_weights: Some(
+            out.narrow(0, 6 * nf + gb_len, nb * 3 * f)?
+                .reshape((nb, 3 * f))?,
+        ),
     })
 }

@@ -162,6 +162,9 @@ pub(crate) struct TileAdjoint<const SYMMETRIC: bool> {
     tc_blocks: usize,
     /// (SYMMETRIC) x[7], the later blocks' dL/d(basis), is added to g_basis.
     accumulate: bool,
+    /// dL/dW [R + 1, 3F] is summed in the kernel instead of dL/dw rows written
+    /// ([`reducing_weights`](Self::reducing_weights)).
+    reduce: bool,
 }
 
 impl<const SYMMETRIC: bool> TileAdjoint<SYMMETRIC> {
@@ -176,6 +179,17 @@ impl<const SYMMETRIC: bool> TileAdjoint<SYMMETRIC> {
             filters,
             tc_blocks,
             accumulate: false,
+            reduce: false,
+        }
+    }
+    /// Sums dL/dW [R + 1, 3F] (each edge's dL/dw times its basis row) in the kernel, on CUDA
+    /// cores, instead of writing dL/dw rows [E, 3F]: for the weights' gradient, which needs
+    /// nothing else of them.
+    pub(crate) fn reducing_weights(self) -> Self {
+        Self {
+            reduce: true,
+            filters: FilterArithmetic::CudaCores,
+            ..self
         }
     }
     /// `on`: adds the later blocks' dL/d(basis) to g_basis. The symmetric kernels take it as
@@ -189,7 +203,7 @@ impl<const SYMMETRIC: bool> TileAdjoint<SYMMETRIC> {
     /// Whether the output ends with dL/dw rows [E, 3F] (g_basis then holding only its
     /// unit-vector columns) rather than a complete g_basis.
     pub(crate) fn grad_rows(&self) -> bool {
-        self.filters == FilterArithmetic::CudaCores
+        self.filters == FilterArithmetic::CudaCores && !self.reduce
     }
 }
 
@@ -384,10 +398,13 @@ impl<const SYMMETRIC: bool> Kernel for TileAdjoint<SYMMETRIC> {
         self.z.n_edges * self.z.hidden
     }
     /// The untiled adjoint's sizes, then (SYMMETRIC) whether g_basis accumulates, else its
-    /// chunks-per-warp argument, unused.
+    /// chunks-per-warp argument, unused; on CUDA cores then whether dL/dW is summed.
     fn sizes(&self) -> Vec<usize> {
         let mut s = self.z.list();
         s.push(self.accumulate as usize);
+        if self.filters == FilterArithmetic::CudaCores {
+            s.push(self.reduce as usize);
+        }
         s
     }
     /// The filter from the weights, dL/dw out as rows where [`grad_rows`](Self::grad_rows).
@@ -395,6 +412,7 @@ impl<const SYMMETRIC: bool> Kernel for TileAdjoint<SYMMETRIC> {
         let mode = AdjointMode {
             rows: false,
             grad_rows: self.grad_rows(),
+            grad_weights: self.reduce,
             symmetric: SYMMETRIC,
             accumulate: self.accumulate,
         };
@@ -405,8 +423,15 @@ impl<const SYMMETRIC: bool> Kernel for TileAdjoint<SYMMETRIC> {
         &self,
         elem_bytes: usize,
     ) -> candle_core::cuda_backend::cudarc::driver::LaunchConfig {
-        match self.grad_rows() {
-            true => tile_config(&self.z, elem_bytes, true),
+        match self.filters == FilterArithmetic::CudaCores {
+            true => {
+                let mut cfg = tile_config(&self.z, elem_bytes, true);
+                if self.reduce {
+                    // Each thread's column of the block's dL/dW [R + 1, 3, TILE_F].
+                    cfg.shared_mem_bytes += ((self.z.n_rbf + 1) * 3 * TILE_F * elem_bytes) as u32;
+                }
+                cfg
+            }
             false => {
                 // The quarters' unit-vector sums [chunk / 32, E, 3], partial dL/d(basis)
                 // [chunk / 32, E, k rows] and the later blocks' rows [E, R + 4] after the
