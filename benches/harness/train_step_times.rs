@@ -70,6 +70,7 @@ fn main() -> Result<()> {
     for k in 0..5 {
         t.optimizer_step(&idx(k), &mut mlff_distiller::phase::NoClock)?;
     }
+    mlff_distiller::profiler::reset_peak(&dev);
     let mut clock = DeviceClock::new(&dev)?;
     let mut sums: BTreeMap<Phase, f64> = BTreeMap::new();
     let mut total = 0.0;
@@ -84,9 +85,13 @@ fn main() -> Result<()> {
         }
     }
     let wall = started.elapsed().as_secs_f64();
+    // Device memory at most during the timed steps (the pool and the replayed graphs).
+    let peak = mlff_distiller::profiler::sample(&dev, 0).peak_bytes();
+    let peak_mb = peak.map_or_else(|| "?".into(), |b| format!("{:.0}", b as f64 / 1e6));
     println!(
         "{} on {:?} ({gpus} GPUs), {}, graphs {graphs:?}, frames on the device {frames_on_device}, \
-         batch {batch}, {steps} steps: {:.0} µs/step marked, {:.0} µs/step wall, {:.0} structures/s",
+         batch {batch}, {steps} steps: {:.0} µs/step marked, {:.0} µs/step wall, {:.0} structures/s, \
+         peak {peak_mb} MB",
         model.display(),
         dev,
         gradient.name(),

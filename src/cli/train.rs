@@ -493,13 +493,14 @@ fn path_list(out: &Path) -> String {
     .join(", ")
 }
 
-/// Peak memory since the last `reset_peak`, MB, the largest of `devs`: a device's allocator
-/// pool on CUDA (its high-water mark), the process's resident set on the CPU.
+/// Peak memory since the last `reset_peak`, MB, the largest of `devs`: on CUDA a device's
+/// allocator pool and its replayed graphs (high-water marks), the process's resident set on
+/// the CPU.
 fn peak_mb(devs: &[candle_core::Device]) -> f64 {
     devs.iter()
         .map(|dev| {
             let s = sample(dev, 0);
-            s.pool_high_bytes.or(s.rss_bytes).unwrap_or(0) as f64 / 1e6
+            s.peak_bytes().unwrap_or(0) as f64 / 1e6
         })
         .fold(0.0, f64::max)
 }

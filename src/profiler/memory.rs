@@ -17,12 +17,25 @@ pub struct MemorySample {
     /// Bytes in use / high-water mark of the device's default memory pool (cuMemAllocAsync).
     pub pool_used_bytes: Option<u64>,
     pub pool_high_bytes: Option<u64>,
+    /// High-water mark of what replayed CUDA graphs allocate (their own memory, outside the
+    /// pool: a captured training step's working memory is here).
+    #[serde(default)]
+    pub graph_high_bytes: Option<u64>,
 }
 
 impl MemorySample {
     /// The figure leak detection follows: the allocator pool on CUDA, else the RSS.
     pub fn tracked_bytes(&self) -> Option<u64> {
         self.pool_used_bytes.or(self.rss_bytes)
+    }
+
+    /// The peak since the last [`reset_peak`]: on CUDA the pool's high-water mark plus the
+    /// graphs', else the RSS.
+    pub fn peak_bytes(&self) -> Option<u64> {
+        match (self.pool_high_bytes, self.graph_high_bytes) {
+            (None, None) => self.rss_bytes,
+            (pool, graphs) => Some(pool.unwrap_or(0) + graphs.unwrap_or(0)),
+        }
     }
 }
 
@@ -86,9 +99,24 @@ mod cuda {
             s.pool_used_bytes = attr(p, CU_MEMPOOL_ATTR_USED_MEM_CURRENT);
             s.pool_high_bytes = attr(p, CU_MEMPOOL_ATTR_USED_MEM_HIGH);
         }
+        let device = c.cuda_stream().context().cu_device();
+        let mut v: u64 = 0;
+        let high = sys::CUgraphMem_attribute::CU_GRAPH_MEM_ATTR_USED_MEM_HIGH;
+        // SAFETY: this attribute is a 64-bit integer written into `v`.
+        let r = unsafe {
+            sys::cuDeviceGetGraphMemAttribute(device, high, &mut v as *mut u64 as *mut _)
+        };
+        s.graph_high_bytes = (r == sys::cudaError_enum::CUDA_SUCCESS).then_some(v);
     }
 
     pub fn reset_high(c: &CudaDevice) {
+        let device = c.cuda_stream().context().cu_device();
+        let mut zero: u64 = 0;
+        let high = sys::CUgraphMem_attribute::CU_GRAPH_MEM_ATTR_USED_MEM_HIGH;
+        // SAFETY: resetting the graphs' high-water mark takes a 64-bit zero.
+        unsafe {
+            sys::cuDeviceSetGraphMemAttribute(device, high, &mut zero as *mut u64 as *mut _);
+        }
         if let Some(p) = pool(c) {
             let mut zero: u64 = 0;
             // SAFETY: resetting the high-water mark takes a 64-bit zero.

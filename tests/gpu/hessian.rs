@@ -38,6 +38,8 @@ fn cuda_hessian_vector_products_match_cpu() {
 
 #[test]
 fn cuda_hessian_loss_matches_cpu() {
+    // Before the labels' backward passes: candle reads it at a thread's first backward.
+    second_order();
     let cfg = small_config();
     let frames: Vec<_> = (0..4)
         .map(|k| random_molecule(5 + k, 80 + k as u64))

@@ -50,7 +50,7 @@ fn loss_and_gradient(
     data: &mlff_distiller::train::Dataset,
     dev: &Device,
 ) -> (mlff_distiller::train::Trainer, f64, Vec<f64>) {
-    std::env::set_var("CANDLE_GRAD_DO_NOT_DETACH", "1");
+    second_order();
     let t =
         mlff_distiller::train::Trainer::new(cfg, train, data, data, dev, DType::F64, None).unwrap();
     let (loss, grads) = t.loss_and_grads(&[0, 1, 2, 3]).unwrap();

@@ -87,6 +87,8 @@ fn cuda_atom_virials_match_cpu() {
 /// a weight gradient equal the CPU's (f64).
 #[test]
 fn cuda_stress_loss_matches_cpu() {
+    // Before the labels' backward passes: candle reads it at a thread's first backward.
+    second_order();
     use mlff_distiller::train::{Dataset, ForceGradient, TrainConfig};
     let cfg = small_config();
     let frames: Vec<_> = (0..4)

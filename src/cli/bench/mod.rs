@@ -271,7 +271,7 @@ fn time_case(
         structures_per_s: batch.n_structures() as f64 * per_s,
         atom_steps_per_s: batch.n_atoms() as f64 * per_s,
         prepare_ms,
-        peak_memory_bytes: mem.pool_high_bytes.or(mem.rss_bytes),
+        peak_memory_bytes: mem.peak_bytes(),
         max_de,
         max_df,
         plan: match calc.model().backend() {
