@@ -11,6 +11,8 @@ mod config;
 mod data;
 mod force_gradient;
 mod fused_step;
+#[cfg(test)]
+mod gather_tests;
 mod gradients;
 mod hessian;
 mod labels;
