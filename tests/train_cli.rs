@@ -193,14 +193,18 @@ fn train_fits_stress_labels_from_the_command_line() {
 fn patience_stops_training_on_a_validation_plateau() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("run");
-    // Too high a learning rate without warm-up: the validation loss soon stops improving.
+    // A learning rate too small to matter: the validation loss only wanders at the level of
+    // rounding, so a run of epochs without a better loss comes within a few. (A high one
+    // made the plateau hang on whether f32 rounding tipped the run into divergence.)
     let plateau = [
         "--epochs",
         "40",
         "--batch-size",
         "2",
         "--lr",
-        "0.05",
+        "1e-12",
+        "--lr-min",
+        "0",
         "--warmup-steps",
         "0",
         "--patience",
