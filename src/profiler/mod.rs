@@ -218,6 +218,10 @@ impl<F: ForceProvider> ForceProvider for ProfiledForces<F> {
         self.inner.list_cell()
     }
 
+    fn list_cells(&self) -> Option<Vec<crate::structure::Lattice>> {
+        self.inner.list_cells()
+    }
+
     fn restore_list(&mut self, reference: &[[f64; 3]]) -> Result<()> {
         self.inner.restore_list(reference)
     }

@@ -96,6 +96,11 @@ pub trait ForceProvider {
         None
     }
 
+    /// [`list_cell`](Self::list_cell) of every system of a batch, in batch order.
+    fn list_cells(&self) -> Option<Vec<Lattice>> {
+        self.list_cell().map(|c| vec![c])
+    }
+
     /// Neighbour-list builds so far (0 for providers without a list).
     fn list_builds(&self) -> usize {
         0

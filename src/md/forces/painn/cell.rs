@@ -1,6 +1,7 @@
-//! A cell that moves (NPT): [`PainnForces`] keeps its Verlet list while the cell deforms,
-//! carrying the list's reference positions and image offsets along with the deformation
-//! since the build, and computes energy, forces and stress in one strained autograd pass.
+//! Cells that move (NPT): [`PainnForces`] keeps its Verlet list while each system's cell
+//! deforms, carrying the list's reference positions and image offsets along with their
+//! system's deformation since the build, and computes energy, forces and stress in one
+//! strained autograd pass. A batch's systems each follow a cell of their own.
 
 use super::PainnForces;
 use crate::error::{Error, Result};
@@ -13,39 +14,54 @@ use crate::structure::{inverse, Lattice};
 use candle_core::{DType, Tensor, Var};
 
 impl PainnForces<'_> {
-    /// [`ForceProvider::set_cells`](crate::md::ForceProvider::set_cells): one periodic system
-    /// takes its new cell. From the first move on, calls run eager (graphs and pruned lists
-    /// keep the offsets of their capture).
-    pub(super) fn follow_cell(&mut self, cells: &[Lattice]) -> Result<()> {
-        let ([cell], [system]) = (cells, self.systems.as_slice()) else {
+    /// [`ForceProvider::set_cells`](crate::md::ForceProvider::set_cells): every system, each
+    /// periodic along all three axes, takes its new cell. From the first move on, calls run
+    /// eager (graphs and pruned lists keep the offsets of their capture), and a batch's list is
+    /// built on the host (a device builder serves one cell).
+    pub(super) fn follow_cells(&mut self, cells: &[Lattice]) -> Result<()> {
+        if cells.len() != self.systems.len() {
             return Err(Error::Md(format!(
-                "a moving cell needs one system with one cell, got {} systems and {} cells",
-                self.systems.len(),
-                cells.len()
+                "moving cells need one cell per system: {} cells for {} systems",
+                cells.len(),
+                self.systems.len()
             )));
-        };
-        if system.cell.is_none() || !system.pbc.iter().all(|&p| p) {
-            return Err(Error::Md(
-                "a moving cell needs a system periodic along all three axes".into(),
-            ));
         }
-        if system.cell.as_ref() == Some(cell) {
+        let open = |s: &crate::structure::Structure| s.cell.is_none() || !s.pbc.iter().all(|&p| p);
+        if let Some(k) = self.systems.iter().position(open) {
+            return Err(Error::Md(format!(
+                "system {k}: a moving cell needs a system periodic along all three axes"
+            )));
+        }
+        if (self.systems.iter().zip(cells)).all(|(s, c)| s.cell.as_ref() == Some(c)) {
             return Ok(());
         }
-        if self.list_cell.is_none() {
-            self.list_cell = system.cell;
+        if self.list_cells.is_none() {
+            self.list_cells = Some(self.cells());
             (self.graph_max_edges, self.graph, self.steps) = (0, None, None);
             self.one_launch = false;
             self.prune_from = usize::MAX;
+            if self.systems.len() > 1 {
+                self.device_list = None;
+            }
         }
-        self.systems[0].cell = Some(*cell);
+        for (system, cell) in self.systems.iter_mut().zip(cells) {
+            system.cell = Some(*cell);
+        }
         Ok(())
     }
 
+    /// Every system's cell (each has one once cells move: [`follow_cells`](Self::follow_cells)
+    /// checks it).
+    pub(super) fn cells(&self) -> Vec<Lattice> {
+        self.systems.iter().filter_map(|s| s.cell).collect()
+    }
+
     /// A device list is built for one cell: before a build in a cell that has moved, a new
-    /// builder for it (or, where the device list cannot serve it, the host list).
+    /// builder for it (or, where the device list cannot serve it, the host list). Batches
+    /// whose cells move build on the host.
     fn renew_builder(&mut self) -> Result<()> {
-        if self.device_list.is_none() || self.list_cell == self.systems[0].cell {
+        let moved = self.list_cells.as_deref() != Some(&self.cells()[..]);
+        if self.device_list.is_none() || self.systems.len() != 1 || !moved {
             return Ok(());
         }
         let s = &self.systems[0];
@@ -55,20 +71,37 @@ impl PainnForces<'_> {
         Ok(())
     }
 
-    /// The deformation since the build (positions now = then · m; none while the cell has
-    /// not moved), and the largest squared displacement from the (deformed) reference that
-    /// keeps the list valid.
-    fn deformation(&self) -> Result<(Option<Lattice>, f64)> {
-        let (Some(then), Some(now)) = (self.list_cell, self.systems[0].cell) else {
+    /// Each system's deformation since the build (its positions now = then · m; none while
+    /// no cell has moved), and the largest squared displacement from the (deformed)
+    /// reference that keeps the list valid: the smallest over the systems.
+    fn deformation(&self) -> Result<(Option<Vec<Lattice>>, f64)> {
+        let Some(then) = &self.list_cells else {
             return Ok((None, self.list_limit2()));
         };
-        let inv =
-            inverse(&then).ok_or_else(|| Error::Md(format!("the cell {then:?} has no volume")))?;
-        let m: Lattice = std::array::from_fn(|i| {
-            std::array::from_fn(|j| (0..3).map(|k| inv[i][k] * now[k][j]).sum())
-        });
-        let half = strained_half_skin(self.cutoff, self.skin, &m);
-        Ok((Some(m), if half > 0.0 { half * half } else { -1.0 }))
+        let (mut ms, mut limit2) = (Vec::with_capacity(then.len()), f64::INFINITY);
+        for (then, now) in then.iter().zip(self.cells()) {
+            let inv = inverse(then)
+                .ok_or_else(|| Error::Md(format!("the cell {then:?} has no volume")))?;
+            let m: Lattice = std::array::from_fn(|i| {
+                std::array::from_fn(|j| (0..3).map(|k| inv[i][k] * now[k][j]).sum())
+            });
+            let half = strained_half_skin(self.cutoff, self.skin, &m);
+            limit2 = limit2.min(if half > 0.0 { half * half } else { -1.0 });
+            ms.push(m);
+        }
+        Ok((Some(ms), limit2))
+    }
+
+    /// The deformations `ms` as a device tensor: [3, 3] for one system, [S, 3, 3] for a batch.
+    fn deformation_tensor(&self, ms: &[Lattice]) -> Result<Tensor> {
+        let dev = self.calculator.device();
+        Ok(match ms {
+            [m] => Tensor::new(m, dev)?,
+            _ => {
+                let flat: Vec<f64> = ms.iter().flatten().flatten().copied().collect();
+                Tensor::from_vec(flat, (ms.len(), 3, 3), dev)?
+            }
+        })
     }
 
     /// Energy, forces and stress at `positions` in the current cell: one forward and one
@@ -78,14 +111,13 @@ impl PainnForces<'_> {
         &mut self,
         positions: &mut Tensor,
     ) -> Result<(Evaluation, Vec<Option<Matrix3>>)> {
-        let dev = self.calculator.device().clone();
         let (m, limit2) = self.deformation()?;
-        let m_t = m.map(|m| Tensor::new(&m, &dev)).transpose()?;
+        let m_t = m.map(|m| self.deformation_tensor(&m)).transpose()?;
         let rebuild = match &self.reference {
             None => true,
             Some(r) => {
                 let moved = match &m_t {
-                    Some(m) => r.matmul(m)?,
+                    Some(m) => deformed(r, m, &self.atom_structure)?,
                     None => r.clone(),
                 };
                 let d2 = largest_displacement2(&displacement2(positions, &moved)?.to_vec1()?);
@@ -106,11 +138,9 @@ impl PainnForces<'_> {
             return Err(Error::Md("neighbour list missing after a build".into()));
         };
         let calc = self.calculator;
+        let edge_structure = self.atom_structure.index_select(&edges.centers, 0)?;
         let offsets = match &m_t {
-            Some(m) => edges
-                .offsets
-                .to_dtype(DType::F64)?
-                .matmul(m)?
+            Some(m) => deformed(&edges.offsets.to_dtype(DType::F64)?, m, &edge_structure)?
                 .to_dtype(calc.dtype())?,
             None => edges.offsets.clone(),
         };
@@ -124,7 +154,6 @@ impl PainnForces<'_> {
             atom_structure: self.atom_structure.clone(),
             n_structures: self.systems.len(),
         };
-        let edge_structure = self.atom_structure.index_select(&edges.centers, 0)?;
         let (energies, forces, de_deps) = strain_derivative(calc, &inputs, &var, &edge_structure)?;
         let stresses = stresses_of(&self.systems, &de_deps)?;
         let energy = match self.systems.len() {
@@ -139,4 +168,16 @@ impl PainnForces<'_> {
             stresses,
         ))
     }
+}
+
+/// `rows` [R, 3] (f64) times their system's deformation `m`: [3, 3] for one system, else
+/// [S, 3, 3] picked per row by `structure` [R].
+fn deformed(rows: &Tensor, m: &Tensor, structure: &Tensor) -> Result<Tensor> {
+    Ok(match m.rank() {
+        2 => rows.matmul(m)?,
+        _ => {
+            let per_row = m.index_select(structure, 0)?;
+            rows.unsqueeze(1)?.matmul(&per_row)?.squeeze(1)?
+        }
+    })
 }

@@ -105,8 +105,8 @@ impl PainnForces<'_> {
 
     /// After a build: the graph gets the new list, and the displacement check its reference.
     pub(super) fn built(&mut self, reference: Tensor) -> Result<()> {
-        if self.list_cell.is_some() {
-            self.list_cell = self.systems[0].cell;
+        if self.list_cells.is_some() {
+            self.list_cells = Some(self.cells());
         }
         if self.graph_max_edges > 0 {
             self.update_graph(&reference)?;

@@ -110,10 +110,10 @@ pub struct PainnForces<'a> {
     /// and how many did.
     one_launch: bool,
     one_launch_steps: u64,
-    /// The one system's cell when the list was built, once an NPT step has moved the cell
-    /// ([`ForceProvider::set_cells`]): the list's pairs and image offsets then follow the
-    /// cell's deformation since.
-    list_cell: Option<Lattice>,
+    /// Each system's cell when the list was built, once an NPT step has moved the cells
+    /// ([`ForceProvider::set_cells`]): the list's pairs and image offsets then follow their
+    /// system's deformation since.
+    list_cells: Option<Vec<Lattice>>,
 }
 
 struct ListTensors {
@@ -203,7 +203,7 @@ impl<'a> PainnForces<'a> {
             deferred: None,
             one_launch: tuning.one_launch_steps && systems.len() == 1,
             one_launch_steps: 0,
-            list_cell: None,
+            list_cells: None,
         }
         .with_spans()?
         .with_list_site(ListSite::Auto)
@@ -251,6 +251,10 @@ impl<'a> PainnForces<'a> {
         let mut systems = Vec::new();
         let mut starts = vec![0];
         let mut atom_structure = Vec::new();
+        if let Some(cells) = self.list_cells.take() {
+            let kept = cells.into_iter().zip(keep).filter(|(_, &k)| k);
+            self.list_cells = Some(kept.map(|(c, _)| c).collect());
+        }
         let kept = self.systems.drain(..).zip(keep).filter(|(_, &k)| k);
         for (system, _) in kept {
             atom_structure.extend(std::iter::repeat_n(systems.len() as u32, system.len()));
@@ -331,8 +335,8 @@ impl ForceProvider for PainnForces<'_> {
         positions: &mut Tensor,
         clock: &mut dyn PhaseClock,
     ) -> Result<Evaluation> {
-        if self.list_cell.is_some() {
-            // The cell has moved (NPT): only the strained call follows it.
+        if self.list_cells.is_some() {
+            // The cells have moved (NPT): only the strained call follows them.
             return self.call_with_stress(positions).map(|(e, _)| e);
         }
         clock.mark(Phase::NeighborList)?;
@@ -436,11 +440,18 @@ impl ForceProvider for PainnForces<'_> {
     }
 
     fn set_cells(&mut self, cells: &[Lattice]) -> Result<()> {
-        self.follow_cell(cells)
+        self.follow_cells(cells)
     }
 
     fn list_cell(&self) -> Option<Lattice> {
-        self.list_cell
+        match self.list_cells.as_deref() {
+            Some([cell]) => Some(*cell),
+            _ => None,
+        }
+    }
+
+    fn list_cells(&self) -> Option<Vec<Lattice>> {
+        self.list_cells.clone()
     }
 
     fn one_launch_steps(&self) -> u64 {
