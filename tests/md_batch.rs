@@ -6,11 +6,13 @@
 
 mod common;
 
+use common::Poisoned;
+
 use candle_core::{DType, Device, Tensor};
 use mlff_distiller::md::{
     read_log_as, system_seed, BatchLogRecord, BatchProgress, BatchRestart, BatchSimulation,
-    Ensemble, Evaluation, ForceProvider, HostState, ListSite, LogRecord, MdOutputs, MdSettings,
-    PainnForces, Simulation, StopReason,
+    Ensemble, ForceProvider, HostState, ListSite, LogRecord, MdOutputs, MdSettings, PainnForces,
+    Simulation, StopReason,
 };
 use mlff_distiller::{PainnCalculator, Structure};
 use std::path::Path;
@@ -169,46 +171,6 @@ fn a_batch_on_the_device_list_equals_one_on_host_lists() {
     assert_eq!(run(ListSite::Device), run(ListSite::Host));
 }
 
-/// Forces of `inner` with those of system `system` made NaN at call `at` (0: the starting
-/// call): that system's next drift leaves the finite numbers.
-struct Poisoned<F> {
-    inner: F,
-    atoms: std::ops::Range<usize>,
-    calls: usize,
-    at: usize,
-}
-
-impl<F: ForceProvider> ForceProvider for Poisoned<F> {
-    fn device(&self) -> &Device {
-        self.inner.device()
-    }
-
-    fn evaluate(&mut self, positions: &mut Tensor) -> mlff_distiller::Result<Evaluation> {
-        let mut out = self.inner.evaluate(positions)?;
-        if self.calls == self.at {
-            let mut f = mlff_distiller::md::host_positions(&out.forces)?;
-            for row in &mut f[self.atoms.clone()] {
-                *row = [f64::NAN; 3];
-            }
-            out.forces = mlff_distiller::md::device_positions(&f, &Device::Cpu)?;
-        }
-        self.calls += 1;
-        Ok(out)
-    }
-
-    fn systems(&self) -> usize {
-        self.inner.systems()
-    }
-
-    fn retain_systems(&mut self, keep: &[bool]) -> mlff_distiller::Result<()> {
-        self.inner.retain_systems(keep)
-    }
-
-    fn list_builds(&self) -> usize {
-        self.inner.list_builds()
-    }
-}
-
 #[test]
 fn a_replica_gone_non_finite_is_frozen_at_its_step_and_the_others_go_on() {
     let calc = calc();
@@ -223,12 +185,11 @@ fn a_replica_gone_non_finite_is_frozen_at_its_step_and_the_others_go_on() {
         },
         ..settings(40, nvt())
     };
-    let forces = Poisoned {
-        inner: PainnForces::batch(&calc, &systems, st.skin).unwrap(),
-        atoms: 6..12,
-        calls: 0,
-        at: 13,
-    };
+    let forces = Poisoned::new(
+        PainnForces::batch(&calc, &systems, st.skin).unwrap(),
+        6..12,
+        13,
+    );
     let mut batch =
         BatchSimulation::new(forces, &systems, st.clone(), serde_json::Value::Null).unwrap();
     let summary = batch.run(&mut quiet()).unwrap();
@@ -236,12 +197,7 @@ fn a_replica_gone_non_finite_is_frozen_at_its_step_and_the_others_go_on() {
     assert_eq!(summary.frozen_systems, 1);
     assert_eq!(batch.active(), &[0, 2]);
     // The same poison in a single run of system 1 stops it where the batch froze it.
-    let alone = Poisoned {
-        inner: PainnForces::new(&calc, &s, st.skin).unwrap(),
-        atoms: 0..6,
-        calls: 0,
-        at: 13,
-    };
+    let alone = Poisoned::new(PainnForces::new(&calc, &s, st.skin).unwrap(), 0..6, 13);
     let (records, end, stop) = single(alone, &s, &st, 1);
     assert!(
         matches!(stop, StopReason::NonFinite { step: 14, .. }),

@@ -134,3 +134,216 @@ fn batch_systems_follow_cells_of_their_own() {
     let err = mixed.set_cells(&[cell(0, 1), cell(0, 1)]).unwrap_err();
     assert!(err.to_string().contains("system 1"), "{err}");
 }
+
+/// Batched NPT: replicas of one triclinic box and two other boxes, each with its own cell and
+/// barostat, against single NPT runs with the seeds the batch gives them.
+mod steps {
+    use super::common;
+    use candle_core::{DType, Device, Tensor};
+    use mlff_distiller::md::{
+        system_seed, Barostat, BarostatMode, BatchSimulation, Ensemble, LogRecord, MdOutputs,
+        MdSettings, PainnForces, Simulation, StopReason,
+    };
+    use mlff_distiller::structure::Lattice;
+    use mlff_distiller::Structure;
+
+    /// The single runs of tests/npt.rs: the cell pushed hard, so that it moves past what the
+    /// skin allows within the run.
+    fn npt(steps: u64) -> MdSettings {
+        MdSettings {
+            dt_fs: 0.5,
+            steps,
+            ensemble: Ensemble::Nvt {
+                temperature: 300.0,
+                friction: 20.0,
+            },
+            init_temperature: 300.0,
+            skin: 0.3,
+            seed: 5,
+            log_every: 5,
+            stop_when_unstable: false,
+            barostat: Some(Barostat {
+                pressure_bar: 5000.0,
+                mode: BarostatMode::Aniso,
+                time_fs: 50.0,
+                compressibility_per_bar: 2e-6,
+            }),
+            ..Default::default()
+        }
+    }
+
+    /// A single run's log, final positions and velocities, and cell.
+    type Single = (Vec<LogRecord>, Vec<[f64; 3]>, Vec<[f64; 3]>, Lattice);
+
+    fn single(s: &Structure, st: &MdSettings, k: usize) -> Single {
+        let calc = common::calculator(DType::F64, &Device::Cpu);
+        let st = MdSettings {
+            seed: system_seed(st.seed, k),
+            outputs: MdOutputs::default(),
+            ..st.clone()
+        };
+        let f = PainnForces::new(&calc, s, st.skin).unwrap();
+        let mut sim = Simulation::new(f, s, st, serde_json::Value::Null).unwrap();
+        sim.run(&mut |_| {}).unwrap();
+        let host = |t: &Tensor| mlff_distiller::md::host_positions(t).unwrap();
+        let state = sim.state();
+        let (x, v) = (host(&state.positions), host(&state.velocities));
+        (sim.records().to_vec(), x, v, sim.cell().unwrap())
+    }
+
+    /// Largest difference of two sets of positions in `cell`, whole cell vectors apart
+    /// counting as none (each run wraps its atoms at its own list builds).
+    fn periodic_diff(a: &[[f64; 3]], b: &[[f64; 3]], cell: &Lattice) -> f64 {
+        let inv = mlff_distiller::structure::inverse(cell).unwrap();
+        let mut worst: f64 = 0.0;
+        for (p, q) in a.iter().zip(b) {
+            let d: [f64; 3] = std::array::from_fn(|j| p[j] - q[j]);
+            let frac: [f64; 3] = std::array::from_fn(|j| (0..3).map(|k| d[k] * inv[k][j]).sum());
+            let frac = frac.map(|f| f - f.round());
+            let back: [f64; 3] =
+                std::array::from_fn(|j| (0..3).map(|k| frac[k] * cell[k][j]).sum());
+            worst = back.iter().fold(worst, |w, x| w.max(x.abs()));
+        }
+        worst
+    }
+
+    fn close(a: f64, b: f64, tol: f64) -> bool {
+        (a - b).abs() <= tol * b.abs().max(1.0)
+    }
+
+    /// Every system of the batch follows its single run (f64, CPU; the batched products
+    /// round differently in the last bits, which 200 steps grow to ~1e-9), its cell moving
+    /// more than the skin allows, the replicas' volumes apart.
+    #[test]
+    fn npt_replicas_and_boxes_equal_single_npt_runs() {
+        let s = common::random_box(40, 0.15, 11);
+        let systems = vec![s.clone(), s.clone(), common::random_box(30, 0.0, 12), s];
+        let st = npt(200);
+        let calc = common::calculator(DType::F64, &Device::Cpu);
+        let forces = PainnForces::batch(&calc, &systems, st.skin).unwrap();
+        let mut batch =
+            BatchSimulation::new(forces, &systems, st.clone(), serde_json::Value::Null).unwrap();
+        let summary = batch.run(&mut |_| {}).unwrap();
+        assert_eq!(summary.stop, StopReason::Completed);
+        assert_eq!(summary.ensemble, "npt");
+        assert!(summary.neighbor_list_builds > 2, "{summary:?}");
+        let mut last_volumes = Vec::new();
+        for (k, s) in systems.iter().enumerate() {
+            let (records, x, v, cell) = single(s, &st, k);
+            let got = batch.records(k);
+            assert_eq!(got.len(), records.len());
+            for (a, b) in got.iter().zip(&records) {
+                let pairs = [
+                    ("e_pot", a.e_pot, b.e_pot),
+                    ("e_kin", a.e_kin, b.e_kin),
+                    ("volume", a.volume.unwrap(), b.volume.unwrap()),
+                    ("pressure", a.pressure_bar.unwrap(), b.pressure_bar.unwrap()),
+                    ("e_eff", a.e_eff.unwrap(), b.e_eff.unwrap()),
+                ];
+                for (what, p, q) in pairs {
+                    assert!(
+                        close(p, q, 1e-8),
+                        "system {k} step {}: {what} {p} vs {q}",
+                        a.step
+                    );
+                }
+            }
+            let state = batch.system_state(k).unwrap();
+            let d = |a: &[[f64; 3]], b: &[[f64; 3]]| common::max_force_diff(a, b);
+            let got_cell = batch.cell(k).unwrap();
+            let cells = got_cell.iter().flatten().zip(cell.iter().flatten());
+            assert!(
+                cells.clone().all(|(a, b)| close(*a, *b, 1e-9)),
+                "system {k}: cell"
+            );
+            let dx = periodic_diff(&state.positions, &x, &cell);
+            assert!(dx < 1e-8, "system {k}: positions {dx}");
+            assert!(d(&state.velocities, &v) < 1e-8, "system {k}: velocities");
+            let (v0, v1) = (
+                records[0].volume.unwrap(),
+                records.last().unwrap().volume.unwrap(),
+            );
+            assert!(
+                (v1 / v0 - 1.0).abs() > 0.01,
+                "system {k}: the cell hardly moved ({v0:.2} -> {v1:.2} Å³)"
+            );
+            last_volumes.push(v1);
+            let row = &summary.systems[k];
+            assert!(row.volume_mean_a3.is_some() && row.energy_drift_mev_per_atom_ps.is_some());
+        }
+        assert!(
+            (last_volumes[0] - last_volumes[1]).abs() > 1e-3,
+            "{last_volumes:?}"
+        );
+    }
+
+    /// A batch at constant pressure refuses what it cannot do yet or at all: a restart file,
+    /// a system without a cell.
+    #[test]
+    fn an_npt_batch_refuses_restart_files_and_open_systems() {
+        let calc = common::calculator(DType::F64, &Device::Cpu);
+        let dir = tempfile::tempdir().unwrap();
+        let systems = [
+            common::random_box(20, 0.0, 1),
+            common::random_box(20, 0.0, 2),
+        ];
+        let mut st = npt(10);
+        st.outputs.restart = Some(dir.path().join("restart.json"));
+        let forces = PainnForces::batch(&calc, &systems, st.skin).unwrap();
+        let err = BatchSimulation::new(forces, &systems, st, serde_json::Value::Null).err();
+        assert!(err.unwrap().to_string().contains("restart"));
+        let open = [systems[0].clone(), common::random_molecule(6, 3)];
+        let forces = PainnForces::batch(&calc, &open, 0.3).unwrap();
+        let err = BatchSimulation::new(forces, &open, npt(10), serde_json::Value::Null).err();
+        let msg = err.unwrap().to_string();
+        assert!(
+            msg.contains("system 1") && msg.contains("constant pressure"),
+            "{msg}"
+        );
+        assert!(!dir.path().join("restart.json").exists());
+    }
+
+    /// A replica whose forces turn NaN is frozen at the step its single run stops at, with
+    /// the same reason and log; the others go on as their single runs.
+    #[test]
+    fn an_npt_replica_gone_non_finite_is_frozen_and_the_others_go_on() {
+        let calc = common::calculator(DType::F64, &Device::Cpu);
+        let s = common::random_box(20, 0.1, 21);
+        let systems = vec![s.clone(); 3];
+        let st = npt(40);
+        let inner = PainnForces::batch(&calc, &systems, st.skin).unwrap();
+        let forces = common::Poisoned::new(inner, 20..40, 13);
+        let mut batch =
+            BatchSimulation::new(forces, &systems, st.clone(), serde_json::Value::Null).unwrap();
+        let summary = batch.run(&mut |_| {}).unwrap();
+        assert_eq!(summary.stop, StopReason::Completed);
+        assert_eq!(batch.active(), &[0, 2]);
+        let alone = common::Poisoned::new(PainnForces::new(&calc, &s, st.skin).unwrap(), 0..20, 13);
+        let single_st = MdSettings {
+            seed: system_seed(st.seed, 1),
+            ..st.clone()
+        };
+        let mut sim = Simulation::new(alone, &s, single_st, serde_json::Value::Null).unwrap();
+        let stop = sim.run(&mut |_| {}).unwrap().stop;
+        assert!(
+            matches!(stop, StopReason::NonFinite { step: 14, .. }),
+            "{stop:?}"
+        );
+        assert_eq!(batch.frozen(1), Some(&stop));
+        assert_eq!(batch.system_state(1).unwrap().step, 13);
+        assert_eq!(batch.records(1).len(), sim.records().len());
+        for k in [0, 2] {
+            let (records, _, v, _) = single(&s, &st, k);
+            let got = batch.records(k);
+            assert_eq!(got.len(), records.len());
+            for (a, b) in got.iter().zip(&records) {
+                assert!(
+                    close(a.e_pot, b.e_pot, 1e-8)
+                        && close(a.volume.unwrap(), b.volume.unwrap(), 1e-8)
+                );
+            }
+            let d = common::max_force_diff(&batch.system_state(k).unwrap().velocities, &v);
+            assert!(d < 1e-8, "system {k}: velocities {d}");
+        }
+    }
+}

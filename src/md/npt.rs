@@ -30,6 +30,53 @@ pub struct BarostatState {
     pub list_cell: Option<Matrix3>,
 }
 
+impl BarostatState {
+    /// The cell's volume, Å³.
+    pub fn volume(&self) -> f64 {
+        volume(&self.cell).abs()
+    }
+
+    /// The effective energy (eV) with potential energy `e_pot` and kinetic energy `e_kin`.
+    pub fn effective_energy(&self, barostat: &Barostat, e_pot: f64, e_kin: f64) -> f64 {
+        e_pot + e_kin + barostat.pressure() * self.volume() + self.heat
+    }
+
+    /// Ends a step whose move was `mv`: the new cell and the stress there, and the heat that
+    /// the thermostat (Σ m v² before and after its O step, `k_before`, `k_after`) and the
+    /// barostat exchanged; `twice_kinetic` is Σ m v_α² at the step's end.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn commit(
+        &mut self,
+        barostat: &Barostat,
+        temperature: f64,
+        dt: f64,
+        mv: &Move,
+        cell: Matrix3,
+        stress: Matrix3,
+        twice_kinetic: [f64; 3],
+        (k_before, k_after): (f64, f64),
+    ) {
+        self.cell = cell;
+        self.stress = stress;
+        let after = PressureInputs {
+            volume: self.volume(),
+            twice_kinetic,
+            stress,
+        };
+        let thermostat_heat = 0.5 * (k_before - k_after);
+        self.heat += thermostat_heat + mv.finish(barostat, &after, temperature, dt);
+    }
+}
+
+/// Half of the move `scale` around each half drift (x ← m x + (m + 1/m)/2 · v dt/2, v ← v / m):
+/// per axis m = √s, the drift's mixing factor and 1 / m.
+pub(super) fn half_move(scale: &[f64; 3], dt: f64) -> [[f64; 3]; 3] {
+    let m: [f64; 3] = std::array::from_fn(|a| scale[a].sqrt());
+    let mix = m.map(|m| 0.25 * dt * (m + 1.0 / m));
+    let inv = m.map(|m| 1.0 / m);
+    [m, mix, inv]
+}
+
 /// An NPT run's barostat with its state, and what its steps need.
 pub(super) struct Npt {
     pub barostat: Barostat,
@@ -60,12 +107,12 @@ impl Npt {
 
     /// The cell's volume, Å³.
     pub fn volume(&self) -> f64 {
-        volume(&self.state.cell).abs()
+        self.state.volume()
     }
 
     /// The effective energy (eV) with potential energy `e_pot` and kinetic energy `e_kin`.
     pub fn effective_energy(&self, e_pot: f64, e_kin: f64) -> f64 {
-        e_pot + e_kin + self.barostat.pressure() * self.volume() + self.state.heat
+        self.state.effective_energy(&self.barostat, e_pot, e_kin)
     }
 
     /// Σ m v_α² per axis, on the device ([3]).
@@ -113,11 +160,8 @@ impl Npt {
             stress: self.state.stress,
         };
         let mv: Move = self.barostat.propose(&before, self.temperature, dt, xi)?;
-        // Half the move around each half drift: x ← m x + (m + 1/m)/2 · v dt/2, v ← v / m.
-        let m: Vec<f64> = mv.scale.iter().map(|s| s.sqrt()).collect();
-        let mix: Vec<f64> = m.iter().map(|m| 0.25 * dt * (m + 1.0 / m)).collect();
-        let inv: Vec<f64> = m.iter().map(|m| 1.0 / m).collect();
-        let row = |x: &[f64]| Tensor::from_slice(x, (1, 3), &dev);
+        let [m, mix, inv] = half_move(&mv.scale, dt);
+        let row = |x: &[f64; 3]| Tensor::from_slice(x, (1, 3), &dev);
         let (m, mix, inv) = (row(&m)?, row(&mix)?, row(&inv)?);
         let drift = |x: &Tensor, v: &Tensor| -> Result<(Tensor, Tensor)> {
             let x = (x.broadcast_mul(&m)? + v.broadcast_mul(&mix)?)?;
@@ -152,16 +196,9 @@ impl Npt {
         )?
         .to_vec1::<f64>()?;
         self.next_twice_kinetic = Some([reads[5], reads[6], reads[7]]);
-        self.state.cell = cell;
-        self.state.stress = stress;
-        let after = PressureInputs {
-            volume: self.volume(),
-            twice_kinetic: [reads[0], reads[1], reads[2]],
-            stress,
-        };
-        let thermostat_heat = 0.5 * (reads[3] - reads[4]);
-        self.state.heat +=
-            thermostat_heat + mv.finish(&self.barostat, &after, self.temperature, dt);
+        let (b, t) = (&self.barostat, self.temperature);
+        let k = [reads[0], reads[1], reads[2]];
+        (self.state).commit(b, t, dt, &mv, cell, stress, k, (reads[3], reads[4]));
         state.velocities = v_end;
         state.positions = x;
         state.forces = evaluation.forces;

@@ -365,3 +365,76 @@ pub fn hvp_labelled(cfg: &PainnConfig, frames: Vec<Structure>) -> Vec<Structure>
     }
     frames
 }
+
+/// Forces of `inner` with those of atoms `atoms` made NaN at its call `at` (0: the starting
+/// call), with or without the stress: that system's next step leaves the finite numbers.
+pub struct Poisoned<F> {
+    pub inner: F,
+    pub atoms: std::ops::Range<usize>,
+    pub calls: usize,
+    pub at: usize,
+}
+
+impl<F> Poisoned<F> {
+    pub fn new(inner: F, atoms: std::ops::Range<usize>, at: usize) -> Self {
+        Self {
+            inner,
+            atoms,
+            calls: 0,
+            at,
+        }
+    }
+
+    fn poison(
+        &mut self,
+        mut out: mlff_distiller::md::Evaluation,
+    ) -> mlff_distiller::Result<mlff_distiller::md::Evaluation> {
+        if self.calls == self.at {
+            let mut f = mlff_distiller::md::host_positions(&out.forces)?;
+            for row in &mut f[self.atoms.clone()] {
+                *row = [f64::NAN; 3];
+            }
+            out.forces = mlff_distiller::md::device_positions(&f, &Device::Cpu)?;
+        }
+        self.calls += 1;
+        Ok(out)
+    }
+}
+
+impl<F: mlff_distiller::md::ForceProvider> mlff_distiller::md::ForceProvider for Poisoned<F> {
+    fn device(&self) -> &Device {
+        self.inner.device()
+    }
+
+    fn evaluate(
+        &mut self,
+        x: &mut candle_core::Tensor,
+    ) -> mlff_distiller::Result<mlff_distiller::md::Evaluation> {
+        let out = self.inner.evaluate(x)?;
+        self.poison(out)
+    }
+
+    fn evaluate_with_stress(
+        &mut self,
+        x: &mut candle_core::Tensor,
+    ) -> mlff_distiller::Result<(mlff_distiller::md::Evaluation, Vec<Option<Lattice>>)> {
+        let (out, stresses) = self.inner.evaluate_with_stress(x)?;
+        Ok((self.poison(out)?, stresses))
+    }
+
+    fn set_cells(&mut self, cells: &[Lattice]) -> mlff_distiller::Result<()> {
+        self.inner.set_cells(cells)
+    }
+
+    fn systems(&self) -> usize {
+        self.inner.systems()
+    }
+
+    fn retain_systems(&mut self, keep: &[bool]) -> mlff_distiller::Result<()> {
+        self.inner.retain_systems(keep)
+    }
+
+    fn list_builds(&self) -> usize {
+        self.inner.list_builds()
+    }
+}

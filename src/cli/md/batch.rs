@@ -79,7 +79,7 @@ fn fresh(a: &MdArgs, stop: StopFlag) -> Result<BatchSummary> {
     let caller = caller(a, model, &calc)?;
     let forces = PainnForces::batch(&calc, &systems, settings.skin)?
         .with_list_site(a.dynamics.neighbor_list)?
-        .with_graphs(a.graphs)?;
+        .with_graphs(settings.graphs(a.graphs)?)?;
     let atoms: usize = systems.iter().map(Structure::len).sum();
     eprintln!(
         "md: {} systems ({atoms} atoms), {} steps of {} fs, {}, on {:?}",

@@ -10,6 +10,7 @@
 //! `step` holds the loop (steps, checks, freezing, the host-side look at log steps),
 //! `restart` the restart file and the outputs, `summary` the closing numbers.
 
+mod npt;
 mod restart;
 mod step;
 mod summary;
@@ -20,6 +21,7 @@ pub use summary::{BatchSummary, SystemSummary};
 use super::analysis::{check_separation, Bonds};
 use super::forces::ForceProvider;
 use super::integrator::{Ensemble, Integrator, State};
+use super::npt::BarostatState;
 use super::output::{AppendFile, LogRecord};
 use super::positions::{device_positions, host_positions};
 use super::restart::new_run_id;
@@ -102,6 +104,8 @@ struct Member {
     traj: Option<AppendFile>,
     /// Why and where it left the batch.
     frozen: Option<(StopReason, HostState)>,
+    /// Its cell, stress and heat (NPT): `system.cell` follows the cell.
+    barostat: Option<BarostatState>,
 }
 
 /// An MD run of many independent systems at once.
@@ -127,6 +131,8 @@ pub struct BatchSimulation<F: ForceProvider> {
     stop: StopFlag,
     fresh: bool,
     deferred: (u64, u64),
+    /// The barostat of an NPT batch (its state is each member's).
+    npt: Option<npt::BatchNpt>,
 }
 
 /// The seed of system `k` of a run seeded with `seed`.
@@ -170,9 +176,10 @@ impl<F: ForceProvider> BatchSimulation<F> {
         if systems.is_empty() {
             return Err(Error::Md("a batch run needs at least one system".into()));
         }
-        if settings.barostat.is_some() {
+        if settings.barostat.is_some() && settings.outputs.restart.is_some() {
             return Err(Error::Md(
-                "constant pressure runs one system at a time (no batch NPT yet)".into(),
+                "a batch at constant pressure writes no restart file yet: run it without one"
+                    .into(),
             ));
         }
         if forces.systems() != systems.len() {
@@ -191,9 +198,11 @@ impl<F: ForceProvider> BatchSimulation<F> {
                 return Err(Error::Md(format!("system {k} has no atoms")));
             }
             check_separation(s).map_err(in_system)?;
-            if settings.log_pressure && crate::stress::stress_volume(s).is_none() {
+            let npt = settings.barostat.is_some();
+            if (settings.log_pressure || npt) && crate::stress::stress_volume(s).is_none() {
                 return Err(Error::Md(format!(
-                    "system {k}: pressure needs a cell periodic along all three axes"
+                    "system {k}: {} needs a cell periodic along all three axes",
+                    if npt { "constant pressure" } else { "pressure" }
                 )));
             }
             let m = masses(&s.numbers).map_err(in_system)?;
@@ -223,6 +232,7 @@ impl<F: ForceProvider> BatchSimulation<F> {
                 unstable_at_step: None,
                 traj: None,
                 frozen: None,
+                barostat: None,
             });
         }
         let (traj, log) = restart::open_outputs(&settings.outputs, &mut members, None)?;
@@ -230,7 +240,23 @@ impl<F: ForceProvider> BatchSimulation<F> {
         let all: Vec<[f64; 3]> = systems.iter().flat_map(|s| s.positions.clone()).collect();
         let mut positions = device_positions(&all, &device)?;
         let mut forces = forces;
-        let start = forces.evaluate(&mut positions)?;
+        let start = match settings.barostat {
+            Some(_) => {
+                let (start, stresses) = forces.evaluate_with_stress(&mut positions)?;
+                for ((member, s), stress) in members.iter_mut().zip(systems).zip(stresses) {
+                    if let (Some(cell), Some(stress)) = (s.cell, stress) {
+                        member.barostat = Some(BarostatState {
+                            cell,
+                            stress,
+                            heat: 0.0,
+                            list_cell: None,
+                        });
+                    }
+                }
+                start
+            }
+            None => forces.evaluate(&mut positions)?,
+        };
         let e0 = start.energy.reshape(systems.len())?.to_vec1::<f64>()?;
         let f0 = host_positions(&start.forces)?;
         let mut first = 0;
@@ -278,6 +304,22 @@ impl<F: ForceProvider> BatchSimulation<F> {
         let device = forces.device().clone();
         let empty = Tensor::zeros(0, candle_core::DType::U32, &device)?;
         let integrator = Integrator::new(settings.ensemble, settings.dt_fs, &[], &device)?;
+        let stressed = members.iter().all(|m| m.barostat.is_some());
+        let npt = match (settings.barostat, settings.ensemble, stressed) {
+            (None, _, _) => None,
+            (Some(barostat), Ensemble::Nvt { temperature, .. }, true) => Some(npt::BatchNpt {
+                barostat,
+                temperature,
+                next_twice_kinetic: None,
+            }),
+            _ => {
+                return Err(Error::Md(
+                    "constant pressure needs the Langevin thermostat and the stress of every \
+                     system's periodic cell (this force provider gives none)"
+                        .into(),
+                ))
+            }
+        };
         let mut sim = Self {
             forces,
             settings,
@@ -295,6 +337,7 @@ impl<F: ForceProvider> BatchSimulation<F> {
             stop: StopFlag::new(),
             fresh: false,
             deferred: (0, 0),
+            npt,
         };
         sim.layout()?;
         Ok(sim)
@@ -417,6 +460,11 @@ impl<F: ForceProvider> BatchSimulation<F> {
                 )),
             })
             .collect()
+    }
+
+    /// System `k`'s cell now (NPT moves it; where it was frozen, for a frozen one).
+    pub fn cell(&self, k: usize) -> Option<crate::structure::Lattice> {
+        self.members.get(k)?.system.cell
     }
 
     /// Why system `k` left the batch, if it did.

@@ -264,6 +264,7 @@ impl<F: ForceProvider> BatchSimulation<F> {
                 unstable_at_step: s.unstable_at_step,
                 traj: None,
                 frozen: s.frozen.clone().map(|r| (r, s.state.clone())),
+                barostat: None,
             });
         }
         if let Some(reference) = &restart.list_reference {

@@ -5,6 +5,7 @@
 use super::{BatchLogRecord, BatchProgress, BatchSimulation, BatchSummary, HostState};
 use crate::error::{Error, Result};
 use crate::md::analysis::BOND_DEVIATION_LIMIT;
+use crate::md::barostat::density_g_cm3;
 use crate::md::forces::ForceProvider;
 use crate::md::lookahead::Lookahead;
 use crate::md::output::{write_frame, AppendFile, Frame, LogRecord};
@@ -41,10 +42,17 @@ impl<F: ForceProvider> BatchSimulation<F> {
                 break;
             }
             let room = s.next_output_step(self.state.step) - self.state.step;
-            let deferred = (room as usize).min(ahead.steps());
+            // (NPT checks its list at every step, as a single run does.)
+            let deferred = match self.npt {
+                Some(_) => 0,
+                None => (room as usize).min(ahead.steps()),
+            };
             if deferred == 0 || !self.run_deferred(deferred, &mut ahead)? {
                 let builds = self.forces.list_builds();
-                self.checked_step()?;
+                match self.npt {
+                    Some(_) => self.checked_npt_step()?,
+                    None => self.checked_step()?,
+                }
                 if self.forces.list_builds() != builds {
                     ahead.rebuilt();
                 }
@@ -125,7 +133,6 @@ impl<F: ForceProvider> BatchSimulation<F> {
             if bad.is_empty() {
                 return Err(Error::NonFinite(what));
             }
-            let step = self.state.step + 1;
             if let Some(xi) = &mut noise {
                 let mut kept = Vec::with_capacity(xi.len());
                 for slot in (0..self.active.len()).filter(|s| !bad.iter().any(|b| b.0 == *s)) {
@@ -133,12 +140,7 @@ impl<F: ForceProvider> BatchSimulation<F> {
                 }
                 *xi = kept;
             }
-            let frozen = bad
-                .into_iter()
-                .map(|(slot, what)| (slot, StopReason::NonFinite { step, what }))
-                .collect();
-            self.freeze(frozen)?;
-            if self.active.is_empty() {
+            if !self.freeze_non_finite(bad)? {
                 return Ok(());
             }
         }
@@ -230,9 +232,13 @@ impl<F: ForceProvider> BatchSimulation<F> {
             false => (Vec::new(), Vec::new()),
         };
         let time_fs = step as f64 * self.settings.dt_fs;
-        let stresses = match log_now && self.settings.log_pressure {
-            true => self.forces.stresses(&self.state.positions)?,
-            false => vec![None; n_active],
+        let stresses = match (log_now && self.settings.log_pressure, &self.npt) {
+            // An NPT step keeps each system's stress.
+            (_, Some(_)) => (self.active.iter())
+                .map(|&m| self.members[m].barostat.map(|b| b.stress))
+                .collect(),
+            (true, None) => self.forces.stresses(&self.state.positions)?,
+            (false, None) => vec![None; n_active],
         };
         let mut freeze = Vec::new();
         let mut temperatures = Vec::with_capacity(n_active);
@@ -271,9 +277,15 @@ impl<F: ForceProvider> BatchSimulation<F> {
                     temperature: t,
                     bond_deviation: worst.max,
                     pressure_bar: pressure_bar(stresses[slot], &member.system, e_kin),
-                    volume: None,
-                    density: None,
-                    e_eff: None,
+                    volume: member.barostat.map(|b| b.volume()),
+                    density: (member.barostat)
+                        .map(|b| density_g_cm3(member.masses.iter().sum(), b.volume())),
+                    e_eff: match (&member.barostat, &self.npt) {
+                        (Some(b), Some(npt)) => {
+                            Some(b.effective_energy(&npt.barostat, e_pot, e_kin))
+                        }
+                        _ => None,
+                    },
                 };
                 if let Some(log) = &mut self.log {
                     let row = BatchLogRecord { system: k, record };
@@ -306,6 +318,18 @@ impl<F: ForceProvider> BatchSimulation<F> {
         self.freeze(freeze)?;
         let mean = temperatures.iter().sum::<f64>() / temperatures.len().max(1) as f64;
         Ok(mean)
+    }
+
+    /// Freezes the systems at these slots as gone non-finite in the coming step, with what
+    /// did; returns whether any system is left to retry the step with.
+    pub(super) fn freeze_non_finite(&mut self, bad: Vec<(usize, String)>) -> Result<bool> {
+        let step = self.state.step + 1;
+        let frozen = bad
+            .into_iter()
+            .map(|(slot, what)| (slot, StopReason::NonFinite { step, what }))
+            .collect();
+        self.freeze(frozen)?;
+        Ok(!self.active.is_empty())
     }
 
     /// Takes the systems at these batch slots out of the batch, recording why and their state
@@ -358,6 +382,9 @@ impl<F: ForceProvider> BatchSimulation<F> {
         };
         self.forces.retain_systems(&keep)?;
         self.active = active;
+        if let Some(npt) = &mut self.npt {
+            npt.next_twice_kinetic = None;
+        }
         self.layout()
     }
 }

@@ -15,7 +15,8 @@ pub struct SystemSummary {
     /// Its last step: the run's, or the one it was frozen at.
     pub last_step: u64,
     pub simulated_ps: f64,
-    /// Slope of a least-squares line through E_tot(t), meV/atom/ps (NVE only).
+    /// Slope of a least-squares line through E_tot(t) (NPT: the effective energy), meV/atom/ps
+    /// (NVE and NPT only).
     pub energy_drift_mev_per_atom_ps: Option<f64>,
     pub energy_std_mev_per_atom: Option<f64>,
     pub temperature_mean: Option<f64>,
@@ -25,6 +26,13 @@ pub struct SystemSummary {
     pub pressure_mean_bar: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pressure_std_bar: Option<f64>,
+    /// Volume and density after step 0 (NPT), Å³ and g/cm³.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub volume_mean_a3: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub volume_std_a3: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub density_mean_g_cm3: Option<f64>,
     pub bonds: usize,
     pub max_bond_deviation: f64,
     pub stable: bool,
@@ -61,7 +69,8 @@ pub struct BatchSummary {
 impl<F: ForceProvider> BatchSimulation<F> {
     pub(super) fn summary(&self, first_step: u64, wall_s: f64, stop: StopReason) -> BatchSummary {
         let s = &self.settings;
-        let nve = s.ensemble == Ensemble::Nve;
+        // The energy a run conserves: E_tot (NVE), the effective energy (NPT).
+        let conserved = s.ensemble == Ensemble::Nve || s.barostat.is_some();
         let mut atom_steps = 0u64;
         let mut rows = Vec::with_capacity(self.members.len());
         for (k, m) in self.members.iter().enumerate() {
@@ -71,7 +80,14 @@ impl<F: ForceProvider> BatchSimulation<F> {
             };
             let n = m.masses.len();
             atom_steps += n as u64 * last_step.saturating_sub(first_step);
-            let j = judge(&m.records, n, last_step, nve, m.unstable_at_step, &reason);
+            let j = judge(
+                &m.records,
+                n,
+                last_step,
+                conserved,
+                m.unstable_at_step,
+                &reason,
+            );
             rows.push(SystemSummary {
                 system: k,
                 atoms: n,
@@ -83,6 +99,9 @@ impl<F: ForceProvider> BatchSimulation<F> {
                 temperature_std: j.temperature_std,
                 pressure_mean_bar: j.pressure_mean_bar,
                 pressure_std_bar: j.pressure_std_bar,
+                volume_mean_a3: j.volume_mean_a3,
+                volume_std_a3: j.volume_std_a3,
+                density_mean_g_cm3: j.density_mean_g_cm3,
                 bonds: m.bonds.pairs.len(),
                 max_bond_deviation: m.max_bond_deviation,
                 stable: j.stable,
@@ -93,7 +112,7 @@ impl<F: ForceProvider> BatchSimulation<F> {
         let steps = self.state.step - first_step;
         let steps_per_s = steps as f64 / wall_s.max(1e-9);
         BatchSummary {
-            ensemble: s.ensemble.name().into(),
+            ensemble: s.ensemble_name().into(),
             dt_fs: s.dt_fs,
             first_step,
             last_step: self.state.step,
@@ -134,10 +153,9 @@ impl BatchSummary {
             temperature_std: r.temperature_std,
             pressure_mean_bar: r.pressure_mean_bar,
             pressure_std_bar: r.pressure_std_bar,
-            // Batches run at constant volume.
-            volume_mean_a3: None,
-            volume_std_a3: None,
-            density_mean_g_cm3: None,
+            volume_mean_a3: r.volume_mean_a3,
+            volume_std_a3: r.volume_std_a3,
+            density_mean_g_cm3: r.density_mean_g_cm3,
             bonds: r.bonds,
             max_bond_deviation: r.max_bond_deviation,
             stable: r.stable,
