@@ -597,5 +597,14 @@ fn md_runs_at_constant_pressure() {
         err.contains("constant-pressure steps run op by op"),
         "{err}"
     );
+    // Batched NPT has no restart files yet, and `mlff md` always names one: refused, with
+    // nothing written.
+    let o = npt(
+        &["--replicas", "2", "--log", &p("m.jsonl")],
+        start.to_str().unwrap(),
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("writes no restart file yet"), "{err}");
     assert!(!dir.path().join("m.jsonl").exists());
 }

@@ -178,7 +178,8 @@ impl<F: ForceProvider> BatchSimulation<F> {
         }
         if settings.barostat.is_some() && settings.outputs.restart.is_some() {
             return Err(Error::Md(
-                "a batch at constant pressure writes no restart file yet: run it without one"
+                "a batch at constant pressure writes no restart file yet, and this run has \
+                 one (`mlff md` always does): batched NPT runs from the library API only"
                     .into(),
             ));
         }
