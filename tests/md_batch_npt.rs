@@ -277,30 +277,113 @@ mod steps {
         );
     }
 
-    /// A batch at constant pressure refuses what it cannot do yet or at all: a restart file,
-    /// a system without a cell.
+    /// A batch at constant pressure refuses a system without a cell periodic along all three
+    /// axes, naming it, before anything is written.
     #[test]
-    fn an_npt_batch_refuses_restart_files_and_open_systems() {
+    fn an_npt_batch_refuses_open_systems() {
         let calc = common::calculator(DType::F64, &Device::Cpu);
         let dir = tempfile::tempdir().unwrap();
-        let systems = [
+        let open = [
             common::random_box(20, 0.0, 1),
-            common::random_box(20, 0.0, 2),
+            common::random_molecule(6, 3),
         ];
         let mut st = npt(10);
-        st.outputs.restart = Some(dir.path().join("restart.json"));
-        let forces = PainnForces::batch(&calc, &systems, st.skin).unwrap();
-        let err = BatchSimulation::new(forces, &systems, st, serde_json::Value::Null).err();
-        assert!(err.unwrap().to_string().contains("restart"));
-        let open = [systems[0].clone(), common::random_molecule(6, 3)];
-        let forces = PainnForces::batch(&calc, &open, 0.3).unwrap();
-        let err = BatchSimulation::new(forces, &open, npt(10), serde_json::Value::Null).err();
+        st.outputs.log = Some(dir.path().join("log.jsonl"));
+        let forces = PainnForces::batch(&calc, &open, st.skin).unwrap();
+        let err = BatchSimulation::new(forces, &open, st, serde_json::Value::Null).err();
         let msg = err.unwrap().to_string();
         assert!(
             msg.contains("system 1") && msg.contains("constant pressure"),
             "{msg}"
         );
-        assert!(!dir.path().join("restart.json").exists());
+        assert!(!dir.path().join("log.jsonl").exists());
+    }
+
+    /// Killed at step 50 and resumed from its restart file of step 20, a batch at constant
+    /// pressure (its cells past what the skin allows, one system frozen on the way) writes
+    /// the log, trajectories and restart file of the uninterrupted run, byte for byte.
+    #[test]
+    fn killed_and_resumed_npt_batch_equals_an_uninterrupted_one() {
+        use mlff_distiller::md::{BatchProgress, BatchRestart};
+        let calc = common::calculator(DType::F64, &Device::Cpu);
+        let systems = vec![
+            common::random_box(20, 0.15, 41),
+            common::random_box(16, 0.0, 42),
+            common::random_box(20, 0.15, 41),
+        ];
+        let in_dir = |dir: &std::path::Path, steps: u64| MdSettings {
+            steps,
+            traj_every: 10,
+            restart_every: 20,
+            outputs: MdOutputs {
+                traj: Some(dir.join("traj")),
+                log: Some(dir.join("log.jsonl")),
+                restart: Some(dir.join("restart.json")),
+                append: false,
+                traj_split: true,
+            },
+            ..npt(60)
+        };
+        let new = |dir: &std::path::Path, steps: u64| {
+            let inner = PainnForces::batch(&calc, &systems, 0.3).unwrap();
+            // System 1 turns non-finite at step 33: a frozen system in the later files.
+            let forces = common::Poisoned::new(inner, 20..36, 33);
+            BatchSimulation::new(
+                forces,
+                &systems,
+                in_dir(dir, steps),
+                serde_json::Value::Null,
+            )
+            .unwrap()
+        };
+        let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let whole = new(a.path(), 60).run(&mut |_| {}).unwrap();
+        assert_eq!(whole.frozen_systems, 1);
+        assert!(whole.neighbor_list_builds > 2, "{whole:?}");
+        let kept = b.path().join("restart-20.json");
+        let live = b.path().join("restart.json");
+        new(b.path(), 50)
+            .run(&mut |p: &BatchProgress| {
+                if p.step == 20 {
+                    std::fs::copy(&live, &kept).unwrap();
+                }
+            })
+            .unwrap();
+        let mut restart = BatchRestart::load(&kept).unwrap();
+        assert!(restart.systems.iter().all(|s| s.barostat.is_some()));
+        restart.settings.steps = 60;
+        // (The resumed provider is poisoned at the same step: its first call is step 21's.)
+        let inner = PainnForces::batch(&calc, &restart.active_systems(), 0.3).unwrap();
+        let forces = common::Poisoned::new(inner, 20..36, 12);
+        let mut resumed = BatchSimulation::resume(forces, restart).unwrap();
+        resumed.run(&mut |_| {}).unwrap();
+        let read = |p: std::path::PathBuf| std::fs::read(p).unwrap();
+        let (la, lb) = (
+            read(a.path().join("log.jsonl")),
+            read(b.path().join("log.jsonl")),
+        );
+        let (ta, tb) = (String::from_utf8_lossy(&la), String::from_utf8_lossy(&lb));
+        let first = ta.lines().zip(tb.lines()).find(|(x, y)| x != y);
+        assert!(la == lb, "logs: first difference {first:?}");
+        for k in 0..3 {
+            let traj = |d: &std::path::Path| mlff_distiller::md::system_traj(&d.join("traj"), k);
+            assert!(
+                read(traj(a.path())) == read(traj(b.path())),
+                "system {k}'s trajectory"
+            );
+        }
+        let (ra, rb) = (
+            BatchRestart::load(&a.path().join("restart.json")).unwrap(),
+            BatchRestart::load(&live).unwrap(),
+        );
+        for (x, y) in ra.systems.iter().zip(&rb.systems) {
+            assert_eq!(format!("{:?}", x.state), format!("{:?}", y.state));
+            assert_eq!(x.barostat, y.barostat);
+            assert_eq!(x.rng_word_pos, y.rng_word_pos);
+        }
+        assert!(
+            rb.systems[1].frozen.is_some() && rb.systems[0].barostat.unwrap().list_cell.is_some()
+        );
     }
 
     /// A replica whose forces turn NaN is frozen at the step its single run stops at, with

@@ -597,14 +597,32 @@ fn md_runs_at_constant_pressure() {
         err.contains("constant-pressure steps run op by op"),
         "{err}"
     );
-    // Batched NPT has no restart files yet, and `mlff md` always names one: refused, with
-    // nothing written.
+    assert!(!dir.path().join("m.jsonl").exists());
+    // Two replicas at constant pressure in one run: each logs its own volume.
     let o = npt(
-        &["--replicas", "2", "--log", &p("m.jsonl")],
+        &[
+            "--replicas",
+            "2",
+            "--log",
+            &p("r.jsonl"),
+            "--log-every",
+            "10",
+        ],
         start.to_str().unwrap(),
     );
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(1), "{err}");
-    assert!(err.contains("writes no restart file yet"), "{err}");
-    assert!(!dir.path().join("m.jsonl").exists());
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let rows: Vec<serde_json::Value> = std::fs::read_to_string(p("r.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(rows.len(), 6, "{rows:?}");
+    let last: Vec<f64> = rows[4..]
+        .iter()
+        .map(|r| r["volume"].as_f64().unwrap())
+        .collect();
+    assert!(
+        last[0] != last[1] && last.iter().all(|&v| v != 14f64.powi(3)),
+        "{rows:?}"
+    );
 }

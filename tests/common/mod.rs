@@ -426,6 +426,18 @@ impl<F: mlff_distiller::md::ForceProvider> mlff_distiller::md::ForceProvider for
         self.inner.set_cells(cells)
     }
 
+    fn list_cells(&self) -> Option<Vec<Lattice>> {
+        self.inner.list_cells()
+    }
+
+    fn list_reference(&self) -> mlff_distiller::Result<Option<Vec<[f64; 3]>>> {
+        self.inner.list_reference()
+    }
+
+    fn restore_list(&mut self, reference: &[[f64; 3]]) -> mlff_distiller::Result<()> {
+        self.inner.restore_list(reference)
+    }
+
     fn systems(&self) -> usize {
         self.inner.systems()
     }

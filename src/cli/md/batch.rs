@@ -128,9 +128,10 @@ fn resume(a: &MdArgs, path: &Path, stop: StopFlag) -> Result<BatchSummary> {
     let run = recorded_run(a, &restart.caller, &model, path)?;
     restart.settings.steps = resumed_steps(a, restart.step, restart.settings.steps)?;
     let calc = run.calculator(&model)?;
+    let graphs = restart.settings.graphs(a.graphs)?;
     let forces = PainnForces::batch(&calc, &restart.active_systems(), restart.settings.skin)?
         .with_list_site(a.dynamics.neighbor_list)?
-        .with_graphs(a.graphs)?;
+        .with_graphs(graphs)?;
     eprintln!(
         "md: resuming {} ({} systems) at step {} of {}",
         path.display(),

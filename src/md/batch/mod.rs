@@ -176,13 +176,6 @@ impl<F: ForceProvider> BatchSimulation<F> {
         if systems.is_empty() {
             return Err(Error::Md("a batch run needs at least one system".into()));
         }
-        if settings.barostat.is_some() && settings.outputs.restart.is_some() {
-            return Err(Error::Md(
-                "a batch at constant pressure writes no restart file yet, and this run has \
-                 one (`mlff md` always does): batched NPT runs from the library API only"
-                    .into(),
-            ));
-        }
         if forces.systems() != systems.len() {
             return Err(Error::Md(format!(
                 "the force provider computes {} systems, the run has {}",

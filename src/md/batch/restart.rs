@@ -10,6 +10,7 @@ use crate::md::analysis::Bonds;
 use crate::md::continuity::{check_current, Recorded, RunPoint};
 use crate::md::forces::ForceProvider;
 use crate::md::integrator::{Ensemble, State};
+use crate::md::npt::BarostatState;
 use crate::md::output::{self, read_log_as, AppendFile, Tail};
 use crate::md::positions::device_positions;
 use crate::md::restart::{outputs_absolute, outputs_relative};
@@ -24,7 +25,8 @@ use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
 pub const BATCH_RESTART_FORMAT: &str = "mlff-md-batch-restart";
-const BATCH_RESTART_VERSION: u32 = 1;
+/// 2: systems may carry a barostat state (NPT); version 1 files still load.
+const BATCH_RESTART_VERSION: u32 = 2;
 
 /// One system of a batch restart file.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -46,6 +48,9 @@ pub struct SystemRestart {
     /// Its own trajectory's length and last record (`traj_split`).
     pub traj_bytes: Option<u64>,
     pub traj_tail: Option<Tail>,
+    /// Its cell, stress and heat, and the cell its list was built in (NPT).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub barostat: Option<BarostatState>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -129,7 +134,7 @@ impl BatchRestart {
     pub fn load(path: &Path) -> Result<Self> {
         let mut r: BatchRestart = read_json(path, "an mlff md batch restart file")?;
         let bad = |msg: String| Error::Md(format!("restart file {}: {msg}", path.display()));
-        if r.format != BATCH_RESTART_FORMAT || r.version != BATCH_RESTART_VERSION {
+        if r.format != BATCH_RESTART_FORMAT || !(1..=BATCH_RESTART_VERSION).contains(&r.version) {
             return Err(bad(format!(
                 "format `{}` version {}, this build reads `{BATCH_RESTART_FORMAT}` version \
                  {BATCH_RESTART_VERSION}",
@@ -156,6 +161,11 @@ impl BatchRestart {
             }
             if s.rng_word_pos.parse::<u128>().is_err() {
                 return Err(bad(format!("system {k}: rng_word_pos is not an integer")));
+            }
+            if r.settings.barostat.is_some() && s.barostat.is_none() {
+                return Err(bad(format!(
+                    "system {k}: a constant-pressure run's system without a barostat state"
+                )));
             }
         }
         let active: usize = (r.systems.iter())
@@ -264,11 +274,24 @@ impl<F: ForceProvider> BatchSimulation<F> {
                 unstable_at_step: s.unstable_at_step,
                 traj: None,
                 frozen: s.frozen.clone().map(|r| (r, s.state.clone())),
-                barostat: None,
+                barostat: s.barostat,
             });
+        }
+        // NPT: the list is rebuilt in the cells it was built in, then follows the cells now.
+        let cells_of = |f: fn(&BarostatState) -> Option<Lattice>| -> Option<Vec<Lattice>> {
+            (active.iter())
+                .map(|&k| restart.systems[k].barostat.as_ref().and_then(f))
+                .collect()
+        };
+        let (list_cells, cells) = (cells_of(|b| b.list_cell), cells_of(|b| Some(b.cell)));
+        if let Some(c) = &list_cells {
+            forces.set_cells(c)?;
         }
         if let Some(reference) = &restart.list_reference {
             forces.restore_list(reference)?;
+        }
+        if let (Some(_), Some(c)) = (&list_cells, &cells) {
+            forces.set_cells(c)?;
         }
         let (traj, log) = open_outputs(&settings.outputs, &mut members, Some(&restart))?;
         if let (Some(l), Some(len)) = (&log, restart.log_bytes) {
@@ -323,8 +346,16 @@ impl<F: ForceProvider> BatchSimulation<F> {
         let traj_bytes = self.traj.as_mut().map(AppendFile::sync).transpose()?;
         let log_bytes = self.log.as_mut().map(AppendFile::sync).transpose()?;
         let mut systems = Vec::with_capacity(self.members.len());
+        let list_cells = self.forces.list_cells();
         for (k, state) in self.host_states()?.into_iter().enumerate() {
+            let slot = self.active.iter().position(|&a| a == k);
             let m = &mut self.members[k];
+            // (A frozen system keeps the state it left with, and has no list.)
+            let barostat = m.barostat.map(|mut b| {
+                let cells = list_cells.as_ref();
+                b.list_cell = slot.and_then(|slot| cells.and_then(|c| c.get(slot).copied()));
+                b
+            });
             let own_bytes = m.traj.as_mut().map(AppendFile::sync).transpose()?;
             systems.push(SystemRestart {
                 numbers: m.system.numbers.clone(),
@@ -341,6 +372,7 @@ impl<F: ForceProvider> BatchSimulation<F> {
                 unstable_at_step: m.unstable_at_step,
                 traj_bytes: own_bytes,
                 traj_tail: m.traj.as_ref().and_then(AppendFile::tail),
+                barostat,
             });
         }
         let list_reference = match self.active.is_empty() {
