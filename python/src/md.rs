@@ -234,7 +234,10 @@ pub fn run_md<'py>(
                 .into_iter()
                 .map(|s| (s.positions, s.velocities))
                 .unzip();
-            let cells = vec![None; x.len()];
+            // Each system's cell where NPT moved it (None where it has none).
+            let cells = (0..x.len())
+                .map(|k| sim.0.cell(k).map(|c| c.to_vec()))
+                .collect();
             Ok::<_, mlff_distiller::Error>((x, v, cells, json))
         })
     } else {

@@ -134,6 +134,19 @@ def test_md_run_at_constant_pressure(root, model_path, tmp_path, device):
     assert final.get_volume() == pytest.approx(rows[-1]["volume"], rel=1e-9)
     assert final.get_volume() != pytest.approx(14.0**3, rel=1e-6), "the cell never moved"
 
+    # Two replicas at constant pressure: each returned Atoms carries its own last cell.
+    batch_log = tmp_path / "b.jsonl"
+    finals, _ = mf.md.run(
+        atoms, model_path, steps=20, ensemble="npt", temperature=300, pressure=2000,
+        barostat_time=100, compressibility=1e-3, replicas=2, log=batch_log, log_every=20,
+        device=device,
+    )
+    rows = [json.loads(line) for line in batch_log.read_text().splitlines()]
+    last = {r["system"]: r["volume"] for r in rows if r["step"] == 20}
+    for k, f in enumerate(finals):
+        assert f.get_volume() == pytest.approx(last[k], rel=1e-9)
+    assert finals[0].get_volume() != pytest.approx(finals[1].get_volume(), rel=1e-9)
+
     molecule = ase.io.read(root / "data" / "gfn2" / "start" / "ethanol.extxyz")
     with pytest.raises(ValueError, match="constant pressure needs a cell periodic"):
         mf.md.run(molecule, model_path, steps=5, ensemble="npt", device=device)
