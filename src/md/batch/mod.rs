@@ -5,10 +5,11 @@
 //! random stream (seed + its index), so system k follows exactly the trajectory of a single
 //! run with that seed; its own log rows, stability watch and trajectory. A system that turns
 //! unstable or non-finite is frozen: taken out of the batch with its state at that step,
-//! while the others go on.
+//! while the others go on. At constant pressure each system has its own cell and barostat.
 //!
-//! `step` holds the loop (steps, checks, freezing, the host-side look at log steps),
-//! `restart` the restart file and the outputs, `summary` the closing numbers.
+//! `step` holds the loop (steps, checks, freezing, the host-side look at log steps), `npt`
+//! the constant-pressure step, `restart` the restart file and the outputs, `summary` the
+//! closing numbers.
 
 mod npt;
 mod restart;

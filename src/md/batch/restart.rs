@@ -136,8 +136,8 @@ impl BatchRestart {
         let bad = |msg: String| Error::Md(format!("restart file {}: {msg}", path.display()));
         if r.format != BATCH_RESTART_FORMAT || !(1..=BATCH_RESTART_VERSION).contains(&r.version) {
             return Err(bad(format!(
-                "format `{}` version {}, this build reads `{BATCH_RESTART_FORMAT}` version \
-                 {BATCH_RESTART_VERSION}",
+                "format `{}` version {}, this build reads `{BATCH_RESTART_FORMAT}` versions \
+                 1 to {BATCH_RESTART_VERSION}",
                 r.format, r.version
             )));
         }
