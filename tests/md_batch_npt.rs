@@ -147,8 +147,8 @@ mod steps {
     use mlff_distiller::structure::Lattice;
     use mlff_distiller::Structure;
 
-    /// The single runs of tests/npt.rs: the cell pushed hard, so that it moves past what the
-    /// skin allows within the run.
+    /// tests/npt.rs's PaiNN NPT settings with a stronger thermostat (friction 20/ps): the
+    /// cell pushed hard, so that it moves past what the skin allows within the run.
     fn npt(steps: u64) -> MdSettings {
         MdSettings {
             dt_fs: 0.5,

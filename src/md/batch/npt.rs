@@ -75,7 +75,8 @@ impl<F: ForceProvider> BatchSimulation<F> {
     }
 
     /// The step with `draws` (one per system in the batch): done (None), or the systems that
-    /// turned non-finite, with what did, and nothing changed.
+    /// turned non-finite, with what did, and the batch's state as it was (the provider may
+    /// have taken the step's cells; a retry gives the kept systems theirs again).
     fn try_npt_step(&mut self, draws: &[Draws]) -> Result<Option<Vec<(usize, String)>>> {
         let Some(npt) = &self.npt else {
             return Err(Error::Md(
@@ -193,18 +194,6 @@ impl<F: ForceProvider> BatchSimulation<F> {
         self.state.energy = evaluation.energy;
         self.state.step += 1;
         Ok(None)
-    }
-
-    /// The systems with a non-finite row among `rows` (the batch's positions), with the first
-    /// such atom.
-    fn non_finite_rows(&self, rows: &[[f64; 3]]) -> Vec<(usize, String)> {
-        (0..self.active.len())
-            .filter_map(|slot| {
-                let mine = &rows[self.starts[slot]..self.starts[slot + 1]];
-                let i = mine.iter().position(|p| p.iter().any(|x| !x.is_finite()))?;
-                Some((slot, format!("atom {i} is at {:?}", mine[i])))
-            })
-            .collect()
     }
 }
 

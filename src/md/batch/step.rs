@@ -155,17 +155,19 @@ impl<F: ForceProvider> BatchSimulation<F> {
             .transpose()?;
         let (x, _) =
             (self.integrator).advance(&st.positions, &st.velocities, &st.forces, xi.as_ref())?;
-        let x = host_positions(&x)?;
-        let mut bad = Vec::new();
-        for slot in 0..self.active.len() {
-            let rows = &x[self.starts[slot]..self.starts[slot + 1]];
-            if let Some((i, p)) =
-                (rows.iter().enumerate()).find(|(_, p)| p.iter().any(|v| !v.is_finite()))
-            {
-                bad.push((slot, format!("atom {i} is at {p:?}")));
-            }
-        }
-        Ok(bad)
+        Ok(self.non_finite_rows(&host_positions(&x)?))
+    }
+
+    /// The systems with a non-finite row among `rows` (the batch's positions), with the first
+    /// such atom.
+    pub(super) fn non_finite_rows(&self, rows: &[[f64; 3]]) -> Vec<(usize, String)> {
+        (0..self.active.len())
+            .filter_map(|slot| {
+                let mine = &rows[self.starts[slot]..self.starts[slot + 1]];
+                let i = mine.iter().position(|p| p.iter().any(|x| !x.is_finite()))?;
+                Some((slot, format!("atom {i} is at {:?}", mine[i])))
+            })
+            .collect()
     }
 
     /// Up to `steps` steps with the list checks deferred, as [`Simulation`] runs them: the
