@@ -16,8 +16,10 @@
 //! and the fused path ([`Backend::Fused`]); the CPU has no graphs.
 
 mod cache;
+mod readback;
 
 pub use cache::{CachePolicy, CacheStats, GraphCalculator, ShapeCache};
+pub(crate) use readback::Readback;
 
 use crate::calculator::PainnCalculator;
 use crate::error::{Error, Result};

@@ -65,6 +65,23 @@ pub struct State {
     pub step: u64,
 }
 
+/// The step after the one asked for, where the caller asks for it straight after without
+/// looking at the state in between: its Langevin noise (none for NVE). A provider may queue
+/// it early ([`ForceProvider::step_captured`](super::ForceProvider::step_captured)).
+#[derive(Clone, Copy, Debug)]
+pub struct NextStep<'a> {
+    pub noise: Option<&'a [f64]>,
+}
+
+impl<'a> NextStep<'a> {
+    /// The next step with the noise drawn for it.
+    pub fn of(noise: &'a Option<Vec<f64>>) -> Self {
+        Self {
+            noise: noise.as_deref(),
+        }
+    }
+}
+
 /// One step's worth of constants for a system of given masses.
 #[derive(Clone)]
 pub struct Integrator {

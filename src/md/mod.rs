@@ -35,7 +35,7 @@ pub use batch::{
     BatchSummary, HostState, SystemRestart, SystemSummary, BATCH_RESTART_FORMAT,
 };
 pub use forces::{CalculatorForces, Evaluation, ForceProvider, ListSite, PainnForces};
-pub use integrator::{Ensemble, Integrator, State};
+pub use integrator::{Ensemble, Integrator, NextStep, State};
 pub use npt::BarostatState;
 pub use output::{read_log, read_log_as, LogRecord, Tail};
 pub use positions::{device_positions, displacement2, host_positions};

@@ -3,7 +3,7 @@
 //! that `integrator` depends on no provider while `forces` names the integrator.
 
 use super::forces::{Evaluation, ForceProvider};
-use super::integrator::{Integrator, State};
+use super::integrator::{Integrator, NextStep, State};
 use crate::error::Result;
 use crate::stress::Matrix3;
 use candle_core::Tensor;
@@ -31,7 +31,20 @@ impl Integrator {
         forces: &mut impl ForceProvider,
         noise: Option<&[f64]>,
     ) -> Result<()> {
-        if forces.step_captured(self, state, noise)? {
+        self.step_before(state, forces, noise, None)
+    }
+
+    /// [`step_with_noise`](Self::step_with_noise), where the caller runs `next` straight after
+    /// it: a provider that replays whole steps may queue that one before it reads this one's
+    /// list check.
+    pub fn step_before(
+        &self,
+        state: &mut State,
+        forces: &mut impl ForceProvider,
+        noise: Option<&[f64]>,
+        next: Option<NextStep>,
+    ) -> Result<()> {
+        if forces.step_captured(self, state, noise, next)? {
             return Ok(());
         }
         let mut x = self.start(state, noise)?;

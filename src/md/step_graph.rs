@@ -2,10 +2,12 @@
 //! displacement check, the fused energy+forces call on the neighbour list of a
 //! [`ForceGraph`], and the closing kick, replayed with one launch.
 //!
-//! Two graphs ping-pong between two sets of state buffers (A → B, then B → A), so a replay never
-//! overwrites the state it starts from: when the check finds an atom beyond half the skin (or
-//! a value that is not finite), the step is thrown away and redone op by op, which rebuilds
-//! the list. The host reads two numbers per step (the check), nothing else.
+//! Three graphs go round a ring of three sets of state buffers (A → B, B → C, C → A), so a
+//! replay never overwrites the state it starts from, nor does the replay queued behind it:
+//! when the check finds an atom beyond half the skin (or a value that is not finite), the step
+//! is thrown away and redone op by op, which rebuilds the list. The host reads two numbers per
+//! step (the check), and where the caller runs steps back to back it queues the next replay
+//! before it reads them, so the device does not wait for the host between steps.
 //!
 //! Below the force providers (the PaiNN provider captures and owns one), so it names neither
 //! them nor their module: the displacement check comes from `positions`.
@@ -14,7 +16,7 @@ use super::integrator::{Ensemble, Integrator, State};
 use super::positions::displacement2;
 use crate::calculator::PainnCalculator;
 use crate::error::Result;
-use crate::graph::{capture_graph, launch, ForceGraph, Graph};
+use crate::graph::{capture_graph, launch, ForceGraph, Graph, Readback};
 use candle_core::{DType, Tensor, Var};
 
 /// One set of state buffers.
@@ -27,7 +29,8 @@ struct Buffers {
 
 impl Buffers {
     fn of(state: &State) -> Result<Self> {
-        let var = |t: &Tensor| Var::from_tensor(&t.to_dtype(DType::F64)?);
+        // Copies: the state's tensors may be another ring's buffers, which a Var would share.
+        let var = |t: &Tensor| Var::from_tensor(&t.to_dtype(DType::F64)?.copy()?);
         Ok(Self {
             positions: var(&state.positions)?,
             velocities: var(&state.velocities)?,
@@ -44,6 +47,14 @@ impl Buffers {
         Ok(())
     }
 
+    /// Whether `state`'s tensors are these buffers' (the state a replay left).
+    fn holds(&self, state: &State) -> bool {
+        state.positions.id() == self.positions.as_tensor().id()
+            && state.velocities.id() == self.velocities.as_tensor().id()
+            && state.forces.id() == self.forces.as_tensor().id()
+            && state.energy.id() == self.energy.as_tensor().id()
+    }
+
     fn store(&self, state: &mut State) {
         state.positions = self.positions.as_tensor().clone();
         state.velocities = self.velocities.as_tensor().clone();
@@ -54,27 +65,39 @@ impl Buffers {
 
 /// The captured steps of one integrator with one force graph.
 pub(crate) struct StepGraph {
+    /// `graphs[k]` steps from `buffers[k]` to `buffers[(k + 1) % RING]`.
     graphs: Vec<Graph>,
-    buffers: [Buffers; 2],
+    buffers: Vec<Buffers>,
     /// The buffer set holding the current state.
     current: usize,
-    /// The step whose state `buffers[current]` holds (another step: reload from the state).
-    synced_step: Option<u64>,
-    /// Σ and max over atoms of |x − reference|² after the last replay's drift, [2] f64.
-    displacement: Var,
+    /// The step from `buffers[current]` queued already, with the noise it took (none: NVE).
+    queued: Option<Option<Vec<f64>>>,
+    /// Per graph: Σ and max over atoms of |x − reference|² after its drift, [2] f64, and the
+    /// room its copy to the host lands in.
+    displacement: Vec<Var>,
+    readback: Vec<Readback>,
     /// Positions at the last neighbour-list build, [N, 3] f64.
     reference: Var,
-    /// One step's standard normals for the Langevin noise, [N, 3] f64 (NVT only).
-    noise: Option<Var>,
+    /// Per graph, one step's standard normals for the Langevin noise, [N, 3] f64 (NVT only).
+    noise: Option<Vec<Var>>,
     /// What it was captured for (dt, ensemble): another integrator needs a new capture.
     integrator: Integrator,
-    /// Steps run as replays.
+    /// The largest displacement (Å) of the last two checked steps since the list's build,
+    /// latest last: whether a queued step is likely to find the list holding.
+    recent: [Option<f64>; 2],
+    /// Steps run as replays, and of the steps queued ahead, those used and thrown away.
     replayed: u64,
+    queued_used: u64,
+    queued_thrown: u64,
 }
 
+/// Buffer sets in the ring: a replay writes the set after the one it starts from, and the step
+/// queued behind it the set after that, so neither overwrites the state the caller holds.
+const RING: usize = 3;
+
 impl StepGraph {
-    /// Captures both graphs of `integrator`'s step around `force` (which `calc` made), starting
-    /// from `state`, with the list built at `reference`.
+    /// Captures the ring's graphs of `integrator`'s step around `force` (which `calc` made),
+    /// starting from `state`, with the list built at `reference`.
     pub(crate) fn capture(
         calc: &PainnCalculator,
         force: &ForceGraph,
@@ -83,24 +106,35 @@ impl StepGraph {
         reference: &Tensor,
     ) -> Result<Self> {
         let dev = calc.device();
-        let buffers = [Buffers::of(state)?, Buffers::of(state)?];
-        let displacement = Var::from_tensor(&Tensor::zeros(2, DType::F64, dev)?)?;
+        let buffers = (0..RING)
+            .map(|_| Buffers::of(state))
+            .collect::<Result<Vec<_>>>()?;
+        let per_graph = |t: &Tensor| -> Result<Vec<Var>> {
+            (0..RING)
+                .map(|_| Ok(Var::from_tensor(&t.zeros_like()?)?))
+                .collect()
+        };
+        let displacement = per_graph(&Tensor::zeros(2, DType::F64, dev)?)?;
+        let readback = (0..RING)
+            .map(|_| Readback::new(dev, 2))
+            .collect::<Result<Vec<_>>>()?;
         let reference = Var::from_tensor(reference)?;
         let noise = match integrator.ensemble() {
-            Ensemble::Nvt { .. } => Some(Var::from_tensor(&state.positions.zeros_like()?)?),
+            Ensemble::Nvt { .. } => Some(per_graph(&state.positions.to_dtype(DType::F64)?)?),
             Ensemble::Nve => None,
         };
-        let mut graphs = Vec::with_capacity(2);
-        for k in 0..2 {
-            let (from, to) = (&buffers[k], &buffers[1 - k]);
+        let mut graphs = Vec::with_capacity(RING);
+        for k in 0..RING {
+            let (from, to) = (&buffers[k], &buffers[(k + 1) % RING]);
+            let xi = noise.as_ref().map(|n| n[k].as_tensor());
             graphs.push(capture_graph(dev, || {
                 let (x, v) = integrator.advance(
                     from.positions.as_tensor(),
                     from.velocities.as_tensor(),
                     from.forces.as_tensor(),
-                    noise.as_ref().map(|n| n.as_tensor()),
+                    xi,
                 )?;
-                displacement.set(&displacement2(&x, reference.as_tensor())?)?;
+                displacement[k].set(&displacement2(&x, reference.as_tensor())?)?;
                 force.run_on(calc, &x)?;
                 to.velocities.set(&integrator.kick(&v, force.forces())?)?;
                 to.positions.set(&x)?;
@@ -113,12 +147,16 @@ impl StepGraph {
             graphs,
             buffers,
             current: 0,
-            synced_step: None,
+            queued: None,
             displacement,
+            readback,
             reference,
             noise,
             integrator: integrator.clone(),
+            recent: [None; 2],
             replayed: 0,
+            queued_used: 0,
+            queued_thrown: 0,
         })
     }
 
@@ -133,38 +171,88 @@ impl StepGraph {
         self.replayed
     }
 
+    /// Of the steps queued behind another, those that were used and those thrown away (their
+    /// list no longer held, or the step before them was redone).
+    pub(crate) fn queued(&self) -> (u64, u64) {
+        (self.queued_used, self.queued_thrown)
+    }
+
     /// Positions of a new neighbour-list build.
-    pub(crate) fn set_reference(&self, reference: &Tensor) -> Result<()> {
+    pub(crate) fn set_reference(&mut self, reference: &Tensor) -> Result<()> {
+        self.forget_queued();
+        self.recent = [None; 2];
         Ok(self.reference.set(reference)?)
     }
 
     /// One replayed step from `state` with `noise` (NVT). Ok(false), `state` untouched, when
     /// some atom moved beyond `limit2` (squared, Å²) from the reference or a value is not
     /// finite: the caller then redoes the step op by op.
+    ///
+    /// `next`, where the caller will ask for the step after this one straight away (with that
+    /// noise, none for NVE), lets it be queued before this step's check is read, so that the
+    /// device has work while the host reads and decides; it is thrown away where this step
+    /// does not hold, and queued at all only where the last checks leave the list room for it.
     pub(crate) fn step(
         &mut self,
         state: &mut State,
         noise: Option<&[f64]>,
+        next: Option<Option<&[f64]>>,
         limit2: f64,
     ) -> Result<bool> {
-        if self.synced_step != Some(state.step) {
-            self.buffers[self.current].load(state)?;
+        let k = self.current;
+        if !self.buffers[k].holds(state) {
+            self.forget_queued();
+            self.buffers[k].load(state)?;
         }
-        if let (Some(buffer), Some(xi)) = (&self.noise, noise) {
-            let dev = buffer.device();
-            buffer.set(&Tensor::from_slice(xi, buffer.shape(), dev)?)?;
+        match self.queued.take() {
+            Some(queued) if queued.as_deref() == noise => self.queued_used += 1,
+            Some(_) => {
+                self.queued_thrown += 1;
+                self.launch(k, noise)?;
+            }
+            None => self.launch(k, noise)?,
         }
-        launch(&self.graphs[self.current])?;
-        let d = self.displacement.to_vec1::<f64>()?;
+        if let Some(next_noise) = next.filter(|_| self.room_for_one_more(limit2)) {
+            self.launch((k + 1) % RING, next_noise)?;
+            self.queued = Some(next_noise.map(<[f64]>::to_vec));
+        }
+        let d = self.readback[k].wait()?;
         if !(d[0].is_finite() && d[1] <= limit2) {
-            self.synced_step = None;
+            self.forget_queued();
             return Ok(false);
         }
-        self.current = 1 - self.current;
+        self.recent = [self.recent[1], Some(d[1].sqrt())];
+        self.current = (k + 1) % RING;
         self.buffers[self.current].store(state);
         state.step += 1;
-        self.synced_step = Some(state.step);
         self.replayed += 1;
         Ok(true)
+    }
+
+    /// Queues the replay of `graphs[k]` with `noise` and the copy of its check.
+    fn launch(&mut self, k: usize, noise: Option<&[f64]>) -> Result<()> {
+        if let (Some(buffers), Some(xi)) = (&self.noise, noise) {
+            let buffer = &buffers[k];
+            buffer.set(&Tensor::from_slice(xi, buffer.shape(), buffer.device())?)?;
+        }
+        launch(&self.graphs[k])?;
+        self.readback[k].start(self.displacement[k].as_tensor())
+    }
+
+    /// A queued step is no longer wanted: it runs on and writes a buffer set nobody reads.
+    fn forget_queued(&mut self) {
+        if self.queued.take().is_some() {
+            self.queued_thrown += 1;
+        }
+    }
+
+    /// Whether the list likely holds two steps past the last checked one (the step running
+    /// and the one to queue behind it), the largest displacement growing as over the last
+    /// two checks; without two checks since the build, yes.
+    fn room_for_one_more(&self, limit2: f64) -> bool {
+        match self.recent {
+            [Some(a), Some(b)] => b + 3.0 * (b - a).max(0.0) < limit2.sqrt(),
+            _ => true,
+        }
     }
 }

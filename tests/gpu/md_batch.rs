@@ -6,8 +6,8 @@ use crate::common::*;
 use crate::{cuda, shipped_calculator};
 use candle_core::{DType, Device};
 use mlff_distiller::md::{
-    host_positions, system_seed, BatchSimulation, Ensemble, MdSettings, PainnForces, Simulation,
-    StopReason,
+    host_positions, system_seed, BatchSimulation, Ensemble, ForceProvider, MdSettings, PainnForces,
+    Simulation, StopReason,
 };
 use mlff_distiller::model::Backend;
 use mlff_distiller::systems::{aspirin, start_geometry};
@@ -182,7 +182,72 @@ fn cuda_npt_batch_matches_cpu_npt_batch() {
         let dc = (cc.iter().flatten().zip(cg.iter().flatten()))
             .map(|(a, b)| (a - b).abs())
             .fold(0.0, f64::max);
-        println!("npt system {k}: cells {dc:.2e} Å apart after 60 steps");
+        let start = systems[k].cell.unwrap();
+        let moved = (start.iter().flatten().zip(cg.iter().flatten()))
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0, f64::max);
+        println!("npt system {k}: cells {dc:.2e} Å apart after 60 steps, moved {moved:.2e} Å");
         assert!(dc < 1e-8, "system {k}: cells {dc} apart");
+        assert!(
+            moved > 1e-4,
+            "system {k}: the cell did not move ({moved} Å)"
+        );
     }
+}
+
+/// A batch whose steps run as CUDA graph replays, each step's successor queued before its
+/// check is read, follows the same batch run op by op (f64): with a skin that holds for many
+/// steps (queued steps used) and one that holds for a few (queued steps thrown away when
+/// the list is due).
+#[test]
+fn cuda_batch_graph_replays_follow_eager_steps() {
+    use mlff_distiller::device::{select, DeviceSpec};
+    use mlff_distiller::graph::Graphs;
+    // A stream of its own, without per-buffer events: graphs can be captured on it.
+    let gpu = select(DeviceSpec::Cuda(0)).unwrap().device;
+    let calc = crate::shipped_calculator(&gpu, DType::F64, Backend::Fused);
+    let systems = vec![aspirin(), start_geometry("ethanol").unwrap(), aspirin()];
+    let (mut used, mut thrown) = (0, 0);
+    for (skin, ensemble) in [
+        (0.3, ENSEMBLES[0]),
+        (0.05, ENSEMBLES[1]),
+        (0.3, ENSEMBLES[1]),
+    ] {
+        let st = MdSettings {
+            steps: 300,
+            skin,
+            ..settings(ensemble)
+        };
+        let run = |graphs: Graphs| {
+            let f = (PainnForces::batch(&calc, &systems, skin).unwrap())
+                .with_graphs(graphs)
+                .unwrap();
+            let mut b =
+                BatchSimulation::new(f, &systems, st.clone(), serde_json::Value::Null).unwrap();
+            assert_eq!(b.run(&mut |_| {}).unwrap().stop, StopReason::Completed);
+            let f = b.forces();
+            let counts = (f.replayed_steps(), f.queued_steps(), f.list_builds());
+            let x: Vec<_> = (0..systems.len())
+                .map(|k| b.system_state(k).unwrap().positions)
+                .collect();
+            (x, counts)
+        };
+        let (eager, (replayed0, _, builds0)) = run(Graphs::Off);
+        let (graphs, (replayed, (u, t), builds)) = run(Graphs::On);
+        let what = format!("skin {skin}, {}", ensemble.name());
+        println!(
+            "{what}: {replayed} of 300 steps replayed, queued {u} used and {t} thrown, \
+             {builds} builds"
+        );
+        assert_eq!(replayed0, 0, "{what}: graphs off replayed steps");
+        assert_eq!(builds, builds0, "{what}: list builds differ");
+        assert!(replayed > 100, "{what}: only {replayed} steps replayed");
+        for (k, (a, b)) in eager.iter().zip(&graphs).enumerate() {
+            let dx = max_force_diff(a, b);
+            assert!(dx < 1e-6, "{what} system {k}: {dx} Å after 300 steps");
+        }
+        (used, thrown) = (used + u, thrown + t);
+    }
+    assert!(used > 100, "only {used} queued steps used");
+    assert!(thrown > 0, "no queued step was thrown away");
 }

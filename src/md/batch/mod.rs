@@ -132,6 +132,9 @@ pub struct BatchSimulation<F: ForceProvider> {
     stop: StopFlag,
     fresh: bool,
     deferred: (u64, u64),
+    /// The next step's noise, drawn with the step before so that the provider could queue it
+    /// ([`NextStep`](crate::md::NextStep)), and the systems' streams before that draw.
+    drawn: Option<(Option<Vec<f64>>, Vec<ChaCha20Rng>)>,
     /// The barostat of an NPT batch (its state is each member's).
     npt: Option<npt::BatchNpt>,
 }
@@ -332,6 +335,7 @@ impl<F: ForceProvider> BatchSimulation<F> {
             stop: StopFlag::new(),
             fresh: false,
             deferred: (0, 0),
+            drawn: None,
             npt,
         };
         sim.layout()?;

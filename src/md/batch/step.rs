@@ -7,6 +7,7 @@ use crate::error::{Error, Result};
 use crate::md::analysis::BOND_DEVIATION_LIMIT;
 use crate::md::barostat::density_g_cm3;
 use crate::md::forces::ForceProvider;
+use crate::md::integrator::NextStep;
 use crate::md::lookahead::Lookahead;
 use crate::md::output::{write_frame, AppendFile, Frame, LogRecord};
 use crate::md::positions::host_positions;
@@ -34,6 +35,7 @@ impl<F: ForceProvider> BatchSimulation<F> {
         let mut ahead = Lookahead::default();
         while !self.active.is_empty() && self.state.step < s.steps {
             if let Some(signal) = self.stop.raised() {
+                self.undraw();
                 self.write_restart()?;
                 stop = StopReason::Interrupted {
                     step: self.state.step,
@@ -51,7 +53,7 @@ impl<F: ForceProvider> BatchSimulation<F> {
                 let builds = self.forces.list_builds();
                 match self.npt {
                     Some(_) => self.checked_npt_step()?,
-                    None => self.checked_step()?,
+                    None => self.checked_step(room)?,
                 }
                 if self.forces.list_builds() != builds {
                     ahead.rebuilt();
@@ -72,6 +74,7 @@ impl<F: ForceProvider> BatchSimulation<F> {
                 progress(&self.progress(first_step, elapsed, temperature));
             }
         }
+        self.undraw();
         Ok(self.summary(first_step, t0.elapsed().as_secs_f64(), stop))
     }
 
@@ -115,20 +118,38 @@ impl<F: ForceProvider> BatchSimulation<F> {
         }
     }
 
-    /// One step, its list checked. Systems whose positions turn non-finite are frozen at
-    /// their last finite step, and the step is run again for the others with their noise.
-    fn checked_step(&mut self) -> Result<()> {
-        let mut noise = self.draw_noise();
+    /// One step, its list checked, of a run with `room` steps left before it next looks at
+    /// the state: where there are more, the next step's noise is drawn with this one's, so
+    /// that the provider may queue that step before it reads this one's check. Systems whose
+    /// positions turn non-finite are frozen at their last finite step, and the step is run
+    /// again for the others with their noise.
+    fn checked_step(&mut self, room: u64) -> Result<()> {
+        let mut noise = match self.drawn.take() {
+            Some((xi, _)) => xi,
+            None => self.draw_noise(),
+        };
+        let mut before_next = (room > 1).then(|| self.rngs());
+        let mut next = before_next.as_ref().map(|_| self.draw_noise());
         loop {
-            let stepped = self.integrator.step_with_noise(
+            let stepped = self.integrator.step_before(
                 &mut self.state,
                 &mut self.forces,
                 noise.as_deref(),
+                next.as_ref().map(NextStep::of),
             );
             let what = match stepped {
+                Ok(()) => {
+                    self.drawn = next.zip(before_next);
+                    return Ok(());
+                }
                 Err(Error::NonFinite(what)) => what,
-                other => return other,
+                Err(e) => return Err(e),
             };
+            // The next step is drawn again, for the systems left.
+            if let Some(rngs) = before_next.take() {
+                self.set_rngs(rngs);
+                next = None;
+            }
             let bad = self.non_finite_systems(noise.as_deref())?;
             if bad.is_empty() {
                 return Err(Error::NonFinite(what));
@@ -143,6 +164,13 @@ impl<F: ForceProvider> BatchSimulation<F> {
             if !self.freeze_non_finite(bad)? {
                 return Ok(());
             }
+        }
+    }
+
+    /// Puts back the noise streams of a next step drawn ahead and not run.
+    fn undraw(&mut self) {
+        if let Some((_, rngs)) = self.drawn.take() {
+            self.set_rngs(rngs);
         }
     }
 
@@ -179,6 +207,7 @@ impl<F: ForceProvider> BatchSimulation<F> {
         if !self.forces.defer_list_checks() {
             return Ok(false);
         }
+        self.undraw();
         let mut before = Vec::with_capacity(steps);
         let mut done = 0;
         for _ in 0..steps {

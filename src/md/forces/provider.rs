@@ -4,7 +4,7 @@
 
 use crate::calculator::Calculator;
 use crate::error::{Error, Result};
-use crate::md::integrator::{Integrator, State};
+use crate::md::integrator::{Integrator, NextStep, State};
 use crate::md::positions::{device_positions, host_positions};
 use crate::phase::{Phase, PhaseClock};
 use crate::stress::Matrix3;
@@ -132,12 +132,14 @@ pub trait ForceProvider {
     /// Runs a whole step of `integrator` (with this step's Langevin `noise`) at once, if the
     /// provider can (a captured CUDA graph, or one kernel launch): Ok(true) when `state` has
     /// advanced, Ok(false) when the step must run op by op (no such path, or its neighbour
-    /// list no longer holds).
+    /// list no longer holds). `next`, where the caller asks for the step after this one
+    /// straight away, lets the provider queue that step before it reads this one's check.
     fn step_captured(
         &mut self,
         _integrator: &Integrator,
         _state: &mut State,
         _noise: Option<&[f64]>,
+        _next: Option<NextStep>,
     ) -> Result<bool> {
         Ok(false)
     }

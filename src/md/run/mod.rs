@@ -9,7 +9,7 @@ mod resume;
 use super::analysis::{check_separation, Bonds, BOND_DEVIATION_LIMIT};
 use super::barostat::density_g_cm3;
 use super::forces::ForceProvider;
-use super::integrator::{Ensemble, Integrator, State};
+use super::integrator::{Ensemble, Integrator, NextStep, State};
 use super::lookahead::Lookahead;
 use super::npt::{BarostatState, Npt};
 use super::output::{open_outputs, write_frame, write_log, AppendFile, Frame, LogRecord};
@@ -68,6 +68,9 @@ pub struct Simulation<F: ForceProvider> {
     fresh: bool,
     /// Steps run with deferred list checks, and of them thrown away ([`MdSummary`]).
     deferred: (u64, u64),
+    /// The next step's noise, drawn with the step before so that the provider could queue it
+    /// ([`NextStep`]), and the stream before that draw.
+    drawn: Option<(Option<Vec<f64>>, ChaCha20Rng)>,
     /// Positions at the last observed step (for [`Progress`]).
     observed: Vec<[f64; 3]>,
     /// The barostat of an NPT run; `system.cell` follows its cell.
@@ -222,6 +225,7 @@ impl<F: ForceProvider> Simulation<F> {
             stop: StopFlag::new(),
             fresh: false,
             deferred: (0, 0),
+            drawn: None,
             observed: Vec::new(),
             logs_pressure,
             npt,
@@ -286,6 +290,7 @@ impl<F: ForceProvider> Simulation<F> {
         let mut ahead = Lookahead::default();
         while stop == StopReason::Completed && self.state.step < s.steps {
             if let Some(signal) = self.stop.raised() {
+                self.undraw();
                 self.write_restart()?;
                 stop = StopReason::Interrupted {
                     step: self.state.step,
@@ -306,6 +311,10 @@ impl<F: ForceProvider> Simulation<F> {
             };
             if deferred == 0 || !self.run_deferred(deferred, &mut ahead)? {
                 let builds = self.forces.list_builds();
+                let plain = self.npt.is_none() && !(with_stress && self.state.step + 1 == next);
+                if !plain {
+                    self.undraw();
+                }
                 let stepped = match &mut self.npt {
                     Some(npt) => {
                         let stepped = npt.step(
@@ -324,9 +333,7 @@ impl<F: ForceProvider> Simulation<F> {
                             let step = self.state.step;
                             self.stress = sigma.first().copied().flatten().map(|s| (step, s));
                         }),
-                    None => self
-                        .integrator
-                        .step(&mut self.state, &mut self.forces, &mut self.rng),
+                    None => self.plain_step(room),
                 };
                 if let Err(Error::NonFinite(what)) = stepped {
                     stop = StopReason::NonFinite {
@@ -363,6 +370,7 @@ impl<F: ForceProvider> Simulation<F> {
                 });
             }
         }
+        self.undraw();
         Ok(self.summary(first_step, t0.elapsed().as_secs_f64(), stop))
     }
 
@@ -375,6 +383,7 @@ impl<F: ForceProvider> Simulation<F> {
         if !self.forces.defer_list_checks() {
             return Ok(false);
         }
+        self.undraw();
         let mut before = Vec::with_capacity(steps);
         let mut done = 0;
         for _ in 0..steps {
@@ -397,6 +406,38 @@ impl<F: ForceProvider> Simulation<F> {
             return Ok(false);
         }
         Ok(true)
+    }
+
+    /// One step without a barostat or a stress, of a run with `room` steps left before it next
+    /// looks at the state: where there are more, the next step's noise is drawn with this
+    /// one's, so that the provider may queue that step before it reads this one's check.
+    fn plain_step(&mut self, room: u64) -> Result<()> {
+        let n = self.state.positions.dim(0)?;
+        let noise = match self.drawn.take() {
+            Some((xi, _)) => xi,
+            None => self.integrator.draw_noise(n, &mut self.rng),
+        };
+        let before_next = (room > 1).then(|| self.rng.clone());
+        let next = (before_next.as_ref()).map(|_| self.integrator.draw_noise(n, &mut self.rng));
+        let stepped = self.integrator.step_before(
+            &mut self.state,
+            &mut self.forces,
+            noise.as_deref(),
+            next.as_ref().map(NextStep::of),
+        );
+        match (&stepped, before_next) {
+            (Ok(()), before_next) => self.drawn = next.zip(before_next),
+            (Err(_), Some(rng)) => self.rng = rng,
+            (Err(_), None) => {}
+        }
+        stepped
+    }
+
+    /// Puts back the noise stream of a next step drawn ahead and not run.
+    fn undraw(&mut self) {
+        if let Some((_, rng)) = self.drawn.take() {
+            self.rng = rng;
+        }
     }
 
     /// Host-side look at the state: log row, frame, bond check. Returns why to stop, if so.

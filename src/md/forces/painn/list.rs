@@ -111,7 +111,7 @@ impl PainnForces<'_> {
         if self.graph_max_edges > 0 {
             self.update_graph(&reference)?;
         }
-        if let Some(steps) = &self.steps {
+        if let Some(steps) = &mut self.steps {
             steps.set_reference(&reference)?;
         }
         self.reference = Some(reference);

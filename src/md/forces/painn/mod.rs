@@ -11,7 +11,7 @@ use crate::calculator::{atom_energies_and_forces, PainnCalculator};
 use crate::error::{Error, Result};
 use crate::graph::ForceGraph;
 use crate::md::forces::provider::{Evaluation, ForceProvider};
-use crate::md::integrator::{Integrator, State};
+use crate::md::integrator::{Integrator, NextStep, State};
 use crate::md::positions::{displacement2, host_positions, largest_displacement2, non_finite_atom};
 use crate::md::step_graph::StepGraph;
 use crate::model::PainnInputs;
@@ -489,7 +489,8 @@ impl ForceProvider for PainnForces<'_> {
         integrator: &Integrator,
         state: &mut State,
         noise: Option<&[f64]>,
+        next: Option<NextStep>,
     ) -> Result<bool> {
-        self.step_whole(integrator, state, noise)
+        self.step_whole(integrator, state, noise, next)
     }
 }

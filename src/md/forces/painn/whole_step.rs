@@ -6,7 +6,7 @@
 use super::{ListSource, PainnForces};
 use crate::error::{Error, Result};
 use crate::graph::{edge_capacity, ForceGraph, GraphEdges, Graphs, HostEdges};
-use crate::md::integrator::{Integrator, State};
+use crate::md::integrator::{Integrator, NextStep, State};
 use crate::md::positions::largest_displacement2;
 use crate::md::step_graph::StepGraph;
 use crate::model::Backend;
@@ -51,6 +51,12 @@ impl PainnForces<'_> {
     /// MD steps run as replays of the captured whole step, since its last capture.
     pub fn replayed_steps(&self) -> u64 {
         self.steps.as_ref().map_or(0, |s| s.replayed())
+    }
+
+    /// Of the replays queued behind another step since the last capture, those used and
+    /// those thrown away (the step before them, or they, found the list no longer holding).
+    pub fn queued_steps(&self) -> (u64, u64) {
+        self.steps.as_ref().map_or((0, 0), |s| s.queued())
     }
 
     /// Puts the current list into the graph, capturing a larger one when it does not fit.
@@ -191,6 +197,7 @@ impl PainnForces<'_> {
         integrator: &Integrator,
         state: &mut State,
         noise: Option<&[f64]>,
+        next: Option<NextStep>,
     ) -> Result<bool> {
         if self.graph.is_none() {
             return self.step_one_launch(integrator, state, noise);
@@ -210,7 +217,7 @@ impl PainnForces<'_> {
         }
         let limit2 = self.list_limit2();
         match &mut self.steps {
-            Some(steps) => steps.step(state, noise, limit2),
+            Some(steps) => steps.step(state, noise, next.map(|n| n.noise), limit2),
             None => Ok(false),
         }
     }
