@@ -4,7 +4,7 @@
 mod common;
 
 use candle_core::{DType, Device, Tensor};
-use mlff_distiller::md::{ForceProvider, PainnForces};
+use mlff_distiller::md::{ForceProvider, ListSite, PainnForces};
 use mlff_distiller::structure::Lattice;
 use mlff_distiller::Structure;
 
@@ -133,6 +133,16 @@ fn batch_systems_follow_cells_of_their_own() {
     let mut mixed = PainnForces::batch(&calc, &[boxes[0].clone(), molecule], skin).unwrap();
     let err = mixed.set_cells(&[cell(0, 1), cell(0, 1)]).unwrap_err();
     assert!(err.to_string().contains("system 1"), "{err}");
+    // Replicas of one box may share the device list until their cells move apart.
+    // (a box wider than twice the list cutoff, 5 Å)
+    let wide = common::random_box(130, 0.0, 33);
+    let replicas = [wide.clone(), wide.clone()];
+    let mut shared = (PainnForces::batch(&calc, &replicas, skin).unwrap())
+        .with_list_site(ListSite::Device)
+        .unwrap();
+    let moved = scaled(&wide.cell.unwrap(), [1.01, 1.0, 1.0]);
+    let err = (shared.set_cells(&[moved, wide.cell.unwrap()])).unwrap_err();
+    assert!(err.to_string().contains("serves one cell"), "{err}");
 }
 
 /// Batched NPT: replicas of one triclinic box and two other boxes, each with its own cell and

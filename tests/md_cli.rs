@@ -625,4 +625,23 @@ fn md_runs_at_constant_pressure() {
         last[0] != last[1] && last.iter().all(|&v| v != 14f64.powi(3)),
         "{rows:?}"
     );
+    // The device list serves one cell: a batch whose cells move apart cannot keep it.
+    let o = npt(
+        &[
+            "--replicas",
+            "2",
+            "--neighbor-list",
+            "device",
+            "--log",
+            &p("d.jsonl"),
+        ],
+        start.to_str().unwrap(),
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("--neighbor-list device: the device neighbour list"),
+        "{err}"
+    );
+    assert!(!dir.path().join("d.jsonl").exists());
 }

@@ -34,6 +34,7 @@ pub use batch::{
     system_seed, system_traj, BatchLogRecord, BatchProgress, BatchRestart, BatchSimulation,
     BatchSummary, HostState, SystemRestart, SystemSummary, BATCH_RESTART_FORMAT,
 };
+pub(crate) use forces::DEVICE_LIST_BATCH_NPT;
 pub use forces::{CalculatorForces, Evaluation, ForceProvider, ListSite, PainnForces};
 pub use integrator::{Ensemble, Integrator, NextStep, State};
 pub use npt::BarostatState;

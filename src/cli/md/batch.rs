@@ -8,7 +8,7 @@ use crate::fsutil::{read_json, write_json, Mode, OutputSet};
 use crate::interrupt::StopFlag;
 use crate::io::read_extxyz;
 use crate::md::{BatchProgress, BatchRestart, BatchSimulation, BatchSummary, PainnForces};
-use crate::md::{StopReason, BATCH_RESTART_FORMAT};
+use crate::md::{ListSite, MdSettings, StopReason, BATCH_RESTART_FORMAT, DEVICE_LIST_BATCH_NPT};
 use crate::Structure;
 use anyhow::{bail, Context, Result};
 use std::path::Path;
@@ -63,6 +63,14 @@ fn traj_is_folder(a: &MdArgs) -> bool {
     })
 }
 
+/// A batch at constant pressure cannot keep the device list: refused before anything runs.
+fn refuse_device_list_npt(a: &MdArgs, settings: &MdSettings) -> Result<()> {
+    if settings.barostat.is_some() && a.dynamics.neighbor_list == ListSite::Device {
+        bail!("--neighbor-list device: {DEVICE_LIST_BATCH_NPT}");
+    }
+    Ok(())
+}
+
 fn fresh(a: &MdArgs, stop: StopFlag) -> Result<BatchSummary> {
     let (Some(model), Some(structure)) = (&a.model, &a.structure) else {
         bail!("--model and --structure are required unless --resume is given");
@@ -70,6 +78,7 @@ fn fresh(a: &MdArgs, stop: StopFlag) -> Result<BatchSummary> {
     let systems = systems(a, structure)?;
     let split = traj_is_folder(a).then_some(systems.len());
     let (settings, io) = plan(a, split)?;
+    refuse_device_list_npt(a, &settings)?;
     if let (Some(folder), Some(_)) = (&a.traj, split) {
         std::fs::create_dir_all(folder)
             .with_context(|| format!("--traj {}: creating the folder", folder.display()))?;
@@ -127,6 +136,7 @@ fn resume(a: &MdArgs, path: &Path, stop: StopFlag) -> Result<BatchSummary> {
     restart.check_current(path)?;
     let run = recorded_run(a, &restart.caller, &model, path)?;
     restart.settings.steps = resumed_steps(a, restart.step, restart.settings.steps)?;
+    refuse_device_list_npt(a, &restart.settings)?;
     let calc = run.calculator(&model)?;
     let graphs = restart.settings.graphs(a.graphs)?;
     let forces = PainnForces::batch(&calc, &restart.active_systems(), restart.settings.skin)?

@@ -8,5 +8,6 @@
 mod painn;
 mod provider;
 
+pub(crate) use painn::DEVICE_LIST_BATCH_NPT;
 pub use painn::{ListSite, PainnForces};
 pub use provider::{CalculatorForces, Evaluation, ForceProvider};

@@ -3,7 +3,7 @@
 //! system's deformation since the build, and computes energy, forces and stress in one
 //! strained autograd pass. A batch's systems each follow a cell of their own.
 
-use super::PainnForces;
+use super::{ListSite, PainnForces};
 use crate::error::{Error, Result};
 use crate::md::forces::provider::Evaluation;
 use crate::md::positions::{displacement2, largest_displacement2, non_finite_atom};
@@ -12,6 +12,12 @@ use crate::neighbors::DeviceListBuilder;
 use crate::stress::{strain_derivative, stresses_of, Matrix3};
 use crate::structure::{inverse, Lattice};
 use candle_core::{DType, Tensor, Var};
+
+/// Why a batch whose cells move cannot keep the device list.
+pub(crate) const DEVICE_LIST_BATCH_NPT: &str =
+    "the device neighbour list serves one cell, and each \
+     system of a batch at constant pressure moves its own: build the batch's lists on the host \
+     (--neighbor-list host or auto)";
 
 impl PainnForces<'_> {
     /// [`ForceProvider::set_cells`](crate::md::ForceProvider::set_cells): every system, each
@@ -35,12 +41,16 @@ impl PainnForces<'_> {
         if (self.systems.iter().zip(cells)).all(|(s, c)| s.cell.as_ref() == Some(c)) {
             return Ok(());
         }
+        let batch = self.systems.len() > 1;
         if self.list_cells.is_none() {
+            if batch && self.list_site == ListSite::Device {
+                return Err(Error::NeighborList(DEVICE_LIST_BATCH_NPT.into()));
+            }
             self.list_cells = Some(self.cells());
             (self.graph_max_edges, self.graph, self.steps) = (0, None, None);
             self.one_launch = false;
             self.prune_from = usize::MAX;
-            if self.systems.len() > 1 {
+            if batch {
                 self.device_list = None;
             }
         }
@@ -67,7 +77,11 @@ impl PainnForces<'_> {
         let s = &self.systems[0];
         let dev = self.calculator.device();
         let cutoff = self.cutoff + self.skin;
-        self.device_list = DeviceListBuilder::new(cutoff, s.cell.as_ref(), s.pbc, dev).ok();
+        let builder = DeviceListBuilder::new(cutoff, s.cell.as_ref(), s.pbc, dev);
+        self.device_list = match (builder, self.list_site) {
+            (Err(e), ListSite::Device) => return Err(e),
+            (builder, _) => builder.ok(),
+        };
         Ok(())
     }
 

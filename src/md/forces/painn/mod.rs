@@ -21,6 +21,7 @@ use crate::phase::{NoClock, Phase, PhaseClock};
 use crate::stress::Matrix3;
 use crate::structure::{Lattice, Structure};
 use candle_core::{DType, Device, Tensor, Var};
+pub(crate) use cell::DEVICE_LIST_BATCH_NPT;
 
 /// Where MD builds its Verlet neighbour list (`--neighbor-list`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -76,6 +77,8 @@ pub struct PainnForces<'a> {
     /// The list built on the device instead of `host_list` ([`ListSite`]), its builds so far,
     /// and the slots of its next build.
     device_list: Option<DeviceListBuilder>,
+    /// Where the list was asked to be built (`Device`: an error wherever it cannot be).
+    list_site: ListSite,
     device_builds: usize,
     list_capacity: usize,
     /// Eager calls on a device list of at least this many edges take only the pairs within
@@ -187,6 +190,7 @@ impl<'a> PainnForces<'a> {
             host_builds: 0,
             spans: None,
             device_list: None,
+            list_site: ListSite::Auto,
             device_builds: 0,
             list_capacity: 0,
             prune_from: tuning.prune_from_edges,
@@ -299,6 +303,7 @@ impl<'a> PainnForces<'a> {
                     .into(),
             ));
         }
+        self.list_site = site;
         self.device_list = match site {
             ListSite::Host => None,
             ListSite::Auto if !dev.is_cuda() || !one_cell => None,
