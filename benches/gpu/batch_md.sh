@@ -5,7 +5,9 @@
 # NVT, beside one single aspirin run and the bare energy+forces call of the same batches
 # (`mlff bench`); then PyTorch's batched MD of the same model and weights
 # (benches/reference/md_torch.py, one CUDA graph per step, and torch.compile then a graph).
-#   bash benches/gpu/batch_md.sh PACK.tar.xz [ours|torch]...
+# `singles`: one run of each of the six molecules alone; `npt`: replicas of the 96-atom water
+# box (models/painn-gfn2-water.safetensors) at constant pressure beside NVT.
+#   bash benches/gpu/batch_md.sh PACK.tar.xz [ours|torch|singles|npt]...
 # Results go to $OUT (default /tmp/mlff-batch-md): ours.md, bench.md, torch.md and the JSON
 # each row came from.
 set -uo pipefail
@@ -36,9 +38,9 @@ print(f"| {sys.argv[2]} | {systems} | {s['atoms']} | {s['steps_per_s']:.0f} | "
 PY
 }
 
+echo "| run | systems | atoms | steps/s | M atom-steps/s | list builds |" > "$out/ours.md"
+echo "|---|---|---|---|---|---|" >> "$out/ours.md"
 if [[ "$parts" == *" ours "* ]]; then
-  echo "| run | systems | atoms | steps/s | M atom-steps/s | list builds |" > "$out/ours.md"
-  echo "|---|---|---|---|---|---|" >> "$out/ours.md"
   for ens in nve nvt; do
     md "aspirin-single-$ens" 10000 --structure $start/aspirin.extxyz --ensemble $ens
     for n in 8 64 256 1024; do
@@ -56,6 +58,25 @@ if [[ "$parts" == *" ours "* ]]; then
     --repeats 100 --max-seconds 3 --json "$out/bench.json" --overwrite > "$out/bench.md" \
     2> "$work/bench.err"
   cat "$out/ours.md" "$out/bench.md"
+fi
+
+if [[ "$parts" == *" singles "* ]]; then
+  for m in water8 ethanol benzene aspirin alanine_dipeptide trialanine; do
+    md "$m-single-nve" 10000 --structure $start/$m.extxyz
+  done
+  cat "$out/ours.md"
+fi
+
+if [[ "$parts" == *" npt "* ]]; then
+  water=data/gfn2-water/teacher-md-start.extxyz
+  for n in 1 8 64; do
+    replicas=(); [ "$n" -gt 1 ] && replicas=(--replicas "$n")
+    model=models/painn-gfn2-water.safetensors md "water96-x$n-nvt" 1000 \
+      --structure $water "${replicas[@]}" --ensemble nvt
+    model=models/painn-gfn2-water.safetensors md "water96-x$n-npt" 1000 \
+      --structure $water "${replicas[@]}" --ensemble npt --pressure 1
+  done
+  cat "$out/ours.md"
 fi
 
 if [[ "$parts" == *" torch "* ]]; then
