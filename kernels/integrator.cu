@@ -61,3 +61,24 @@ extern "C" __global__ void md_displacement2_f64(const double* x, const double* r
         out[1] = tm;
     }
 }
+
+// The step after the force call, into one packed state [x (3N) | v (3N) | f (3N) | e (S)]:
+// the positions and forces as given, the closing kick v + f hk, the energies (a replayed MD
+// step writes its next state with this one launch instead of a kick and four copies).
+extern "C" __global__ void md_finish_f64(const double* x, const double* v, const double* f,
+                                         const double* hk, const double* e, double* out,
+                                         size_t n, size_t s) {
+    const size_t m = 3 * n;
+    FOR_ATOMS(t, 3 * m + s) {
+        if (t < m) {
+            out[t] = x[t];
+        } else if (t < 2 * m) {
+            const size_t u = t - m;
+            out[t] = md_kick_one(v[u], f[u], hk[u / 3]);
+        } else if (t < 3 * m) {
+            out[t] = f[t - 2 * m];
+        } else {
+            out[t] = e[t - 3 * m];
+        }
+    }
+}

@@ -744,3 +744,65 @@ fn integrator_kernels_equal_the_candle_ops() {
     let err = md_advance(&x, &v, &f, &col(1.0).narrow(0, 0, 5).unwrap(), dt, None).unwrap_err();
     assert!(err.to_string().contains("half_kick"), "{err}");
 }
+
+/// The in-place forms a replayed MD step writes its buffers with equal the plain kernels: the
+/// step up to the force call into a scratch, the check into its slot, and the closing kick
+/// with positions, forces and energies packed into the next state, at an offset into a
+/// larger buffer; a target of the wrong size, or one an input lives in, is refused.
+#[test]
+fn in_place_integrator_kernels_equal_the_plain_ones() {
+    use candle_core::{Tensor, Var};
+    use mlff_distiller::ops::{
+        md_advance, md_advance_into, md_displacement2, md_displacement2_into, md_finish_into,
+        md_kick, LangevinNoise,
+    };
+    let cpu = Device::Cpu;
+    let n = 11;
+    let r = |seed: f64, k: usize| {
+        let v: Vec<f64> = (0..k).map(|j| ((j as f64 + seed) * 0.29).sin()).collect();
+        Tensor::from_vec(v, k, &cpu).unwrap()
+    };
+    let rows = |seed: f64| r(seed, 3 * n).reshape((n, 3)).unwrap();
+    let (x, v, f, xi) = (rows(1.0), rows(2.0), rows(3.0), rows(4.0));
+    let hk = (r(5.0, n).abs().unwrap() + 0.01)
+        .unwrap()
+        .reshape((n, 1))
+        .unwrap();
+    let scale = r(6.0, n).abs().unwrap().reshape((n, 1)).unwrap();
+    let e = r(7.0, 3);
+    let noise = LangevinNoise {
+        xi: &xi,
+        scale: &scale,
+        c1: 0.9,
+    };
+    let flat = |t: &Tensor| t.flatten_all().unwrap().to_vec1::<f64>().unwrap();
+    let scratch = Var::from_tensor(&Tensor::zeros(6 * n, DType::F64, &cpu).unwrap()).unwrap();
+    for langevin in [None, Some(noise)] {
+        md_advance_into(scratch.as_tensor(), &x, &v, &f, &hk, 0.05, langevin).unwrap();
+        let (x1, v1) = md_advance(&x, &v, &f, &hk, 0.05, langevin).unwrap();
+        assert_eq!(flat(scratch.as_tensor()), [flat(&x1), flat(&v1)].concat());
+    }
+    // The packed state at an offset of 5 into its buffer.
+    let buffer =
+        Var::from_tensor(&Tensor::zeros(9 * n + 3 + 5, DType::F64, &cpu).unwrap()).unwrap();
+    let state = buffer.narrow(0, 5, 9 * n + 3).unwrap();
+    md_finish_into(&state, &x, &v, &f, &hk, &e).unwrap();
+    let kicked = md_kick(&v, &f, &hk).unwrap();
+    let want = [flat(&x), flat(&kicked), flat(&f), flat(&e)].concat();
+    assert_eq!(flat(&state), want);
+    assert_eq!(flat(&buffer.narrow(0, 0, 5).unwrap()), [0.0; 5]);
+    let slot = Var::from_tensor(&Tensor::zeros(2, DType::F64, &cpu).unwrap()).unwrap();
+    md_displacement2_into(slot.as_tensor(), &v, &x).unwrap();
+    assert_eq!(
+        flat(slot.as_tensor()),
+        flat(&md_displacement2(&v, &x).unwrap())
+    );
+    // Wrong sizes, and a target an input lives in.
+    let err = md_finish_into(&state.narrow(0, 1, 9 * n).unwrap(), &x, &v, &f, &hk, &e);
+    assert!(err.unwrap_err().to_string().contains("target"));
+    let err = md_displacement2_into(&scratch.as_tensor().narrow(0, 0, 3).unwrap(), &x, &v);
+    assert!(err.unwrap_err().to_string().contains("target"));
+    let x_in_state = state.narrow(0, 0, 3 * n).unwrap().reshape((n, 3)).unwrap();
+    let err = md_finish_into(&state, &x_in_state, &v, &f, &hk, &e).unwrap_err();
+    assert!(err.to_string().contains("shares the target"), "{err}");
+}

@@ -300,10 +300,14 @@ impl ForceGraph {
         launch(&self.graph)
     }
 
-    /// The captured call run op by op on the static buffers, positions taken from
-    /// `positions` ([N, 3] f64): for capturing it inside a larger graph (a whole MD step).
-    pub(crate) fn run_on(&self, calc: &PainnCalculator, positions: &Tensor) -> Result<()> {
-        self.positions.set(positions)?;
+    /// The captured call run op by op on the static edge buffers at `positions` ([N, 3] f64):
+    /// energies \[S\] and forces [N, 3], f64, as new tensors (for capturing it inside a
+    /// larger graph, a whole MD step, which writes them where it keeps its state).
+    pub(crate) fn call_at(
+        &self,
+        calc: &PainnCalculator,
+        positions: &Tensor,
+    ) -> Result<(Tensor, Tensor)> {
         Parts {
             calc,
             positions: &self.positions,
@@ -316,7 +320,7 @@ impl ForceGraph {
             energies: &self.energies,
             forces: &self.forces,
         }
-        .step()
+        .call(positions)
     }
 
     /// Energy per structure \[S\], f64, of the last launch (overwritten by the next).
@@ -349,9 +353,17 @@ impl Parts<'_> {
     /// tensor it makes is freed before it returns, so the graph owns no memory between
     /// replays beyond its buffers.
     fn step(&self) -> Result<()> {
+        let (energies, forces) = self.call(self.positions.as_tensor())?;
+        self.energies.set(&energies)?;
+        self.forces.set(&forces)?;
+        Ok(())
+    }
+
+    /// Energies \[S\] and forces [N, 3], f64, at `positions` on the static edge buffers.
+    fn call(&self, positions: &Tensor) -> Result<(Tensor, Tensor)> {
         let inputs = PainnInputs {
             species: self.species.as_tensor().clone(),
-            positions: self.positions.to_dtype(self.calc.dtype())?,
+            positions: positions.to_dtype(self.calc.dtype())?,
             centers: self.centers.as_tensor().clone(),
             neighbors: self.neighbors.as_tensor().clone(),
             offsets: self.offsets.as_tensor().clone(),
@@ -365,9 +377,7 @@ impl Parts<'_> {
         let forces = forces.to_dtype(DType::F64)?;
         let atom_energies = atom_energies.to_dtype(DType::F64)?;
         let energies = scatter_add(&atom_energies, self.atom_structure, self.structures)?;
-        self.energies.set(&energies)?;
-        self.forces.set(&forces)?;
-        Ok(())
+        Ok((energies, forces))
     }
 }
 

@@ -10,57 +10,77 @@
 //! before it reads them, so the device does not wait for the host between steps.
 //!
 //! Below the force providers (the PaiNN provider captures and owns one), so it names neither
-//! them nor their module: the displacement check comes from `positions`.
+//! them nor their module. Each replay is few launches: the step up to the force call into a
+//! scratch, the check into its slot, the force call, and the closing kick written with the
+//! positions, forces and energies into the next state's one buffer.
 
 use super::integrator::{Ensemble, Integrator, State};
-use super::positions::displacement2;
 use crate::calculator::PainnCalculator;
 use crate::error::Result;
 use crate::graph::{capture_graph, launch, ForceGraph, Graph, Readback};
+use crate::ops::{md_advance_into, md_displacement2_into, md_finish_into};
 use candle_core::{DType, Tensor, Var};
 
-/// One set of state buffers.
+/// One set of state buffers: positions, velocities, forces (3N each) and energies (S) packed
+/// in one buffer, which a replay writes with one launch, and the state's tensors as views of
+/// it.
 struct Buffers {
-    positions: Var,
-    velocities: Var,
-    forces: Var,
-    energy: Var,
+    packed: Var,
+    positions: Tensor,
+    velocities: Tensor,
+    forces: Tensor,
+    energy: Tensor,
 }
 
 impl Buffers {
     fn of(state: &State) -> Result<Self> {
-        // Copies: the state's tensors may be another ring's buffers, which a Var would share.
-        let var = |t: &Tensor| Var::from_tensor(&t.to_dtype(DType::F64)?.copy()?);
+        let packed = Var::from_tensor(&pack(state)?)?;
+        let t = packed.as_tensor();
+        let n = state.positions.dim(0)?;
+        let rows = |k: usize| t.narrow(0, 3 * n * k, 3 * n)?.reshape((n, 3));
+        let (positions, velocities, forces) = (rows(0)?, rows(1)?, rows(2)?);
+        let energy =
+            (t.narrow(0, 9 * n, state.energy.elem_count())?).reshape(state.energy.shape())?;
         Ok(Self {
-            positions: var(&state.positions)?,
-            velocities: var(&state.velocities)?,
-            forces: var(&state.forces)?,
-            energy: var(&state.energy)?,
+            packed,
+            positions,
+            velocities,
+            forces,
+            energy,
         })
     }
 
     fn load(&self, state: &State) -> Result<()> {
-        self.positions.set(&state.positions)?;
-        self.velocities.set(&state.velocities)?;
-        self.forces.set(&state.forces)?;
-        self.energy.set(&state.energy)?;
-        Ok(())
+        Ok(self.packed.set(&pack(state)?)?)
     }
 
     /// Whether `state`'s tensors are these buffers' (the state a replay left).
     fn holds(&self, state: &State) -> bool {
-        state.positions.id() == self.positions.as_tensor().id()
-            && state.velocities.id() == self.velocities.as_tensor().id()
-            && state.forces.id() == self.forces.as_tensor().id()
-            && state.energy.id() == self.energy.as_tensor().id()
+        state.positions.id() == self.positions.id()
+            && state.velocities.id() == self.velocities.id()
+            && state.forces.id() == self.forces.id()
+            && state.energy.id() == self.energy.id()
     }
 
     fn store(&self, state: &mut State) {
-        state.positions = self.positions.as_tensor().clone();
-        state.velocities = self.velocities.as_tensor().clone();
-        state.forces = self.forces.as_tensor().clone();
-        state.energy = self.energy.as_tensor().clone();
+        state.positions = self.positions.clone();
+        state.velocities = self.velocities.clone();
+        state.forces = self.forces.clone();
+        state.energy = self.energy.clone();
     }
+}
+
+/// `state` as one f64 buffer: positions, velocities, forces, energies (a new tensor).
+fn pack(state: &State) -> Result<Tensor> {
+    let parts = [
+        &state.positions,
+        &state.velocities,
+        &state.forces,
+        &state.energy,
+    ]
+    .map(|t| t.to_dtype(DType::F64)?.flatten_all());
+    let [x, v, f, e] = parts;
+    Ok(Tensor::cat(&[x?, v?, f?, e?], 0)?)
 }
 
 /// The captured steps of one integrator with one force graph.
@@ -78,6 +98,9 @@ pub(crate) struct StepGraph {
     readback: Vec<Readback>,
     /// Positions at the last neighbour-list build, [N, 3] f64.
     reference: Var,
+    /// The replays' x' and v' up to the force call, 6N f64 (written and read by each; held
+    /// here so that its memory outlives the graphs).
+    _scratch: Var,
     /// Per graph, one step's standard normals for the Langevin noise, [N, 3] f64 (NVT only).
     noise: Option<Vec<Var>>,
     /// What it was captured for (dt, ensemble): another integrator needs a new capture.
@@ -123,23 +146,23 @@ impl StepGraph {
             Ensemble::Nvt { .. } => Some(per_graph(&state.positions.to_dtype(DType::F64)?)?),
             Ensemble::Nve => None,
         };
+        let n = state.positions.dim(0)?;
+        // x' and v' of the step up to the force call (the replays run one after another).
+        let scratch = Var::from_tensor(&Tensor::zeros(6 * n, DType::F64, dev)?)?;
         let mut graphs = Vec::with_capacity(RING);
         for k in 0..RING {
             let (from, to) = (&buffers[k], &buffers[(k + 1) % RING]);
             let xi = noise.as_ref().map(|n| n[k].as_tensor());
             graphs.push(capture_graph(dev, || {
-                let (x, v) = integrator.advance(
-                    from.positions.as_tensor(),
-                    from.velocities.as_tensor(),
-                    from.forces.as_tensor(),
-                    xi,
-                )?;
-                displacement[k].set(&displacement2(&x, reference.as_tensor())?)?;
-                force.run_on(calc, &x)?;
-                to.velocities.set(&integrator.kick(&v, force.forces())?)?;
-                to.positions.set(&x)?;
-                to.forces.set(force.forces())?;
-                to.energy.set(&force.energies().squeeze(0)?)?;
+                let (hk, mid) = (integrator.half_kick(), scratch.as_tensor());
+                let langevin = integrator.langevin(xi)?;
+                let (x, v, f) = (&from.positions, &from.velocities, &from.forces);
+                md_advance_into(mid, x, v, f, hk, integrator.dt(), langevin)?;
+                let x = mid.narrow(0, 0, 3 * n)?.reshape((n, 3))?;
+                let v = mid.narrow(0, 3 * n, 3 * n)?.reshape((n, 3))?;
+                md_displacement2_into(displacement[k].as_tensor(), &x, reference.as_tensor())?;
+                let (energies, forces) = force.call_at(calc, &x)?;
+                md_finish_into(to.packed.as_tensor(), &x, &v, &forces, hk, &energies)?;
                 Ok(())
             })?);
         }
@@ -151,6 +174,7 @@ impl StepGraph {
             displacement,
             readback,
             reference,
+            _scratch: scratch,
             noise,
             integrator: integrator.clone(),
             recent: [None; 2],

@@ -4,7 +4,7 @@
 //! launches). f64; the CPU twin does the candle ops' arithmetic in their order, so CPU results
 //! are what those ops gave, and CUDA equals the CPU bit for bit (no fused multiply-adds).
 
-use crate::ops::launch::{kernel_source, launch, Init, Kernel, Real};
+use crate::ops::launch::{kernel_source, launch, launch_in_place, Init, Kernel, Real};
 use candle_core::{bail, DType, Result, Tensor};
 
 struct Kick {
@@ -62,6 +62,31 @@ impl Kernel for Advance {
                 out[m + t] = v1;
             }
         }
+    }
+}
+
+struct Finish {
+    n: usize,
+    s: usize,
+}
+
+impl Kernel for Finish {
+    kernel_source!("md_finish", "integrator");
+    fn work(&self) -> usize {
+        9 * self.n + self.s
+    }
+    fn sizes(&self) -> Vec<usize> {
+        vec![self.n, self.s]
+    }
+    fn cpu<T: Real>(&self, x: &[&[T]], _: &[&[u32]], out: &mut [T]) {
+        let [pos, v, f, hk, e] = [x[0], x[1], x[2], x[3], x[4]];
+        let m = 3 * self.n;
+        out[..m].copy_from_slice(pos);
+        for t in 0..m {
+            out[m + t] = v[t] + f[t] * hk[t / 3];
+        }
+        out[2 * m..3 * m].copy_from_slice(f);
+        out[3 * m..].copy_from_slice(e);
     }
 }
 
@@ -148,14 +173,50 @@ pub fn md_advance(
     noise: Option<LangevinNoise>,
 ) -> Result<(Tensor, Tensor)> {
     let n = x.dim(0)?;
+    let (op, inputs) = advance(x, v, f, half_kick, dt, noise.as_ref())?;
+    let out = launch(op, &inputs, &[], (2 * n, 3), Init::Uninit)?;
+    Ok((out.narrow(0, 0, n)?, out.narrow(0, n, n)?))
+}
+
+/// [`md_advance`] into `target` ([2N, 3] or 6N f64, contiguous: x' then v'), in place.
+pub fn md_advance_into(
+    target: &Tensor,
+    x: &Tensor,
+    v: &Tensor,
+    f: &Tensor,
+    half_kick: &Tensor,
+    dt: f64,
+    noise: Option<LangevinNoise>,
+) -> Result<()> {
+    let (op, inputs) = advance(x, v, f, half_kick, dt, noise.as_ref())?;
+    check("md_advance", op.n, &[("target", target, 6)])?;
+    launch_in_place(op, target, &inputs, &[])
+}
+
+/// Checks the state of a step (x, v, f [N, 3] and half_kick [N, 1], f64) and returns N.
+fn check_step(op: &str, x: &Tensor, v: &Tensor, f: &Tensor, half_kick: &Tensor) -> Result<usize> {
+    let n = x.dim(0)?;
     let parts = [
         ("x", x, 3),
         ("v", v, 3),
         ("f", f, 3),
         ("half_kick", half_kick, 1),
     ];
-    check("md_advance", n, &parts)?;
-    let (xi, scale, c1) = match &noise {
+    check(op, n, &parts)?;
+    Ok(n)
+}
+
+/// The checked launch of [`md_advance`] and its inputs.
+fn advance<'a>(
+    x: &'a Tensor,
+    v: &'a Tensor,
+    f: &'a Tensor,
+    half_kick: &'a Tensor,
+    dt: f64,
+    noise: Option<&LangevinNoise<'a>>,
+) -> Result<(Advance, [&'a Tensor; 6])> {
+    let n = check_step("md_advance", x, v, f, half_kick)?;
+    let (xi, scale, c1) = match noise {
         Some(l) => {
             check(
                 "md_advance",
@@ -173,14 +234,38 @@ pub fn md_advance(
         dt,
         c1,
     };
-    let out = launch(
-        op,
-        &[x, v, f, half_kick, xi, scale],
-        &[],
-        (2 * n, 3),
-        Init::Uninit,
+    Ok((op, [x, v, f, half_kick, xi, scale]))
+}
+
+/// The step after the force call into one packed state `target` (9N + S f64, contiguous):
+/// positions x, the kick v + f · half_kick, forces f ([N, 3] each) and the energies e \[S\].
+pub fn md_finish_into(
+    target: &Tensor,
+    x: &Tensor,
+    v: &Tensor,
+    f: &Tensor,
+    half_kick: &Tensor,
+    e: &Tensor,
+) -> Result<()> {
+    let (n, s) = (check_step("md_finish", x, v, f, half_kick)?, e.elem_count());
+    check(
+        "md_finish",
+        1,
+        &[("e", e, s), ("target", target, 9 * n + s)],
     )?;
-    Ok((out.narrow(0, 0, n)?, out.narrow(0, n, n)?))
+    launch_in_place(Finish { n, s }, target, &[x, v, f, half_kick, e], &[])
+}
+
+/// [`md_displacement2`] into `target` (\[2\] f64), in place.
+pub fn md_displacement2_into(target: &Tensor, x: &Tensor, reference: &Tensor) -> Result<()> {
+    let n = x.dim(0)?;
+    check(
+        "md_displacement2",
+        n,
+        &[("x", x, 3), ("reference", reference, 3)],
+    )?;
+    check("md_displacement2", 1, &[("target", target, 2)])?;
+    launch_in_place(Displacement2 { n }, target, &[x, reference], &[])
 }
 
 /// [Σ, max] over atoms of |x − reference|² ([N, 3] each), a \[2\] tensor: the Verlet check in

@@ -33,7 +33,10 @@ pub(crate) const SHIPPED_RBF: usize = 20;
 pub use edges::gather::{gather, initial_state, Gather};
 pub use edges::scatter_add::{scatter_add, ScatterAdd};
 pub use frames::{gather_frames, FrameTensors, GatherShape};
-pub use integrator::{md_advance, md_displacement2, md_kick, LangevinNoise};
+pub use integrator::{
+    md_advance, md_advance_into, md_displacement2, md_displacement2_into, md_finish_into, md_kick,
+    LangevinNoise,
+};
 pub use layers::activation::{bias_silu, bias_silu_adjoint};
 pub use layers::dense::{dense, dense_silu, dense_silu_adjoint, DENSE_MAX_WIDTH};
 pub use layers::dense_tc::{
