@@ -1,7 +1,7 @@
 // The tiled tensor-core interaction with each warp's filters kept in the mma's C fragments
 // (registers) instead of shared memory, formed in split f16 (TcTile<.., FRAG = true>).
-// Included by kernels/layers/interaction_tile.cu after kernels/layers/interaction_tc.cuh, whose tiles and
-// staging it shares; F = TILE_F only.
+// Included by kernels/layers/interaction_tile.cu after kernels/layers/interaction_tc_kernels.cuh
+// (the tile of kernels/layers/interaction_tc.cuh, whose staging it shares); F = TILE_F only.
 //
 // Lane (g, t) of warp (group, quarter) owns the tile's edges 16 group + g and + 8 (its rows r =
 // 0, 1) and 8 features of the warp's 32 (32 quarter + 4 t + [0, 4) and + 16: index k, see
@@ -154,7 +154,7 @@ __device__ void frag_fwd(const float* __restrict__ phi, const float* __restrict_
 
 // The shipped basis (TC_RBF functions) has its own entry, so that ptxas allocates its
 // registers alone: in one entry with the generic instantiation both spilled. The others: a
-// family of (SWZ, KS) entries (TC_KS_FAMILY in kernels/layers/interaction_tc.cuh).
+// family of (SWZ, KS) entries (TC_KS_FAMILY in kernels/layers/interaction_tc_kernels.cuh).
 #define FRAG_FWD(NAME, NRBF, SWZ, KS)                                                           \
     extern "C" __global__ void __launch_bounds__(TC_THREADS, 2) NAME(                         \
         const float* phi, const float* pb, const float* w, const float* basis,                \

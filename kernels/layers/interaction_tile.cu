@@ -474,7 +474,7 @@ __device__ void tile_sym_adj(const T* __restrict__ phi, const T* __restrict__ pb
 
 }  // namespace
 
-#include "interaction_tc.cuh"
+#include "interaction_tc_kernels.cuh"
 #include "interaction_frag.cuh"
 
 // The CUDA-core forward, interaction_tile_cc_fwd: f64, and f32 where the tensor-core kernels

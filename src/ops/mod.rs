@@ -25,7 +25,7 @@ pub(crate) mod whole;
 
 /// The shipped models' shapes (128 features, 20 basis functions), for which the kernels have
 /// entries of their own (compile-time strides and unrolled loops: TC_RBF in
-/// kernels/layers/interaction_tc.cuh, the `feature_split_128x*` entries); any other shape takes the
+/// kernels/layers/interaction_tc_shape.cuh, the `feature_split_128x*` entries); any other shape takes the
 /// generic entries.
 pub(crate) const SHIPPED_HIDDEN: usize = 128;
 pub(crate) const SHIPPED_RBF: usize = 20;

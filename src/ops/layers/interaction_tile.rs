@@ -245,7 +245,8 @@ impl Kernel for TileForward {
     }
 }
 
-/// Threads per block of the tensor-core kernels (TC_THREADS in kernels/layers/interaction_tc.cuh).
+/// Threads per block of the tensor-core kernels (TC_THREADS in
+/// kernels/layers/interaction_tc_shape.cuh).
 #[cfg(feature = "cuda")]
 const TC_THREADS: usize = 256;
 
@@ -296,7 +297,7 @@ fn tc_swizzled(n_rbf: usize) -> bool {
 }
 
 /// A family of tensor-core entries, one per reachable (swizzle, k steps) pair
-/// (TC_KS_FAMILY in kernels/layers/interaction_tc.cuh): "_k1" to "_k3" unswizzled, "_sw_k3" and
+/// (TC_KS_FAMILY in kernels/layers/interaction_tc_kernels.cuh): "_k1" to "_k3" unswizzled, "_sw_k3" and
 /// "_sw_k4" at stride 32.
 type KsFamily = [&'static str; 5];
 
