@@ -8,6 +8,7 @@
 # `singles`: one run of each of the six molecules alone; `npt`: replicas of the 96-atom water
 # box (models/painn-gfn2-water.safetensors) at constant pressure beside NVT.
 #   bash benches/gpu/batch_md.sh PACK.tar.xz [ours|torch|singles|npt]...
+# SIZES="64 1024" limits the aspirin batches of `ours` and `torch` (default 8 64 256 1024).
 # Results go to $OUT (default /tmp/mlff-batch-md): ours.md, bench.md, torch.md and the JSON
 # each row came from.
 set -uo pipefail
@@ -20,6 +21,8 @@ bin=$(bash benches/gpu/run.sh "$pack" unpack)
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u +%F
   cat "$bin/../commit" 2>/dev/null; } > "$out/gpu.txt"
 start=data/gfn2/start
+sizes=${SIZES:-8 64 256 1024}
+batches=$(for n in $sizes; do printf 'aspirin-x%s,' "$n"; done); batches=${batches%,}
 cat $start/{water8,ethanol,benzene,aspirin,alanine_dipeptide,trialanine}.extxyz > "$work/six.extxyz"
 
 # One `mlff md` run: LABEL STEPS ARGS...; a row of ours.md from its summary.
@@ -43,7 +46,7 @@ echo "|---|---|---|---|---|---|" >> "$out/ours.md"
 if [[ "$parts" == *" ours "* ]]; then
   for ens in nve nvt; do
     md "aspirin-single-$ens" 10000 --structure $start/aspirin.extxyz --ensemble $ens
-    for n in 8 64 256 1024; do
+    for n in $sizes; do
       steps=$(( n <= 64 ? 6000 : (n == 256 ? 3000 : 1000) ))
       md "aspirin-x$n-$ens" $steps --structure $start/aspirin.extxyz --replicas $n --ensemble $ens
     done
@@ -54,7 +57,7 @@ if [[ "$parts" == *" ours "* ]]; then
     md "aspirin-x$n-nve-graphs-on" 600 --structure $start/aspirin.extxyz --replicas $n --graphs on
   done
   timeout 200 "$bin/mlff" bench --model "$model" --device cuda --ops fused \
-    --systems aspirin,aspirin-x8,aspirin-x64,aspirin-x256,aspirin-x1024 --warmup 10 \
+    --systems "aspirin,$batches" --warmup 10 \
     --repeats 100 --max-seconds 3 --json "$out/bench.json" --overwrite > "$out/bench.md" \
     2> "$work/bench.err"
   cat "$out/ours.md" "$out/bench.md"
@@ -81,10 +84,10 @@ fi
 
 if [[ "$parts" == *" torch "* ]]; then
   timeout 200 "$bin/mlff" bench --model "$model" --device cuda --ops fused --graphs off \
-    --systems aspirin-x8,aspirin-x64,aspirin-x256,aspirin-x1024 --warmup 1 --repeats 3 \
+    --systems "$batches" --warmup 1 --repeats 3 \
     --export "$work/systems" > /dev/null 2> "$work/export.err"
   : > "$out/torch.md"
-  for n in 8 64 256 1024; do
+  for n in $sizes; do
     steps=$(( n <= 64 ? 2000 : (n == 256 ? 1000 : 400) ))
     for form in graph compile; do
       flag=""; [ "$form" = compile ] && flag=--compile
