@@ -171,6 +171,53 @@ fn a_batch_on_the_device_list_equals_one_on_host_lists() {
     assert_eq!(run(ListSite::Device), run(ListSite::Host));
 }
 
+/// Steps with their list checks deferred (on by default only on CUDA; the CPU twin here)
+/// give the trajectories and logs of steps checked one by one, the runs past a due list
+/// thrown away and redone, and each system's noise stream put back with them.
+#[test]
+fn a_batch_with_deferred_checks_equals_one_checked_step_by_step() {
+    let calc = calc();
+    let systems = [
+        common::random_molecule(9, 2),
+        common::random_molecule(12, 4),
+        common::random_molecule(9, 2),
+    ];
+    let st = MdSettings {
+        log_every: 25,
+        ..settings(150, nvt())
+    };
+    let run = |defer: bool| {
+        let forces =
+            (PainnForces::batch(&calc, &systems, st.skin).unwrap()).with_deferred_checks(defer);
+        let mut b =
+            BatchSimulation::new(forces, &systems, st.clone(), serde_json::Value::Null).unwrap();
+        let summary = b.run(&mut quiet()).unwrap();
+        let states: Vec<HostState> = (0..systems.len())
+            .map(|k| b.system_state(k).unwrap())
+            .collect();
+        let logs: Vec<Vec<LogRecord>> = (0..systems.len()).map(|k| b.records(k).to_vec()).collect();
+        let counts = (summary.deferred_steps, summary.redone_steps);
+        (states, logs, summary.neighbor_list_builds, counts)
+    };
+    let (states, logs, builds, counts) = run(false);
+    assert_eq!(counts, (0, 0));
+    assert!(builds > 8, "only {builds} list builds");
+    let (states_d, logs_d, builds_d, (deferred, redone)) = run(true);
+    assert!(
+        deferred > 75 && redone > 0,
+        "{deferred} steps deferred, {redone} redone"
+    );
+    assert_eq!(builds_d, builds);
+    assert_eq!(states_d, states);
+    for (a, b) in logs_d.iter().zip(&logs) {
+        let key = |r: &LogRecord| (r.step, r.e_pot, r.e_kin);
+        assert_eq!(
+            a.iter().map(key).collect::<Vec<_>>(),
+            b.iter().map(key).collect::<Vec<_>>()
+        );
+    }
+}
+
 #[test]
 fn a_replica_gone_non_finite_is_frozen_at_its_step_and_the_others_go_on() {
     let calc = calc();
