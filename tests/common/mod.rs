@@ -4,6 +4,7 @@
 pub mod dense;
 pub mod device_list;
 pub mod element_sums;
+pub mod extxyz;
 pub mod fused;
 
 use candle_core::{DType, Device};
