@@ -349,13 +349,7 @@ fn killed_and_resumed_batch_equals_an_uninterrupted_one() {
     };
     let in_dir = |dir: &Path, steps: u64| MdSettings {
         steps,
-        outputs: MdOutputs {
-            traj: Some(dir.join("traj")),
-            log: Some(dir.join("log.jsonl")),
-            restart: Some(dir.join("restart.json")),
-            append: false,
-            traj_split: true,
-        },
+        outputs: common::batch_outputs(dir),
         ..base.clone()
     };
     let new = |dir: &Path, steps: u64| {
@@ -373,15 +367,9 @@ fn killed_and_resumed_batch_equals_an_uninterrupted_one() {
     assert_eq!(whole.stop, StopReason::Completed);
 
     // Killed at step 50, with frames and log rows past the restart kept at step 20.
-    let kept = b.path().join("restart-20.json");
-    let restart_path = b.path().join("restart.json");
-    new(b.path(), 50)
-        .run(&mut |p: &BatchProgress| {
-            if p.step == 20 {
-                std::fs::copy(&restart_path, &kept).unwrap();
-            }
-        })
-        .unwrap();
+    let kept = common::restart_kept_at(b.path(), 20, |progress| {
+        new(b.path(), 50).run(progress).unwrap();
+    });
     let mut restart = BatchRestart::load(&kept).unwrap();
     assert_eq!((restart.step, restart.systems.len()), (20, 16));
     // The run went on past this copy: resuming it would cut its files back; refused.
@@ -411,7 +399,7 @@ fn killed_and_resumed_batch_equals_an_uninterrupted_one() {
     }
     let (ra, rb) = (
         BatchRestart::load(&a.path().join("restart.json")).unwrap(),
-        BatchRestart::load(&restart_path).unwrap(),
+        BatchRestart::load(&b.path().join("restart.json")).unwrap(),
     );
     for (x, y) in ra.systems.iter().zip(&rb.systems) {
         assert_eq!(x.state, y.state);

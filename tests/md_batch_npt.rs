@@ -151,8 +151,8 @@ mod steps {
     use super::common;
     use candle_core::{DType, Device, Tensor};
     use mlff_distiller::md::{
-        system_seed, Barostat, BarostatMode, BatchSimulation, Ensemble, LogRecord, MdOutputs,
-        MdSettings, PainnForces, Simulation, StopReason,
+        system_seed, BarostatMode, BatchSimulation, Ensemble, LogRecord, MdOutputs, MdSettings,
+        PainnForces, Simulation, StopReason,
     };
     use mlff_distiller::structure::Lattice;
     use mlff_distiller::Structure;
@@ -172,12 +172,7 @@ mod steps {
             seed: 5,
             log_every: 5,
             stop_when_unstable: false,
-            barostat: Some(Barostat {
-                pressure_bar: 5000.0,
-                mode: BarostatMode::Aniso,
-                time_fs: 50.0,
-                compressibility_per_bar: 2e-6,
-            }),
+            barostat: Some(common::stiff_barostat(BarostatMode::Aniso)),
             ..Default::default()
         }
     }
@@ -314,7 +309,7 @@ mod steps {
     /// the log, trajectories and restart file of the uninterrupted run, byte for byte.
     #[test]
     fn killed_and_resumed_npt_batch_equals_an_uninterrupted_one() {
-        use mlff_distiller::md::{BatchProgress, BatchRestart};
+        use mlff_distiller::md::BatchRestart;
         let calc = common::calculator(DType::F64, &Device::Cpu);
         let systems = vec![
             common::random_box(20, 0.15, 41),
@@ -325,13 +320,7 @@ mod steps {
             steps,
             traj_every: 10,
             restart_every: 20,
-            outputs: MdOutputs {
-                traj: Some(dir.join("traj")),
-                log: Some(dir.join("log.jsonl")),
-                restart: Some(dir.join("restart.json")),
-                append: false,
-                traj_split: true,
-            },
+            outputs: common::batch_outputs(dir),
             ..npt(60)
         };
         let new = |dir: &std::path::Path, steps: u64| {
@@ -350,15 +339,9 @@ mod steps {
         let whole = new(a.path(), 60).run(&mut |_| {}).unwrap();
         assert_eq!(whole.frozen_systems, 1);
         assert!(whole.neighbor_list_builds > 2, "{whole:?}");
-        let kept = b.path().join("restart-20.json");
-        let live = b.path().join("restart.json");
-        new(b.path(), 50)
-            .run(&mut |p: &BatchProgress| {
-                if p.step == 20 {
-                    std::fs::copy(&live, &kept).unwrap();
-                }
-            })
-            .unwrap();
+        let kept = common::restart_kept_at(b.path(), 20, |progress| {
+            new(b.path(), 50).run(progress).unwrap();
+        });
         let mut restart = BatchRestart::load(&kept).unwrap();
         assert!(restart.systems.iter().all(|s| s.barostat.is_some()));
         restart.settings.steps = 60;
@@ -384,7 +367,7 @@ mod steps {
         }
         let (ra, rb) = (
             BatchRestart::load(&a.path().join("restart.json")).unwrap(),
-            BatchRestart::load(&live).unwrap(),
+            BatchRestart::load(&b.path().join("restart.json")).unwrap(),
         );
         for (x, y) in ra.systems.iter().zip(&rb.systems) {
             assert_eq!(format!("{:?}", x.state), format!("{:?}", y.state));

@@ -242,12 +242,7 @@ fn painn_npt(steps: u64) -> MdSettings {
         traj_every: 10,
         restart_every: 50,
         stop_when_unstable: false,
-        barostat: Some(Barostat {
-            pressure_bar: 5000.0,
-            mode: BarostatMode::Aniso,
-            time_fs: 50.0,
-            compressibility_per_bar: 2e-6,
-        }),
+        barostat: Some(common::stiff_barostat(BarostatMode::Aniso)),
         ..Default::default()
     }
 }

@@ -18,6 +18,49 @@ use rand_distr::{Distribution, StandardNormal};
 
 /// A small model (fast in debug builds) with every parameter random, including the readout
 /// reference energies, scale and shift.
+/// A barostat that moves a small test box visibly within tens of steps: 5,000 bar, coupled
+/// in 50 fs with a compressibility that keeps each move small.
+pub fn stiff_barostat(mode: mlff_distiller::md::BarostatMode) -> mlff_distiller::md::Barostat {
+    mlff_distiller::md::Barostat {
+        pressure_bar: 5000.0,
+        mode,
+        time_fs: 50.0,
+        compressibility_per_bar: 2e-6,
+    }
+}
+
+/// A batch run's outputs in `dir`: one trajectory per system under `traj/`, `log.jsonl` and
+/// `restart.json`.
+pub fn batch_outputs(dir: &std::path::Path) -> mlff_distiller::md::MdOutputs {
+    mlff_distiller::md::MdOutputs {
+        traj: Some(dir.join("traj")),
+        log: Some(dir.join("log.jsonl")),
+        restart: Some(dir.join("restart.json")),
+        append: false,
+        traj_split: true,
+    }
+}
+
+/// Runs `run` (a batch with [`batch_outputs`] in `dir`, given a progress callback), copying
+/// its restart file aside when the run reports `step`: a run killed later keeps its restart of
+/// that step. Returns the copy's path.
+pub fn restart_kept_at(
+    dir: &std::path::Path,
+    step: u64,
+    run: impl FnOnce(&mut dyn FnMut(&mlff_distiller::md::BatchProgress)),
+) -> std::path::PathBuf {
+    let (live, kept) = (
+        dir.join("restart.json"),
+        dir.join(format!("restart-{step}.json")),
+    );
+    run(&mut |p| {
+        if p.step == step {
+            std::fs::copy(&live, &kept).unwrap();
+        }
+    });
+    kept
+}
+
 pub fn small_config() -> PainnConfig {
     PainnConfig {
         hidden: 16,

@@ -136,7 +136,7 @@ fn cuda_batch_device_list_matches_host_lists() {
 /// and barostat) follows the CPU batch: energies, volumes and final cells.
 #[test]
 fn cuda_npt_batch_matches_cpu_npt_batch() {
-    use mlff_distiller::md::{Barostat, BarostatMode};
+    use mlff_distiller::md::BarostatMode;
     let systems = vec![
         random_box(30, 0.15, 11),
         random_box(24, 0.0, 12),
@@ -147,12 +147,7 @@ fn cuda_npt_batch_matches_cpu_npt_batch() {
         dt_fs: 0.5,
         skin: 0.3,
         log_every: 10,
-        barostat: Some(Barostat {
-            pressure_bar: 5000.0,
-            mode: BarostatMode::Aniso,
-            time_fs: 50.0,
-            compressibility_per_bar: 2e-6,
-        }),
+        barostat: Some(stiff_barostat(BarostatMode::Aniso)),
         ..settings(ENSEMBLES[1])
     };
     let run = |dev: &Device| {

@@ -23,12 +23,7 @@ fn npt(steps: u64, mode: BarostatMode) -> MdSettings {
         log_every: 5,
         traj_every: 0,
         stop_when_unstable: false,
-        barostat: Some(Barostat {
-            pressure_bar: 5000.0,
-            mode,
-            time_fs: 50.0,
-            compressibility_per_bar: 2e-6,
-        }),
+        barostat: Some(stiff_barostat(mode)),
         ..Default::default()
     }
 }
