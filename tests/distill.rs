@@ -96,6 +96,10 @@ fn bad_configs_name_the_field() {
             "seeds[0] (a): give exactly one of smiles, cluster, file",
         ),
         (
+            r#"{"teacher": {"name": "gfn2"}, "seeds": [{"name": "w", "cluster": "O:4", "wall_radius": 0}]}"#,
+            "seeds[0] (w): wall_radius must be positive",
+        ),
+        (
             r#"{"teacher": {"name": "gfn2"}, "seeds": [{"name": "a", "smiles": "C"}], "committee": 1}"#,
             "committee is 1",
         ),
@@ -366,7 +370,7 @@ fn sigint_ends_the_loop_after_the_phase_it_arrives_in() {
     // The teacher's MD has started (its log exists): the signal reaches `mlff` alone, the
     // teacher finishes and the loop stops before training.
     let started = Instant::now();
-    while !out.join("data/teacher-md.log").exists() {
+    while !out.join("data/teacher-md/jobs/c7.relax.log").exists() {
         assert!(
             started.elapsed() < Duration::from_secs(120),
             "no teacher MD"
@@ -383,6 +387,125 @@ fn sigint_ends_the_loop_after_the_phase_it_arrives_in() {
         "{err}"
     );
     assert_eq!(done(&state(&out).unwrap(), 0), ["teacher-md"]);
+}
+
+/// Frames without the teacher's wall time (which differs from run to run).
+fn untimed(mut frames: Vec<Structure>) -> Vec<Structure> {
+    for f in &mut frames {
+        f.info.retain(|(k, _)| k != "teacher_time_s");
+    }
+    frames
+}
+
+#[test]
+fn teacher_md_in_many_processes_equals_one_process_and_keeps_finished_trajectories() {
+    if !bridge_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    toy_run(dir.path());
+    let d = dir.path();
+    std::fs::write(
+        d.join("c4.xyz"),
+        "4\nProperties=species:S:1:pos:R:3\nC 0.0 0.0 0.0\nC 1.6 0.0 0.0\nC 0.8 1.386 0.0\n\
+         C 0.8 0.462 1.306\n",
+    )
+    .unwrap();
+    let script = common::root()
+        .join("teachers/sample.py")
+        .display()
+        .to_string();
+    let teacher = mlff_distiller::distill::TeacherConfig {
+        name: "morse".into(),
+        sample_command: vec!["python3".into(), script.clone()],
+        workers: 3,
+        ..Default::default()
+    };
+    let md = mlff_distiller::distill::TeacherMd {
+        equil_steps: 20,
+        steps: 60,
+        every: 10,
+        ..Default::default()
+    };
+    let start = |name: &str, wall_radius| mlff_distiller::distill::TeacherStart {
+        name: name.into(),
+        args: vec![d.join(format!("{name}.xyz")).display().to_string()],
+        wall_radius,
+    };
+    let out = d.join("md");
+    let job = mlff_distiller::distill::TeacherMdJob {
+        teacher: &teacher,
+        starts: vec![start("c4", None), start("c7", Some(2.5))],
+        temperatures: &[300.0, 600.0],
+        seeds: vec![0, 1, 2],
+        md: &md,
+        out_dir: out.clone(),
+        start_dir: d.join("starts"),
+        summary: d.join("summary.json"),
+    };
+    mlff_distiller::distill::teacher_md(&job).unwrap();
+    let merged = |name: &str| read_extxyz(&out.join(format!("{name}.extxyz"))).unwrap();
+    let c7 = merged("c7");
+    assert_eq!(c7.len(), 2 * 3 * 6);
+    assert!(c7
+        .iter()
+        .all(|f| f.info_value("wall_radius_A") == Some("2.5")));
+    assert!(merged("c4")
+        .iter()
+        .all(|f| f.info_value("wall_radius_A").is_none()));
+    let summary: Value =
+        serde_json::from_str(&std::fs::read_to_string(d.join("summary.json")).unwrap()).unwrap();
+    let c7s = &summary["molecules"]["c7"];
+    // Per trajectory: the first call, then one per step.
+    assert_eq!(c7s["md_steps"].as_f64(), Some(6.0 * 81.0), "{summary}");
+    assert!(c7s["teacher_s"].as_f64().unwrap() > 0.0, "{summary}");
+
+    // One process over every temperature and seed, from the same relaxed starts.
+    for name in ["c4", "c7"] {
+        let serial = d.join("serial");
+        let mut cmd = Command::new("python3");
+        cmd.arg(&script)
+            .arg(d.join("starts").join(format!("{name}.extxyz")))
+            .args([
+                "--teacher",
+                "morse",
+                "--no-optimize",
+                "--temperatures",
+                "300",
+                "600",
+            ])
+            .args([
+                "--seeds",
+                "0",
+                "1",
+                "2",
+                "--friction",
+                "0.01",
+                "--equil-steps",
+                "20",
+            ])
+            .args(["--steps", "60", "--every", "10", "--overwrite", "-o"])
+            .arg(&serial);
+        if name == "c7" {
+            cmd.args(["--wall-radius", "2.5"]);
+        }
+        assert!(cmd.stdout(Stdio::null()).status().unwrap().success());
+        let one = read_extxyz(&serial.join(format!("{name}.extxyz"))).unwrap();
+        assert_eq!(untimed(one), untimed(merged(name)), "{name}");
+    }
+
+    // A second attempt keeps what finished (a marked file stays) and redoes what did not.
+    let jobs = out.join("jobs");
+    let kept = jobs.join("c7_300K_s0/c7.extxyz");
+    let mut marked = read_extxyz(&kept).unwrap();
+    marked[0].info.push(("kept".into(), "yes".into()));
+    mlff_distiller::io::write_extxyz(&kept, &marked).unwrap();
+    std::fs::remove_file(jobs.join("c7_600K_s1.json")).unwrap();
+    std::fs::remove_file(jobs.join("c7_600K_s1/c7.extxyz")).unwrap();
+    mlff_distiller::distill::teacher_md(&job).unwrap();
+    let again = merged("c7");
+    assert_eq!(again[0].info_value("kept"), Some("yes"));
+    assert_eq!(untimed(again[1..].to_vec()), untimed(c7[1..].to_vec()));
 }
 
 #[test]

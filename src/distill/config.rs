@@ -90,6 +90,10 @@ pub struct SeedStructure {
     pub cluster: Option<String>,
     #[serde(default)]
     pub file: Option<PathBuf>,
+    /// Flat-bottom wall radius (Å) of this seed's teacher MD, in place of
+    /// `teacher_md.wall_radius` (a cluster's own size).
+    #[serde(default)]
+    pub wall_radius: Option<f64>,
 }
 
 /// The teacher's own MD: the first training set, and the validation and test sets (other
@@ -311,6 +315,12 @@ impl DistillConfig {
             if !names.insert(&s.name) {
                 return Err(format!("seeds[{k}]: name `{}` is used twice", s.name));
             }
+            if s.wall_radius.is_some_and(|r| !positive(r)) {
+                return Err(format!(
+                    "seeds[{k}] ({}): wall_radius must be positive (Å)",
+                    s.name
+                ));
+            }
         }
         if self.temperatures.is_empty() || self.temperatures.iter().any(|&t| !positive(t)) {
             return Err("temperatures must be one or more positive values (K)".into());
@@ -325,6 +335,9 @@ impl DistillConfig {
         let md = &self.teacher_md;
         if md.every == 0 || md.steps < md.every || !positive(md.timestep) {
             return Err("teacher_md: timestep > 0 and steps >= every >= 1 are needed".into());
+        }
+        if md.wall_radius.is_some_and(|r| !positive(r)) {
+            return Err("teacher_md.wall_radius must be positive (Å)".into());
         }
         for (what, seeds) in [
             ("train_seeds", &md.train_seeds),

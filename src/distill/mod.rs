@@ -15,6 +15,7 @@ mod report;
 mod select;
 mod state;
 mod teacher;
+mod teacher_md;
 
 pub use augment::{rattle_and_relax, set_info, unlabelled, Rattle};
 pub use config::{
@@ -24,4 +25,5 @@ pub use config::{
 pub use report::{budget_plot, markdown};
 pub use select::{close_contact, disagreement, most_disputed};
 pub use state::{GroupErrors, HeldOut, Iteration, Phase, RunState, StabilityRow, STATE_FORMAT};
-pub use teacher::{clean_stale_work, label, teacher_md, teacher_seconds, TeacherMdJob};
+pub use teacher::{clean_stale_work, label, teacher_seconds};
+pub use teacher_md::{teacher_md, TeacherMdJob, TeacherStart};

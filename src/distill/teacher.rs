@@ -1,16 +1,16 @@
-//! The teacher as external processes: the bridge's `sample` (teacher MD) and `label` commands,
-//! labelling in parallel workers. Every failure names the command, its log and its last
-//! words.
+//! The teacher as external processes: the bridge's `label` command in parallel workers, and
+//! what its `sample` command (teacher_md.rs) shares with it. Every failure names the
+//! command, its log and its last words.
 
 use super::config::TeacherConfig;
 use crate::error::{Error, Result};
 use crate::io::{read_extxyz, write_extxyz};
 use crate::structure::Structure;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
 /// `--key value` flags of the teacher's options.
-fn option_flags(t: &TeacherConfig) -> Vec<String> {
+pub(super) fn option_flags(t: &TeacherConfig) -> Vec<String> {
     let mut out = Vec::new();
     for (k, v) in &t.options {
         let flag = format!("--{}", k.replace('_', "-"));
@@ -25,7 +25,7 @@ fn option_flags(t: &TeacherConfig) -> Vec<String> {
 }
 
 /// A process with its output going to `log`, with `threads` threads for OpenMP and BLAS.
-fn spawn(argv: &[String], log: &Path, threads: usize) -> Result<Child> {
+pub(super) fn spawn(argv: &[String], log: &Path, threads: usize) -> Result<Child> {
     let file = std::fs::File::create(log).map_err(|cause| Error::Io {
         path: log.into(),
         cause,
@@ -52,7 +52,7 @@ fn spawn(argv: &[String], log: &Path, threads: usize) -> Result<Child> {
 }
 
 /// Waits for `child`; a failure quotes the end of its log.
-fn finish(mut child: Child, argv: &[String], log: &Path) -> Result<()> {
+pub(super) fn finish(mut child: Child, argv: &[String], log: &Path) -> Result<()> {
     let status = child.wait().map_err(|cause| Error::Io {
         path: log.into(),
         cause,
@@ -71,52 +71,14 @@ fn finish(mut child: Child, argv: &[String], log: &Path) -> Result<()> {
     )))
 }
 
-/// What the teacher's MD makes: per-molecule files in `out_dir`, the relaxed starts in
-/// `start_dir`.
-pub struct TeacherMdJob<'a> {
-    pub teacher: &'a TeacherConfig,
-    /// Seed arguments: files, `--smiles NAME=SMILES`, `--cluster NAME=SMILES:N`.
-    pub seed_args: Vec<String>,
-    pub temperatures: &'a [f64],
-    pub seeds: Vec<u64>,
-    pub md: &'a super::config::TeacherMd,
-    pub out_dir: PathBuf,
-    pub start_dir: PathBuf,
-}
-
-/// Runs the bridge's `sample` for `job` (replacing what a killed attempt left there).
-pub fn teacher_md(job: &TeacherMdJob) -> Result<()> {
-    let md = job.md;
-    let mut argv = job.teacher.sample_command.clone();
-    argv.extend(job.seed_args.iter().cloned());
-    argv.extend(["--teacher".into(), job.teacher.name.clone()]);
-    argv.extend(option_flags(job.teacher));
-    argv.push("--temperatures".into());
-    argv.extend(job.temperatures.iter().map(|t| t.to_string()));
-    argv.push("--seeds".into());
-    argv.extend(job.seeds.iter().map(|s| s.to_string()));
-    for (flag, v) in [
-        ("--timestep", md.timestep.to_string()),
-        // The bridge takes 1/fs.
-        ("--friction", (md.friction_per_ps / 1000.0).to_string()),
-        ("--equil-steps", md.equil_steps.to_string()),
-        ("--steps", md.steps.to_string()),
-        ("--every", md.every.to_string()),
-    ] {
-        argv.extend([flag.to_string(), v]);
+/// Teacher processes at once: `teacher.workers`, or as many as the cores hold at
+/// `teacher.threads` threads each.
+pub(super) fn workers(teacher: &TeacherConfig) -> usize {
+    match teacher.workers {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()) / teacher.threads.max(1),
+        w => w,
     }
-    if let Some(r) = md.wall_radius {
-        argv.extend(["--wall-radius".into(), r.to_string()]);
-    }
-    argv.extend([
-        "-o".into(),
-        job.out_dir.display().to_string(),
-        "--start-dir".into(),
-        job.start_dir.display().to_string(),
-        "--overwrite".into(),
-    ]);
-    let log = job.out_dir.with_extension("log");
-    finish(spawn(&argv, &log, job.teacher.threads)?, &argv, &log)
+    .max(1)
 }
 
 /// `frames` labelled by the teacher in up to `workers` processes at once (contiguous parts,
@@ -135,11 +97,7 @@ pub fn label(
         path: work_dir.into(),
         cause,
     })?;
-    let workers = match teacher.workers {
-        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
-        w => w,
-    }
-    .min(frames.len());
+    let workers = workers(teacher).min(frames.len());
     let per = frames.len().div_ceil(workers);
     let mut running = Vec::new();
     for (k, part) in frames.chunks(per).enumerate() {

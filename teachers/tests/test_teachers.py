@@ -5,6 +5,7 @@ Run: OMP_NUM_THREADS=1 python3 -m pytest -q teachers/tests
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -189,6 +190,20 @@ def test_sample_is_reproducible_and_keeps_every_kth_frame(tmp_path):
     np.testing.assert_allclose(f, frames[-1].get_forces(), atol=1e-3)
     start = ase.io.read(tmp_path / "a" / "start" / "ethanol.extxyz")
     assert start.info["smiles"] == "CCO" and len(start) == 9
+
+
+def test_sample_relax_only_saves_the_relaxed_start_and_runs_no_md(tmp_path):
+    run(
+        "sample.py", "--cluster", "w2=O:2", "--relax-only", "--max-opt-steps", "40",
+        "-o", tmp_path / "md", "--start-dir", tmp_path / "start", "--summary-json", tmp_path / "s.json",
+    )
+    start = ase.io.read(tmp_path / "start" / "w2.extxyz")
+    assert len(start) == 6 and start.info["copies"] == 2
+    assert not (tmp_path / "md" / "w2.extxyz").exists()
+    s = json.loads((tmp_path / "s.json").read_text())["molecules"]["w2"]
+    assert s["atoms"] == 6 and s["relax_calls"] >= 1 and s["teacher_s"] > 0
+    p = run("sample.py", "--cluster", "w2=O:2", "--relax-only", "-o", tmp_path / "x", check=False)
+    assert p.returncode != 0 and "--relax-only needs --start-dir" in p.stderr
 
 
 def test_sample_every_k_other_value(tmp_path):

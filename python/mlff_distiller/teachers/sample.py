@@ -24,7 +24,8 @@ Starting geometries (one molecule each):
                              evaporate in vacuum at 400-600 K: add --wall-radius R to confine
                              them (the stored labels stay the teacher's alone)
 Each start is first relaxed with the teacher (BFGS, fmax --fmax eV/Å; --no-optimize skips it);
---start-dir DIR saves the relaxed starts as DIR/NAME.extxyz.
+--start-dir DIR saves the relaxed starts as DIR/NAME.extxyz; --relax-only stops there (no MD),
+so that one process per start can relax and others run the trajectories from the saved files.
 
 Reproducibility: each trajectory has its own numpy Generator, seeded from (seed, molecule name,
 temperature); it draws the Maxwell-Boltzmann velocities and drives the Langevin noise, so the
@@ -332,6 +333,7 @@ def main(argv=None):
     ap.add_argument("--fmax", type=float, default=0.05, help="relaxation threshold in eV/Å (default 0.05)")
     ap.add_argument("--max-opt-steps", type=int, default=1000, help="relaxation step limit (default 1000)")
     ap.add_argument("--no-optimize", action="store_true", help="start MD from the geometry as given")
+    ap.add_argument("--relax-only", action="store_true", help="relax and save the starts (--start-dir), run no MD")
     ap.add_argument(
         "--wall-radius", type=float, metavar="R",
         help="confine the MD with a flat-bottom harmonic wall at R Å from the centre of mass (for "
@@ -346,11 +348,13 @@ def main(argv=None):
         raise TeacherError("need --timestep > 0, --friction >= 0, --equil-steps >= 0, --steps >= 1, --every >= 1")
     if args.steps < args.every:
         raise TeacherError(f"--steps {args.steps} < --every {args.every}: no frame would be kept")
+    if args.relax_only and (args.no_optimize or not args.start_dir):
+        raise TeacherError("--relax-only needs --start-dir and cannot take --no-optimize")
     starts = starting_structures(args)
     out_dir = Path(args.out_dir)
     for name, _, _ in starts:
         out = out_dir / f"{name}.extxyz"
-        if out.exists() and not args.overwrite:
+        if out.exists() and not args.overwrite and not args.relax_only:
             raise TeacherError(f"output {out} exists; pass --overwrite to replace it")
 
     teacher, calc = teacher_from_args(args)
@@ -380,6 +384,16 @@ def main(argv=None):
             e, f = atoms.get_potential_energy(), atoms.get_forces()
             set_labels(start, e, f, teacher, timed.last)
             write_extxyz_atomic(Path(args.start_dir) / f"{name}.extxyz", [start])
+        if args.relax_only:
+            summary["molecules"][name] = {
+                "atoms": len(atoms),
+                "formula": atoms.get_chemical_formula(),
+                "relax_calls": len(timed.times),
+                "teacher_s": float(sum(timed.times)),
+                "wall_s": time.perf_counter() - t0,
+            }
+            timed.times.clear()
+            continue
         frames, times = [], []
         for temperature in args.temperatures:
             for seed in args.seeds:

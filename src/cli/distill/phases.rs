@@ -47,18 +47,27 @@ fn s(p: &Path) -> String {
 }
 
 /// The seed structures in order, as the bridge's `sample` takes them.
-fn seed_args(run: &Run) -> Vec<String> {
-    let mut out = Vec::new();
-    for seed in &run.cfg.seeds {
-        if let Some(f) = &seed.file {
-            out.push(s(&run.out.join(f)));
-        } else if let Some(smiles) = &seed.smiles {
-            out.extend(["--smiles".into(), format!("{}={smiles}", seed.name)]);
-        } else if let Some(spec) = &seed.cluster {
-            out.extend(["--cluster".into(), format!("{}={spec}", seed.name)]);
-        }
-    }
-    out
+fn teacher_starts(run: &Run) -> Vec<d::TeacherStart> {
+    run.cfg
+        .seeds
+        .iter()
+        .map(|seed| {
+            let args = if let Some(f) = &seed.file {
+                vec![s(&run.out.join(f))]
+            } else if let Some(smiles) = &seed.smiles {
+                vec!["--smiles".into(), format!("{}={smiles}", seed.name)]
+            } else if let Some(spec) = &seed.cluster {
+                vec!["--cluster".into(), format!("{}={spec}", seed.name)]
+            } else {
+                vec![]
+            };
+            d::TeacherStart {
+                name: seed.name.clone(),
+                args,
+                wall_radius: seed.wall_radius,
+            }
+        })
+        .collect()
 }
 
 fn tagged(mut frames: Vec<Structure>, key: &str, value: &str) -> Vec<Structure> {
@@ -81,17 +90,16 @@ fn teacher_md(run: &Run, state: &mut RunState) -> Result<()> {
     let start_dir = run.data("start-geometries");
     std::fs::create_dir_all(&out_dir).with_context(|| format!("creating {}", s(&out_dir)))?;
     let summary = run.data("teacher-md.summary.json");
-    let mut job = d::TeacherMdJob {
+    d::teacher_md(&d::TeacherMdJob {
         teacher: &run.cfg.teacher,
-        seed_args: seed_args(run),
+        starts: teacher_starts(run),
         temperatures: &run.cfg.temperatures,
         seeds,
         md,
         out_dir: out_dir.clone(),
         start_dir: start_dir.clone(),
-    };
-    job.seed_args.extend(["--summary-json".into(), s(&summary)]);
-    d::teacher_md(&job)?;
+        summary: summary.clone(),
+    })?;
     let (mut train, mut val, mut test, mut starts) = (vec![], vec![], vec![], vec![]);
     for seed in &run.cfg.seeds {
         let name = &seed.name;
@@ -125,16 +133,13 @@ fn teacher_md(run: &Run, state: &mut RunState) -> Result<()> {
     write_extxyz(&run.data("val.extxyz"), &val)?;
     write_extxyz(&run.data("test.extxyz"), &test)?;
     write_extxyz(&run.data("start.extxyz"), &starts)?;
-    // The teacher's time is every MD step's call, not only the kept frames'.
+    // The teacher's time is every call (relaxations and MD steps), not only the kept frames'.
     let v: serde_json::Value = crate::fsutil::read_json(&summary, "a teacher sample summary")?;
     let teacher_s: f64 = v["molecules"]
         .as_object()
         .map(|m| {
             m.values()
-                .map(|x| {
-                    x["md_steps"].as_f64().unwrap_or(0.0)
-                        * x["teacher_s_per_structure_mean"].as_f64().unwrap_or(0.0)
-                })
+                .map(|x| x["teacher_s"].as_f64().unwrap_or(0.0))
                 .sum()
         })
         .unwrap_or(0.0);
