@@ -1,12 +1,11 @@
 #!/usr/bin/env bash
-# Issue 46's timed loop: `mlff distill` on ethanol with the GFN2-xTB teacher
-# (examples/distill/ethanol.json), started or, where OUT holds the run, resumed; the wall time
-# of this invocation is appended to OUT/wall.log. The teacher runs from this checkout's bridge
-# (PYTHONPATH=python), so only ase and tblite need to be installed for python3.
+# Issue 46's timed loops: `mlff distill` from CONFIG (default examples/distill/ethanol.json,
+# ethanol with the GFN2-xTB teacher; examples/distill/gfn2-organic.json is the shipped organic
+# student), started or, where OUT holds the run, resumed; the wall time of this invocation is
+# appended to OUT/wall.log. The teacher runs from this checkout's bridge (PYTHONPATH=python),
+# so only ase and tblite need to be installed for python3.
 #
-#   bash benches/distill/ethanol.sh MLFF OUT [mlff distill flags, e.g. --device cuda]
-#
-# CONFIG=FILE picks another settings file.
+#   [CONFIG=FILE] bash benches/distill/loop.sh MLFF OUT [mlff distill flags, e.g. --device cuda]
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 mlff=$1 out=$2
