@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Issue 46's GFN2 organic student (models/painn-gfn2-organic.safetensors) on one GPU host:
+#   1. `mlff distill` from examples/distill/gfn2-organic.json (six molecules and water clusters
+#      of 1-20, GFN2-xTB on the host's cores), started or resumed in OUT/run (loop.sh);
+#   2. a second stage on every frame the loop labelled: warm start from the loop's student,
+#      energy weight 1000 (the loop's 1 leaves each molecule's energy offset loose), lr 1e-4;
+#   3. both students on the held-out frames (teacher MD of a seed never trained on), per
+#      temperature;
+#   4. the Fu et al. stability run: every seed at once, NVT 500 K, 0.5 fs, STEPS (600,000 =
+#      300 ps), the 0.5 Å bond check;
+#   5. one call against the teacher's recorded time per frame.
+#
+#   bash benches/distill/organic.sh MLFF OUT [STEPS]
+#
+# Step 1 resumes and step 2 is skipped where OUT holds them; DEVICE (default cuda). ase and tblite must import
+# in python3 (the teacher runs from this checkout's bridge).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+mlff=$1 out=$2 steps=${3:-600000}
+device=${DEVICE:-cuda}
+run=$out/run
+mkdir -p "$out"
+# A finished run resumed stays finished at once.
+CONFIG=examples/distill/gfn2-organic.json bash benches/distill/loop.sh "$mlff" "$run" \
+  --device "$device"
+student=$out/stage2/best.safetensors
+if [ ! -f "$student" ]; then
+  "$mlff" train --init "$run/student.safetensors" --train "$run"/iter-*/labelled.extxyz \
+    --val "$run/data/val.extxyz" --epochs 300 --batch-size 32 --lr 1e-4 --lr-min 1e-6 \
+    --warmup-steps 100 --energy-weight 1000 --val-every 10 --out "$out/stage2" \
+    --device "$device" --overwrite 2> "$out/stage2.log"
+fi
+python3 - "$run/data/test.extxyz" "$out" <<'PY'
+import sys
+lines = open(sys.argv[1]).read().splitlines(True)
+parts, i = {}, 0
+while i < len(lines):
+    n = int(lines[i])
+    t = lines[i + 1].split("temperature_K=")[1].split()[0]
+    parts.setdefault(t, []).extend(lines[i:i + 2 + n])
+    i += 2 + n
+for t, part in parts.items():
+    open(f"{sys.argv[2]}/test-{float(t):g}K.extxyz", "w").writelines(part)
+PY
+for m in "$run/student.safetensors" "$student"; do
+  for t in "$out"/test-*K.extxyz; do
+    echo "== $m on $(basename "$t")"
+    "$mlff" eval "$m" "$t" --device "$device" | grep '^|' | head -14
+  done
+done
+echo "== Fu et al.: every seed at 500 K, $steps steps of 0.5 fs"
+"$mlff" md --model "$student" --structure "$run/data/start.extxyz" --all-frames --ensemble nvt \
+  --temperature 500 --dt 0.5 --steps "$steps" --seed 7 --device "$device" \
+  --log "$out/fu.jsonl" --log-every 20000 --summary-json "$out/fu.json" --overwrite \
+  > "$out/fu.txt" 2>&1 || echo "md exit $? (4: a system went unstable)"
+tail -4 "$out/fu.txt"
+echo "== one call against the teacher"
+"$mlff" bench --model "$student" --systems none --teacher-data "$run/data/test.extxyz" \
+  --backend fused --device "$device" --max-seconds 2 | grep -A12 '^| molecule'
