@@ -339,6 +339,71 @@ fn the_loop_selects_what_the_student_gets_wrong_learns_from_it_and_resumes_after
     );
 }
 
+/// The `init` a checkpoint was trained from, as its provenance names it.
+fn trained_from(path: &Path) -> String {
+    let ck = mlff_distiller::checkpoint::load(path).unwrap();
+    ck.provenance["init"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+#[test]
+fn a_second_stage_refines_the_last_student_and_is_the_one_shipped() {
+    if !bridge_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let config = toy_run(dir.path());
+    let mut cfg: Value = serde_json::from_str(&std::fs::read_to_string(&config).unwrap()).unwrap();
+    cfg["refine"] = serde_json::json!({"epochs": 8, "batch_size": 8, "lr": 1e-3,
+                                       "energy_weight": 100.0, "val_every": 4});
+    cfg["stability"] = serde_json::json!({"steps": 50});
+    std::fs::write(&config, cfg.to_string()).unwrap();
+    let out = dir.path().join("run");
+    let o = distill(Some(&config), &out).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    let refined = |out: &Path| state(out).unwrap()["refined"].clone();
+    assert_eq!(refined(&out)["from_iteration"], 1, "{err}");
+    assert_eq!(refined(&out)["epochs"], 8);
+    assert!(
+        refined(&out)["test"]["overall"]["force_mae"]
+            .as_f64()
+            .unwrap()
+            > 0.0
+    );
+    let best = out.join("refine/best.safetensors");
+    assert!(trained_from(&best).ends_with("iter-001/student-0/best.safetensors"));
+    let shipped = std::fs::read(out.join("student.safetensors")).unwrap();
+    assert_eq!(shipped, std::fs::read(&best).unwrap());
+    assert!(std::fs::read_to_string(out.join("report.md"))
+        .unwrap()
+        .contains("Second stage"));
+
+    // Resumed as it is: nothing to do, the stage is not run again.
+    let written = std::fs::metadata(&best).unwrap().modified().unwrap();
+    let o = distill(None, &out).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        std::fs::metadata(&best).unwrap().modified().unwrap(),
+        written
+    );
+
+    // A loop that goes on refines its newer student.
+    let o = distill(None, &out)
+        .args(["--max-iterations", "2"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(refined(&out)["from_iteration"], 2);
+    assert!(trained_from(&best).ends_with("iter-002/student-0/best.safetensors"));
+    assert_eq!(
+        std::fs::read(out.join("student.safetensors")).unwrap(),
+        std::fs::read(&best).unwrap()
+    );
+}
+
 #[test]
 fn the_shipped_example_configs_load() {
     let dir = common::root().join("examples/distill");

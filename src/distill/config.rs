@@ -40,6 +40,12 @@ pub struct DistillConfig {
     pub stop: Stopping,
     #[serde(default)]
     pub stability: Stability,
+    /// A second stage once the loop stops: student 0 of its last iteration trained again on
+    /// every labelled frame with these settings (a larger `energy_weight` and a lower `lr`,
+    /// as MACE's second stage); its student is the one shipped. Fields not given are `mlff
+    /// train`'s defaults.
+    #[serde(default)]
+    pub refine: Option<TrainConfig>,
 }
 
 /// The teacher and how to run it: any command that takes the bridge's `label` arguments
@@ -332,6 +338,9 @@ impl DistillConfig {
             ));
         }
         self.train.validate().map_err(|e| format!("train: {e}"))?;
+        if let Some(r) = &self.refine {
+            r.validate().map_err(|e| format!("refine: {e}"))?;
+        }
         let md = &self.teacher_md;
         if md.every == 0 || md.steps < md.every || !positive(md.timestep) {
             return Err("teacher_md: timestep > 0 and steps >= every >= 1 are needed".into());

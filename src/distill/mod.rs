@@ -24,6 +24,8 @@ pub use config::{
 };
 pub use report::{budget_plot, markdown};
 pub use select::{close_contact, disagreement, most_disputed};
-pub use state::{GroupErrors, HeldOut, Iteration, Phase, RunState, StabilityRow, STATE_FORMAT};
+pub use state::{
+    GroupErrors, HeldOut, Iteration, Phase, Refined, RunState, StabilityRow, STATE_FORMAT,
+};
 pub use teacher::{clean_stale_work, label, teacher_seconds};
 pub use teacher_md::{teacher_md, TeacherMdJob, TeacherStart};

@@ -2,7 +2,7 @@
 //! held-out errors per molecule and temperature, MD stability) and the plot of held-out error
 //! against the teacher's time.
 
-use super::state::{Iteration, RunState};
+use super::state::{HeldOut, RunState, StabilityRow};
 use crate::error::Result;
 use crate::plot::{lines_png, Line};
 use std::fmt::Write;
@@ -58,9 +58,38 @@ pub fn markdown(state: &RunState, teacher: &str) -> String {
             }
         );
     }
-    if let Some(last) = state.iterations.iter().rev().find(|i| i.test.is_some()) {
-        groups_table(&mut m, last);
-        if let Some(mae) = last.test.as_ref().and_then(|t| t.stress_mae) {
+    let refined = state
+        .refined
+        .as_ref()
+        .and_then(|r| Some((r, r.test.as_ref()?)));
+    if let Some((r, test)) = refined {
+        let stable = r.stability.iter().filter(|x| x.stable).count();
+        let _ = writeln!(
+            m,
+            "\nSecond stage (`refine`): student 0 of iteration {} trained {} more epochs on \
+             every labelled frame in {:.1} s: test F MAE {:.2} meV/Å, E MAE {:.3} meV/atom, \
+             stable {stable}/{}. It is the run's student.",
+            r.from_iteration,
+            r.epochs,
+            r.train_s,
+            test.overall.force_mae * 1e3,
+            test.overall.energy_per_atom_mae * 1e3,
+            r.stability.len()
+        );
+    }
+    let last = state.iterations.iter().rev().find_map(|i| {
+        Some((
+            format!("Iteration {}", i.index),
+            i.test.as_ref()?,
+            &i.stability,
+        ))
+    });
+    let shown = refined
+        .map(|(r, t)| ("Second stage".to_string(), t, &r.stability))
+        .or(last);
+    if let Some((title, test, stability)) = shown {
+        groups_table(&mut m, &title, test, stability);
+        if let Some(mae) = test.stress_mae {
             let gpa = mae * crate::units::BAR_PER_EV_A3 * 1e-4;
             let _ = writeln!(m, "\nHeld-out stress MAE: {gpa:.4} GPa ({mae:.3e} eV/Å³).");
         }
@@ -68,12 +97,10 @@ pub fn markdown(state: &RunState, teacher: &str) -> String {
     m
 }
 
-fn groups_table(m: &mut String, it: &Iteration) {
-    let Some(test) = &it.test else { return };
+fn groups_table(m: &mut String, title: &str, test: &HeldOut, stability: &[StabilityRow]) {
     let _ = writeln!(
         m,
-        "\n## Iteration {}: held-out errors per molecule and temperature\n",
-        it.index
+        "\n## {title}: held-out errors per molecule and temperature\n"
     );
     let _ = writeln!(
         m,
@@ -92,11 +119,11 @@ fn groups_table(m: &mut String, it: &Iteration) {
             g.errors.force_rmse * 1e3
         );
     }
-    if !it.stability.is_empty() {
-        let _ = writeln!(m, "\n## Iteration {}: MD stability (NVT)\n", it.index);
+    if !stability.is_empty() {
+        let _ = writeln!(m, "\n## {title}: MD stability (NVT)\n");
         let _ = writeln!(m, "| molecule | steps | stable | max bond deviation Å |");
         let _ = writeln!(m, "| --- | ---: | --- | ---: |");
-        for r in &it.stability {
+        for r in stability {
             let _ = writeln!(
                 m,
                 "| {} | {} | {} | {:.3} |",

@@ -28,6 +28,20 @@ pub struct RunState {
     pub iterations: Vec<Iteration>,
     /// Why the loop ended, once it has.
     pub finished: Option<String>,
+    /// The second stage (`refine`), once it has run from the loop's last student.
+    #[serde(default)]
+    pub refined: Option<Refined>,
+}
+
+/// The second stage: student 0 of iteration `from_iteration` trained again on every frame
+/// labelled until then, scored like an iteration's student.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Refined {
+    pub from_iteration: usize,
+    pub epochs: usize,
+    pub train_s: f64,
+    pub test: Option<HeldOut>,
+    pub stability: Vec<StabilityRow>,
 }
 
 /// One iteration's numbers (teacher and training times in seconds, errors in eV and eV/Å).

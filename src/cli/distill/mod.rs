@@ -3,6 +3,7 @@
 //! `--resume`.
 
 mod phases;
+mod refine;
 
 use crate::distill::{DistillConfig, Phase, RunState};
 use crate::fsutil::{write_atomic, write_json, OutputLock};
@@ -106,7 +107,14 @@ pub fn run(a: DistillArgs) -> Result<ExitCode> {
     // Ctrl-C between or inside phases of our own ends the loop after the phase; the sub-commands
     // (train, md) answer it themselves and exit with 128 + the signal, which ends it too.
     let stop = StopFlag::on_signals().context("installing the SIGINT/SIGTERM handlers")?;
-    let status = drive(&run, &mut state, &state_path, &stop);
+    let mut status = drive(&run, &mut state, &state_path, &stop);
+    if matches!(status, Ok(c) if c == ExitCode::SUCCESS) && state.finished.is_some() {
+        status = match stop.raised() {
+            Some(signal) => Ok(interrupted(signal, &state_path)),
+            None => refine::refine(&run, &mut state),
+        };
+        state.save(&state_path)?;
+    }
     report(&run, &state)?;
     let code = status?;
     if state.finished.is_some() {
@@ -115,15 +123,18 @@ pub fn run(a: DistillArgs) -> Result<ExitCode> {
     Ok(code)
 }
 
+/// A run stopped by `signal`, said so; its exit status.
+fn interrupted(signal: i32, state_path: &Path) -> ExitCode {
+    eprintln!(
+        "stopped by signal {signal}: {} holds every phase done; --resume continues",
+        state_path.display()
+    );
+    ExitCode::from(128 + signal as u8)
+}
+
 /// The loop: iteration 0 (teacher MD), then student-sampled iterations until a stop holds.
 fn drive(run: &Run, state: &mut RunState, state_path: &Path, stop: &StopFlag) -> Result<ExitCode> {
-    let interrupted = |signal: i32| {
-        eprintln!(
-            "stopped by signal {signal}: {} holds every phase done; --resume continues",
-            state_path.display()
-        );
-        ExitCode::from(128 + signal as u8)
-    };
+    let interrupted = |signal: i32| interrupted(signal, state_path);
     let mut i = 0;
     loop {
         let started = state
@@ -304,27 +315,34 @@ fn report(run: &Run, state: &RunState) -> Result<()> {
     Ok(())
 }
 
-/// The shipped student: student 0 of the last trained iteration, copied to
-/// student.safetensors.
+/// The shipped student, copied to student.safetensors: the second stage's where it is asked
+/// for (none until it is done), else student 0 of the last trained iteration.
 fn finish(run: &Run, state: &RunState) -> Result<()> {
-    let Some(last) = state
-        .iterations
-        .iter()
-        .rev()
-        .find(|it| it.is_done(Phase::Train))
-    else {
+    let Some(last) = refine::last_trained(state) else {
         return Ok(());
     };
-    let src = run.student(last.index, 0);
+    let (src, which) = match (&run.cfg.refine, refine::done(run, state)) {
+        (None, _) => (run.student(last, 0), format!("iteration {last}")),
+        (Some(_), true) => (
+            refine::dir(run).join("best.safetensors"),
+            format!("second stage from iteration {last}"),
+        ),
+        (Some(_), false) => {
+            eprintln!(
+                "{}: the second stage is not done; --resume runs it",
+                run.out.display()
+            );
+            return Ok(());
+        }
+    };
     let bytes = std::fs::read(&src).with_context(|| format!("reading {}", src.display()))?;
     let dst = run.out.join("student.safetensors");
     write_atomic(&dst, &bytes)?;
     eprintln!(
-        "{}: {}; student {} (iteration {}), report {}",
+        "{}: {}; student {} ({which}), report {}",
         run.out.display(),
         state.finished.as_deref().unwrap_or("finished"),
         dst.display(),
-        last.index,
         run.out.join("report.md").display()
     );
     Ok(())

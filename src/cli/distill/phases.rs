@@ -37,12 +37,12 @@ pub(super) fn run_phase(
 }
 
 /// Runs `mlff ARGS` in this process.
-fn mlff(args: Vec<String>) -> Result<ExitCode> {
+pub(super) fn mlff(args: Vec<String>) -> Result<ExitCode> {
     eprintln!("   mlff {}", args.join(" "));
     super::super::run(std::iter::once("mlff".to_string()).chain(args))
 }
 
-fn s(p: &Path) -> String {
+pub(super) fn s(p: &Path) -> String {
     p.display().to_string()
 }
 
@@ -316,7 +316,7 @@ fn labelled_so_far(run: &Run, state: &RunState, i: usize) -> Result<Vec<Structur
 }
 
 /// The labelled files of iterations before `i` (those whose label phase ran).
-fn labelled_files(run: &Run, state: &RunState, i: usize) -> Vec<PathBuf> {
+pub(super) fn labelled_files(run: &Run, state: &RunState, i: usize) -> Vec<PathBuf> {
     (0..i)
         .filter(|&j| {
             let it = &state.iterations[j];
@@ -419,51 +419,19 @@ fn train(run: &Run, state: &mut RunState, i: usize) -> Result<ExitCode> {
         let tc_path = dir.join(format!("student-{k}.train.json"));
         crate::fsutil::write_json(&tc_path, &tc)?;
         let out = dir.join(format!("student-{k}"));
-        let mut args = vec!["train".to_string(), "--train".into()];
-        args.extend(files.iter().map(|p| s(p)));
-        args.extend([
-            "--val".into(),
-            s(&run.data("val.extxyz")),
-            "--train-config".into(),
-            s(&tc_path),
-            "--out".into(),
-            s(&out),
-            "--device".into(),
-            run.device.clone(),
-        ]);
+        let mut args = train_args(run, &files, &tc_path);
         if i > 0 {
             args.extend(["--init".into(), s(&run.student(i - 1, k))]);
         } else if let Some(model) = &run.cfg.model {
             args.extend(["--config".into(), s(&run.out.join(model))]);
         }
-        // A member a stopped attempt left half-trained continues from its last saved epoch
-        // (same data and settings); one that cannot starts over.
-        let resumed = match out.join("state.safetensors").exists() {
-            true => mlff([args.clone(), vec!["--resume".into()]].concat()),
-            false => Err(anyhow::anyhow!("no saved state")),
+        let epochs = match train_one(args, &out, true)? {
+            Ok(epochs) => epochs,
+            Err(code) => return Ok(code),
         };
-        let code = match resumed {
-            Ok(code) => code,
-            Err(e) => {
-                if out.join("state.safetensors").exists() {
-                    eprintln!("note: {} starts over: {e:#}", s(&out));
-                }
-                mlff([args, vec!["--overwrite".into()]].concat())?
-            }
-        };
-        if code != ExitCode::SUCCESS {
-            return Ok(code);
-        }
-        let log = std::fs::read_to_string(out.join("log.jsonl"))
-            .with_context(|| format!("reading {}", s(&out.join("log.jsonl"))))?;
-        let last: serde_json::Value = log
-            .lines()
-            .last()
-            .and_then(|l| serde_json::from_str(l).ok())
-            .unwrap_or_default();
         let before: f64 = state.iterations[..i].iter().map(|x| x.train_s).sum();
         let it = state.iteration(i);
-        it.epochs.push(last["epoch"].as_u64().unwrap_or(0) as usize);
+        it.epochs.push(epochs);
         it.train_s += started.elapsed().as_secs_f64();
         it.train_s_total = before + it.train_s;
         it.members_trained.push(k);
@@ -472,10 +440,78 @@ fn train(run: &Run, state: &mut RunState, i: usize) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `mlff train` on `files` with the settings in `tc_path`, validated on the run's validation
+/// frames, on the run's device.
+pub(super) fn train_args(run: &Run, files: &[PathBuf], tc_path: &Path) -> Vec<String> {
+    let mut args = vec!["train".to_string(), "--train".into()];
+    args.extend(files.iter().map(|p| s(p)));
+    args.extend([
+        "--val".into(),
+        s(&run.data("val.extxyz")),
+        "--train-config".into(),
+        s(tc_path),
+        "--device".into(),
+        run.device.clone(),
+    ]);
+    args
+}
+
+/// `mlff train ARGS --out OUT`: a run a stopped attempt left half-trained continues from its
+/// last saved epoch (same data and settings; `resume` false starts over). The epochs trained,
+/// or the status where it did not complete.
+pub(super) fn train_one(
+    args: Vec<String>,
+    out: &Path,
+    resume: bool,
+) -> Result<std::result::Result<usize, ExitCode>> {
+    let args = [args, vec!["--out".into(), s(out)]].concat();
+    let resumed = match resume && out.join("state.safetensors").exists() {
+        true => mlff([args.clone(), vec!["--resume".into()]].concat()),
+        false => Err(anyhow::anyhow!("no saved state")),
+    };
+    let code = match resumed {
+        Ok(code) => code,
+        Err(e) => {
+            if out.join("state.safetensors").exists() {
+                eprintln!("note: {} starts over: {e:#}", s(out));
+            }
+            mlff([args, vec!["--overwrite".into()]].concat())?
+        }
+    };
+    if code != ExitCode::SUCCESS {
+        return Ok(Err(code));
+    }
+    let log = std::fs::read_to_string(out.join("log.jsonl"))
+        .with_context(|| format!("reading {}", s(&out.join("log.jsonl"))))?;
+    let last: serde_json::Value = log
+        .lines()
+        .last()
+        .and_then(|l| serde_json::from_str(l).ok())
+        .unwrap_or_default();
+    Ok(Ok(last["epoch"].as_u64().unwrap_or(0) as usize))
+}
+
 /// Student 0 on the held-out frames (per molecule and temperature) and its NVT stability.
 fn evaluate_student(run: &Run, state: &mut RunState, i: usize) -> Result<ExitCode> {
-    let student = run.student(i, 0);
-    let calc = calculator(run, &student)?;
+    let summary = run.iter_dir(i).join("stability.json");
+    let (test, stability) = match assess(run, &run.student(i, 0), &summary)? {
+        Ok(scores) => scores,
+        Err(code) => return Ok(code),
+    };
+    let it = state.iteration(i);
+    it.test = Some(test);
+    it.stability = stability;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `student` on the held-out frames (per molecule and temperature) and its NVT stability run
+/// (summary in `summary`); the status where that run ended other than completed or unstable.
+pub(super) fn assess(
+    run: &Run,
+    student: &Path,
+    summary: &Path,
+) -> Result<std::result::Result<(HeldOut, Vec<StabilityRow>), ExitCode>> {
+    let calc = calculator(run, student)?;
     let test = read_extxyz(&run.data("test.extxyz"))?;
     let (overall, _) = evaluate(&calc, &test, BATCH)?;
     let test_file = run.data("test.extxyz");
@@ -503,9 +539,8 @@ fn evaluate_student(run: &Run, state: &mut RunState, i: usize) -> Result<ExitCod
     let mut stability = Vec::new();
     let st = &run.cfg.stability;
     if st.steps > 0 {
-        let summary = run.iter_dir(i).join("stability.json");
         let md = StudentMd {
-            model: &student,
+            model: student,
             replicas: 1,
             temperature: run.cfg.stability_temperature(),
             friction_per_ps: run.cfg.sampling.friction_per_ps,
@@ -513,12 +548,12 @@ fn evaluate_student(run: &Run, state: &mut RunState, i: usize) -> Result<ExitCod
             steps: st.steps,
             seed: 0,
             traj: None,
-            summary: &summary,
+            summary,
         };
         if let Some(code) = student_md(run, &md)? {
-            return Ok(code);
+            return Ok(Err(code));
         }
-        let v: serde_json::Value = crate::fsutil::read_json(&summary, "an mlff md summary")?;
+        let v: serde_json::Value = crate::fsutil::read_json(summary, "an mlff md summary")?;
         let molecules = start_molecules(run)?;
         for (k, row) in v["systems"].as_array().into_iter().flatten().enumerate() {
             stability.push(StabilityRow {
@@ -536,12 +571,10 @@ fn evaluate_student(run: &Run, state: &mut RunState, i: usize) -> Result<ExitCod
         stability.iter().filter(|r| r.stable).count(),
         stability.len()
     );
-    let it = state.iteration(i);
-    it.test = Some(HeldOut {
+    let test = HeldOut {
         overall: overall.overall,
         groups: rows,
         stress_mae: stress.map(|e| e.mae),
-    });
-    it.stability = stability;
-    Ok(ExitCode::SUCCESS)
+    };
+    Ok(Ok((test, stability)))
 }
