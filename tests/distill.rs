@@ -4,7 +4,10 @@
 mod common;
 
 use mlff_distiller::calculator::{Calculator, Prediction};
-use mlff_distiller::distill::{close_contact, disagreement, most_disputed, DistillConfig};
+use mlff_distiller::distill::{
+    close_contact, disagreement, most_disputed, most_disputed_molecule, most_disputed_overall,
+    DistillConfig,
+};
 use mlff_distiller::io::read_extxyz;
 use mlff_distiller::structure::{Batch, Structure};
 use mlff_distiller::PainnCalculator;
@@ -70,6 +73,31 @@ fn the_most_disputed_frames_are_picked_per_molecule_within_the_budget() {
 }
 
 #[test]
+fn a_shared_budget_goes_to_the_most_disputed_molecule_above_a_floor() {
+    let scores = [0.1, 0.9, 0.5, 0.7, 0.2, 0.8, 0.3];
+    let mol = |k: usize| if k.is_multiple_of(2) { "even" } else { "odd" }.to_string();
+    // Floor 1: even 2 (0.5), odd 1 (0.9); then the best of the rest anywhere: 5, 3.
+    assert_eq!(most_disputed_overall(&scores, mol, 4, 1), vec![1, 2, 3, 5]);
+    // Floor 2 takes the whole budget as the even split does.
+    assert_eq!(
+        most_disputed_overall(&scores, mol, 4, 2),
+        most_disputed(&scores, mol, 2)
+    );
+    assert_eq!(most_disputed_overall(&scores, mol, 100, 0).len(), 7);
+    // odd's frames average 0.8, even's 0.275; over the even frames alone, even is the worst.
+    let (m, d) = most_disputed_molecule(&scores, mol, 0..7).unwrap();
+    assert_eq!(m, "odd");
+    approx::assert_relative_eq!(d, 0.8, epsilon = 1e-12);
+    assert_eq!(
+        most_disputed_molecule(&scores, mol, [0, 2].into_iter())
+            .unwrap()
+            .0,
+        "even"
+    );
+    assert!(most_disputed_molecule(&scores, mol, std::iter::empty()).is_none());
+}
+
+#[test]
 fn close_contacts_are_found_across_periodic_boundaries() {
     let mut s = molecule(vec![[0.1, 5.0, 5.0], [9.8, 5.0, 5.0]]);
     assert!(close_contact(&s, 0.5).unwrap().is_none(), "9.7 Å apart");
@@ -94,6 +122,10 @@ fn bad_configs_name_the_field() {
         (
             r#"{"teacher": {"name": "gfn2"}, "seeds": [{"name": "a", "smiles": "C", "file": "a.xyz"}]}"#,
             "seeds[0] (a): give exactly one of smiles, cluster, file",
+        ),
+        (
+            r#"{"teacher": {"name": "gfn2"}, "seeds": [{"name": "a", "smiles": "C"}], "selection": {"share": "disputed", "per_molecule": 5, "min_per_molecule": 6}}"#,
+            "selection.min_per_molecule (6) must not exceed per_molecule (5)",
         ),
         (
             r#"{"teacher": {"name": "gfn2"}, "seeds": [{"name": "w", "cluster": "O:4", "wall_radius": 0}]}"#,
@@ -359,6 +391,8 @@ fn a_second_stage_refines_the_last_student_and_is_the_one_shipped() {
     cfg["refine"] = serde_json::json!({"epochs": 8, "batch_size": 8, "lr": 1e-3,
                                        "energy_weight": 100.0, "val_every": 4});
     cfg["stability"] = serde_json::json!({"steps": 50});
+    cfg["selection"] = serde_json::json!({"per_molecule": 20, "share": "disputed",
+                                          "min_per_molecule": 5});
     std::fs::write(&config, cfg.to_string()).unwrap();
     let out = dir.path().join("run");
     let o = distill(Some(&config), &out).output().unwrap();

@@ -177,8 +177,12 @@ impl Default for Sampling {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Selection {
-    /// Frames per molecule per iteration, the most disputed first.
+    /// Frames per molecule per iteration, the most disputed first; with `share` `disputed`,
+    /// the iteration's budget is this times the molecules.
     pub per_molecule: usize,
+    pub share: Share,
+    /// With `share` `disputed`: frames every molecule gets at least.
+    pub min_per_molecule: usize,
     /// Candidates with two atoms closer than this (Å) are dropped unscored.
     pub min_distance: f64,
 }
@@ -187,9 +191,22 @@ impl Default for Selection {
     fn default() -> Self {
         Self {
             per_molecule: 50,
+            share: Share::Even,
+            min_per_molecule: 10,
             min_distance: 0.5,
         }
     }
+}
+
+/// How an iteration's labelling budget is shared among the molecules.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Share {
+    /// `per_molecule` frames each.
+    Even,
+    /// The most disputed frames over all molecules, each molecule `min_per_molecule` at
+    /// least: the molecules the committee disputes most get the most teacher calls.
+    Disputed,
 }
 
 /// When the loop ends: the first of these that holds.
@@ -383,6 +400,14 @@ impl DistillConfig {
         }
         if self.selection.per_molecule == 0 {
             return Err("selection.per_molecule must be at least 1".into());
+        }
+        let sel = &self.selection;
+        if sel.share == Share::Disputed && sel.min_per_molecule > sel.per_molecule {
+            return Err(format!(
+                "selection.min_per_molecule ({}) must not exceed per_molecule ({}) with share \
+                 \"disputed\"",
+                sel.min_per_molecule, sel.per_molecule
+            ));
         }
         if !non_negative(self.selection.min_distance) {
             return Err("selection.min_distance must be non-negative".into());

@@ -19,11 +19,13 @@ mod teacher_md;
 
 pub use augment::{rattle_and_relax, set_info, unlabelled, Rattle};
 pub use config::{
-    DistillConfig, Sampling, SeedStructure, Selection, Stability, Stopping, TeacherConfig,
+    DistillConfig, Sampling, SeedStructure, Selection, Share, Stability, Stopping, TeacherConfig,
     TeacherMd,
 };
 pub use report::{budget_plot, markdown};
-pub use select::{close_contact, disagreement, most_disputed};
+pub use select::{
+    close_contact, disagreement, most_disputed, most_disputed_molecule, most_disputed_overall,
+};
 pub use state::{
     GroupErrors, HeldOut, Iteration, Phase, Refined, RunState, StabilityRow, STATE_FORMAT,
 };

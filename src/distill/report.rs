@@ -23,13 +23,14 @@ pub fn markdown(state: &RunState, teacher: &str) -> String {
         m,
         "Held-out errors are student 0's on teacher-MD frames of seeds never trained on; \
          disagreement is the committee's force spread (RMS over atoms) on that iteration's \
-         candidates, which the previous iteration's student sampled.\n"
+         candidates, which the previous iteration's student sampled; the loop stops when the \
+         worst molecule's is below stop.disagreement.\n"
     );
     let _ = writeln!(
         m,
         "| iteration | new frames | frames | teacher s (total) | train s (total) | \
-         disagreement MD meV/Å | selected meV/Å | test F MAE meV/Å | test E MAE meV/atom | \
-         stable |"
+         disagreement MD meV/Å (worst molecule) | selected meV/Å | test F MAE meV/Å | \
+         test E MAE meV/atom | stable |"
     );
     let _ = writeln!(
         m,
@@ -48,7 +49,14 @@ pub fn markdown(state: &RunState, teacher: &str) -> String {
             it.teacher_s_total,
             it.train_s,
             it.train_s_total,
-            opt(it.disagreement_md_mean, 1e3, 1),
+            match &it.disagreement_md_worst {
+                Some((m, d)) => format!(
+                    "{} ({m} {:.1})",
+                    opt(it.disagreement_md_mean, 1e3, 1),
+                    d * 1e3
+                ),
+                None => opt(it.disagreement_md_mean, 1e3, 1),
+            },
             opt(it.disagreement_selected_mean, 1e3, 1),
             opt(test.map(|e| e.force_mae), 1e3, 2),
             opt(test.map(|e| e.energy_per_atom_mae), 1e3, 3),

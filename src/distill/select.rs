@@ -94,3 +94,40 @@ pub fn most_disputed(
     picked.sort_unstable();
     picked
 }
+
+/// Indices of the frames to label when the budget follows the committee: every molecule's
+/// `floor` highest scores, then the highest of the rest over all molecules up to `total` in
+/// all; in the order of `scores` (ties: the earlier frame).
+pub fn most_disputed_overall(
+    scores: &[f64],
+    molecule_of: impl Fn(usize) -> String,
+    total: usize,
+    floor: usize,
+) -> Vec<usize> {
+    let mut picked = most_disputed(scores, &molecule_of, floor);
+    let mut taken = vec![false; scores.len()];
+    for &k in &picked {
+        taken[k] = true;
+    }
+    let mut rest: Vec<usize> = (0..scores.len()).filter(|&k| !taken[k]).collect();
+    rest.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]).then(a.cmp(&b)));
+    picked.extend(rest.into_iter().take(total.saturating_sub(picked.len())));
+    picked.sort_unstable();
+    picked
+}
+
+/// The molecule with the highest mean score over the frames `ks`, and that mean.
+pub fn most_disputed_molecule(
+    scores: &[f64],
+    molecule_of: impl Fn(usize) -> String,
+    ks: impl Iterator<Item = usize>,
+) -> Option<(String, f64)> {
+    let mut per: BTreeMap<String, (f64, usize)> = BTreeMap::new();
+    for k in ks {
+        let e = per.entry(molecule_of(k)).or_default();
+        *e = (e.0 + scores[k], e.1 + 1);
+    }
+    per.into_iter()
+        .map(|(m, (sum, n))| (m, sum / n as f64))
+        .max_by(|a, b| a.1.total_cmp(&b.1))
+}

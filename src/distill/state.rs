@@ -53,10 +53,14 @@ pub struct Iteration {
     pub candidates: usize,
     pub rejected_close: usize,
     /// Mean committee disagreement over this iteration's candidates, and over the student-MD
-    /// ones alone (what the stop criterion reads), eV/Å.
+    /// ones alone, eV/Å.
     pub disagreement_mean: Option<f64>,
     pub disagreement_md_mean: Option<f64>,
     pub disagreement_selected_mean: Option<f64>,
+    /// The molecule whose student-MD candidates the committee disputes most, and their mean
+    /// disagreement (eV/Å): what the stop criterion reads.
+    #[serde(default)]
+    pub disagreement_md_worst: Option<(String, f64)>,
     pub selected: usize,
     /// Frames the teacher labelled (selected minus those it failed on).
     pub new_frames: usize,

@@ -291,13 +291,19 @@ fn budget_spent(run: &Run, state: &RunState, i: usize) -> Option<String> {
     None
 }
 
-/// Whether the committee agrees on the fresh student-MD frames of iteration `i`.
+/// Whether the committee agrees on the fresh student-MD frames of iteration `i`, of every
+/// molecule (the one it disputes most decides; runs recorded before the per-molecule means
+/// read the mean over all).
 fn converged(run: &Run, state: &RunState, i: usize) -> Option<String> {
-    let d = state.iterations.get(i)?.disagreement_md_mean?;
+    let it = state.iterations.get(i)?;
+    let (what, d) = match &it.disagreement_md_worst {
+        Some((molecule, d)) => (format!("{molecule}'s, the most disputed,"), *d),
+        None => ("the".to_string(), it.disagreement_md_mean?),
+    };
     (d < run.cfg.stop.disagreement).then(|| {
         format!(
-            "converged: committee disagreement {:.2} meV/Å on iteration {i}'s student-MD \
-             frames < stop.disagreement {:.2} meV/Å (the student is iteration {}'s)",
+            "converged: committee disagreement {:.2} meV/Å on {what} student-MD frames of \
+             iteration {i} < stop.disagreement {:.2} meV/Å (the student is iteration {}'s)",
             d * 1e3,
             run.cfg.stop.disagreement * 1e3,
             i - 1

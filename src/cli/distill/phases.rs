@@ -327,7 +327,8 @@ pub(super) fn labelled_files(run: &Run, state: &RunState, i: usize) -> Vec<PathB
         .collect()
 }
 
-/// The committee's disagreement on every candidate; the most disputed per molecule.
+/// The committee's disagreement on every candidate; the most disputed per molecule, or over
+/// all molecules (`selection.share`).
 fn select(run: &Run, state: &mut RunState, i: usize) -> Result<()> {
     let dir = run.iter_dir(i);
     let candidates = read_extxyz(&dir.join("candidates.extxyz"))?;
@@ -337,11 +338,17 @@ fn select(run: &Run, state: &mut RunState, i: usize) -> Result<()> {
     let refs: Vec<&dyn Calculator> = calcs.iter().map(|c| c as &dyn Calculator).collect();
     let scores = d::disagreement(&refs, &candidates, BATCH)
         .with_context(|| format!("scoring {}", s(&dir.join("candidates.extxyz"))))?;
-    let picked = d::most_disputed(
-        &scores,
-        |k| molecule_name(&candidates[k]),
-        run.cfg.selection.per_molecule,
-    );
+    let sel = &run.cfg.selection;
+    let molecule_of = |k: usize| molecule_name(&candidates[k]);
+    let picked = match sel.share {
+        d::Share::Even => d::most_disputed(&scores, molecule_of, sel.per_molecule),
+        d::Share::Disputed => {
+            let molecules: std::collections::BTreeSet<String> =
+                (0..candidates.len()).map(molecule_of).collect();
+            let total = sel.per_molecule * molecules.len();
+            d::most_disputed_overall(&scores, molecule_of, total, sel.min_per_molecule)
+        }
+    };
     let mean = |ks: &mut dyn Iterator<Item = usize>| {
         let v: Vec<f64> = ks.map(|k| scores[k]).collect();
         (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
@@ -355,7 +362,9 @@ fn select(run: &Run, state: &mut RunState, i: usize) -> Result<()> {
     write_extxyz(&dir.join("selected.extxyz"), &selected)?;
     crate::fsutil::write_json(&dir.join("scores.json"), &scores)?;
     let md = (0..candidates.len()).filter(|&k| candidates[k].info_value("source") == Some("md"));
+    let worst = d::most_disputed_molecule(&scores, molecule_of, md.clone());
     let it = state.iteration(i);
+    it.disagreement_md_worst = worst;
     it.disagreement_mean = mean(&mut (0..scores.len()));
     it.disagreement_md_mean = mean(&mut md.into_iter());
     it.disagreement_selected_mean = mean(&mut picked.iter().copied());
