@@ -31,16 +31,9 @@ CONFIG=$config bash benches/distill/loop.sh "$mlff" "$run" --device "$device"
 student=$run/student.safetensors
 echo "== held-out frames"
 "$mlff" eval "$student" "$run/data/test.extxyz" --device "$device" | grep '^|' | head -14
-echo "== Fu et al.: every seed at 500 K, $steps steps of 0.5 fs"
-"$mlff" md --model "$student" --structure "$run/data/start.extxyz" --all-frames --ensemble nvt \
-  --temperature 500 --dt 0.5 --steps "$steps" --seed 7 --device "$device" \
-  --log "$out/fu.jsonl" --log-every 20000 --summary-json "$out/fu.json" --overwrite \
-  > "$out/fu.txt" 2>&1 || echo "md exit $? (4: a system went unstable)"
-tail -4 "$out/fu.txt"
+bash benches/distill/stability_and_speed.sh "$mlff" "$run" "$out" "$steps"
 echo "== the ANI-2x ensemble per structure, and the student"
 for dtype in float32 float64; do
   python3 benches/distill/ani_speed.py "$run/data/test.extxyz" --model-dir "$model_dir" \
     --device "$device" --dtype "$dtype" --json "$out/ani-speed-$dtype.json"
 done
-"$mlff" bench --model "$student" --systems none --teacher-data "$run/data/test.extxyz" \
-  --backend fused --device "$device" --max-seconds 2 | grep -A12 '^| molecule'

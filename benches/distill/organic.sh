@@ -45,12 +45,4 @@ for m in "$loop_student" "$student"; do
     "$mlff" eval "$m" "$t" --device "$device" | grep '^|' | head -14
   done
 done
-echo "== Fu et al.: every seed at 500 K, $steps steps of 0.5 fs"
-"$mlff" md --model "$student" --structure "$run/data/start.extxyz" --all-frames --ensemble nvt \
-  --temperature 500 --dt 0.5 --steps "$steps" --seed 7 --device "$device" \
-  --log "$out/fu.jsonl" --log-every 20000 --summary-json "$out/fu.json" --overwrite \
-  > "$out/fu.txt" 2>&1 || echo "md exit $? (4: a system went unstable)"
-tail -4 "$out/fu.txt"
-echo "== one call against the teacher"
-"$mlff" bench --model "$student" --systems none --teacher-data "$run/data/test.extxyz" \
-  --backend fused --device "$device" --max-seconds 2 | grep -A12 '^| molecule'
+bash benches/distill/stability_and_speed.sh "$mlff" "$run" "$out" "$steps"
