@@ -53,8 +53,9 @@ impl Task {
     }
 }
 
-/// Runs the tasks not yet done, `workers` at once, in the given order. On a failure the
-/// others are stopped (what they finished stays) and the first failure is returned.
+/// Runs the tasks not yet done, `workers` at once, in the given order. On a failure (a task
+/// that fails or cannot start) the running ones are stopped, what finished stays, and the
+/// first failure is returned.
 fn run_all(tasks: &[Task], workers: usize, threads: usize) -> Result<()> {
     let mut todo = tasks.iter().filter(|t| t.done().is_none());
     let mut running: Vec<(Child, &Task)> = Vec::new();
@@ -64,18 +65,27 @@ fn run_all(tasks: &[Task], workers: usize, threads: usize) -> Result<()> {
             let Some(t) = todo.next() else { break };
             // A summary a killed attempt left half-written must not pass for done.
             let _ = std::fs::remove_file(&t.summary);
-            running.push((spawn(&t.argv, &t.log, threads)?, t));
+            match spawn(&t.argv, &t.log, threads) {
+                Ok(child) => running.push((child, t)),
+                Err(e) => failure = Some(e),
+            }
         }
         if running.is_empty() {
             break;
         }
         let mut k = 0;
         while k < running.len() {
-            let ended = running[k].0.try_wait().map_err(|cause| Error::Io {
-                path: running[k].1.log.clone(),
-                cause,
-            })?;
-            if ended.is_none() {
+            let ended = match running[k].0.try_wait() {
+                Ok(ended) => ended.is_some(),
+                Err(cause) => {
+                    failure.get_or_insert(Error::Io {
+                        path: running[k].1.log.clone(),
+                        cause,
+                    });
+                    true
+                }
+            };
+            if !ended {
                 k += 1;
                 continue;
             }
