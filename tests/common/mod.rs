@@ -293,6 +293,19 @@ pub fn root() -> &'static std::path::Path {
 
 /// Whether `python3` can import ASE. CI installs it (.ci/run) and sets MLFF_REQUIRE_ASE, so
 /// there a missing ASE fails instead of skipping.
+/// A 7-atom carbon cluster (extended XYZ) for the toy teacher's runs.
+pub const C7_XYZ: &str = "7\nProperties=species:S:1:pos:R:3\nC 0.0 0.0 0.0\nC 1.6 0.0 0.0\n\
+     C 0.8 1.386 0.0\nC 0.8 0.462 1.306\nC -0.8 1.386 0.0\nC 2.4 1.386 0.0\nC 0.8 -0.924 1.306\n";
+
+/// Whether the teacher bridge can run here (python3 with ASE), saying so where not.
+pub fn bridge_available() -> bool {
+    let ok = ase_available();
+    if !ok {
+        eprintln!("skipped: python3 cannot import ASE (the teacher bridge needs it)");
+    }
+    ok
+}
+
 pub fn ase_available() -> bool {
     let ok = std::process::Command::new("python3")
         .args(["-c", "import ase.io"])
