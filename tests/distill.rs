@@ -159,6 +159,45 @@ fn bad_configs_name_the_field() {
     }
 }
 
+#[test]
+fn a_seed_the_student_cannot_hold_is_refused_before_the_teacher_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("si2.xyz"),
+        "2\nProperties=species:S:1:pos:R:3\nSi 0 0 0\nSi 2.35 0 0\n",
+    )
+    .unwrap();
+    let p = dir.path().join("c.json");
+    std::fs::write(
+        &p,
+        r#"{"teacher": {"name": "morse"}, "seeds": [{"name": "si2", "file": "si2.xyz"}]}"#,
+    )
+    .unwrap();
+    let out = dir.path().join("run");
+    let o = distill(Some(&p), &out).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("seed `si2` holds Si (Z=14)") && err.contains("`model`"),
+        "{err}"
+    );
+    assert!(!out.join("state.json").exists() && !out.join("data").exists());
+    // With a student for silicon the same seed is taken.
+    std::fs::write(dir.path().join("si.json"), r#"{"elements": [14]}"#).unwrap();
+    std::fs::write(
+        &p,
+        r#"{"teacher": {"name": "morse", "sample_command": ["false"]},
+            "seeds": [{"name": "si2", "file": "si2.xyz"}], "model": "si.json"}"#,
+    )
+    .unwrap();
+    let o = distill(Some(&p), &dir.path().join("run2"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!err.contains("holds Si"), "{err}");
+    assert!(err.contains("the teacher command `false"), "{err}");
+}
+
 /// `mlff distill --device cpu --out OUT`, from `config` (a new run) or `--resume`.
 fn distill(config: Option<&Path>, out: &Path) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_mlff"));

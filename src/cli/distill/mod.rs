@@ -205,9 +205,26 @@ fn fresh(config: &Path, out: &Path) -> Result<DistillConfig> {
             );
         }
     }
+    let base = config.parent().unwrap_or(Path::new("."));
+    // The student's config first: file seeds are checked against its elements.
+    let (student, model_bytes) = match &cfg.model {
+        Some(model) => {
+            let src = if model.is_absolute() {
+                model.clone()
+            } else {
+                base.join(model)
+            };
+            let bytes = std::fs::read(&src).with_context(|| {
+                format!("{}: model: reading {}", config.display(), src.display())
+            })?;
+            let student = crate::model::PainnConfig::from_json(&String::from_utf8_lossy(&bytes))
+                .with_context(|| format!("{}: model {}", config.display(), src.display()))?;
+            (student, Some(bytes))
+        }
+        None => (crate::model::PainnConfig::default(), None),
+    };
     let seeds = out.join("seeds");
     std::fs::create_dir_all(&seeds).with_context(|| format!("creating {}", seeds.display()))?;
-    let base = config.parent().unwrap_or(Path::new("."));
     for s in &mut cfg.seeds {
         let Some(file) = &s.file else { continue };
         // Relative paths are the config file's; the run keeps its own copy.
@@ -224,25 +241,43 @@ fn fresh(config: &Path, out: &Path) -> Result<DistillConfig> {
                 src.display()
             )
         })?;
+        check_seed_elements(config, &s.name, &bytes, &student)?;
         let ext = src.extension().and_then(|e| e.to_str()).unwrap_or("xyz");
         let copy = PathBuf::from("seeds").join(format!("{}.{ext}", s.name));
         write_atomic(&out.join(&copy), &bytes)?;
         s.file = Some(copy);
     }
-    if let Some(model) = &cfg.model {
-        let src = if model.is_absolute() {
-            model.clone()
-        } else {
-            base.join(model)
-        };
-        let bytes = std::fs::read(&src)
-            .with_context(|| format!("{}: model: reading {}", config.display(), src.display()))?;
-        crate::model::PainnConfig::from_json(&String::from_utf8_lossy(&bytes))
-            .with_context(|| format!("{}: model {}", config.display(), src.display()))?;
+    if let Some(bytes) = model_bytes {
         write_atomic(&out.join("model.json"), &bytes)?;
         cfg.model = Some(PathBuf::from("model.json"));
     }
     Ok(cfg)
+}
+
+/// A file seed's elements the student cannot hold, found before the teacher runs for
+/// nothing. A file this reader cannot parse is left to the teacher's reader.
+fn check_seed_elements(
+    config: &Path,
+    seed: &str,
+    bytes: &[u8],
+    student: &crate::model::PainnConfig,
+) -> Result<()> {
+    let Ok(frames) = crate::io::parse_extxyz_bytes(bytes, Path::new(seed)) else {
+        return Ok(());
+    };
+    let Some(first) = frames.first() else {
+        return Ok(());
+    };
+    if let Some(&z) = first.numbers.iter().find(|z| !student.elements.contains(z)) {
+        bail!(
+            "{}: seed `{seed}` holds {} (Z={z}), not among the student's elements {:?}: give \
+             `model` a config whose `elements` include it",
+            config.display(),
+            crate::io::extxyz::symbol(z).unwrap_or("?"),
+            student.elements
+        );
+    }
+    Ok(())
 }
 
 fn with_stop_flags(mut cfg: DistillConfig, a: &DistillArgs) -> Result<DistillConfig> {
