@@ -268,7 +268,7 @@ fn check_seed_elements(
     let Some(first) = frames.first() else {
         return Ok(());
     };
-    if let Some(&z) = first.numbers.iter().find(|z| !student.elements.contains(z)) {
+    if let Err((_, z)) = student.species_of(&first.numbers) {
         bail!(
             "{}: seed `{seed}` holds {} (Z={z}), not among the student's elements {:?}: give \
              `model` a config whose `elements` include it",
