@@ -60,6 +60,9 @@ def main():
     dtype = getattr(torch, args.dtype)
     model = _ani_from_dir("ani2x", check_ani_model_dir("ani2x", args.model_dir), None)
     model = model.to(device).to(dtype)
+    # torchani 2.2.4's energy shifter writes a float64 constant into its self energies, so it
+    # stays in float64 while the AEVs and networks run in --dtype.
+    model.energy_shifter.to(torch.float64)
     firsts = {}
     for a in ase.io.read(args.frames, ":"):
         firsts.setdefault(a.info.get("molecule", a.get_chemical_formula()), a)
