@@ -5,8 +5,10 @@ mod common;
 
 use candle_core::{DType, Device};
 use common::{calculator, dist, random_box, random_molecule};
-use mlff_distiller::domain::{receptive_field, skin_for, DomainPrediction, DomainSession};
-use mlff_distiller::model::Backend;
+use mlff_distiller::domain::{
+    receptive_field, skin_for, DomainPrediction, DomainSession, LayeredDomain,
+};
+use mlff_distiller::model::{Backend, PainnConfig};
 use mlff_distiller::stress::stress_volume;
 use mlff_distiller::structure::{inverse, Matrix3};
 use mlff_distiller::Tuning;
@@ -343,4 +345,160 @@ fn the_skin_is_chosen_by_device_unless_the_tuning_says() {
     assert_eq!(skin_for(&tuning, &Device::Cpu), 0.0);
     tuning.domain_skin = Some(0.5);
     assert_eq!(skin_for(&tuning, &Device::Cpu), 0.5);
+}
+
+/// Where each box atom is local: (domain, row).
+fn homes(s: &Structure, domains: &[Domain]) -> Vec<(usize, usize)> {
+    let mut home = vec![(usize::MAX, 0); s.len()];
+    for (p, d) in domains.iter().enumerate() {
+        for (r, &i) in d.owner[..d.n_local].iter().enumerate() {
+            home[i] = (p, r);
+        }
+    }
+    assert!(home.iter().all(|h| h.0 != usize::MAX));
+    home
+}
+
+/// The layered protocol over in-process domains, the exchanges done as LAMMPS's forward and
+/// reverse communication would: every ghost reads its owner's output before each block after
+/// the first, and every ghost's gradient is added to its owner's before each backward block
+/// after the last. Returns the box's energy and the forces summed onto owners.
+fn run_layered(calc: &PainnCalculator, s: &Structure, domains: &[Domain]) -> (f64, Vec<[f64; 3]>) {
+    let home = homes(s, domains);
+    let mut layered: Vec<LayeredDomain> = domains
+        .iter()
+        .map(|d| LayeredDomain::new(calc, &d.numbers, &d.positions, d.n_local).unwrap())
+        .collect();
+    let (w, blocks) = (layered[0].features_per_atom(), layered[0].blocks());
+    let mut outs: Vec<Vec<f64>> = layered
+        .iter_mut()
+        .map(|l| l.forward(calc, None).unwrap())
+        .collect();
+    for _ in 1..blocks {
+        let ghosts: Vec<Vec<f64>> = domains
+            .iter()
+            .map(|d| {
+                let rows = d.owner[d.n_local..].iter().map(|&i| home[i]);
+                rows.flat_map(|(p, r)| outs[p][r * w..(r + 1) * w].to_vec())
+                    .collect()
+            })
+            .collect();
+        outs = layered
+            .iter_mut()
+            .zip(&ghosts)
+            .map(|(l, g)| l.forward(calc, Some(g)).unwrap())
+            .collect();
+    }
+    let energy = layered
+        .iter()
+        .map(|l| l.atom_energies().unwrap().iter().sum::<f64>())
+        .sum();
+    let mut back: Vec<Vec<f64>> = layered
+        .iter_mut()
+        .map(|l| l.backward(calc, None).unwrap())
+        .collect();
+    for _ in 1..blocks {
+        let mut received: Vec<Vec<f64>> =
+            domains.iter().map(|d| vec![0.0; d.n_local * w]).collect();
+        for (d, g) in domains.iter().zip(&back) {
+            assert_eq!(g.len(), (d.owner.len() - d.n_local) * w);
+            for (q, &i) in d.owner[d.n_local..].iter().enumerate() {
+                let (p, r) = home[i];
+                for c in 0..w {
+                    received[p][r * w + c] += g[q * w + c];
+                }
+            }
+        }
+        back = layered
+            .iter_mut()
+            .zip(&received)
+            .map(|(l, r)| l.backward(calc, Some(r)).unwrap())
+            .collect();
+    }
+    assert!(
+        back.iter().all(Vec::is_empty),
+        "the first block sends nothing back"
+    );
+    let mut forces = vec![[0.0; 3]; s.len()];
+    for (l, d) in layered.iter().zip(domains) {
+        for (f, &i) in l.forces().unwrap().iter().zip(&d.owner) {
+            (0..3).for_each(|k| forces[i][k] += f[k]);
+        }
+    }
+    (energy, forces)
+}
+
+#[test]
+fn layered_domains_with_one_cutoff_of_ghosts_add_up_to_the_box() {
+    // 40 atoms in a 7.4 Å box: a cutoff of ghosts reaches across domains and images. Two
+    // blocks exchange once each way, three twice.
+    let s = random_box(40, 0.15, 3);
+    for (n_blocks, cutoff) in [(2, 4.0), (3, 3.5)] {
+        let cfg = PainnConfig {
+            n_blocks,
+            cutoff,
+            ..common::small_config()
+        };
+        let model = common::model(&cfg, 7, DType::F64, &Device::Cpu);
+        let calc =
+            PainnCalculator::new(model, Device::Cpu, DType::F64).with_backend(Backend::Autograd);
+        let whole = calc.compute(&Batch::new(vec![s.clone()]).unwrap()).unwrap();
+        let (e, f) = (whole.energies[0], &whole.forces[0]);
+        for parts in [1, 2, 3] {
+            let what = format!("{n_blocks} blocks, {parts} domains");
+            let domains = decompose(&s, parts, cutoff, false);
+            let (got, forces) = run_layered(&calc, &s, &domains);
+            assert!(
+                (got - e).abs() < 1e-10 * e.abs(),
+                "{what}: energy {got} vs {e}"
+            );
+            let df = common::max_force_diff(&forces, f);
+            assert!(
+                df < 1e-10 * common::max_abs(f),
+                "{what}: forces off by {df}"
+            );
+            // The same ghosts without the exchange (each domain alone) miss the box's energy:
+            // the receptive field reaches past them.
+            let alone: f64 = domains
+                .iter()
+                .map(|d| {
+                    let got = calc.compute_domain(&d.numbers, &d.positions, d.n_local, None);
+                    got.unwrap().energy
+                })
+                .sum();
+            assert!((alone - e).abs() > 1e-4, "{what} alone: {alone} vs {e}");
+        }
+    }
+}
+
+#[test]
+fn a_layered_domain_refuses_calls_out_of_order_and_wrong_sizes() {
+    let calc = &calc_autograd();
+    let s = random_molecule(12, 5);
+    let mut l = LayeredDomain::new(calc, &s.numbers, &s.positions, 5).unwrap();
+    let w = l.features_per_atom();
+    let err = |r: mlff_distiller::Result<Vec<f64>>| r.unwrap_err().to_string();
+    assert!(err(l.backward(calc, None)).contains("every block forward first"));
+    assert!(err(l.forward(calc, Some(&[0.0; 7]))).contains("embeddings"));
+    assert!(l.forces().is_err() && l.atom_energies().is_err());
+    l.forward(calc, None).unwrap();
+    assert!(err(l.forward(calc, None)).contains("block 1 needs its ghosts' features"));
+    let short = vec![0.0; 6 * w];
+    let e = err(l.forward(calc, Some(&short)));
+    assert!(
+        e.contains(&format!("{} ghost features for 7 atoms of {w}", 6 * w)),
+        "{e}"
+    );
+    let mut bad = vec![0.0; 7 * w];
+    bad[3 * w + 1] = f64::NAN;
+    assert!(err(l.forward(calc, Some(&bad))).contains("atom 3"));
+    for _ in 1..l.blocks() {
+        l.forward(calc, Some(&vec![0.1; 7 * w])).unwrap();
+    }
+    assert!(err(l.forward(calc, Some(&vec![0.1; 7 * w]))).contains("have run forward"));
+    assert!(err(l.backward(calc, Some(&vec![0.0; 5 * w]))).contains("none is received"));
+    let back = l.backward(calc, None).unwrap();
+    assert_eq!(back.len(), 7 * w);
+    assert!(err(l.backward(calc, None)).contains("sent back"));
+    assert!(l.forces().is_err());
 }

@@ -9,8 +9,10 @@
 //! message-passing blocks an atom's energy depends on atoms within B × cutoff only, and a ghost
 //! at that edge enters through its embedding alone, which needs no neighbours.
 
+mod layered;
 mod session;
 
+pub use layered::LayeredDomain;
 pub use session::{skin_for, DomainSession};
 
 use crate::error::{Error, Result};

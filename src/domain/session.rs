@@ -172,7 +172,7 @@ fn build(
 }
 
 /// Counts agree, the locals are among the atoms, every position is finite.
-fn check_atoms(numbers: &[u8], positions: &[[f64; 3]], n_local: usize) -> Result<()> {
+pub(super) fn check_atoms(numbers: &[u8], positions: &[[f64; 3]], n_local: usize) -> Result<()> {
     let n = numbers.len();
     if positions.len() != n {
         return Err(Error::Structure(format!(

@@ -14,5 +14,5 @@ pub use backend::Backend;
 pub use config::PainnConfig;
 pub use fused::{FusedForward, FusedPainn};
 pub use init::init_varmap;
-pub use painn::{Painn, PainnInputs};
+pub use painn::{EdgeGeometry, Painn, PainnInputs};
 pub use radial::{cosine_cutoff, gaussian_rbf};

@@ -29,6 +29,13 @@ pub struct PainnInputs {
     pub n_structures: usize,
 }
 
+/// What every block reads of the edges: unit vectors r_ij / |r_ij| \[E, 3\] and the filters
+/// W(r_ij) times the cutoff of all blocks, \[E, blocks × 3F\].
+pub struct EdgeGeometry {
+    pub filters: Tensor,
+    pub directions: Tensor,
+}
+
 pub struct Painn {
     cfg: PainnConfig,
     pub(super) embedding: Tensor,
@@ -87,8 +94,17 @@ impl Painn {
 
     /// Per-atom energies \[N\] in eV.
     pub fn atom_energies(&self, x: &PainnInputs) -> Result<Tensor> {
-        let (ops, f) = (self.backend, self.cfg.hidden);
-        let n = x.positions.dim(0)?;
+        let ops = self.backend;
+        let geometry = self.edge_geometry(x, ops)?;
+        let (mut s, mut v) = self.embed(&x.species, ops)?;
+        for k in 0..self.messages.len() {
+            (s, v) = self.block(k, &s, &v, x, &geometry, ops)?;
+        }
+        self.readout.atom_energies(&s, &x.species, ops)
+    }
+
+    /// Every edge's unit vector and every block's filter W(r_ij) times the cutoff.
+    pub fn edge_geometry(&self, x: &PainnInputs, ops: Backend) -> Result<EdgeGeometry> {
         let r_ij = ((ops.gather(&x.positions, &x.neighbors)?
             - ops.gather(&x.positions, &x.centers)?)?
             + &x.offsets)?;
@@ -100,20 +116,45 @@ impl Painn {
             .filter
             .forward(&rbf)?
             .broadcast_mul(&fcut.unsqueeze(1)?)?;
+        Ok(EdgeGeometry {
+            filters,
+            directions,
+        })
+    }
+
+    /// The features before the first block: (s, v) = (the element's embedding, 0).
+    pub fn embed(&self, species: &Tensor, ops: Backend) -> Result<(Tensor, Tensor)> {
+        let s = ops.gather(&self.embedding, species)?;
+        let v = Tensor::zeros((s.dim(0)?, 3, self.cfg.hidden), s.dtype(), s.device())?;
+        Ok((s, v))
+    }
+
+    /// Block `k` (message over `x`'s edges, then update) on every atom's features (s \[N, F\],
+    /// v \[N, 3, F\]). An atom that is no edge's center keeps its features through the message.
+    pub fn block(
+        &self,
+        k: usize,
+        s: &Tensor,
+        v: &Tensor,
+        x: &PainnInputs,
+        geometry: &EdgeGeometry,
+        ops: Backend,
+    ) -> Result<(Tensor, Tensor)> {
+        let f = self.cfg.hidden;
         let edges = Edges {
             centers: &x.centers,
             neighbors: &x.neighbors,
-            directions: &directions,
+            directions: &geometry.directions,
             ops,
         };
-        let mut s = ops.gather(&self.embedding, &x.species)?;
-        let mut v = Tensor::zeros((n, 3, f), s.dtype(), s.device())?;
-        for (k, (message, update)) in self.messages.iter().zip(&self.updates).enumerate() {
-            let w = filters.narrow(1, k * 3 * f, 3 * f)?;
-            (s, v) = message.forward(&s, &v, &w, &edges, k == 0)?;
-            (s, v) = update.forward(&s, &v)?;
-        }
-        self.readout.atom_energies(&s, &x.species, ops)
+        let w = geometry.filters.narrow(1, k * 3 * f, 3 * f)?;
+        let (s, v) = self.messages[k].forward(s, v, &w, &edges, k == 0)?;
+        self.updates[k].forward(&s, &v)
+    }
+
+    /// Per-atom energies \[N\] in eV from the last block's scalar features.
+    pub fn readout(&self, s: &Tensor, species: &Tensor, ops: Backend) -> Result<Tensor> {
+        self.readout.atom_energies(s, species, ops)
     }
 
     /// Energy of each structure, \[n_structures\] in eV.
