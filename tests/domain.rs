@@ -502,3 +502,38 @@ fn a_layered_domain_refuses_calls_out_of_order_and_wrong_sizes() {
     assert!(err(l.backward(calc, None)).contains("sent back"));
     assert!(l.forces().is_err());
 }
+
+#[test]
+fn a_layered_domain_without_local_atoms_or_without_ghosts_runs() {
+    let calc = &calc_autograd();
+    let s = random_molecule(6, 2);
+    for (n, n_local) in [(0, 0), (6, 0), (6, 6)] {
+        let mut l = LayeredDomain::new(calc, &s.numbers[..n], &s.positions[..n], n_local).unwrap();
+        let w = l.features_per_atom();
+        for _ in 0..l.blocks() {
+            let out = l.forward(calc, None).unwrap();
+            assert_eq!(out.len(), n_local * w);
+        }
+        let e: f64 = l.atom_energies().unwrap().iter().sum();
+        for i in 0..l.blocks() {
+            // Nothing comes back from other domains.
+            let received = (i > 0).then(|| vec![0.0; n_local * w]);
+            let back = l.backward(calc, received.as_deref()).unwrap();
+            let ghosts = if i + 1 < l.blocks() {
+                (n - n_local) * w
+            } else {
+                0
+            };
+            assert_eq!(back.len(), ghosts);
+        }
+        let f = l.forces().unwrap();
+        if n_local == n && n > 0 {
+            let whole = calc.compute(&Batch::new(vec![s.clone()]).unwrap()).unwrap();
+            assert!((e - whole.energies[0]).abs() < 1e-10 * e.abs());
+            assert!(common::max_force_diff(&f, &whole.forces[0]) < 1e-10);
+        } else {
+            assert_eq!(e, 0.0);
+            assert!(f.iter().flatten().all(|&x| x == 0.0));
+        }
+    }
+}

@@ -98,6 +98,41 @@ mlff_status mlff_compute(mlff_model *model, int64_t n_all, int64_t n_local,
                          const int32_t *pbc, double *energy, double *atom_energies,
                          double *forces, double *virial);
 
+/* Layered domains: ghosts out to one cutoff instead of the receptive field, the blocks'
+ * features exchanged between domains by the caller (LAMMPS's forward and reverse
+ * communication). Each domain then computes its own atoms only, at the price of
+ * 2 (blocks - 1) exchanges of `width` numbers per ghost atom. One call of the model:
+ *
+ *   mlff_layered_begin                  the atoms: n_local owned, then the ghosts (every atom
+ *                                       within the cutoff of a local one, periodic images as
+ *                                       ghost copies; no cell)
+ *   mlff_layered_forward  x blocks      block 0 takes ghosts = null; block k > 0 the ghosts'
+ *                                       outputs of block k - 1 from their owners
+ *                                       [n_ghost * width]. Writes the local atoms' outputs
+ *                                       [n_local * width] for the domains holding them as ghosts.
+ *   mlff_layered_energy                 the local atoms' energies
+ *   mlff_layered_backward x blocks      the last block takes received = null; block k < last the
+ *                                       sum of what the other domains' backward of block k + 1
+ *                                       wrote for this domain's atoms [n_local * width]. Writes
+ *                                       the gradient on its ghosts' inputs [n_ghost * width]
+ *                                       for their owners (nothing for block 0).
+ *   mlff_layered_forces                 -dE/dx on every atom [n_all * 3], ghosts' for their
+ *                                       owners; the virial is the sum over atoms of x (x) f.
+ *
+ * Over all domains the energies and the forces (summed onto owners) add up to the whole
+ * system's. Runs on the engine's autograd path. A call out of order fails, its message naming
+ * what must come first. */
+
+/* Numbers per atom in an exchange: 4 x the model's features (s, then v's x, y, z rows). */
+int mlff_layered_width(const mlff_model *model);
+
+mlff_status mlff_layered_begin(mlff_model *model, int64_t n_all, int64_t n_local,
+                               const double *positions, const int32_t *numbers);
+mlff_status mlff_layered_forward(mlff_model *model, const double *ghosts, double *local_out);
+mlff_status mlff_layered_energy(mlff_model *model, double *energy, double *atom_energies);
+mlff_status mlff_layered_backward(mlff_model *model, const double *received, double *ghost_out);
+mlff_status mlff_layered_forces(mlff_model *model, double *forces);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,13 +1,14 @@
 //! The C interface to mlff-distiller (`include/mlff.h` documents every function): load a
 //! student onto a device, ask its cutoff, elements and receptive field, and compute one
-//! domain's energies, forces and virial ([`mlff_distiller::domain`]). What LAMMPS's
-//! `pair_style mlff` (../lammps) calls.
+//! domain's energies, forces and virial ([`mlff_distiller::domain`]), in one call with ghosts
+//! out to the receptive field or block by block with ghosts out to one cutoff
+//! (`mlff_layered_*`, [`LayeredDomain`]). What LAMMPS's `pair_style mlff` (../lammps) calls.
 //!
 //! Every entry point catches panics, so none unwinds into C; failures return a status and leave
 //! their message in a thread-local buffer for `mlff_last_error`.
 
 use mlff_distiller::device::{select, DeviceSpec};
-use mlff_distiller::domain::{skin_for, DomainPrediction, DomainSession};
+use mlff_distiller::domain::{skin_for, DomainPrediction, DomainSession, LayeredDomain};
 use mlff_distiller::io::extxyz::atomic_number;
 use mlff_distiller::model::Backend;
 use mlff_distiller::{Error, PainnCalculator, Tuning};
@@ -34,6 +35,8 @@ pub struct Model {
     calc: PainnCalculator,
     /// The neighbour list and device inputs kept between calls (an MD run's steps).
     session: DomainSession,
+    /// The layered domain of the call in progress (`mlff_layered_*`).
+    layered: Option<LayeredDomain>,
 }
 
 thread_local! {
@@ -102,6 +105,26 @@ unsafe fn live<'a>(model: *const Model) -> Result<&'a Model, Failure> {
     model
         .as_ref()
         .ok_or_else(|| Failure::argument("model is null"))
+}
+
+/// The model behind a handle, to change.
+///
+/// # Safety
+/// `model` is null or a live handle.
+unsafe fn live_mut<'a>(model: *mut Model) -> Result<&'a mut Model, Failure> {
+    model
+        .as_mut()
+        .ok_or_else(|| Failure::argument("model is null"))
+}
+
+/// `0 <= n_local <= n_all`, or an error naming both.
+fn check_counts(n_all: i64, n_local: i64) -> Result<(), Failure> {
+    if n_local < 0 || n_local > n_all {
+        return Err(Failure::argument(format!(
+            "n_all is {n_all} and n_local {n_local} (expected 0 <= n_local <= n_all)"
+        )));
+    }
+    Ok(())
 }
 
 /// The string behind a C pointer, `what` naming the argument in errors.
@@ -179,7 +202,11 @@ pub unsafe extern "C" fn mlff_model_load(
             .with_backend(Backend::Fused);
         calc.check_ops()?;
         let session = DomainSession::new(&calc, skin_for(calc.tuning(), &device));
-        *out = Box::into_raw(Box::new(Model { calc, session }));
+        *out = Box::into_raw(Box::new(Model {
+            calc,
+            session,
+            layered: None,
+        }));
         Ok(())
     })
 }
@@ -264,14 +291,8 @@ pub unsafe extern "C" fn mlff_compute(
     virial: *mut f64,
 ) -> Status {
     guarded(|| {
-        let m = model
-            .as_mut()
-            .ok_or_else(|| Failure::argument("model is null"))?;
-        if n_local < 0 || n_local > n_all {
-            return Err(Failure::argument(format!(
-                "n_all is {n_all} and n_local {n_local} (expected 0 <= n_local <= n_all)"
-            )));
-        }
+        let m = live_mut(model)?;
+        check_counts(n_all, n_local)?;
         let lattice = match (cell.is_null(), pbc.is_null()) {
             (true, true) => None,
             (false, false) => {
@@ -360,4 +381,123 @@ unsafe fn write_out(
         }
     }
     Ok(())
+}
+
+/// The error of a layered call before `mlff_layered_begin`.
+fn no_layered() -> Failure {
+    Failure::argument("no layered domain: call mlff_layered_begin first")
+}
+
+/// Copies `values` to the C buffer `out`, `what` naming it in errors.
+///
+/// # Safety
+/// `out` is null or has room for `values.len()` values.
+unsafe fn copy_to(values: &[f64], out: *mut f64, what: &str) -> Result<(), Failure> {
+    if values.is_empty() {
+        return Ok(());
+    }
+    if out.is_null() {
+        return Err(Failure::argument(format!("{what} is null")));
+    }
+    std::slice::from_raw_parts_mut(out, values.len()).copy_from_slice(values);
+    Ok(())
+}
+
+/// # Safety
+/// `model` is a live handle (null gives 0).
+#[no_mangle]
+pub unsafe extern "C" fn mlff_layered_width(model: *const Model) -> c_int {
+    model
+        .as_ref()
+        .map_or(0, |m| 4 * m.calc.model().config().hidden as c_int)
+}
+
+/// # Safety
+/// As mlff.h says: `positions` holds `3 n_all` values and `numbers` `n_all`.
+#[no_mangle]
+pub unsafe extern "C" fn mlff_layered_begin(
+    model: *mut Model,
+    n_all: i64,
+    n_local: i64,
+    positions: *const f64,
+    numbers: *const i32,
+) -> Status {
+    guarded(|| {
+        let m = live_mut(model)?;
+        m.layered = None;
+        check_counts(n_all, n_local)?;
+        let (zs, xyz) = atoms(n_all, positions, numbers)?;
+        m.layered = Some(LayeredDomain::new(&m.calc, &zs, xyz, n_local as usize)?);
+        Ok(())
+    })
+}
+
+/// # Safety
+/// `ghosts` is null or holds n_ghost x width values; `local_out` has room for n_local x width.
+#[no_mangle]
+pub unsafe extern "C" fn mlff_layered_forward(
+    model: *mut Model,
+    ghosts: *const f64,
+    local_out: *mut f64,
+) -> Status {
+    guarded(|| {
+        let m = live_mut(model)?;
+        let l = m.layered.as_mut().ok_or_else(no_layered)?;
+        let n = l.n_ghost() * l.features_per_atom();
+        let ghosts = (!ghosts.is_null()).then(|| std::slice::from_raw_parts(ghosts, n));
+        let out = l.forward(&m.calc, ghosts)?;
+        copy_to(&out, local_out, "local_out")
+    })
+}
+
+/// # Safety
+/// `energy` is writable; `atom_energies` is null or has room for n_local values.
+#[no_mangle]
+pub unsafe extern "C" fn mlff_layered_energy(
+    model: *mut Model,
+    energy: *mut f64,
+    atom_energies: *mut f64,
+) -> Status {
+    guarded(|| {
+        let m = live_mut(model)?;
+        let e = m.layered.as_ref().ok_or_else(no_layered)?.atom_energies()?;
+        if energy.is_null() {
+            return Err(Failure::argument("energy is null"));
+        }
+        *energy = e.iter().sum();
+        if !atom_energies.is_null() {
+            copy_to(&e, atom_energies, "atom_energies")?;
+        }
+        Ok(())
+    })
+}
+
+/// # Safety
+/// `received` is null or holds n_local x width values; `ghost_out` has room for n_ghost x
+/// width.
+#[no_mangle]
+pub unsafe extern "C" fn mlff_layered_backward(
+    model: *mut Model,
+    received: *const f64,
+    ghost_out: *mut f64,
+) -> Status {
+    guarded(|| {
+        let m = live_mut(model)?;
+        let l = m.layered.as_mut().ok_or_else(no_layered)?;
+        let n = l.n_local() * l.features_per_atom();
+        let received = (!received.is_null()).then(|| std::slice::from_raw_parts(received, n));
+        let out = l.backward(&m.calc, received)?;
+        copy_to(&out, ghost_out, "ghost_out")
+    })
+}
+
+/// # Safety
+/// `forces` has room for 3 n_all values.
+#[no_mangle]
+pub unsafe extern "C" fn mlff_layered_forces(model: *mut Model, forces: *mut f64) -> Status {
+    guarded(|| {
+        let m = live_mut(model)?;
+        let f = m.layered.as_ref().ok_or_else(no_layered)?.forces()?;
+        copy_to(f.as_flattened(), forces, "forces")
+    })
 }

@@ -298,3 +298,147 @@ fn a_periodic_cell_through_the_c_interface_matches_the_library() {
     );
     unsafe { mlff_model_free(m) };
 }
+
+/// One `mlff_layered_*` call of domain `m` (each domain its own handle, as each LAMMPS rank).
+struct LayeredRun {
+    m: *mut Model,
+    /// Molecule atom of each of the domain's atoms, locals first.
+    atoms: Vec<usize>,
+    n_local: usize,
+}
+
+#[test]
+fn layered_domains_through_the_c_interface_add_up_to_the_molecule() {
+    let s = molecule();
+    let lib = PainnCalculator::from_checkpoint(&shipped(), &Device::Cpu, DType::F64).unwrap();
+    let want = lib.compute(&Batch::new(vec![s.clone()]).unwrap()).unwrap();
+    // Atoms 0-3 local to one domain, 4-7 to the other; every other atom within the cutoff of a
+    // local one is a ghost (here all: the molecule is smaller than the 5 Å cutoff).
+    let runs: Vec<LayeredRun> = [0..4, 4..8]
+        .into_iter()
+        .map(|local| {
+            let (status, m) = load(shipped().to_str().unwrap(), "cpu", 64);
+            assert_eq!(status, Status::Ok, "{}", last_error());
+            let ghosts = (0..s.len()).filter(|i| !local.contains(i));
+            let atoms: Vec<usize> = local.clone().chain(ghosts).collect();
+            let x: Vec<f64> = atoms.iter().flat_map(|&i| s.positions[i]).collect();
+            let z: Vec<i32> = atoms.iter().map(|&i| i32::from(s.numbers[i])).collect();
+            let (n, n_local) = (atoms.len() as i64, local.len() as i64);
+            let status = unsafe { mlff_layered_begin(m, n, n_local, x.as_ptr(), z.as_ptr()) };
+            assert_eq!(status, Status::Ok, "{}", last_error());
+            LayeredRun {
+                m,
+                atoms,
+                n_local: local.len(),
+            }
+        })
+        .collect();
+    let w = unsafe { mlff_layered_width(runs[0].m) } as usize;
+    assert_eq!(w, 4 * 128);
+    let blocks = unsafe { mlff_model_n_blocks(runs[0].m) };
+    // Every atom's features as its owner last wrote them: the forward exchange.
+    let mut features = vec![0.0; s.len() * w];
+    for k in 0..blocks {
+        let mut outs = Vec::new();
+        for r in &runs {
+            let ghosts: Vec<f64> = (r.atoms[r.n_local..].iter())
+                .flat_map(|&i| features[i * w..(i + 1) * w].to_vec())
+                .collect();
+            let mut out = vec![0.0; r.n_local * w];
+            let g = if k == 0 {
+                std::ptr::null()
+            } else {
+                ghosts.as_ptr()
+            };
+            let status = unsafe { mlff_layered_forward(r.m, g, out.as_mut_ptr()) };
+            assert_eq!(status, Status::Ok, "{}", last_error());
+            outs.push(out);
+        }
+        for (r, out) in runs.iter().zip(&outs) {
+            for (q, &i) in r.atoms[..r.n_local].iter().enumerate() {
+                features[i * w..(i + 1) * w].copy_from_slice(&out[q * w..(q + 1) * w]);
+            }
+        }
+    }
+    let mut energy = 0.0;
+    for r in &runs {
+        let (mut e, mut ea) = (0.0, vec![0.0; r.n_local]);
+        let status = unsafe { mlff_layered_energy(r.m, &mut e, ea.as_mut_ptr()) };
+        assert_eq!(status, Status::Ok, "{}", last_error());
+        assert!((ea.iter().sum::<f64>() - e).abs() < 1e-12);
+        energy += e;
+    }
+    // Gradients on ghosts summed onto their owners: the reverse exchange.
+    let mut received = vec![0.0; s.len() * w];
+    for k in (0..blocks).rev() {
+        let mut sent = vec![0.0; s.len() * w];
+        for r in &runs {
+            let mine: Vec<f64> = (r.atoms[..r.n_local].iter())
+                .flat_map(|&i| received[i * w..(i + 1) * w].to_vec())
+                .collect();
+            let mut ghost_out = vec![0.0; (r.atoms.len() - r.n_local) * w];
+            let rec = if k + 1 == blocks {
+                std::ptr::null()
+            } else {
+                mine.as_ptr()
+            };
+            let status = unsafe { mlff_layered_backward(r.m, rec, ghost_out.as_mut_ptr()) };
+            assert_eq!(status, Status::Ok, "{}", last_error());
+            for (q, &i) in r.atoms[r.n_local..].iter().enumerate() {
+                let row = &mut sent[i * w..(i + 1) * w];
+                row.iter_mut()
+                    .zip(&ghost_out[q * w..(q + 1) * w])
+                    .for_each(|(a, b)| *a += b);
+            }
+        }
+        received = sent;
+    }
+    let mut forces = vec![[0.0; 3]; s.len()];
+    for r in &runs {
+        let mut f = vec![0.0; 3 * r.atoms.len()];
+        let status = unsafe { mlff_layered_forces(r.m, f.as_mut_ptr()) };
+        assert_eq!(status, Status::Ok, "{}", last_error());
+        for (row, &i) in f.chunks_exact(3).zip(&r.atoms) {
+            (0..3).for_each(|c| forces[i][c] += row[c]);
+        }
+        unsafe { mlff_model_free(r.m) };
+    }
+    let e = want.energies[0];
+    assert!((energy - e).abs() < 1e-10 * e.abs(), "{energy} vs {e}");
+    for (got, want) in forces.iter().zip(&want.forces[0]) {
+        for c in 0..3 {
+            assert!((got[c] - want[c]).abs() < 1e-9, "{got:?} vs {want:?}");
+        }
+    }
+}
+
+#[test]
+fn layered_calls_out_of_order_name_what_comes_first() {
+    let (status, m) = load(shipped().to_str().unwrap(), "cpu", 64);
+    assert_eq!(status, Status::Ok, "{}", last_error());
+    let mut out = vec![0.0; 4 * 128];
+    let status = unsafe { mlff_layered_forward(m, std::ptr::null(), out.as_mut_ptr()) };
+    assert_eq!(status, Status::Argument);
+    assert!(
+        last_error().contains("call mlff_layered_begin first"),
+        "{}",
+        last_error()
+    );
+    let s = molecule();
+    let x: Vec<f64> = s.positions.iter().flatten().copied().collect();
+    let z: Vec<i32> = s.numbers.iter().map(|&z| i32::from(z)).collect();
+    let status = unsafe { mlff_layered_begin(m, 8, 9, x.as_ptr(), z.as_ptr()) };
+    assert_eq!(status, Status::Argument);
+    assert!(last_error().contains("n_local 9"), "{}", last_error());
+    let status = unsafe { mlff_layered_begin(m, 8, 1, x.as_ptr(), z.as_ptr()) };
+    assert_eq!(status, Status::Ok, "{}", last_error());
+    let mut e = 0.0;
+    let status = unsafe { mlff_layered_energy(m, &mut e, std::ptr::null_mut()) };
+    assert_eq!(status, Status::Model);
+    assert!(
+        last_error().contains("every block forward first"),
+        "{}",
+        last_error()
+    );
+    unsafe { mlff_model_free(m) };
+}

@@ -46,6 +46,7 @@ pub struct LayeredDomain {
     pending: Option<Tensor>,
     /// ∂E/∂x summed over the blocks run backward so far.
     position_grad: Tensor,
+    forward_done: usize,
     backward_done: usize,
 }
 
@@ -93,6 +94,7 @@ impl LayeredDomain {
             atom_energies: None,
             pending: None,
             position_grad,
+            forward_done: 0,
             backward_done: 0,
         })
     }
@@ -121,7 +123,7 @@ impl LayeredDomain {
     /// order; the owners' outputs of the previous block); the first block takes none. Returns
     /// the local atoms' outputs (n_local × 4F) for the domains that hold them as ghosts.
     pub fn forward(&mut self, calc: &PainnCalculator, ghosts: Option<&[f64]>) -> Result<Vec<f64>> {
-        let k = self.block_outputs.len();
+        let k = self.forward_done;
         let model = calc.model();
         if k == self.blocks() {
             return Err(Error::Config(format!(
@@ -129,6 +131,16 @@ impl LayeredDomain {
             )));
         }
         let f = self.hidden;
+        // No ghosts: nothing to pass (a C caller may pass null).
+        let ghosts = ghosts.or((k > 0 && self.n_ghost() == 0).then_some(&[][..]));
+        if self.n_local == 0 {
+            // Nothing of this domain's counts: its ghosts' features are checked, not used.
+            if let Some(g) = ghosts.filter(|_| k > 0) {
+                self.check_rows(g, self.n_ghost(), "ghost features")?;
+            }
+            self.forward_done += 1;
+            return Ok(Vec::new());
+        }
         let (s, v) = match (k, ghosts) {
             (0, None) => model.embed(&self.inputs.species, OPS)?,
             (0, Some(_)) => {
@@ -167,11 +179,15 @@ impl LayeredDomain {
         }
         self.block_inputs.push((s_in, v_in));
         self.block_outputs.push((s_out, v_out));
+        self.forward_done += 1;
         Ok(out)
     }
 
     /// The local atoms' energies (eV), once every block has run forward.
     pub fn atom_energies(&self) -> Result<Vec<f64>> {
+        if self.n_local == 0 && self.forward_done == self.blocks() {
+            return Ok(Vec::new());
+        }
         let e = self.atom_energies.as_ref().ok_or_else(|| {
             Error::Config("layered domain: the energy needs every block forward first".into())
         })?;
@@ -189,7 +205,7 @@ impl LayeredDomain {
         received: Option<&[f64]>,
     ) -> Result<Vec<f64>> {
         let blocks = self.blocks();
-        if self.block_outputs.len() < blocks {
+        if self.forward_done < blocks {
             return Err(Error::Config(
                 "layered domain: backward needs every block forward first".into(),
             ));
@@ -201,6 +217,11 @@ impl LayeredDomain {
         }
         let k = blocks - 1 - self.backward_done;
         let f = self.hidden;
+        if self.n_local == 0 {
+            // No energy here: every gradient is zero.
+            self.backward_done += 1;
+            return Ok(vec![0.0; if k == 0 { 0 } else { self.n_ghost() * 4 * f }]);
+        }
         let (s_out, v_out) = &self.block_outputs[k];
         let objective =
             match (k + 1 == blocks, received) {
@@ -262,14 +283,8 @@ impl LayeredDomain {
         rows(&self.position_grad.neg()?)
     }
 
-    /// `values` (`n` rows of 4F) as a tensor in the model's dtype, or an error naming `what`.
-    fn rows_of(
-        &self,
-        calc: &PainnCalculator,
-        values: &[f64],
-        n: usize,
-        what: &str,
-    ) -> Result<Tensor> {
+    /// `values` is `n` rows of 4F finite numbers, or an error naming `what` and the atom.
+    fn check_rows(&self, values: &[f64], n: usize, what: &str) -> Result<()> {
         let width = self.features_per_atom();
         if values.len() != n * width {
             return Err(Error::Structure(format!(
@@ -284,7 +299,19 @@ impl LayeredDomain {
                 values[i]
             )));
         }
-        let t = Tensor::from_slice(values, (n, width), calc.device())?;
+        Ok(())
+    }
+
+    /// `values` (`n` rows of 4F) as a tensor in the model's dtype.
+    fn rows_of(
+        &self,
+        calc: &PainnCalculator,
+        values: &[f64],
+        n: usize,
+        what: &str,
+    ) -> Result<Tensor> {
+        self.check_rows(values, n, what)?;
+        let t = Tensor::from_slice(values, (n, self.features_per_atom()), calc.device())?;
         Ok(t.to_dtype(calc.dtype())?)
     }
 }
