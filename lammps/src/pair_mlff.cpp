@@ -7,7 +7,12 @@
    forces on ghosts too, which LAMMPS adds back to their owners (newton_pair on). Summed over
    ranks this is exactly the energy, forces and virial of the whole system. Along a periodic
    axis that LAMMPS does not divide between ranks the engine takes the images from the cell
-   instead of ghost copies (on one rank with a periodic box: no ghosts at all). */
+   instead of ghost copies (on one rank with a periodic box: no ghosts at all).
+
+   With `exchange features` the ghosts reach one cutoff only, and the blocks run one at a time
+   with the features of local atoms sent to their ghost copies between blocks (forward
+   communication) and, backward, the gradients on ghosts summed onto their owners (reverse
+   communication): no rank computes a ghost shell of the receptive field. */
 
 #include "pair_mlff.h"
 
@@ -25,6 +30,7 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -66,7 +72,7 @@ void PairMLFF::allocate()
     for (int j = i; j <= n; j++) setflag[i][j] = 0;
 }
 
-/* pair_style mlff [device cpu|cuda|cuda:N|auto] [dtype f32|f64] */
+/* pair_style mlff [device cpu|cuda|cuda:N|auto] [dtype f32|f64] [exchange ghosts|features] */
 void PairMLFF::settings(int narg, char **arg)
 {
   for (int k = 0; k < narg; k += 2) {
@@ -82,10 +88,19 @@ void PairMLFF::settings(int narg, char **arg)
         dtype_bits = 64;
       else
         fail_all("dtype `" + value + "` is not f32 or f64");
+    } else if (key == "exchange") {
+      if (value == "ghosts")
+        layered = false;
+      else if (value == "features")
+        layered = true;
+      else
+        fail_all("exchange `" + value + "` is not ghosts or features");
     } else {
-      fail_all("unknown keyword `" + key + "` (expected device or dtype)");
+      fail_all("unknown keyword `" + key + "` (expected device, dtype or exchange)");
     }
   }
+  // Layered: every ghost is an atom the engine sees, so LAMMPS's sum of x (x) f is the virial.
+  no_virial_fdotr_compute = layered ? 0 : 1;
 }
 
 /* A bare `cuda` (or `auto` where there are GPUs) puts each rank of a node on its own GPU,
@@ -147,14 +162,16 @@ void PairMLFF::coeff(int narg, char **arg)
   for (int i = 1; i <= ntypes; i++)
     for (int j = i; j <= ntypes; j++) setflag[i][j] = 1;
   receptive_field = mlff_model_receptive_field(model);
+  width = mlff_layered_width(model);
   if (comm->me == 0) {
     std::string types;
     for (int t = 1; t <= ntypes; t++) types += fmt::format(" {}={}", t, arg[2 + t]);
     utils::logmesg(lmp,
                    "pair_style mlff: {} (mlff {}) on {}, f{}: cutoff {} Å, {} blocks, "
-                   "receptive field {} Å; types{}\n",
+                   "receptive field {} Å; exchange {}; types{}\n",
                    model_path, mlff_version(), dev, dtype_bits, mlff_model_cutoff(model),
-                   mlff_model_n_blocks(model), receptive_field, types);
+                   mlff_model_n_blocks(model), receptive_field,
+                   layered ? "features" : "ghosts", types);
   }
 }
 
@@ -173,10 +190,13 @@ void PairMLFF::init_style()
   ghosts_needed = false;
   for (int d = 0; d < 3; d++) {
     const bool undivided = brick ? comm->procgrid[d] == 1 : comm->nprocs == 1;
-    cell_axes[d] = domain->periodicity[d] && undivided;
+    cell_axes[d] = domain->periodicity[d] && undivided && !layered;
     ghosts_needed = ghosts_needed || !undivided;
   }
   seen_build = -1;
+  // Layered: the blocks' features and their gradients travel with LAMMPS's communication.
+  comm_forward = comm_reverse = layered ? width : 0;
+  if (layered) return;
 
   // Brick communication brings ghosts from as many periodic images as the cutoff needs; tiled
   // communication cannot reach past one box length (LAMMPS stops, without saying why so far).
@@ -184,20 +204,20 @@ void PairMLFF::init_style()
     const double need = receptive_field + neighbor->skin;
     const double *h = domain->h;    // xprd, yprd, zprd, yz, xz, xy
     const double volume = h[0] * h[1] * h[2];
-    const double width[3] = {volume / std::sqrt(h[1] * h[1] * h[2] * h[2] +
+    const double widths[3] = {volume / std::sqrt(h[1] * h[1] * h[2] * h[2] +
                                                 h[5] * h[5] * h[2] * h[2] +
                                                 std::pow(h[5] * h[3] - h[1] * h[4], 2)),
                              volume / std::sqrt(h[0] * h[0] * (h[2] * h[2] + h[3] * h[3])),
                              h[2]};
     const char *axis = "xyz";
     for (int d = 0; d < 3; d++)
-      if (domain->periodicity[d] && need > width[d])
+      if (domain->periodicity[d] && need > widths[d])
         fail_all(fmt::format("the model's receptive field ({} blocks x {} Å = {} Å, plus the "
                              "{} Å skin) is larger than the box's {:.4g} Å width along {}: "
                              "comm_style tiled cannot bring ghost atoms that far (use "
                              "comm_style brick, or a larger box)",
                              mlff_model_n_blocks(model), mlff_model_cutoff(model),
-                             receptive_field, neighbor->skin, width[d], axis[d]));
+                             receptive_field, neighbor->skin, widths[d], axis[d]));
   }
 }
 
@@ -205,7 +225,7 @@ void PairMLFF::init_style()
    atoms out to blocks x cutoff (plus the skin); on a single rank none are needed. */
 double PairMLFF::init_one(int, int)
 {
-  return ghosts_needed ? receptive_field : mlff_model_cutoff(model);
+  return ghosts_needed && !layered ? receptive_field : mlff_model_cutoff(model);
 }
 
 /* The atoms the engine sees: all local atoms, and the ghosts that are not copies along an axis
@@ -245,6 +265,10 @@ void PairMLFF::compute(int eflag, int vflag)
     error->all(FLERR, "pair_style mlff: per-atom virials (compute stress/atom) are not "
                       "available: a message-passing energy does not split into pair terms");
 
+  if (layered) {
+    compute_layered();
+    return;
+  }
   const int nlocal = atom->nlocal;
   const int nall = nlocal + atom->nghost;
   if (neighbor->ncalls != seen_build || nall != seen_nall) choose_atoms();
@@ -272,9 +296,7 @@ void PairMLFF::compute(int eflag, int vflag)
       mlff_compute(model, n, nlocal, positions.data(), numbers.data(),
                    periodic ? cell : nullptr, periodic ? cell_axes : nullptr, &energy,
                    eflag_atom ? atom_energies.data() : nullptr, forces.data(), w);
-  if (status != MLFF_OK)
-    error->one(FLERR, fmt::format("pair_style mlff: step {}, rank {}: {}", update->ntimestep,
-                                  comm->me, mlff_last_error()));
+  check(status);
 
   double **f = atom->f;
   for (int k = 0; k < n; k++) {
@@ -301,5 +323,98 @@ double PairMLFF::memory_usage()
 {
   return Pair::memory_usage() + numbers.capacity() * sizeof(int32_t) +
       seen.capacity() * sizeof(int) +
-      (positions.capacity() + forces.capacity() + atom_energies.capacity()) * sizeof(double);
+      (positions.capacity() + forces.capacity() + atom_energies.capacity() +
+       features.capacity()) * sizeof(double);
 }
+
+/* exchange features: ghosts out to one cutoff, and between blocks the local atoms' features go
+   to their ghost copies (forward communication) and, in the backward pass, the gradients on
+   ghosts back to their owners (reverse communication). Each rank computes its own atoms only;
+   every ghost is passed to the engine as an atom (no cell), so the virial is LAMMPS's
+   sum over atoms of x (x) f. */
+void PairMLFF::compute_layered()
+{
+  const int nlocal = atom->nlocal;
+  const int nall = nlocal + atom->nghost;
+  double **x = atom->x;
+  int *type = atom->type;
+  positions.resize(3 * (size_t) nall);
+  numbers.resize(nall);
+  for (int i = 0; i < nall; i++) {
+    positions[3 * i] = x[i][0];
+    positions[3 * i + 1] = x[i][1];
+    positions[3 * i + 2] = x[i][2];
+    numbers[i] = type_z[type[i]];
+  }
+  check(mlff_layered_begin(model, nall, nlocal, positions.data(), numbers.data()));
+  const size_t w = width;
+  features.resize((size_t) nall * w);
+  double *local = features.data();
+  double *ghost = features.data() + (size_t) nlocal * w;
+  const int blocks = mlff_model_n_blocks(model);
+  for (int k = 0; k < blocks; k++) {
+    check(mlff_layered_forward(model, k == 0 ? nullptr : ghost, local));
+    if (k + 1 < blocks) comm->forward_comm(this);
+  }
+  double energy = 0.0;
+  atom_energies.resize(nlocal);
+  check(mlff_layered_energy(model, &energy, atom_energies.data()));
+  for (int k = blocks - 1; k >= 0; k--) {
+    check(mlff_layered_backward(model, k == blocks - 1 ? nullptr : local, ghost));
+    if (k > 0) {
+      // The owners' rows receive the sum of their ghosts' gradients.
+      std::fill(features.begin(), features.begin() + (size_t) nlocal * w, 0.0);
+      comm->reverse_comm(this);
+    }
+  }
+  forces.resize(3 * (size_t) nall);
+  check(mlff_layered_forces(model, forces.data()));
+  double **f = atom->f;
+  for (int i = 0; i < nall; i++) {
+    f[i][0] += forces[3 * i];
+    f[i][1] += forces[3 * i + 1];
+    f[i][2] += forces[3 * i + 2];
+  }
+  if (eflag_global) eng_vdwl += energy;
+  if (eflag_atom)
+    for (int i = 0; i < nlocal; i++) eatom[i] += atom_energies[i];
+  if (vflag_fdotr) virial_fdotr_compute();
+}
+
+void PairMLFF::check(int status)
+{
+  if (status != MLFF_OK)
+    error->one(FLERR, fmt::format("pair_style mlff: step {}, rank {}: {}", update->ntimestep,
+                                  comm->me, mlff_last_error()));
+}
+
+int PairMLFF::pack_forward_comm(int n, int *list, double *buf, int, int *)
+{
+  const size_t w = width;
+  for (int i = 0; i < n; i++)
+    std::copy_n(features.data() + (size_t) list[i] * w, w, buf + (size_t) i * w);
+  return n * width;
+}
+
+void PairMLFF::unpack_forward_comm(int n, int first, double *buf)
+{
+  const size_t w = width;
+  std::copy_n(buf, (size_t) n * w, features.data() + (size_t) first * w);
+}
+
+int PairMLFF::pack_reverse_comm(int n, int first, double *buf)
+{
+  const size_t w = width;
+  std::copy_n(features.data() + (size_t) first * w, (size_t) n * w, buf);
+  return n * width;
+}
+
+void PairMLFF::unpack_reverse_comm(int n, int *list, double *buf)
+{
+  const size_t w = width;
+  for (int i = 0; i < n; i++) {
+    double *row = features.data() + (size_t) list[i] * w;
+    for (size_t c = 0; c < w; c++) row[c] += buf[(size_t) i * w + c];
+  }
+}
+

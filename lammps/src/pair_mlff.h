@@ -23,6 +23,10 @@ class PairMLFF : public Pair {
   void init_style() override;
   double init_one(int, int) override;
   double memory_usage() override;
+  int pack_forward_comm(int, int *, double *, int, int *) override;
+  void unpack_forward_comm(int, int, double *) override;
+  int pack_reverse_comm(int, int, double *) override;
+  void unpack_reverse_comm(int, int *, double *) override;
 
  private:
   mlff_model *model = nullptr;
@@ -30,6 +34,13 @@ class PairMLFF : public Pair {
   std::string device = "cpu";
   int dtype_bits = 32;
   double receptive_field = 0.0;
+  // exchange features: ghosts to one cutoff, each block's features exchanged between ranks
+  // (mlff_layered_*); otherwise ghosts to the receptive field and one call (mlff_compute).
+  bool layered = false;
+  // Numbers per atom in a features exchange (mlff_layered_width).
+  int width = 0;
+  // Every atom's features (forward) or their gradients (reverse), [nall * width].
+  std::vector<double> features;
   // Axes the engine treats as periodic (images from the cell, no ghost copies): periodic
   // axes that LAMMPS does not divide between ranks. Set in init_style.
   int cell_axes[3] = {0, 0, 0};
@@ -49,6 +60,8 @@ class PairMLFF : public Pair {
 
   void allocate();
   void choose_atoms();
+  void compute_layered();
+  void check(int status);
   std::string device_for_this_rank() const;
   [[noreturn]] void fail_all(const std::string &what);
 };

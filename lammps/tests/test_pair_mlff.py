@@ -171,7 +171,7 @@ def run_lammps(lammps, tmp, ranks, body, check=True, tuning=None):
     return p
 
 
-def setup_lines(model, elements, dtype, periodic=True, extra=""):
+def setup_lines(model, elements, dtype, periodic=True, extra="", style=""):
     names = " ".join(SYMBOLS[z] for z in elements)
     return f"""units metal
 atom_style atomic
@@ -179,17 +179,18 @@ boundary {"p p p" if periodic else "f f f"}
 atom_modify map array
 {extra}
 read_data system.data
-pair_style mlff dtype {dtype}
+pair_style mlff dtype {dtype} {style}
 pair_coeff * * {model} {names}
 compute pe all pe/atom
 compute w all pressure NULL virial
 """
 
 
-def single_point(lammps, tmp, ranks, model, numbers, x, cell, dtype, elements=(1, 6, 8)):
+def single_point(lammps, tmp, ranks, model, numbers, x, cell, dtype, elements=(1, 6, 8),
+                 style=""):
     """LAMMPS's energy, per-atom energies, forces (by atom id) and virial W (eV) at x."""
     write_data(tmp / "system.data", numbers, x, cell, elements)
-    body = setup_lines(model, elements, dtype, periodic=cell is not None) + """
+    body = setup_lines(model, elements, dtype, periodic=cell is not None, style=style) + """
 dump d all custom 1 atoms.txt id fx fy fz c_pe
 dump_modify d sort id format float %.17g
 run 0
@@ -253,12 +254,12 @@ def test_one_two_four_and_eight_ranks_agree(lammps, tiny, tmp_path, system):
         assert np.abs(virial_n - virial).max() <= 1e-11 * np.abs(virial).max(), n
 
 
-def md_input(tmp_path, model, fix, steps, thermo):
+def md_input(tmp_path, model, fix, steps, thermo, style=""):
     """The water box with `model` in f64, then `steps` of MD under `fix` from 300 K, thermo
     columns `thermo` every 25 steps, the end state written to final.txt."""
     numbers, x, cell = water_box()
     write_data(tmp_path / "system.data", numbers, x, cell, (1, 6, 8))
-    return setup_lines(model, (1, 6, 8), "f64") + f"""
+    return setup_lines(model, (1, 6, 8), "f64", style=style) + f"""
 velocity all create 300 4928 mom yes rot no dist gaussian
 timestep 0.0005
 fix md all {fix}
@@ -316,6 +317,38 @@ def test_a_neighbour_list_kept_with_a_skin_changes_no_trajectory(lammps, tiny, t
         assert np.abs(finals[1] - finals[0]).max() < 1e-10 * scale, n
 
 
+@pytest.mark.parametrize("system", SYSTEMS)
+def test_exchanging_features_matches_ghosts_to_the_receptive_field(lammps, tiny, tmp_path,
+                                                                   system):
+    # Ghosts to one cutoff (3 Å) with the blocks' features exchanged, on 1, 2, 4 and 8 ranks
+    # (subdomains of 4.65 Å, a periodic image its own ghost on one rank), against the default
+    # on one rank: the same energies, forces and virial (LAMMPS's sum of x (x) f here).
+    numbers, x, cell = SYSTEMS[system]()
+    pe, pe_atoms, forces, virial = single_point(lammps, tmp_path, 1, tiny, numbers, x, cell,
+                                                "f64")
+    for n in (1, 2, 4, 8):
+        got = single_point(lammps, tmp_path, n, tiny, numbers, x, cell, "f64",
+                           style="exchange features")
+        pe_n, pe_atoms_n, forces_n, virial_n = got
+        assert abs(pe_n - pe) <= 1e-12 * abs(pe), n
+        assert np.abs(pe_atoms_n - pe_atoms).max() <= 1e-12 * np.abs(pe_atoms).max(), n
+        assert np.abs(forces_n - forces).max() <= 1e-11 * np.abs(forces).max(), n
+        assert np.abs(virial_n - virial).max() <= 1e-10 * np.abs(virial).max(), n
+    log = (tmp_path / "log.lammps").read_text()
+    assert "; exchange features; types" in log
+
+
+def test_npt_with_exchanged_features_follows_the_default(lammps, tiny, tmp_path):
+    # Two ranks exchanging features against one rank with ghosts to the receptive field: the
+    # barostat reads the virial (x (x) f over atoms and ghosts) every step.
+    fix = "npt temp 300 300 0.05 aniso 1.0 1.0 0.5"
+    runs = []
+    for n, style in ((1, ""), (2, "exchange features")):
+        run_lammps(lammps, tmp_path, n, md_input(tmp_path, tiny, fix, 100, "pe vol press", style))
+        runs.append(_thermo(tmp_path / "log.lammps"))
+    np.testing.assert_allclose(runs[1], runs[0], rtol=1e-9)
+
+
 def _thermo(log):
     """The thermo rows (step pe ke etotal) of a LAMMPS log."""
     return _thermo_rows(Path(log).read_text())
@@ -343,6 +376,7 @@ ERRORS = {
     "not an element": ("pair_coeff * * {model} H C Qq", "`Qq` (atom type 3) is not an element"),
     "a model missing": ("pair_coeff * * {tmp}/missing.safetensors H C O", "missing.safetensors"),
     "an unknown keyword": ("pair_style mlff precision f64", "unknown keyword `precision`"),
+    "an unknown exchange": ("pair_style mlff exchange atoms", "exchange `atoms` is not ghosts"),
 }
 
 
