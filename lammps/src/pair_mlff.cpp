@@ -258,19 +258,11 @@ void PairMLFF::choose_atoms()
   seen_nall = nall;
 }
 
-void PairMLFF::compute(int eflag, int vflag)
+/* Positions and atomic numbers of the atoms the engine sees (`seen`, chosen again after a
+   neighbour-list build); their number. */
+int PairMLFF::load_atoms()
 {
-  ev_init(eflag, vflag);
-  if (vflag_atom)
-    error->all(FLERR, "pair_style mlff: per-atom virials (compute stress/atom) are not "
-                      "available: a message-passing energy does not split into pair terms");
-
-  if (layered) {
-    compute_layered();
-    return;
-  }
-  const int nlocal = atom->nlocal;
-  const int nall = nlocal + atom->nghost;
+  const int nall = atom->nlocal + atom->nghost;
   if (neighbor->ncalls != seen_build || nall != seen_nall) choose_atoms();
   const int n = (int) seen.size();
   double **x = atom->x;
@@ -284,6 +276,34 @@ void PairMLFF::compute(int eflag, int vflag)
     positions[3 * k + 2] = x[i][2];
     numbers[k] = type_z[type[i]];
   }
+  return n;
+}
+
+/* The engine's forces (rows of `forces`, one per atom seen) added to LAMMPS's. */
+void PairMLFF::add_forces()
+{
+  double **f = atom->f;
+  for (size_t k = 0; k < seen.size(); k++) {
+    const int i = seen[k];
+    f[i][0] += forces[3 * k];
+    f[i][1] += forces[3 * k + 1];
+    f[i][2] += forces[3 * k + 2];
+  }
+}
+
+void PairMLFF::compute(int eflag, int vflag)
+{
+  ev_init(eflag, vflag);
+  if (vflag_atom)
+    error->all(FLERR, "pair_style mlff: per-atom virials (compute stress/atom) are not "
+                      "available: a message-passing energy does not split into pair terms");
+
+  if (layered) {
+    compute_layered();
+    return;
+  }
+  const int nlocal = atom->nlocal;
+  const int n = load_atoms();
   forces.resize(3 * (size_t) n);
   atom_energies.resize(nlocal);
 
@@ -298,13 +318,7 @@ void PairMLFF::compute(int eflag, int vflag)
                    eflag_atom ? atom_energies.data() : nullptr, forces.data(), w);
   check(status);
 
-  double **f = atom->f;
-  for (int k = 0; k < n; k++) {
-    const int i = seen[k];
-    f[i][0] += forces[3 * k];
-    f[i][1] += forces[3 * k + 1];
-    f[i][2] += forces[3 * k + 2];
-  }
+  add_forces();
   if (eflag_global) eng_vdwl += energy;
   if (eflag_atom)
     for (int i = 0; i < nlocal; i++) eatom[i] += atom_energies[i];
@@ -335,17 +349,8 @@ double PairMLFF::memory_usage()
 void PairMLFF::compute_layered()
 {
   const int nlocal = atom->nlocal;
-  const int nall = nlocal + atom->nghost;
-  double **x = atom->x;
-  int *type = atom->type;
-  positions.resize(3 * (size_t) nall);
-  numbers.resize(nall);
-  for (int i = 0; i < nall; i++) {
-    positions[3 * i] = x[i][0];
-    positions[3 * i + 1] = x[i][1];
-    positions[3 * i + 2] = x[i][2];
-    numbers[i] = type_z[type[i]];
-  }
+  // No cell axes here: the atoms seen are every local and ghost atom, in LAMMPS's order.
+  const int nall = load_atoms();
   check(mlff_layered_begin(model, nall, nlocal, positions.data(), numbers.data()));
   const size_t w = width;
   features.resize((size_t) nall * w);
@@ -369,12 +374,7 @@ void PairMLFF::compute_layered()
   }
   forces.resize(3 * (size_t) nall);
   check(mlff_layered_forces(model, forces.data()));
-  double **f = atom->f;
-  for (int i = 0; i < nall; i++) {
-    f[i][0] += forces[3 * i];
-    f[i][1] += forces[3 * i + 1];
-    f[i][2] += forces[3 * i + 2];
-  }
+  add_forces();
   if (eflag_global) eng_vdwl += energy;
   if (eflag_atom)
     for (int i = 0; i < nlocal; i++) eatom[i] += atom_energies[i];

@@ -60,6 +60,8 @@ class PairMLFF : public Pair {
 
   void allocate();
   void choose_atoms();
+  int load_atoms();
+  void add_forces();
   void compute_layered();
   void check(int status);
   std::string device_for_this_rank() const;
