@@ -7,14 +7,17 @@
 #
 #   benches/lammps/water.sh [--device cpu|cuda] [--dtype f32|f64] [--ranks "1 2"]
 #                           [--replicas "2 4"] [--steps N] [--weak] [--out DIR] [--model M]
+#                           [--exchange ghosts|features]
 #
-# --model defaults to models/painn-gfn2-water.safetensors.
+# --model defaults to models/painn-gfn2-water.safetensors; --exchange is the pair style's
+# (ghosts to the receptive field, the default, or to one cutoff with features exchanged).
 #
 # Runs from the repository root after `bash lammps/build.sh` (or with PLUGIN, LMP and MLFF set:
 # the plugin, the mpirun command with {n}, the mlff binary). Prints one table row per run and
 # writes the logs to --out.
 set -euo pipefail
 device=cpu dtype=f32 ranks="1 2" replicas="2" steps=50 weak=0 out=/tmp/mlff-lammps-bench model=
+exchange=ghosts
 while [ $# -gt 0 ]; do
   case "$1" in
     --device) device="$2"; shift 2 ;;
@@ -25,6 +28,7 @@ while [ $# -gt 0 ]; do
     --weak) weak=1; shift ;;
     --out) out="$2"; shift 2 ;;
     --model) model="$2"; shift 2 ;;
+    --exchange) exchange="$2"; shift 2 ;;
     *) echo "water.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -71,7 +75,7 @@ boundary p p p
 read_data $example/water.data
 replicate $2 $3 $4
 plugin load $PLUGIN
-pair_style mlff device $device dtype $dtype
+pair_style mlff device $device dtype $dtype exchange $exchange
 pair_coeff * * $model H O
 velocity all create 300 4928 mom yes rot yes dist gaussian
 timestep 0.0005

@@ -162,16 +162,16 @@ impl LayeredDomain {
         };
         let (s_in, v_in) = (Var::from_tensor(&s)?, Var::from_tensor(&v)?);
         let geometry = model.edge_geometry(&self.inputs, OPS)?;
+        let (s_in_t, v_in_t) = (s_in.as_tensor(), v_in.as_tensor());
         let (s_out, v_out) = model.block(
             k,
-            s_in.as_tensor(),
-            v_in.as_tensor(),
+            s_in_t,
+            v_in_t,
             &self.inputs,
             &geometry,
+            self.n_local,
             OPS,
         )?;
-        let s_out = s_out.narrow(0, 0, self.n_local)?;
-        let v_out = v_out.narrow(0, 0, self.n_local)?;
         let out = flat(&join(&s_out, &v_out, f)?)?;
         if k + 1 == self.blocks() {
             let species = self.inputs.species.narrow(0, 0, self.n_local)?;

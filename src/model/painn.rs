@@ -97,8 +97,9 @@ impl Painn {
         let ops = self.backend;
         let geometry = self.edge_geometry(x, ops)?;
         let (mut s, mut v) = self.embed(&x.species, ops)?;
+        let n = s.dim(0)?;
         for k in 0..self.messages.len() {
-            (s, v) = self.block(k, &s, &v, x, &geometry, ops)?;
+            (s, v) = self.block(k, &s, &v, x, &geometry, n, ops)?;
         }
         self.readout.atom_energies(&s, &x.species, ops)
     }
@@ -129,8 +130,10 @@ impl Painn {
         Ok((s, v))
     }
 
-    /// Block `k` (message over `x`'s edges, then update) on every atom's features (s \[N, F\],
-    /// v \[N, 3, F\]). An atom that is no edge's center keeps its features through the message.
+    /// Block `k` (message over `x`'s edges, then update) from every atom's features (s \[N, F\],
+    /// v \[N, 3, F\]): the features of the first `rows` atoms after it (N for a whole
+    /// structure; in a domain whose edges end at its local atoms, those).
+    #[allow(clippy::too_many_arguments)]
     pub fn block(
         &self,
         k: usize,
@@ -138,6 +141,7 @@ impl Painn {
         v: &Tensor,
         x: &PainnInputs,
         geometry: &EdgeGeometry,
+        rows: usize,
         ops: Backend,
     ) -> Result<(Tensor, Tensor)> {
         let f = self.cfg.hidden;
@@ -149,7 +153,10 @@ impl Painn {
         };
         let w = geometry.filters.narrow(1, k * 3 * f, 3 * f)?;
         let (s, v) = self.messages[k].forward(s, v, &w, &edges, k == 0)?;
-        self.updates[k].forward(&s, &v)
+        if rows == s.dim(0)? {
+            return self.updates[k].forward(&s, &v);
+        }
+        self.updates[k].forward(&s.narrow(0, 0, rows)?, &v.narrow(0, 0, rows)?)
     }
 
     /// Per-atom energies \[N\] in eV from the last block's scalar features.
