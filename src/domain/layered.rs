@@ -14,7 +14,7 @@
 //! owners, as with [`DomainPrediction`](super::DomainPrediction).
 //!
 //! Summed over domains this is the whole system's energy and forces when every atom within one
-//! cutoff of a local atom is a ghost (tests/domain_layered.rs). A domain then computes its own
+//! cutoff of a local atom is a ghost (tests/domain.rs). A domain then computes its own
 //! atoms only, where a ghost shell of the receptive field (blocks × cutoff) makes it compute
 //! every block for a shell three times as thick, at the price of 2 (blocks − 1) exchanges of
 //! 4F numbers per ghost atom. It runs on candle's autograd over the model's modules.
