@@ -161,7 +161,7 @@ impl LayeredDomain {
             }
         };
         let (s_in, v_in) = (Var::from_tensor(&s)?, Var::from_tensor(&v)?);
-        let geometry = model.edge_geometry(&self.inputs, OPS)?;
+        let geometry = model.block_geometry(&self.inputs, k, OPS)?;
         let (s_in_t, v_in_t) = (s_in.as_tensor(), v_in.as_tensor());
         let (s_out, v_out) = model.block(
             k,

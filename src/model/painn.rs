@@ -29,11 +29,13 @@ pub struct PainnInputs {
     pub n_structures: usize,
 }
 
-/// What every block reads of the edges: unit vectors r_ij / |r_ij| \[E, 3\] and the filters
-/// W(r_ij) times the cutoff of all blocks, \[E, blocks × 3F\].
+/// What the blocks read of the edges: unit vectors r_ij / |r_ij| \[E, 3\] and the filters
+/// W(r_ij) times the cutoff, \[E, blocks × 3F\] (or of one block, \[E, 3F\]).
 pub struct EdgeGeometry {
     pub filters: Tensor,
     pub directions: Tensor,
+    /// The block whose filter is `filters`' first 3F columns (0 when it holds every block's).
+    pub first_block: usize,
 }
 
 pub struct Painn {
@@ -106,6 +108,16 @@ impl Painn {
 
     /// Every edge's unit vector and every block's filter W(r_ij) times the cutoff.
     pub fn edge_geometry(&self, x: &PainnInputs, ops: Backend) -> Result<EdgeGeometry> {
+        self.geometry_of(x, None, ops)
+    }
+
+    /// Every edge's unit vector and block `k`'s filter alone (a third of the edge rows the
+    /// whole filter takes, for a caller that runs one block at a time).
+    pub fn block_geometry(&self, x: &PainnInputs, k: usize, ops: Backend) -> Result<EdgeGeometry> {
+        self.geometry_of(x, Some(k), ops)
+    }
+
+    fn geometry_of(&self, x: &PainnInputs, k: Option<usize>, ops: Backend) -> Result<EdgeGeometry> {
         let r_ij = ((ops.gather(&x.positions, &x.neighbors)?
             - ops.gather(&x.positions, &x.centers)?)?
             + &x.offsets)?;
@@ -113,13 +125,22 @@ impl Painn {
         let directions = r_ij.broadcast_div(&d.unsqueeze(1)?)?;
         let rbf = gaussian_rbf(&d, self.cfg.n_rbf, self.cfg.cutoff)?;
         let fcut = cosine_cutoff(&d, self.cfg.cutoff)?;
-        let filters = self
-            .filter
-            .forward(&rbf)?
-            .broadcast_mul(&fcut.unsqueeze(1)?)?;
+        let w = match k {
+            None => self.filter.forward(&rbf)?,
+            Some(k) => {
+                let cols = 3 * self.cfg.hidden;
+                let weight = self.filter.weight().narrow(0, k * cols, cols)?;
+                let w = rbf.matmul(&weight.t()?)?;
+                match self.filter.bias() {
+                    Some(b) => w.broadcast_add(&b.narrow(0, k * cols, cols)?)?,
+                    None => w,
+                }
+            }
+        };
         Ok(EdgeGeometry {
-            filters,
+            filters: w.broadcast_mul(&fcut.unsqueeze(1)?)?,
             directions,
+            first_block: k.unwrap_or(0),
         })
     }
 
@@ -151,7 +172,7 @@ impl Painn {
             directions: &geometry.directions,
             ops,
         };
-        let w = geometry.filters.narrow(1, k * 3 * f, 3 * f)?;
+        let w = (geometry.filters).narrow(1, (k - geometry.first_block) * 3 * f, 3 * f)?;
         let (s, v) = self.messages[k].forward(s, v, &w, &edges, k == 0)?;
         if rows == s.dim(0)? {
             return self.updates[k].forward(&s, &v);
