@@ -162,11 +162,10 @@ impl LayeredDomain {
         };
         let (s_in, v_in) = (Var::from_tensor(&s)?, Var::from_tensor(&v)?);
         let geometry = model.block_geometry(&self.inputs, k, OPS)?;
-        let (s_in_t, v_in_t) = (s_in.as_tensor(), v_in.as_tensor());
         let (s_out, v_out) = model.block(
             k,
-            s_in_t,
-            v_in_t,
+            s_in.as_tensor(),
+            v_in.as_tensor(),
             &self.inputs,
             &geometry,
             self.n_local,
