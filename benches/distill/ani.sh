@@ -8,7 +8,9 @@
 #
 #   bash benches/distill/ani.sh MLFF OUT MODEL_DIR [STEPS]
 #
-# python3 needs ase, torch and torchani 2.2.4 (with setuptools<81); DEVICE (default cuda).
+# python3 needs ase, torch and torchani 2.2.4 (with setuptools<81); DEVICE (default cuda);
+# DISTILL_FLAGS: more `mlff distill` flags (e.g. "--max-iterations 4" to resume a finished run
+# for more iterations).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 mlff=$1 out=$2 model_dir=$(realpath "$3") steps=${4:-600000}
@@ -27,7 +29,7 @@ for s in cfg["seeds"]:
     s["file"] = os.path.abspath(os.path.join(os.path.dirname(src), s["file"]))
 json.dump(cfg, open(dst, "w"), indent=1)
 PY
-CONFIG=$config bash benches/distill/loop.sh "$mlff" "$run" --device "$device"
+CONFIG=$config bash benches/distill/loop.sh "$mlff" "$run" --device "$device" ${DISTILL_FLAGS:-}
 student=$run/student.safetensors
 echo "== held-out frames"
 "$mlff" eval "$student" "$run/data/test.extxyz" --device "$device" | grep '^|' | head -14

@@ -12,8 +12,9 @@
 #
 #   bash benches/distill/organic.sh MLFF OUT [STEPS]
 #
-# Step 1 resumes a run OUT holds; DEVICE (default cuda). ase and tblite must import in
-# python3 (the teacher runs from this checkout's bridge).
+# Step 1 resumes a run OUT holds; DEVICE (default cuda); DISTILL_FLAGS: more `mlff distill`
+# flags (e.g. "--max-iterations 6"). ase and tblite must import in python3 (the teacher runs
+# from this checkout's bridge).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 mlff=$1 out=$2 steps=${3:-600000}
@@ -22,7 +23,7 @@ run=$out/run
 mkdir -p "$out"
 # A finished run resumed stays finished at once.
 CONFIG=examples/distill/gfn2-organic.json bash benches/distill/loop.sh "$mlff" "$run" \
-  --device "$device"
+  --device "$device" ${DISTILL_FLAGS:-}
 student=$run/student.safetensors
 last=$(python3 -c "import json, sys; print(json.load(open(sys.argv[1]))['refined']['from_iteration'])" \
   "$run/state.json")

@@ -9,7 +9,7 @@
 #   bash benches/distill/silicon.sh MLFF OUT [NPT_STEPS] [STEPS]
 #
 # python3 needs ase and sevenn 0.13.0 (its deps: torch, e3nn, torch-geometric, ...); DEVICE
-# (default cuda).
+# (default cuda); DISTILL_FLAGS: more `mlff distill` flags.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 mlff=$1 out=$2 npt_steps=${3:-20000} steps=${4:-600000}
@@ -17,7 +17,7 @@ device=${DEVICE:-cuda}
 run=$out/run
 mkdir -p "$out"
 CONFIG=examples/distill/sevennet-silicon.json bash benches/distill/loop.sh "$mlff" "$run" \
-  --device "$device"
+  --device "$device" ${DISTILL_FLAGS:-}
 student=$run/student.safetensors
 echo "== held-out frames"
 "$mlff" eval "$student" "$run/data/test.extxyz" --device "$device" | grep -E '^\||stress'
