@@ -29,7 +29,7 @@ for s in cfg["seeds"]:
     s["file"] = os.path.abspath(os.path.join(os.path.dirname(src), s["file"]))
 json.dump(cfg, open(dst, "w"), indent=1)
 PY
-CONFIG=$config bash benches/distill/loop.sh "$mlff" "$run" --device "$device" ${DISTILL_FLAGS:-}
+CONFIG=$config bash benches/distill/loop.sh "$mlff" "$run" --device "$device"
 student=$run/student.safetensors
 echo "== held-out frames"
 "$mlff" eval "$student" "$run/data/test.extxyz" --device "$device" | grep '^|' | head -14

@@ -6,10 +6,16 @@
 # so only ase and tblite need to be installed for python3.
 #
 #   [CONFIG=FILE] bash benches/distill/loop.sh MLFF OUT [mlff distill flags, e.g. --device cuda]
+#
+# DISTILL_FLAGS adds more flags (e.g. "--max-iterations 4" to take a finished run further), also
+# where this script is called by organic.sh, ani.sh or silicon.sh.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 mlff=$1 out=$2
 shift 2
+# Word-split on purpose: several flags in one variable.
+# shellcheck disable=SC2206
+set -- "$@" ${DISTILL_FLAGS:-}
 export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
 start=$(date +%s.%N)
 status=0

@@ -23,7 +23,7 @@ run=$out/run
 mkdir -p "$out"
 # A finished run resumed stays finished at once.
 CONFIG=examples/distill/gfn2-organic.json bash benches/distill/loop.sh "$mlff" "$run" \
-  --device "$device" ${DISTILL_FLAGS:-}
+  --device "$device"
 student=$run/student.safetensors
 last=$(python3 -c "import json, sys; print(json.load(open(sys.argv[1]))['refined']['from_iteration'])" \
   "$run/state.json")

@@ -17,7 +17,7 @@ device=${DEVICE:-cuda}
 run=$out/run
 mkdir -p "$out"
 CONFIG=examples/distill/sevennet-silicon.json bash benches/distill/loop.sh "$mlff" "$run" \
-  --device "$device" ${DISTILL_FLAGS:-}
+  --device "$device"
 student=$run/student.safetensors
 echo "== held-out frames"
 "$mlff" eval "$student" "$run/data/test.extxyz" --device "$device" | grep -E '^\||stress'
