@@ -132,19 +132,7 @@ fn train_resume_and_eval_from_the_command_line() {
 #[test]
 fn train_fits_stress_labels_from_the_command_line() {
     let dir = tempfile::tempdir().unwrap();
-    let cfg_json =
-        r#"{"hidden": 8, "n_blocks": 2, "n_rbf": 6, "cutoff": 3.5, "elements": [1, 6, 8]}"#;
-    let config = config_file(dir.path(), cfg_json);
-    let model_cfg: mlff_distiller::model::PainnConfig = serde_json::from_str(cfg_json).unwrap();
-    let frames: Vec<_> = (0..6)
-        .map(|k| {
-            let mut s = common::random_box(6 + k % 3, 0.2, 40 + k as u64);
-            s.info.push(("trajectory".into(), format!("b{k}")));
-            s
-        })
-        .collect();
-    let data = dir.path().join("boxes.extxyz");
-    mlff_distiller::io::write_extxyz(&data, &common::stress_labelled(&model_cfg, frames)).unwrap();
+    let (config, data) = common::stress_boxes(dir.path(), 40);
     let train = |out: &Path, extra: &[&str]| {
         let mut args = vec![
             "train",

@@ -204,7 +204,22 @@ fn train_config(a: &TrainArgs) -> Result<TrainConfig> {
     Ok(c)
 }
 
+/// `mlff train` on a thread of its own. Candle reads CANDLE_GRAD_DO_NOT_DETACH once per thread,
+/// at its first backward pass; a caller that trained on this thread before (`mlff distill`
+/// runs `train` in its own process, committee after committee) would keep that first answer,
+/// and a stress term after it would find its forces detached.
 pub fn run(a: TrainArgs) -> Result<ExitCode> {
+    // The main thread's stack: candle's backward walks the graph recursively.
+    std::thread::Builder::new()
+        .name("mlff-train".into())
+        .stack_size(8 << 20)
+        .spawn(move || train(a))
+        .context("starting the training thread")?
+        .join()
+        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+}
+
+fn train(a: TrainArgs) -> Result<ExitCode> {
     let cfg = train_config(&a)?;
     let init = a.init.as_deref().map(checkpoint::load).transpose()?;
     let model_cfg = match (&a.config, &init) {

@@ -286,6 +286,26 @@ pub fn config_file(dir: &std::path::Path, json: &str) -> std::path::PathBuf {
     path
 }
 
+/// A tiny H C O model's config and six random boxes of 6-8 atoms, each its own trajectory,
+/// labelled by [`stress_labelled`] (seeds `seed`..`seed + 5`), written into `dir`: the
+/// config's path and the frames' file.
+pub fn stress_boxes(dir: &std::path::Path, seed: u64) -> (std::path::PathBuf, std::path::PathBuf) {
+    let cfg_json =
+        r#"{"hidden": 8, "n_blocks": 2, "n_rbf": 6, "cutoff": 3.5, "elements": [1, 6, 8]}"#;
+    let config = config_file(dir, cfg_json);
+    let model_cfg: PainnConfig = serde_json::from_str(cfg_json).unwrap();
+    let frames: Vec<_> = (0..6)
+        .map(|k| {
+            let mut s = random_box(6 + k % 3, 0.2, seed + k as u64);
+            s.info.push(("trajectory".into(), format!("b{k}")));
+            s
+        })
+        .collect();
+    let data = dir.join("boxes.extxyz");
+    mlff_distiller::io::write_extxyz(&data, &stress_labelled(&model_cfg, frames)).unwrap();
+    (config, data)
+}
+
 /// The crate root (shipped models and data live under it).
 pub fn root() -> &'static std::path::Path {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
