@@ -645,3 +645,77 @@ fn md_runs_at_constant_pressure() {
     );
     assert!(!dir.path().join("d.jsonl").exists());
 }
+
+/// `--bond-limit` is the stability criterion: a run stops at the first logged step whose
+/// largest bond deviation exceeds it (the same trajectory, seed for seed, as a run under the
+/// default limit up to there), in single and batch runs; the summaries say which limit
+/// judged them; a limit that is not a positive length is refused before the run.
+#[test]
+fn the_bond_limit_decides_stability_in_single_and_batch_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = |n: &str| dir.path().join(n).to_str().unwrap().to_owned();
+    let run = |log: &str, summary: &str, extra: &[&str]| {
+        let mut args = vec!["--ensemble", "nvt", "--temperature", "600", "--steps", "40"];
+        args.extend(["--seed", "3", "--log-every", "1", "--log", log]);
+        args.extend(["--summary-json", summary]);
+        args.extend_from_slice(extra);
+        md(&args)
+    };
+    let json = |path: &str| -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+    };
+    let o = run(&p("a.jsonl"), &p("a.json"), &[]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let a = json(&p("a.json"));
+    assert_eq!(a["bond_limit"].as_f64(), Some(0.5));
+    let worst = a["max_bond_deviation"].as_f64().unwrap();
+    assert!(worst > 0.01 && worst < 0.5, "{a}");
+
+    let limit = worst / 2.0;
+    let limit_arg = limit.to_string();
+    let o = run(&p("b.jsonl"), &p("b.json"), &["--bond-limit", &limit_arg]);
+    assert_eq!(
+        o.status.code(),
+        Some(4),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let b = json(&p("b.json"));
+    assert_eq!(b["bond_limit"].as_f64(), Some(limit));
+    assert_eq!(b["stable"], false);
+    let first_over = read_log(Path::new(&p("a.jsonl")), u64::MAX)
+        .unwrap()
+        .iter()
+        .find(|r| r.bond_deviation > limit)
+        .map(|r| r.step)
+        .unwrap();
+    assert_eq!(b["stop"]["kind"], "unstable", "{b}");
+    assert_eq!(b["stop"]["step"].as_u64(), Some(first_over), "{b}");
+
+    // Two replicas of the molecule in one batch: both stop under the limit the single run broke.
+    let o = run(
+        &p("c.jsonl"),
+        &p("c.json"),
+        &["--replicas", "2", "--bond-limit", &limit_arg],
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(4),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let c = json(&p("c.json"));
+    assert_eq!(c["bond_limit"].as_f64(), Some(limit));
+    assert_eq!(c["stable_systems"].as_u64(), Some(0), "{c}");
+
+    for bad in ["--bond-limit=0", "--bond-limit=-1", "--bond-limit=nan"] {
+        let o = run(&p("d.jsonl"), &p("d.json"), &[bad]);
+        assert_eq!(o.status.code(), Some(1), "{bad}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains("bond limit"), "{err}");
+        assert!(
+            !dir.path().join("d.jsonl").exists(),
+            "{bad}: the run started"
+        );
+    }
+}

@@ -93,6 +93,7 @@ def run_md(
     restart_every: int = 0,
     restart_file: Optional[str] = None,
     keep_going: bool = False,
+    bond_limit: float = 0.5,
     overwrite: bool = False,
     append: bool = False,
     callback: Optional[Callable[[int, dict, Optional[npt.NDArray[np.float64]]], object]] = None,

@@ -37,6 +37,7 @@ def run(
     restart_every: int = 0,
     restart_file=None,
     keep_going: bool = False,
+    bond_limit: float = 0.5,
     overwrite: bool = False,
     append: bool = False,
     callback: Optional[Callable] = None,
@@ -54,7 +55,9 @@ def run(
     `temperature`), or from the atoms' momenta with `keep_momenta`. `traj` (extended XYZ),
     `log` (JSON lines) and `restart_file` are written as `mlff md` writes them (existing files
     are refused unless `overwrite` or `append`); `callback(step, record, positions)` is called
-    at every log step (an exception it raises stops the run and is raised here).
+    at every log step (an exception it raises stops the run and is raised here). A run is
+    unstable once a bond is `bond_limit` Å off its starting length (Fu et al.'s 0.5 Å, for
+    molecules; a hot crystal needs more); it stops there unless `keep_going`.
 
     Returns `(atoms, summary)`: a copy of `atoms` at the last step (positions and momenta),
     and the closing summary as a dict (steps/s, drift, stability verdict, ...).
@@ -84,7 +87,7 @@ def run(
         compressibility=compressibility, traj=path(traj),
         traj_every=traj_every, log=path(log), log_every=log_every,
         restart_every=restart_every, restart_file=path(restart_file), keep_going=keep_going,
-        overwrite=overwrite, append=append, callback=callback, graphs=graphs,
+        bond_limit=bond_limit, overwrite=overwrite, append=append, callback=callback, graphs=graphs,
     )
     out = []
     for a, x, v, cell in zip(systems, xs, vs, cells):

@@ -41,7 +41,8 @@ pub type SystemArrays<'py> = (
     ensemble="nve", temperature=300.0, friction=10.0, init_temperature=None, seed=0, skin=1.0,
     pressure=1.0, barostat_mode="iso", barostat_time=1000.0, compressibility=4.5e-5,
     traj=None, traj_every=100, log=None, log_every=10, restart_every=0, restart_file=None,
-    keep_going=false, overwrite=false, append=false, callback=None, graphs="auto"
+    keep_going=false, bond_limit=0.5, overwrite=false, append=false, callback=None,
+    graphs="auto"
 ))]
 #[allow(clippy::too_many_arguments, clippy::type_complexity)]
 pub fn run_md<'py>(
@@ -68,6 +69,7 @@ pub fn run_md<'py>(
     restart_every: u64,
     restart_file: Option<PathBuf>,
     keep_going: bool,
+    bond_limit: f64,
     overwrite: bool,
     append: bool,
     callback: Option<Py<PyAny>>,
@@ -154,6 +156,7 @@ pub fn run_md<'py>(
         traj_every,
         restart_every,
         stop_when_unstable: !keep_going,
+        bond_limit,
         log_pressure: false,
         barostat,
         outputs: MdOutputs {

@@ -88,6 +88,19 @@ def test_the_readme_script_runs(root, monkeypatch, device):
     assert np.isfinite(atoms.get_potential_energy())
 
 
+def test_md_run_judges_stability_by_its_bond_limit(root, model_path, device):
+    atoms = ase.io.read(root / "data" / "gfn2" / "start" / "ethanol.extxyz")
+    args = dict(steps=40, ensemble="nvt", temperature=600, seed=3, device=device)
+    _, free = mf.md.run(atoms, model_path, **args)
+    assert free["stable"] and free["bond_limit"] == 0.5
+    limit = free["max_bond_deviation"] / 2
+    _, tight = mf.md.run(atoms, model_path, bond_limit=limit, **args)
+    assert not tight["stable"] and tight["bond_limit"] == limit
+    assert tight["stop"]["kind"] == "unstable" and tight["last_step"] < 40
+    with pytest.raises(ValueError, match="bond limit"):
+        mf.md.run(atoms, model_path, bond_limit=0.0, **args)
+
+
 def test_md_run_many_systems_follows_their_single_runs(root, model_path, device):
     start = root / "data" / "gfn2" / "start"
     ethanol, benzene = (ase.io.read(start / f"{n}.extxyz") for n in ("ethanol", "benzene"))

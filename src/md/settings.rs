@@ -1,6 +1,7 @@
 //! What defines an MD run ([`MdSettings`], [`MdOutputs`]). Apart from the driver (`run`) so
 //! that restart files, which store the settings, do not depend on the driver that writes them.
 
+use super::analysis::BOND_DEVIATION_LIMIT;
 use super::barostat::Barostat;
 use super::integrator::Ensemble;
 use crate::error::{Error, Result};
@@ -46,6 +47,11 @@ pub struct MdSettings {
     pub restart_every: u64,
     /// Stop at the first step that breaks the bond-length criterion.
     pub stop_when_unstable: bool,
+    /// The criterion: a run is unstable once a bond is this much (Å) off its starting length.
+    /// Fu et al.'s 0.5 Å by default, which is for molecules; a hot crystal's bonds stretch
+    /// by nearly that much while it stays intact.
+    #[serde(default = "default_bond_limit")]
+    pub bond_limit: f64,
     /// Pressure in every log row of a batch of periodic cells (an extra force call with the
     /// stress at each log step). Single runs of cells periodic along all three axes log it
     /// anyway, from their logging steps' own calls; for them this only insists on a cell.
@@ -71,6 +77,7 @@ impl Default for MdSettings {
             traj_every: 100,
             restart_every: 0,
             stop_when_unstable: true,
+            bond_limit: BOND_DEVIATION_LIMIT,
             log_pressure: false,
             barostat: None,
             outputs: MdOutputs::default(),
@@ -84,6 +91,10 @@ pub(super) struct Writes {
     pub log: bool,
     pub traj: bool,
     pub restart: bool,
+}
+
+fn default_bond_limit() -> f64 {
+    BOND_DEVIATION_LIMIT
 }
 
 impl MdSettings {
@@ -119,6 +130,12 @@ impl MdSettings {
             return Err(Error::Md(format!(
                 "starting temperature must be finite and >= 0 K, got {}",
                 self.init_temperature
+            )));
+        }
+        if !(self.bond_limit.is_finite() && self.bond_limit > 0.0) {
+            return Err(Error::Md(format!(
+                "the bond limit must be a positive length in Å, got {}",
+                self.bond_limit
             )));
         }
         if !(self.skin.is_finite() && self.skin >= 0.0) {

@@ -67,6 +67,8 @@ pub struct MdSummary {
     pub density_mean_g_cm3: Option<f64>,
     pub bonds: usize,
     pub max_bond_deviation: f64,
+    /// The deviation (Å) past which the run counts as unstable.
+    pub bond_limit: f64,
     pub stable: bool,
     pub finite: bool,
     pub stop: StopReason,

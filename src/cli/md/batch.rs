@@ -203,7 +203,8 @@ fn print_summary(s: &BatchSummary) {
         println!("mean temperature over systems: {lo:.1} .. {hi:.1} K");
     }
     println!(
-        "stability (Fu et al. 2023): {} of {} systems stable",
+        "stability (Fu et al. 2023, bonds within {} Å): {} of {} systems stable",
+        s.bond_limit,
         s.stable_systems,
         s.systems.len()
     );

@@ -4,7 +4,6 @@
 
 use super::{BatchLogRecord, BatchProgress, BatchSimulation, BatchSummary, HostState};
 use crate::error::{Error, Result};
-use crate::md::analysis::BOND_DEVIATION_LIMIT;
 use crate::md::barostat::density_g_cm3;
 use crate::md::forces::ForceProvider;
 use crate::md::integrator::NextStep;
@@ -285,7 +284,7 @@ impl<F: ForceProvider> BatchSimulation<F> {
             }
             let worst = member.bonds.deviation(&member.system, &positions[a..b])?;
             member.max_bond_deviation = member.max_bond_deviation.max(worst.max);
-            if worst.max > BOND_DEVIATION_LIMIT && member.unstable_at_step.is_none() {
+            if worst.max > self.settings.bond_limit && member.unstable_at_step.is_none() {
                 member.unstable_at_step = Some(step);
                 if self.settings.stop_when_unstable {
                     let reason = StopReason::Unstable {

@@ -56,6 +56,8 @@ pub struct BatchSummary {
     /// Simulated time per day of one system (all run at once).
     pub ns_per_day: f64,
     pub atoms: usize,
+    /// The bond deviation (Å) past which a system counts as unstable.
+    pub bond_limit: f64,
     pub stable_systems: usize,
     pub frozen_systems: usize,
     /// Completed, or interrupted.
@@ -121,6 +123,7 @@ impl<F: ForceProvider> BatchSimulation<F> {
             atom_steps_per_s: atom_steps as f64 / wall_s.max(1e-9),
             ns_per_day: steps_per_s * s.dt_fs * 86_400.0 * 1e-6,
             atoms: rows.iter().map(|r| r.atoms).sum(),
+            bond_limit: s.bond_limit,
             stable_systems: rows.iter().filter(|r| r.stable).count(),
             frozen_systems: self.members.iter().filter(|m| m.frozen.is_some()).count(),
             stop,
@@ -158,6 +161,7 @@ impl BatchSummary {
             density_mean_g_cm3: r.density_mean_g_cm3,
             bonds: r.bonds,
             max_bond_deviation: r.max_bond_deviation,
+            bond_limit: self.bond_limit,
             stable: r.stable,
             finite: r.finite,
             stop: r.stop.clone(),

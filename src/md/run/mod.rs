@@ -6,7 +6,7 @@
 
 mod resume;
 
-use super::analysis::{check_separation, Bonds, BOND_DEVIATION_LIMIT};
+use super::analysis::{check_separation, Bonds};
 use super::barostat::density_g_cm3;
 use super::forces::ForceProvider;
 use super::integrator::{Ensemble, Integrator, NextStep, State};
@@ -466,7 +466,7 @@ impl<F: ForceProvider> Simulation<F> {
         let worst = self.bonds.deviation(&self.system, &positions)?;
         self.max_bond_deviation = self.max_bond_deviation.max(worst.max);
         let mut stop = None;
-        if worst.max > BOND_DEVIATION_LIMIT && self.unstable_at_step.is_none() {
+        if worst.max > self.settings.bond_limit && self.unstable_at_step.is_none() {
             self.unstable_at_step = Some(step);
             if self.settings.stop_when_unstable {
                 stop = Some(StopReason::Unstable {
@@ -572,6 +572,7 @@ impl<F: ForceProvider> Simulation<F> {
             density_mean_g_cm3: j.density_mean_g_cm3,
             bonds: self.bonds.pairs.len(),
             max_bond_deviation: self.max_bond_deviation,
+            bond_limit: s.bond_limit,
             stable: j.stable,
             finite: j.finite,
             stop,
