@@ -141,6 +141,10 @@ fn bad_configs_name_the_field() {
             "must all differ",
         ),
         (
+            r#"{"teacher": {"name": "gfn2"}, "seeds": [{"name": "a", "smiles": "C"}], "stability": {"bond_limit": 0}}"#,
+            "stability.bond_limit must be positive",
+        ),
+        (
             r#"{"teacher": {"name": "gfn2"}, "seeds": [{"name": "a", "smiles": "C"}], "unknown": 1}"#,
             "unknown field `unknown`",
         ),
@@ -416,7 +420,7 @@ fn a_second_stage_refines_the_last_student_and_is_the_one_shipped() {
     let mut cfg: Value = serde_json::from_str(&std::fs::read_to_string(&config).unwrap()).unwrap();
     cfg["refine"] = serde_json::json!({"epochs": 8, "batch_size": 8, "lr": 1e-3,
                                        "energy_weight": 100.0, "val_every": 4});
-    cfg["stability"] = serde_json::json!({"steps": 50});
+    cfg["stability"] = serde_json::json!({"steps": 50, "bond_limit": 0.7});
     cfg["selection"] = serde_json::json!({"per_molecule": 20, "share": "disputed",
                                           "min_per_molecule": 5});
     std::fs::write(&config, cfg.to_string()).unwrap();
@@ -433,6 +437,15 @@ fn a_second_stage_refines_the_last_student_and_is_the_one_shipped() {
             .unwrap()
             > 0.0
     );
+    // The stability setting's bond limit judged every student MD: sampling and stability runs.
+    for summary in [
+        "iter-001/md/T600.summary.json",
+        "iter-001/stability.json",
+        "refine.stability.json",
+    ] {
+        let v: Value = serde_json::from_slice(&std::fs::read(out.join(summary)).unwrap()).unwrap();
+        assert_eq!(v["bond_limit"].as_f64(), Some(0.7), "{summary}");
+    }
     let best = out.join("refine/best.safetensors");
     assert!(trained_from(&best).ends_with("iter-001/student-0/best.safetensors"));
     let shipped = std::fs::read(out.join("student.safetensors")).unwrap();

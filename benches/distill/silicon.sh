@@ -29,8 +29,8 @@ from ase.build import bulk
 ase.io.write(sys.argv[1], bulk("Si", "diamond", a=5.43, cubic=True).repeat(4), format="extxyz")
 PY
 "$mlff" md --model "$student" --structure "$out/si512.extxyz" --ensemble npt --pressure 1 \
-  --temperature 300 --dt 1.0 --steps "$npt_steps" --seed 3 --device "$device" \
+  --temperature 300 --dt 1.0 --steps "$npt_steps" --seed 3 --device "$device" --bond-limit 1.0 \
   --log "$out/npt.jsonl" --log-every 1000 --summary-json "$out/npt.json" --overwrite \
   > "$out/npt.txt" 2>&1 || echo "md exit $? (4: unstable)"
 tail -6 "$out/npt.txt"
-DEVICE=$device bash benches/distill/stability_and_speed.sh "$mlff" "$run" "$out" "$steps"
+DEVICE=$device BOND_LIMIT=1.0 bash benches/distill/stability_and_speed.sh "$mlff" "$run" "$out" "$steps"

@@ -247,6 +247,10 @@ pub struct Stability {
     /// K (default: the highest of `temperatures`).
     pub temperature: Option<f64>,
     pub timestep: f64,
+    /// Å: a bond this far off its starting length makes a run unstable, here and in the
+    /// sampling MD (whose unstable replicas stop giving frames). Fu et al.'s 0.5 Å suits
+    /// molecules; a crystal at high temperature needs more.
+    pub bond_limit: f64,
 }
 
 impl Default for Stability {
@@ -255,6 +259,7 @@ impl Default for Stability {
             steps: 2000,
             temperature: None,
             timestep: 0.5,
+            bond_limit: crate::md::BOND_DEVIATION_LIMIT,
         }
     }
 }
@@ -417,6 +422,9 @@ impl DistillConfig {
         }
         if !positive(self.stability.timestep) {
             return Err("stability.timestep must be positive".into());
+        }
+        if !positive(self.stability.bond_limit) {
+            return Err("stability.bond_limit must be positive (Å)".into());
         }
         Ok(())
     }

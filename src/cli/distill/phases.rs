@@ -187,6 +187,7 @@ fn student_md(run: &Run, md: &StudentMd) -> Result<Option<ExitCode>> {
         ("--seed", md.seed.to_string()),
         ("--summary-json", s(md.summary)),
         ("--device", run.device.clone()),
+        ("--bond-limit", run.cfg.stability.bond_limit.to_string()),
     ];
     for (flag, v) in pairs {
         args.extend([flag.to_string(), v]);
