@@ -17,7 +17,8 @@
 //! cutoff of a local atom is a ghost (tests/domain.rs). A domain then computes its own
 //! atoms only, where a ghost shell of the receptive field (blocks × cutoff) makes it compute
 //! every block for a shell three times as thick, at the price of 2 (blocks − 1) exchanges of
-//! 4F numbers per ghost atom. It runs on candle's autograd over the model's modules.
+//! 4F numbers per ghost atom. It runs on candle's autograd over the model's modules, whose
+//! message is the differentiable fused op (fewer edge-sized temporaries than the plain ops).
 
 use super::rows;
 use crate::error::{Error, Result};
@@ -26,7 +27,7 @@ use crate::neighbors::neighbor_list;
 use crate::PainnCalculator;
 use candle_core::{DType, Tensor, Var, D};
 
-const OPS: Backend = Backend::Autograd;
+const OPS: Backend = Backend::Fused;
 
 /// One call of a layered domain: `forward` once per block, then `backward` once per block in
 /// reverse, then [`LayeredDomain::forces`], each with the calculator it was made with.
