@@ -196,12 +196,14 @@ void PairMLFF::init_style()
   seen_build = -1;
   // Layered: the blocks' features and their gradients travel with LAMMPS's communication.
   comm_forward = comm_reverse = layered ? width : 0;
-  if (layered) return;
 
   // Brick communication brings ghosts from as many periodic images as the cutoff needs; tiled
   // communication cannot reach past one box length (LAMMPS stops, without saying why so far).
-  if (comm->style == Comm::TILED && ghosts_needed) {
-    const double need = receptive_field + neighbor->skin;
+  // The ghosts reach the receptive field, or one cutoff where the blocks exchange features;
+  // an axis whose images the engine takes from the cell needs none.
+  if (comm->style == Comm::TILED) {
+    const double reach = layered ? mlff_model_cutoff(model) : receptive_field;
+    const double need = reach + neighbor->skin;
     const double *h = domain->h;    // xprd, yprd, zprd, yz, xz, xy
     const double volume = h[0] * h[1] * h[2];
     const double widths[3] = {volume / std::sqrt(h[1] * h[1] * h[2] * h[2] +
@@ -209,15 +211,18 @@ void PairMLFF::init_style()
                                                 std::pow(h[5] * h[3] - h[1] * h[4], 2)),
                              volume / std::sqrt(h[0] * h[0] * (h[2] * h[2] + h[3] * h[3])),
                              h[2]};
+    const std::string what =
+        layered ? fmt::format("cutoff ({} Å", mlff_model_cutoff(model))
+                : fmt::format("receptive field ({} blocks x {} Å = {} Å",
+                              mlff_model_n_blocks(model), mlff_model_cutoff(model),
+                              receptive_field);
     const char *axis = "xyz";
     for (int d = 0; d < 3; d++)
-      if (domain->periodicity[d] && need > widths[d])
-        fail_all(fmt::format("the model's receptive field ({} blocks x {} Å = {} Å, plus the "
-                             "{} Å skin) is larger than the box's {:.4g} Å width along {}: "
-                             "comm_style tiled cannot bring ghost atoms that far (use "
-                             "comm_style brick, or a larger box)",
-                             mlff_model_n_blocks(model), mlff_model_cutoff(model),
-                             receptive_field, neighbor->skin, widths[d], axis[d]));
+      if (domain->periodicity[d] && !cell_axes[d] && need > widths[d])
+        fail_all(fmt::format("the model's {}, plus the {} Å skin) is larger than the box's "
+                             "{:.4g} Å width along {}: comm_style tiled cannot bring ghost "
+                             "atoms that far (use comm_style brick, or a larger box)",
+                             what, neighbor->skin, widths[d], axis[d]));
   }
 }
 

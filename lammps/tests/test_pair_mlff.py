@@ -394,13 +394,20 @@ def test_bad_input_stops_lammps_naming_the_cause(lammps, tiny, tmp_path, case):
     assert "ERROR" in out and expected in out, out[-2000:]
 
 
-def test_a_receptive_field_beyond_what_the_ghosts_reach_is_refused(lammps, mlff, tmp_path):
-    # 4 blocks of 3 Å (12 Å) in a 6.2 Å box: comm_style tiled cannot bring ghosts that far.
-    cfg = tmp_path / "deep.json"
-    cfg.write_text('{"hidden": 8, "n_blocks": 4, "n_rbf": 4, "cutoff": 3.0, "elements": [1, 8]}')
-    model = tmp_path / "deep.safetensors"
+def init_model(mlff, tmp_path, name, config):
+    """A random model of `config` (JSON) written to tmp_path/name.safetensors."""
+    cfg = tmp_path / f"{name}.json"
+    cfg.write_text(config)
+    model = tmp_path / f"{name}.safetensors"
     subprocess.run([mlff, "init-model", "--config", cfg, "-o", model], check=True,
                    capture_output=True)
+    return model
+
+
+def test_a_receptive_field_beyond_what_the_ghosts_reach_is_refused(lammps, mlff, tmp_path):
+    # 4 blocks of 3 Å (12 Å) in a 6.2 Å box: comm_style tiled cannot bring ghosts that far.
+    model = init_model(mlff, tmp_path, "deep",
+                       '{"hidden": 8, "n_blocks": 4, "n_rbf": 4, "cutoff": 3.0, "elements": [1, 8]}')
     numbers, x, cell = water_box(per_side=2)
     write_data(tmp_path / "system.data", numbers, x, cell, (1, 8))
     body = setup_lines(model, (1, 8), "f64", extra="comm_style tiled") + "run 0"
@@ -411,6 +418,21 @@ def test_a_receptive_field_beyond_what_the_ghosts_reach_is_refused(lammps, mlff,
     # The same box with brick communication (the default) runs: ghosts from several images.
     body = setup_lines(model, (1, 8), "f64") + "run 0"
     run_lammps(lammps, tmp_path, 2, body)
+    # Exchanging features, the ghosts reach one cutoff: 3 Å plus the 2 Å skin fit the box.
+    body = setup_lines(model, (1, 8), "f64", extra="comm_style tiled",
+                       style="exchange features") + "run 0"
+    run_lammps(lammps, tmp_path, 2, body)
+    # A 5 Å cutoff plus the skin does not, on one rank too (the engine then takes no images
+    # from the cell): refused naming the cutoff.
+    wide = init_model(mlff, tmp_path, "wide",
+                      '{"hidden": 8, "n_blocks": 2, "n_rbf": 4, "cutoff": 5.0, "elements": [1, 8]}')
+    for ranks in (1, 2):
+        body = setup_lines(wide, (1, 8), "f64", extra="comm_style tiled",
+                           style="exchange features") + "run 0"
+        p = run_lammps(lammps, tmp_path, ranks, body, check=False)
+        out = p.stdout + p.stderr
+        assert p.returncode != 0, ranks
+        assert "the model's cutoff (5 Å, plus the 2 Å skin) is larger" in out, out[-2000:]
 
 
 @pytest.mark.parametrize("setting,expected", [
