@@ -12,12 +12,16 @@ pack=${1:?usage: run.sh PACK.tar.xz test|exec|unpack ...}; shift
 name=$(basename "$pack" .tar.xz)
 dest=/tmp/mlff-$name
 # Unpacked once per pack content (the marker holds its checksum); a failed unpack leaves none.
+# Runs started side by side (one per GPU) take turns here: one unpacks, the others wait.
 sum=$(cksum < "$pack")
-if [ "$(cat "$dest/.unpacked" 2>/dev/null)" != "$sum" ]; then
-  rm -rf "$dest" && mkdir -p "$dest"
-  tar -xJf "$pack" -C "$dest" --strip-components=1 || { echo "cannot unpack $pack" >&2; exit 1; }
-  echo "$sum" > "$dest/.unpacked"
-fi
+{
+  flock 9
+  if [ "$(cat "$dest/.unpacked" 2>/dev/null)" != "$sum" ]; then
+    rm -rf "$dest" && mkdir -p "$dest"
+    tar -xJf "$pack" -C "$dest" --strip-components=1 || { echo "cannot unpack $pack" >&2; exit 1; }
+    echo "$sum" > "$dest/.unpacked"
+  fi
+} 9> "$dest.lock"
 for lib in /usr/local/cuda/lib64 /usr/local/cuda-13.0/targets/x86_64-linux/lib \
            /usr/local/cuda-12/lib64 /usr/local/nvidia/lib64; do
   [ -d "$lib" ] && export LD_LIBRARY_PATH="$lib:${LD_LIBRARY_PATH:-}"
