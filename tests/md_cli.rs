@@ -673,13 +673,12 @@ fn the_bond_limit_decides_stability_in_single_and_batch_runs() {
 
     let limit = worst / 2.0;
     let limit_arg = limit.to_string();
+    let exits_unstable = |o: &std::process::Output| {
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(4), "{err}");
+    };
     let o = run(&p("b.jsonl"), &p("b.json"), &["--bond-limit", &limit_arg]);
-    assert_eq!(
-        o.status.code(),
-        Some(4),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    exits_unstable(&o);
     let b = json(&p("b.json"));
     assert_eq!(b["bond_limit"].as_f64(), Some(limit));
     assert_eq!(b["stable"], false);
@@ -698,12 +697,7 @@ fn the_bond_limit_decides_stability_in_single_and_batch_runs() {
         &p("c.json"),
         &["--replicas", "2", "--bond-limit", &limit_arg],
     );
-    assert_eq!(
-        o.status.code(),
-        Some(4),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    exits_unstable(&o);
     let c = json(&p("c.json"));
     assert_eq!(c["bond_limit"].as_f64(), Some(limit));
     assert_eq!(c["stable_systems"].as_u64(), Some(0), "{c}");
