@@ -128,13 +128,11 @@ impl Painn {
         let w = match k {
             None => self.filter.forward(&rbf)?,
             Some(k) => {
+                // Block k's rows of the filter layer, as a layer of their own.
                 let cols = 3 * self.cfg.hidden;
-                let weight = self.filter.weight().narrow(0, k * cols, cols)?;
-                let w = rbf.matmul(&weight.t()?)?;
-                match self.filter.bias() {
-                    Some(b) => w.broadcast_add(&b.narrow(0, k * cols, cols)?)?,
-                    None => w,
-                }
+                let rows = |t: &Tensor| t.narrow(0, k * cols, cols);
+                let bias = self.filter.bias().map(rows).transpose()?;
+                Linear::new(rows(self.filter.weight())?, bias).forward(&rbf)?
             }
         };
         Ok(EdgeGeometry {
@@ -172,11 +170,11 @@ impl Painn {
             directions: &geometry.directions,
             ops,
         };
-        let w = (geometry.filters).narrow(1, (k - geometry.first_block) * 3 * f, 3 * f)?;
+        let w = geometry
+            .filters
+            .narrow(1, (k - geometry.first_block) * 3 * f, 3 * f)?;
         let (s, v) = self.messages[k].forward(s, v, &w, &edges, k == 0)?;
-        if rows == s.dim(0)? {
-            return self.updates[k].forward(&s, &v);
-        }
+        // (Narrowing to every row is candle's no-op.)
         self.updates[k].forward(&s.narrow(0, 0, rows)?, &v.narrow(0, 0, rows)?)
     }
 
