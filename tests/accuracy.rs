@@ -8,7 +8,7 @@ use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
 use mlff_distiller::checkpoint;
 use mlff_distiller::eval::{evaluate, Errors, Report};
-use mlff_distiller::model::Painn;
+use mlff_distiller::model::{Backend, Painn};
 use mlff_distiller::structure::Structure;
 use mlff_distiller::train::Dataset;
 use mlff_distiller::PainnCalculator;
@@ -51,7 +51,7 @@ fn report(model: Painn) -> Report {
 /// `mlff eval`'s report of `model` (CPU, f32) on `files`.
 fn report_on(model: Painn, files: &[PathBuf]) -> Report {
     let ds = Dataset::load_all(files).unwrap();
-    let calc = PainnCalculator::new(model, Device::Cpu, DType::F32);
+    let calc = PainnCalculator::new(model, Device::Cpu, DType::F32).with_backend(Backend::Fused);
     evaluate(&calc, &ds.frames, 50).unwrap().0
 }
 
@@ -183,7 +183,7 @@ fn held_out_frames(file: &str, temperature: f64, every: usize) -> Vec<Structure>
 fn held_out_report(model_file: &str, frames: &[Structure]) -> Report {
     let ck = checkpoint::load(&root().join(model_file)).unwrap();
     let model = ck.model(&Device::Cpu, DType::F32).unwrap();
-    let calc = PainnCalculator::new(model, Device::Cpu, DType::F32);
+    let calc = PainnCalculator::new(model, Device::Cpu, DType::F32).with_backend(Backend::Fused);
     evaluate(&calc, frames, 50).unwrap().0
 }
 
