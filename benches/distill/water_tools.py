@@ -6,6 +6,10 @@
                                                     (32, 108, ...), else a simple cubic lattice
     water_tools.py rdf OUT.json TRAJ.extxyz [SKIP]  O-O radial distribution of the frames of
                                                     periodic orthorhombic cells (SKIP first)
+    water_tools.py pressure T FRAMES [PRED ...]     GFN2-xTB's pressure of each frame at T K
+                                                    (virial + N k_B T / V; needs ase and
+                                                    tblite, the label tool's settings) and each
+                                                    `mlff predict --stress` file's difference
 """
 
 import json
@@ -95,10 +99,31 @@ def rdf(out, traj, skip=0, width=0.05):
     print(f"{traj}: {used} frames, O-O first peak g({centres[peak]:.3f} Å) = {g[peak]:.3f}")
 
 
+def pressure(temperature, frames, preds):
+    import ase.io
+    from tblite.ase import TBLite
+
+    bar = 1.602176634e6  # eV/Å³
+    kinetic = lambda a: len(a) * 8.617333262e-5 * temperature / a.get_volume() * bar
+    virial = lambda s: -np.trace(s) / 3 * bar
+    others = [ase.io.read(p, ":") for p in preds]
+    for k, a in enumerate(ase.io.read(frames, ":")):
+        a.pbc = True
+        a.calc = TBLite(method="GFN2-xTB", accuracy=1.0, max_iterations=250,
+                        electronic_temperature=300.0, verbosity=0)
+        p = virial(a.get_stress(voigt=False)) + kinetic(a)
+        diffs = [virial(o[k].get_stress(voigt=False)) + kinetic(a) - p for o in others]
+        density = len(a) / 3 * WATER_AMU / AVOGADRO / a.get_volume()
+        print(f"frame {k}: {density:.3f} g/cm³, GFN2-xTB {p:+.0f} bar"
+              + "".join(f", {q}: {d:+.0f}" for q, d in zip(preds, diffs)), flush=True)
+
+
 if __name__ == "__main__":
     cmd, args = sys.argv[1], sys.argv[2:]
     if cmd == "box":
         box(int(args[0]), float(args[1]), int(args[2]), args[3])
+    elif cmd == "pressure":
+        pressure(float(args[0]), args[1], args[2:])
     elif cmd == "rdf":
         rdf(args[0], args[1], int(args[2]) if len(args) > 2 else 0)
     else:
