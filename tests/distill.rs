@@ -425,7 +425,14 @@ fn a_second_stage_refines_the_last_student_and_is_the_one_shipped() {
                                           "min_per_molecule": 5});
     std::fs::write(&config, cfg.to_string()).unwrap();
     let out = dir.path().join("run");
-    let o = distill(Some(&config), &out).output().unwrap();
+    // Another run holds the working directory's default md restart file: the loop's own MD
+    // keeps its restart files in the run folder and does not collide with it.
+    let held = dir.path().join("mlff-md.restart.json");
+    let _lock = mlff_distiller::fsutil::OutputLock::acquire("--restart-file", &held, "a test");
+    let o = (distill(Some(&config), &out)
+        .current_dir(dir.path())
+        .output())
+    .unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{err}");
     let refined = |out: &Path| state(out).unwrap()["refined"].clone();

@@ -186,6 +186,12 @@ fn student_md(run: &Run, md: &StudentMd) -> Result<Option<ExitCode>> {
         ("--steps", md.steps.to_string()),
         ("--seed", md.seed.to_string()),
         ("--summary-json", s(md.summary)),
+        // In the run's folder: by default a run without --traj claims mlff-md.restart.json
+        // in the working directory, where two loops (or a user's own md) would collide.
+        (
+            "--restart-file",
+            s(&md.summary.with_extension("restart.json")),
+        ),
         ("--device", run.device.clone()),
         ("--bond-limit", run.cfg.stability.bond_limit.to_string()),
     ];
