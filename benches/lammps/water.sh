@@ -14,7 +14,8 @@
 #
 # Runs from the repository root after `bash lammps/build.sh` (or with PLUGIN, LMP and MLFF set:
 # the plugin, the mpirun command with {n}, the mlff binary). Prints one table row per run and
-# writes the logs to --out.
+# writes the logs to --out. On the CPU each of n ranks gets RAYON_NUM_THREADS = cores / n
+# (set RAYON_NUM_THREADS to override); `mlff md` keeps every core.
 set -euo pipefail
 device=cpu dtype=f32 ranks="1 2" replicas="2" steps=50 weak=0 out=/tmp/mlff-lammps-bench model=
 exchange=ghosts
@@ -84,7 +85,10 @@ thermo 1000
 run 10
 run $steps
 EOF
-  (cd "$out" && ${LMP//\{n\}/$n} -in in.bench -log none > "$log" 2>&1) || {
+  # On the CPU each rank's engine would take every core: give each its share instead.
+  local threads=${RAYON_NUM_THREADS:-$(( $(nproc) / n > 0 ? $(nproc) / n : 1 ))}
+  [ "$device" = cpu ] || threads=${RAYON_NUM_THREADS:-$(nproc)}
+  (cd "$out" && RAYON_NUM_THREADS=$threads ${LMP//\{n\}/$n} -in in.bench -log none > "$log" 2>&1) || {
     echo "LAMMPS failed, see $log:" >&2; tail -5 "$log" >&2; return 1; }
   # The last "Loop time of T on P procs for S steps with N atoms".
   awk '/^Loop time of/ {t = $4; s = $9} END {printf "%.2f", s / t}' "$log"
