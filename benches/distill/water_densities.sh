@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# Issue 46's bulk-water student for NPT: GFN2-xTB labels below the first labels' 0.95-1.05
+# g/cm³, where the stress-trained student read ~3 kbar over the teacher (bench-log 67).
+#
+#   bash benches/distill/water_densities.sh MLFF OUT [MINUTES] [NPT_STEPS]
+#
+# 1. Two 32-water boxes at each of DENSITIES (default 0.70 0.75 0.80 0.85 0.90 g/cm³), sampled
+#    by MODEL (default models/painn-gfn2-water.safetensors) in Langevin NVT at 300 and 400 K
+#    (STEPS of 0.5 fs, default 3000; a frame every EVERY = 200 after the first 1,000).
+# 2. Every frame labelled by GFN2-xTB (teachers/label.py, WORKERS one-thread processes, default
+#    the core count); the first box of each density trains, the second is held out.
+# 3. A student trained with stress (weight 1000) on data/gfn2-water's frames and these, warm
+#    from the shipped water student, within MINUTES (default 10); scored on both test sets.
+# 4. NPT at 1 bar and 300 K of a 4,998-atom box (NPT_STEPS of 0.5 fs, default 200,000 = 100 ps),
+#    restartable: run the script again to continue.
+#
+# Each step is skipped when its output exists, so a cut run resumes. DEVICE (default cuda);
+# python3 needs numpy, ase and tblite.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+mlff=$1 out=$2 minutes=${3:-10} npt_steps=${4:-200000}
+device=${DEVICE:-cuda} model=${MODEL:-models/painn-gfn2-water.safetensors}
+densities=${DENSITIES:-0.70 0.75 0.80 0.85 0.90}
+steps=${STEPS:-3000} every=${EVERY:-200} workers=${WORKERS:-$(nproc)}
+tools=benches/distill/water_tools.py
+mkdir -p "$out"
+if [ ! -s "$out/labelled.extxyz" ]; then
+  echo "== boxes and student MD"
+  rm -f "$out/boxes.extxyz"
+  seed=100
+  for d in $densities; do
+    for _ in 1 2; do
+      python3 "$tools" box 32 "$d" "$seed" "$out/box.tmp.extxyz"
+      cat "$out/box.tmp.extxyz" >> "$out/boxes.extxyz"
+      seed=$((seed + 1))
+    done
+  done
+  rm -f "$out/box.tmp.extxyz"
+  for t in 300 400; do
+    "$mlff" md --model "$model" --structure "$out/boxes.extxyz" --all-frames --ensemble nvt \
+      --temperature "$t" --seed "$t" --dt 0.5 --steps "$steps" --device "$device" \
+      --traj "$out/md-$t.extxyz" --traj-every "$every" --summary-json "$out/md-$t.json" \
+      --overwrite > "$out/md-$t.txt" 2>&1 || { tail -3 "$out/md-$t.txt" >&2; exit 1; }
+  done
+  python3 - "$out" "$workers" <<'PY'
+import sys, ase.io
+out, workers = sys.argv[1], int(sys.argv[2])
+frames = []
+for t in (300, 400):
+    for a in ase.io.read(f"{out}/md-{t}.extxyz", ":"):
+        if int(a.info["step"]) >= 1000:
+            a.calc = None
+            a.info["temperature_K"] = float(t)
+            frames.append(a)
+for w in range(workers):
+    ase.io.write(f"{out}/todo-{w}.extxyz", frames[w::workers], format="extxyz")
+print(f"{len(frames)} frames to label in {workers} processes")
+PY
+  echo "== GFN2-xTB labels"
+  for ((w = 0; w < workers; w++)); do
+    [ -s "$out/todo-$w.extxyz" ] || continue
+    OMP_NUM_THREADS=1 python3 teachers/label.py "$out/todo-$w.extxyz" -o "$out/done-$w.extxyz" \
+      --teacher gfn2 --skip-failed --drop-old-labels --quiet --overwrite &
+  done
+  wait
+  cat "$out"/done-*.extxyz > "$out/labelled.tmp.extxyz" && mv "$out/labelled.tmp.extxyz" "$out/labelled.extxyz"
+  rm -f "$out"/todo-*.extxyz "$out"/done-*.extxyz
+fi
+if [ ! -s "$out/test.extxyz" ]; then
+  python3 - "$out" <<'PY'
+import sys, ase.io
+out = sys.argv[1]
+frames = ase.io.read(f"{out}/labelled.extxyz", ":")
+# Boxes come in pairs per density: even systems train, odd ones are held out.
+split = {0: [], 1: []}
+for a in frames:
+    split[int(a.info["system"]) % 2].append(a)
+ase.io.write(f"{out}/train.extxyz", split[0], format="extxyz")
+ase.io.write(f"{out}/test.extxyz", split[1], format="extxyz")
+print(f"{len(split[0])} training and {len(split[1])} held-out frames")
+PY
+fi
+first=$out/gfn2-water-train.extxyz
+[ -s "$first" ] || { xz -dc data/gfn2-water/train.extxyz.xz > "$first.tmp" && mv "$first.tmp" "$first"; }
+student=$out/train/last.safetensors
+if [ ! -s "$student" ]; then
+  echo "== train ($minutes min)"
+  MLFF=$mlff models/train_timed.sh "$minutes" "$out/train" \
+    --train "$first" "$out/train.extxyz" --val data/gfn2-water/val.extxyz \
+    --init models/painn-gfn2-water.safetensors --train-config models/recipes/gfn2-water-bulk.json \
+    --stress-weight 1000 --device "$device" 2> "$out/train.log" || { tail -5 "$out/train.log" >&2; exit 1; }
+fi
+echo "== held-out frames"
+for test in data/gfn2-water/test.extxyz "$out/test.extxyz"; do
+  "$mlff" eval "$student" "$test" --device "$device" | grep -E '^\| all|stress'
+done
+echo "== NPT, 1 bar, 300 K, 4,998 atoms, $npt_steps steps"
+[ -s "$out/box5k.extxyz" ] || python3 "$tools" box 1666 1.0 0 "$out/box5k.extxyz"
+if [ -s "$out/npt.restart.json" ]; then
+  "$mlff" md --resume "$out/npt.restart.json" --summary-json "$out/npt.json" --overwrite \
+    > "$out/npt.txt" 2>&1 || true
+else
+  "$mlff" md --model "$student" --structure "$out/box5k.extxyz" --ensemble npt --pressure 1 \
+    --temperature 300 --dt 0.5 --steps "$npt_steps" --seed 5 --device "$device" \
+    --log "$out/npt.jsonl" --log-every 1000 --restart-every 10000 \
+    --restart-file "$out/npt.restart.json" --summary-json "$out/npt.json" > "$out/npt.txt" 2>&1 || true
+fi
+tail -6 "$out/npt.txt"
