@@ -308,6 +308,8 @@ const SILICON_DOCUMENTED: [(&str, f64, f64, f64); 6] = [
     ("si64-a556", 900.0, 0.177, 13.74),
 ];
 
+const GPA_PER_EV_PER_A3: f64 = 160.217_663_4;
+
 /// Stress MAE (GPa) of the silicon student on its held-out frames at 300 and 900 K.
 const SILICON_STRESS_DOCUMENTED: [(f64, f64); 2] = [(300.0, 0.0563), (900.0, 0.0743)];
 
@@ -326,7 +328,7 @@ fn equation_of_state(cells: &[Structure], p: &[f64]) -> (f64, f64) {
     let v = |c: &Structure| mlff_distiller::stress::stress_volume(c).unwrap();
     let (v1, v2) = (v(&cells[k]), v(&cells[k + 1]));
     let bulk = -0.5 * (v1 + v2) * (p[k + 1] - p[k]) / (v2 - v1);
-    (a0, bulk * 160.217_663_4)
+    (a0, bulk * GPA_PER_EV_PER_A3)
 }
 
 fn silicon_calculator() -> PainnCalculator {
@@ -358,7 +360,7 @@ fn silicon_student_meets_its_documented_accuracy_and_the_teachers_equation_of_st
         let stress = stress_errors(&silicon_calculator(), &frames, 50, &|k| k.to_string())
             .unwrap()
             .expect("the held-out frames carry stress labels");
-        let gpa = stress.mae * 160.217_663_4;
+        let gpa = stress.mae * GPA_PER_EV_PER_A3;
         if gpa > doc * 1.05 + 0.0005 {
             bad.push(format!("{t} K: stress MAE {gpa:.4} GPa (documented {doc})"));
         }

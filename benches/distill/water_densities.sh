@@ -57,13 +57,18 @@ for w in range(workers):
 print(f"{len(frames)} frames to label in {workers} processes")
 PY
   echo "== GFN2-xTB labels"
+  pids=()
   for ((w = 0; w < workers; w++)); do
     [ -s "$out/todo-$w.extxyz" ] || continue
     OMP_NUM_THREADS=1 python3 teachers/label.py "$out/todo-$w.extxyz" -o "$out/done-$w.extxyz" \
       --teacher gfn2 --skip-failed --drop-old-labels --quiet --overwrite &
+    pids+=($!)
   done
-  wait
-  cat "$out"/done-*.extxyz > "$out/labelled.tmp.extxyz" && mv "$out/labelled.tmp.extxyz" "$out/labelled.extxyz"
+  for p in "${pids[@]}"; do
+    wait "$p" || { echo "a labelling process failed: its todo file stays in $out" >&2; exit 1; }
+  done
+  cat "$out"/done-*.extxyz > "$out/labelled.tmp.extxyz"
+  mv "$out/labelled.tmp.extxyz" "$out/labelled.extxyz"
   rm -f "$out"/todo-*.extxyz "$out"/done-*.extxyz
 fi
 if [ ! -s "$out/test.extxyz" ]; then
