@@ -18,12 +18,14 @@
 //! atoms only, where a ghost shell of the receptive field (blocks × cutoff) makes it compute
 //! every block for a shell three times as thick, at the price of 2 (blocks − 1) exchanges of
 //! 4F numbers per ghost atom. It runs on candle's autograd over the model's modules, whose
-//! message is the differentiable fused op (fewer edge-sized temporaries than the plain ops).
+//! message is the fused op with its first-derivative backward (on the CPU one pass over the
+//! edges: nothing here differentiates the forces again).
 
 use super::rows;
 use crate::error::{Error, Result};
 use crate::model::{Backend, PainnInputs};
 use crate::neighbors::neighbor_list;
+use crate::ops::Derivatives;
 use crate::PainnCalculator;
 use candle_core::{DType, Tensor, Var, D};
 
@@ -170,7 +172,7 @@ impl LayeredDomain {
             &self.inputs,
             &geometry,
             self.n_local,
-            OPS,
+            (OPS, Derivatives::First),
         )?;
         let out = flat(&join(&s_out, &v_out, f)?)?;
         if k + 1 == self.blocks() {

@@ -6,6 +6,7 @@ use super::radial::{cosine_cutoff, gaussian_rbf};
 use super::readout::Readout;
 use super::update::Update;
 use super::Backend;
+use crate::ops::Derivatives;
 use candle_core::{Module, Result, Tensor};
 use candle_nn::{linear, Linear, VarBuilder};
 
@@ -101,7 +102,7 @@ impl Painn {
         let (mut s, mut v) = self.embed(&x.species, ops)?;
         let n = s.dim(0)?;
         for k in 0..self.messages.len() {
-            (s, v) = self.block(k, &s, &v, x, &geometry, n, ops)?;
+            (s, v) = self.block(k, &s, &v, x, &geometry, n, (ops, Derivatives::Any))?;
         }
         self.readout.atom_energies(&s, &x.species, ops)
     }
@@ -151,7 +152,8 @@ impl Painn {
 
     /// Block `k` (message over `x`'s edges, then update) from every atom's features (s \[N, F\],
     /// v \[N, 3, F\]): the features of the first `rows` atoms after it (N for a whole
-    /// structure; in a domain whose edges end at its local atoms, those).
+    /// structure; in a domain whose edges end at its local atoms, those). `derivatives`: how far
+    /// the fused message's backward must be differentiable.
     #[allow(clippy::too_many_arguments)]
     pub fn block(
         &self,
@@ -161,7 +163,7 @@ impl Painn {
         x: &PainnInputs,
         geometry: &EdgeGeometry,
         rows: usize,
-        ops: Backend,
+        (ops, derivatives): (Backend, Derivatives),
     ) -> Result<(Tensor, Tensor)> {
         let f = self.cfg.hidden;
         let edges = Edges {
@@ -169,6 +171,7 @@ impl Painn {
             neighbors: &x.neighbors,
             directions: &geometry.directions,
             ops,
+            derivatives,
         };
         let w = geometry
             .filters
