@@ -73,8 +73,10 @@ pub struct TrainArgs {
     force_weight: Option<f64>,
     /// Weight of the mean squared stress error ((eV/Å³)²) over frames with `stress` labels
     /// (as `teachers/label.py` writes for periodic cells); needs --force-gradient
-    /// double-backward, which auto then picks: several times slower than the default and
-    /// about 1 MB of memory per edge (BENCHMARKS.md, "Training throughput").
+    /// double-backward, which auto then picks (several times slower than the default, about
+    /// 1 MB of memory per edge), or directional with a force weight (one first-order pass over
+    /// copies displaced along the force error and strained along the stress error; BENCHMARKS.md,
+    /// "Training throughput").
     #[arg(long)]
     stress_weight: Option<f64>,
     /// Weight of the mean squared Hessian-vector-product error ((eV/Å²)²) over frames with

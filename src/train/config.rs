@@ -113,19 +113,29 @@ impl TrainConfig {
         {
             return bad("loss weights must be non-negative");
         }
-        for (name, w) in [
-            ("stress_weight", self.stress_weight),
-            ("hessian_weight", self.hessian_weight),
+        // The directional gradient carries the stress term along a strain (with a force term
+        // to scale it by); the fused one has neither term yet.
+        let directional_stress =
+            self.force_gradient == ForceGradient::Directional && self.force_weight > 0.0;
+        for (name, w, directional) in [
+            ("stress_weight", self.stress_weight, directional_stress),
+            ("hessian_weight", self.hessian_weight, false),
         ] {
             if w > 0.0
+                && !directional
                 && !matches!(
                     self.force_gradient,
                     ForceGradient::Auto | ForceGradient::DoubleBackward
                 )
             {
                 return bad(&format!(
-                    "{name} needs force_gradient double-backward (or auto), not {}: the fused \
-                     and directional gradients have no such term yet",
+                    "{name} needs force_gradient double-backward (or auto{}), not {}: the \
+                     gradient has no such term yet",
+                    if name == "stress_weight" {
+                        ", or directional with a force weight"
+                    } else {
+                        ""
+                    },
                     self.force_gradient.name()
                 ));
             }

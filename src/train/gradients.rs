@@ -7,11 +7,14 @@ use super::labels::StressLabels;
 use super::metrics::HostErrors;
 use super::trainer::{Ready, Trainer};
 use crate::error::{Error, Result};
+use crate::eval::stress_label;
 use crate::model::FusedPainn;
 use crate::neighbors::NeighborList;
 use crate::phase::{NoClock, Phase, PhaseClock};
-use crate::stress::strained;
+use crate::stress::{strain_derivative_of_virials, strained, stress_volume, Matrix3};
 use crate::structure::Batch;
+use crate::structure::Structure;
+use crate::train::TrainConfig;
 use candle_core::backprop::GradStore;
 use candle_core::{DType, Tensor};
 
@@ -78,13 +81,25 @@ impl Trainer {
         let fused = FusedPainn::new(model, self.calc.tuning())?.used_once(true);
         let b = batch.n_structures();
         let pass = fused.forward(&inputs)?;
-        let forces = pass.forces()?;
+        // With stress labels, each structure's strain direction (below) from its virial.
+        let (forces, strains) = match self.cfg.stress_weight > 0.0 {
+            true => {
+                let (forces, virials) = pass.forces_and_virials()?;
+                let de_deps = strain_derivative_of_virials(&virials, &inputs.atom_structure, b)?;
+                let m = 3.0 * batch.n_atoms() as f64;
+                let strains = strain_directions(batch, &de_deps, &self.cfg, m)?;
+                (forces, strains)
+            }
+            false => (pass.forces()?, (0..b).map(|_| None).collect()),
+        };
         clock.mark(Phase::Download)?;
         let errors = HostErrors::of(batch, &pass.atom_energies, &forces)?;
+        let errors = errors.with_stress_errors(&strains);
         clock.mark(Phase::Batch)?;
         let h = step_along(&errors.forces, displacement_rms(self.dtype));
         let step = h.unwrap_or(0.0);
-        // The batch at x + h·u and x − h·u (or at x alone when every force is exact).
+        // The batch at x + h·u and x − h·u (or at x alone when every force is exact), each
+        // structure with stress labels also strained by ±h·γΔ.
         let signs: &[f64] = if h.is_some() { &[1.0, -1.0] } else { &[0.0] };
         let mut structures = Vec::with_capacity(signs.len() * b);
         for &sign in signs {
@@ -95,6 +110,9 @@ impl Trainer {
                     for d in 0..3 {
                         x[d] += sign * step * u[d];
                     }
+                }
+                if let Some(g) = &strains[k] {
+                    strain_by(&mut moved, &g.direction, sign * step);
                 }
                 structures.push(moved);
             }
@@ -200,5 +218,69 @@ impl Trainer {
             loss = (loss + (f_loss * self.cfg.force_weight)?)?;
         }
         Ok(loss)
+    }
+}
+
+/// A structure's stress error Δ = σ − σ̂ and the strain direction γΔ that, applied with the
+/// force error's displacement, makes the copies' energy difference carry the stress term's
+/// gradient too: the stress loss w_σ·Σ Δ²/(9L) over L labelled structures has the weights'
+/// gradient (2 w_σ / 9L) Σ_k (1/V_k) ∂/∂θ (Δ_k : ∂E_k/∂ε), and Δ : ∂E/∂ε is E's derivative
+/// along the strain Δ. With the force term's factor −w_F / (M h) on E(+) − E(−), the strain
+/// of structure k is γ_k Δ_k with γ_k = −w_σ M / (9 L V_k w_F).
+pub(super) struct StrainDirection {
+    pub(super) error: Matrix3,
+    pub(super) direction: Matrix3,
+}
+
+/// [`StrainDirection`] of each structure of `batch` with a stress label, from ∂E/∂ε `de_deps`
+/// ([S, 3, 3]); `m` the batch's force components.
+fn strain_directions(
+    batch: &Batch,
+    de_deps: &Tensor,
+    cfg: &TrainConfig,
+    m: f64,
+) -> Result<Vec<Option<StrainDirection>>> {
+    let de_deps = de_deps.to_dtype(DType::F64)?.to_vec3::<f64>()?;
+    let mut out = Vec::with_capacity(batch.n_structures());
+    for (k, (s, d)) in batch.structures.iter().zip(&de_deps).enumerate() {
+        let label = stress_label(s)
+            .map_err(|e| Error::Train(format!("structure {k} of the batch: {e}")))?;
+        out.push(match (label, stress_volume(s)) {
+            (Some(l), Some(v)) => Some((l, v, d)),
+            (Some(_), None) => {
+                return Err(Error::Train(format!(
+                    "structure {k} of the batch has a stress label but no cell periodic along \
+                     all three axes"
+                )))
+            }
+            (None, _) => None,
+        });
+    }
+    let labelled = out.iter().flatten().count() as f64;
+    Ok(out
+        .into_iter()
+        .map(|x| {
+            x.map(|(l, v, d)| {
+                let error: Matrix3 =
+                    std::array::from_fn(|a| std::array::from_fn(|c| d[a][c] / v - l[a][c]));
+                let gamma = -cfg.stress_weight * m / (9.0 * labelled * v * cfg.force_weight);
+                let direction = error.map(|row| row.map(|e| gamma * e));
+                StrainDirection { error, direction }
+            })
+        })
+        .collect())
+}
+
+/// `s` strained by t·ε (ε symmetric): positions and cell rows r → r (1 + t ε).
+fn strain_by(s: &mut Structure, eps: &Matrix3, t: f64) {
+    let apply = |r: &mut [f64; 3]| {
+        let old = *r;
+        for c in 0..3 {
+            r[c] += t * (0..3).map(|a| old[a] * eps[a][c]).sum::<f64>();
+        }
+    };
+    s.positions.iter_mut().for_each(apply);
+    if let Some(cell) = s.cell.as_mut() {
+        cell.iter_mut().for_each(apply);
     }
 }

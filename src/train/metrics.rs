@@ -123,6 +123,16 @@ impl HostErrors {
         Ok(self)
     }
 
+    /// These errors with the stress errors of the directional gradient's strain directions.
+    pub(super) fn with_stress_errors(
+        mut self,
+        strains: &[Option<super::gradients::StrainDirection>],
+    ) -> Self {
+        self.stress
+            .extend(strains.iter().flatten().map(|g| g.error));
+        self
+    }
+
     /// The stress errors of the structures of `batch` with labels, from the strain derivative
     /// `de_deps` ([S, 3, 3]).
     pub(super) fn with_stress(mut self, batch: &Batch, de_deps: &Tensor) -> Result<Self> {
