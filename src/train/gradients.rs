@@ -94,7 +94,7 @@ impl Trainer {
         };
         clock.mark(Phase::Download)?;
         let errors = HostErrors::of(batch, &pass.atom_energies, &forces)?;
-        let errors = errors.with_stress_errors(&strains);
+        let errors = errors.with_stress_errors(strains.iter().flatten().map(|g| g.error));
         clock.mark(Phase::Batch)?;
         let h = step_along(&errors.forces, displacement_rms(self.dtype));
         let step = h.unwrap_or(0.0);
@@ -227,9 +227,9 @@ impl Trainer {
 /// gradient (2 w_σ / 9L) Σ_k (1/V_k) ∂/∂θ (Δ_k : ∂E_k/∂ε), and Δ : ∂E/∂ε is E's derivative
 /// along the strain Δ. With the force term's factor −w_F / (M h) on E(+) − E(−), the strain
 /// of structure k is γ_k Δ_k with γ_k = −w_σ M / (9 L V_k w_F).
-pub(super) struct StrainDirection {
-    pub(super) error: Matrix3,
-    pub(super) direction: Matrix3,
+struct StrainDirection {
+    error: Matrix3,
+    direction: Matrix3,
 }
 
 /// [`StrainDirection`] of each structure of `batch` with a stress label, from ∂E/∂ε `de_deps`

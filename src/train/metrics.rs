@@ -123,13 +123,9 @@ impl HostErrors {
         Ok(self)
     }
 
-    /// These errors with the stress errors of the directional gradient's strain directions.
-    pub(super) fn with_stress_errors(
-        mut self,
-        strains: &[Option<super::gradients::StrainDirection>],
-    ) -> Self {
-        self.stress
-            .extend(strains.iter().flatten().map(|g| g.error));
+    /// These errors with `errors` as the labelled structures' stress errors (σ − σ̂).
+    pub(super) fn with_stress_errors(mut self, errors: impl IntoIterator<Item = Matrix3>) -> Self {
+        self.stress.extend(errors);
         self
     }
 
