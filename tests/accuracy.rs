@@ -190,10 +190,14 @@ fn held_out_frames(file: &str, temperature: f64, every: usize) -> Vec<Structure>
 
 /// `model_file`'s errors on `frames`, per molecule.
 fn held_out_report(model_file: &str, frames: &[Structure]) -> Report {
+    evaluate(&shipped(model_file), frames, 50).unwrap().0
+}
+
+/// The shipped `model_file` as `mlff eval` runs it (CPU, f32, the fused backend).
+fn shipped(model_file: &str) -> PainnCalculator {
     let ck = checkpoint::load(&root().join(model_file)).unwrap();
     let model = ck.model(&Device::Cpu, DType::F32).unwrap();
-    let calc = PainnCalculator::new(model, Device::Cpu, DType::F32).with_backend(Backend::Fused);
-    evaluate(&calc, frames, 50).unwrap().0
+    PainnCalculator::new(model, Device::Cpu, DType::F32).with_backend(Backend::Fused)
 }
 
 /// The rows of `documented` that `model_file` now misses on `file` at `temperature`.
@@ -331,12 +335,6 @@ fn equation_of_state(cells: &[Structure], p: &[f64]) -> (f64, f64) {
     (a0, bulk * GPA_PER_EV_PER_A3)
 }
 
-fn silicon_calculator() -> PainnCalculator {
-    let ck = checkpoint::load(&root().join(SILICON_MODEL)).unwrap();
-    let model = ck.model(&Device::Cpu, DType::F32).unwrap();
-    PainnCalculator::new(model, Device::Cpu, DType::F32).with_backend(Backend::Fused)
-}
-
 fn pressure(sigma: &[[f64; 3]; 3]) -> f64 {
     -(sigma[0][0] + sigma[1][1] + sigma[2][2]) / 3.0
 }
@@ -357,7 +355,7 @@ fn silicon_student_meets_its_documented_accuracy_and_the_teachers_equation_of_st
             .find(|d| d.0 == t)
             .unwrap()
             .1;
-        let stress = stress_errors(&silicon_calculator(), &frames, 50, &|k| k.to_string())
+        let stress = stress_errors(&shipped(SILICON_MODEL), &frames, 50, &|k| k.to_string())
             .unwrap()
             .expect("the held-out frames carry stress labels");
         let gpa = stress.mae * GPA_PER_EV_PER_A3;
@@ -376,7 +374,7 @@ fn silicon_student_meets_its_documented_accuracy_and_the_teachers_equation_of_st
         .iter()
         .map(|c| pressure(&mlff_distiller::eval::stress_label(c).unwrap().unwrap()))
         .collect();
-    let got = silicon_calculator()
+    let got = shipped(SILICON_MODEL)
         .compute_with_stress(&mlff_distiller::Batch::new(cells.clone()).unwrap())
         .unwrap();
     let student: Vec<f64> = got.stresses.iter().map(|s| pressure(&s.unwrap())).collect();

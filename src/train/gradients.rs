@@ -4,10 +4,9 @@
 use super::force_gradient::{displacement_rms, step_along, ForceGradient};
 use super::hessian::HessianLabels;
 use super::labels::StressLabels;
-use super::metrics::HostErrors;
+use super::metrics::{stress_errors, HostErrors};
 use super::trainer::{Ready, Trainer};
 use crate::error::{Error, Result};
-use crate::eval::stress_label;
 use crate::model::FusedPainn;
 use crate::neighbors::NeighborList;
 use crate::phase::{NoClock, Phase, PhaseClock};
@@ -86,9 +85,7 @@ impl Trainer {
             true => {
                 let (forces, virials) = pass.forces_and_virials()?;
                 let de_deps = strain_derivative_of_virials(&virials, &inputs.atom_structure, b)?;
-                let m = 3.0 * batch.n_atoms() as f64;
-                let strains = strain_directions(batch, &de_deps, &self.cfg, m)?;
-                (forces, strains)
+                (forces, strain_directions(batch, &de_deps, &self.cfg)?)
             }
             false => (pass.forces()?, (0..b).map(|_| None).collect()),
         };
@@ -233,42 +230,29 @@ struct StrainDirection {
 }
 
 /// [`StrainDirection`] of each structure of `batch` with a stress label, from ∂E/∂ε `de_deps`
-/// ([S, 3, 3]); `m` the batch's force components.
+/// ([S, 3, 3]).
 fn strain_directions(
     batch: &Batch,
     de_deps: &Tensor,
     cfg: &TrainConfig,
-    m: f64,
 ) -> Result<Vec<Option<StrainDirection>>> {
-    let de_deps = de_deps.to_dtype(DType::F64)?.to_vec3::<f64>()?;
-    let mut out = Vec::with_capacity(batch.n_structures());
-    for (k, (s, d)) in batch.structures.iter().zip(&de_deps).enumerate() {
-        let label = stress_label(s)
-            .map_err(|e| Error::Train(format!("structure {k} of the batch: {e}")))?;
-        out.push(match (label, stress_volume(s)) {
-            (Some(l), Some(v)) => Some((l, v, d)),
-            (Some(_), None) => {
-                return Err(Error::Train(format!(
-                    "structure {k} of the batch has a stress label but no cell periodic along \
-                     all three axes"
-                )))
-            }
-            (None, _) => None,
-        });
-    }
-    let labelled = out.iter().flatten().count() as f64;
-    Ok(out
-        .into_iter()
-        .map(|x| {
-            x.map(|(l, v, d)| {
-                let error: Matrix3 =
-                    std::array::from_fn(|a| std::array::from_fn(|c| d[a][c] / v - l[a][c]));
+    let errors = stress_errors(batch, de_deps)?;
+    let labelled = errors.iter().flatten().count() as f64;
+    let m = 3.0 * batch.n_atoms() as f64;
+    (batch.structures.iter().zip(errors).enumerate())
+        .map(|(k, (s, error))| match (error, stress_volume(s)) {
+            (Some(error), Some(v)) => {
                 let gamma = -cfg.stress_weight * m / (9.0 * labelled * v * cfg.force_weight);
                 let direction = error.map(|row| row.map(|e| gamma * e));
-                StrainDirection { error, direction }
-            })
+                Ok(Some(StrainDirection { error, direction }))
+            }
+            (_, None) if s.info_value("stress").is_some() => Err(Error::Train(format!(
+                "structure {k} of the batch has a stress label but no cell periodic along all \
+                 three axes"
+            ))),
+            _ => Ok(None),
         })
-        .collect())
+        .collect()
 }
 
 /// `s` strained by t·ε (ε symmetric): positions and cell rows r → r (1 + t ε).

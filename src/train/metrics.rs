@@ -131,19 +131,26 @@ impl HostErrors {
 
     /// The stress errors of the structures of `batch` with labels, from the strain derivative
     /// `de_deps` ([S, 3, 3]).
-    pub(super) fn with_stress(mut self, batch: &Batch, de_deps: &Tensor) -> Result<Self> {
-        let predicted = stresses_of(&batch.structures, de_deps)?;
-        for (k, (s, p)) in batch.structures.iter().zip(predicted).enumerate() {
+    pub(super) fn with_stress(self, batch: &Batch, de_deps: &Tensor) -> Result<Self> {
+        let errors = stress_errors(batch, de_deps)?;
+        Ok(self.with_stress_errors(errors.into_iter().flatten()))
+    }
+}
+
+/// Each structure's stress error σ − σ̂, σ from the strain derivative `de_deps` ([S, 3, 3]):
+/// None without a label or without a cell periodic along all three axes; an error naming a
+/// structure whose label cannot be read.
+pub(super) fn stress_errors(batch: &Batch, de_deps: &Tensor) -> Result<Vec<Option<Matrix3>>> {
+    let predicted = stresses_of(&batch.structures, de_deps)?;
+    (batch.structures.iter().zip(predicted).enumerate())
+        .map(|(k, (s, p))| {
             let label = stress_label(s)
                 .map_err(|e| Error::Train(format!("structure {k} of the batch: {e}")))?;
-            if let (Some(l), Some(p)) = (label, p) {
-                self.stress.push(std::array::from_fn(|a| {
-                    std::array::from_fn(|b| p[a][b] - l[a][b])
-                }));
-            }
-        }
-        Ok(self)
-    }
+            Ok(label
+                .zip(p)
+                .map(|(l, p)| std::array::from_fn(|a| std::array::from_fn(|b| p[a][b] - l[a][b]))))
+        })
+        .collect()
 }
 
 impl Trainer {
