@@ -551,6 +551,11 @@ fn stress_loss_and_its_gradients() {
     };
     let with = tiny_trainer(&cfg(1e4), &train, &train, DType::F64);
     let without = tiny_trainer(&cfg(0.0), &train, &train, DType::F64);
+    // What `auto` takes with a stress term: the directional gradient, strained copies.
+    assert_eq!(
+        with.cfg.gradient_mode(&Device::Cpu),
+        ForceGradient::Directional
+    );
     let idx = [0usize, 1, 2, 3, 4, 5];
     let (l1, _) = with.loss_and_grads(&idx).unwrap();
     let (l0, _) = without.loss_and_grads(&idx).unwrap();

@@ -21,12 +21,12 @@ pub struct TrainConfig {
     /// Weight of the mean squared force-component error ((eV/Å)²).
     pub force_weight: f64,
     /// Weight of the mean squared stress-component error ((eV/Å³)², ASE's stress) over the
-    /// frames with `stress` labels (cells periodic along all three axes). Needs the exact
-    /// force gradient (`force_gradient` double-backward, which `auto` then picks).
+    /// frames with `stress` labels (cells periodic along all three axes). Needs the directional
+    /// force gradient with a force weight (which `auto` then picks) or the double backward.
     pub stress_weight: f64,
     /// Weight of the mean squared Hessian-vector-product error ((eV/Å²)²) over the frames with
-    /// `hvp` labels (`teachers/label.py --hessian-vectors`); needs the double backward, like
-    /// the stress term.
+    /// `hvp` labels (`teachers/label.py --hessian-vectors`); needs the double backward (which
+    /// `auto` then picks).
     pub hessian_weight: f64,
     /// Step (Å) of the central differences of the student's forces that give its H·v.
     pub hessian_step: f64,
@@ -73,15 +73,23 @@ impl Default for TrainConfig {
 
 impl TrainConfig {
     /// How the loss is differentiated on `device`: `force_gradient`, with `auto` the fused
-    /// gradient, or the double backward where the loss has a stress term.
+    /// gradient; where the loss has a stress term, the directional gradient with strained
+    /// copies (faster than the double backward on a GPU and far smaller on the CPU: BENCHMARKS.md,
+    /// "Training throughput"), unless the loss has no force term to scale the strain by or has
+    /// an H·v term, which only the double backward differentiates.
     pub fn gradient_mode(&self, device: &candle_core::Device) -> ForceGradient {
         match (self.force_gradient, self.needs_second_order()) {
+            (ForceGradient::Auto, true)
+                if self.hessian_weight == 0.0 && self.force_weight > 0.0 =>
+            {
+                ForceGradient::Directional
+            }
             (ForceGradient::Auto, true) => ForceGradient::DoubleBackward,
             (mode, _) => mode.on(device),
         }
     }
 
-    /// Whether the loss has a term only the double backward differentiates (stress, H·v).
+    /// Whether the loss has a term the fused gradient lacks (stress, H·v).
     pub fn needs_second_order(&self) -> bool {
         self.stress_weight > 0.0 || self.hessian_weight > 0.0
     }
