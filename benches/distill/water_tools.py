@@ -10,6 +10,14 @@
                                                     (virial + N k_B T / V; needs ase and
                                                     tblite, the label tool's settings) and each
                                                     `mlff predict --stress` file's difference
+    water_tools.py eos LABELLED [PRED ...]          the pressure of labelled frames (their stress
+                                                    + N k_B T / V at their temperature), mean
+                                                    and standard error by density and
+                                                    temperature, beside each `mlff predict
+                                                    --stress` file of the same frames
+    water_tools.py strain-check FRAMES [K]         GFN2-xTB's stress trace on frame K against
+                                                    the central difference of its energy under
+                                                    a uniform strain of 1e-3 (ase and tblite)
 """
 
 import json
@@ -118,12 +126,86 @@ def pressure(temperature, frames, preds):
               + "".join(f", {q}: {d:+.0f}" for q, d in zip(preds, diffs)), flush=True)
 
 
+def eos(labelled, preds):
+    bar = 1.602176634e6  # eV/Å³
+    sets = [frames_with_stress(labelled)] + [frames_with_stress(p) for p in preds]
+    groups = {}
+    for k, (n, volume, temperature, _) in enumerate(sets[0]):
+        density = n / 3 * WATER_AMU / AVOGADRO / volume
+        kinetic = n * 8.617333262e-5 * temperature / volume * bar
+        p = [-np.trace(s[k][3]) / 3 * bar + kinetic for s in sets]
+        groups.setdefault((round(density, 2), temperature), []).append(p)
+    names = ["labels"] + preds
+    print("| g/cm³ | T K | frames | " + " | ".join(f"{q} bar" for q in names) + " |")
+    print("|---:|---:|---:|" + "---:|" * len(names))
+    for (density, temperature), ps in sorted(groups.items()):
+        ps = np.array(ps)
+        sem = ps.std(axis=0, ddof=1) / np.sqrt(len(ps)) if len(ps) > 1 else 0 * ps[0]
+        cells = [f"{m:+.0f} ± {e:.0f}" for m, e in zip(ps.mean(axis=0), sem)]
+        print(f"| {density:.2f} | {temperature:.0f} | {len(ps)} | " + " | ".join(cells) + " |")
+
+
+def strain_check(path, k):
+    import ase.io
+    from tblite.ase import TBLite
+
+    def energy_and_stress(a):
+        a.pbc = True
+        a.calc = TBLite(method="GFN2-xTB", accuracy=1.0, max_iterations=250,
+                        electronic_temperature=300.0, verbosity=0)
+        return a.get_potential_energy(), a.get_stress(voigt=False)
+
+    a = ase.io.read(path, k)
+    _, stress = energy_and_stress(a.copy())
+    e = 1e-3
+    energies = []
+    for sign in (-1, 1):
+        b = a.copy()
+        b.set_cell(a.cell * (1 + sign * e), scale_atoms=True)
+        energies.append(energy_and_stress(b)[0])
+    # Under the uniform strain ε, dE/dε = V tr(σ).
+    difference = (energies[1] - energies[0]) / (2 * e) / a.get_volume()
+    print(f"frame {k}: tr σ {np.trace(stress):.6e} eV/Å³, dE/dε / V {difference:.6e}")
+
+
+def frames_with_stress(path):
+    """(atoms, volume, temperature, 3x3 stress) of every frame: the comment line's
+    temperature_K (or temperature_k) and stress, a diagonal or general Lattice."""
+    out = []
+    with open(path) as f:
+        while line := f.readline():
+            n = int(line)
+            comment = f.readline()
+            for _ in range(n):
+                f.readline()
+            fields = dict(parse_comment(comment))
+            cell = np.array(fields["Lattice"].split(), float).reshape(3, 3)
+            t = float(fields.get("temperature_K", fields.get("temperature_k", "nan")))
+            stress = np.array(fields["stress"].split(), float).reshape(3, 3)
+            out.append((n, abs(np.linalg.det(cell)), t, stress))
+    return out
+
+
+def parse_comment(comment):
+    """KEY=VALUE pairs of an extended XYZ comment line, quoted values unquoted."""
+    import shlex
+
+    for item in shlex.split(comment):
+        if "=" in item:
+            key, value = item.split("=", 1)
+            yield key, value
+
+
 if __name__ == "__main__":
     cmd, args = sys.argv[1], sys.argv[2:]
     if cmd == "box":
         box(int(args[0]), float(args[1]), int(args[2]), args[3])
     elif cmd == "pressure":
         pressure(float(args[0]), args[1], args[2:])
+    elif cmd == "eos":
+        eos(args[0], args[1:])
+    elif cmd == "strain-check":
+        strain_check(args[0], int(args[1]) if len(args) > 1 else 0)
     elif cmd == "rdf":
         rdf(args[0], args[1], int(args[2]) if len(args) > 2 else 0)
     else:
