@@ -448,9 +448,12 @@ fn settings_that_train_nothing_are_refused() {
         },
         "batch_size",
     );
+    // The strain that carries the stress term is scaled by the force term.
     refused(
         TrainConfig {
             stress_weight: 1.0,
+            force_weight: 0.0,
+            energy_weight: 1.0,
             force_gradient: ForceGradient::Fused,
             ..train_config()
         },
@@ -551,11 +554,8 @@ fn stress_loss_and_its_gradients() {
     };
     let with = tiny_trainer(&cfg(1e4), &train, &train, DType::F64);
     let without = tiny_trainer(&cfg(0.0), &train, &train, DType::F64);
-    // What `auto` takes with a stress term: the directional gradient, strained copies.
-    assert_eq!(
-        with.cfg.gradient_mode(&Device::Cpu),
-        ForceGradient::Directional
-    );
+    // What `auto` takes with a stress term: the fused gradient over strained copies.
+    assert_eq!(with.cfg.gradient_mode(&Device::Cpu), ForceGradient::Fused);
     let idx = [0usize, 1, 2, 3, 4, 5];
     let (l1, _) = with.loss_and_grads(&idx).unwrap();
     let (l0, _) = without.loss_and_grads(&idx).unwrap();
@@ -597,15 +597,19 @@ fn stress_loss_and_its_gradients() {
 
 /// The directional gradient with stress labels (the copies also strained along each labelled
 /// structure's stress error) equals the double backward's for every weight, f64 and f32, on
-/// boxes of which four in six carry stress; its loss counts the stress term the same way. (The
-/// strain moves every atom, farther than the force error's step alone: 1e-6 in f64. Without
-/// the strain the difference is of the gradient's own size.)
+/// boxes of which four in six carry stress, through autograd and through the fused kernels'
+/// adjoint; its loss counts the stress term the same way. (The strain moves every atom,
+/// farther than the force error's step alone: 1e-6 in f64. Without the strain the difference
+/// is of the gradient's own size.)
 #[test]
 fn directional_gradient_with_stress_equals_double_backward() {
     second_order();
     let train = dataset(teacher_boxes(6, 5));
     let idx = [0usize, 1, 2, 3, 4, 5];
-    for (dtype, tol) in [(DType::F64, 1e-6), (DType::F32, 3e-3)] {
+    let cases = [ForceGradient::Directional, ForceGradient::Fused]
+        .into_iter()
+        .flat_map(|mode| [(mode, DType::F64, 1e-6), (mode, DType::F32, 3e-3)]);
+    for (mode, dtype, tol) in cases {
         let grads = |mode| {
             let cfg = TrainConfig {
                 energy_weight: 1.0,
@@ -617,10 +621,10 @@ fn directional_gradient_with_stress_equals_double_backward() {
             loss_and_flat_grads(&tiny_trainer(&cfg, &train, &train, dtype), &idx)
         };
         let (loss_exact, exact) = grads(ForceGradient::DoubleBackward);
-        let (loss_dir, directional) = grads(ForceGradient::Directional);
+        let (loss_dir, directional) = grads(mode);
         assert!(
             (loss_exact - loss_dir).abs() <= 1e-5 * loss_exact,
-            "{dtype:?}: loss {loss_exact} vs {loss_dir}"
+            "{mode:?} {dtype:?}: loss {loss_exact} vs {loss_dir}"
         );
         let largest = (exact.iter())
             .flat_map(|(_, g)| g.iter().map(|x| x.abs()))
@@ -632,7 +636,8 @@ fn directional_gradient_with_stress_equals_double_backward() {
             .fold(0.0, f64::max);
         assert!(
             worst <= tol * largest,
-            "{dtype:?}: largest difference {worst} against the largest gradient {largest}"
+            "{mode:?} {dtype:?}: largest difference {worst} against the largest gradient \
+             {largest}"
         );
     }
 }
@@ -685,6 +690,16 @@ fn several_ranks_need_the_fused_gradient() {
         let e = t.with_replicas(vec![Device::Cpu]).err().unwrap();
         assert!(e.to_string().contains("--force-gradient fused"), "{e}");
     }
+    // The fused gradient with a stress term strains its copies on the host, one rank's.
+    let boxes = dataset(teacher_boxes(4, 5));
+    let cfg = TrainConfig {
+        stress_weight: 1.0,
+        force_gradient: ForceGradient::Fused,
+        ..train_config()
+    };
+    let t = tiny_trainer(&cfg, &boxes, &boxes, DType::F64);
+    let e = t.with_replicas(vec![Device::Cpu]).err().unwrap();
+    assert!(e.to_string().contains("no stress"), "{e}");
 }
 
 /// A data-parallel run saved after its second epoch and resumed (the other ranks start from

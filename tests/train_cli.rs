@@ -166,7 +166,14 @@ fn train_fits_stress_labels_from_the_command_line() {
     let refused = dir.path().join("refused");
     let o = train(
         &refused,
-        &["--stress-weight", "1", "--force-gradient", "fused"],
+        &[
+            "--stress-weight",
+            "1",
+            "--force-gradient",
+            "fused",
+            "--force-weight",
+            "0",
+        ],
     );
     assert!(!o.status.success());
     assert!(

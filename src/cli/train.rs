@@ -72,11 +72,10 @@ pub struct TrainArgs {
     #[arg(long)]
     force_weight: Option<f64>,
     /// Weight of the mean squared stress error ((eV/Å³)²) over frames with `stress` labels
-    /// (as `teachers/label.py` writes for periodic cells); needs --force-gradient directional
-    /// with a force weight, which auto then picks (one first-order pass over copies displaced
-    /// along the force error and strained along the stress error), or double-backward (exact,
-    /// slower, about 1 MB of memory per edge; auto's pick without a force weight);
-    /// BENCHMARKS.md, "Training throughput".
+    /// (as `teachers/label.py` writes for periodic cells); with a force weight the fused or
+    /// directional gradient takes it (copies displaced along the force error are also strained
+    /// along the stress error; not in CUDA graphs or on several devices), else double-backward
+    /// (exact, slower, about 1 MB of memory per edge); BENCHMARKS.md, "Training throughput".
     #[arg(long)]
     stress_weight: Option<f64>,
     /// Weight of the mean squared Hessian-vector-product error ((eV/Å²)²) over frames with
@@ -100,8 +99,8 @@ pub struct TrainArgs {
     /// How the force loss is differentiated: fused (the energy gradient's central difference
     /// along the force error, the weight gradients from the fused kernels' adjoint: the most
     /// structures/s, BENCHMARKS.md, "Training throughput"), directional (the same through
-    /// candle's autograd), double-backward (exact, autograd), or auto (default: fused; with a
-    /// stress term directional, with an H·v term double-backward).
+    /// candle's autograd), double-backward (exact, autograd), or auto (default: fused; with an
+    /// H·v term, or stress without a force weight, double-backward).
     #[arg(long)]
     force_gradient: Option<ForceGradient>,
     /// Stop after the epoch during which this many minutes of training have passed (the

@@ -21,8 +21,8 @@ pub struct TrainConfig {
     /// Weight of the mean squared force-component error ((eV/Å)²).
     pub force_weight: f64,
     /// Weight of the mean squared stress-component error ((eV/Å³)², ASE's stress) over the
-    /// frames with `stress` labels (cells periodic along all three axes). Needs the directional
-    /// force gradient with a force weight (which `auto` then picks) or the double backward.
+    /// frames with `stress` labels (cells periodic along all three axes). Needs a force weight
+    /// with the fused (`auto`'s pick) or directional force gradient, or the double backward.
     pub stress_weight: f64,
     /// Weight of the mean squared Hessian-vector-product error ((eV/Å²)²) over the frames with
     /// `hvp` labels (`teachers/label.py --hessian-vectors`); needs the double backward (which
@@ -73,23 +73,23 @@ impl Default for TrainConfig {
 
 impl TrainConfig {
     /// How the loss is differentiated on `device`: `force_gradient`, with `auto` the fused
-    /// gradient; where the loss has a stress term, the directional gradient with strained
-    /// copies (faster than the double backward on a GPU and far smaller on the CPU: BENCHMARKS.md,
-    /// "Training throughput"), unless the loss has no force term to scale the strain by or has
-    /// an H·v term, which only the double backward differentiates.
+    /// gradient, also with a stress term (its copies strained along the stress error: faster
+    /// and smaller than the double backward, BENCHMARKS.md, "Training throughput"), unless the
+    /// loss has no force term to scale the strain by or has an H·v term, which only the double
+    /// backward differentiates.
     pub fn gradient_mode(&self, device: &candle_core::Device) -> ForceGradient {
         match (self.force_gradient, self.needs_second_order()) {
             (ForceGradient::Auto, true)
                 if self.hessian_weight == 0.0 && self.force_weight > 0.0 =>
             {
-                ForceGradient::Directional
+                ForceGradient::Fused
             }
             (ForceGradient::Auto, true) => ForceGradient::DoubleBackward,
             (mode, _) => mode.on(device),
         }
     }
 
-    /// Whether the loss has a term the fused gradient lacks (stress, H·v).
+    /// Whether the loss has a term beyond energies and forces (stress, H·v).
     pub fn needs_second_order(&self) -> bool {
         self.stress_weight > 0.0 || self.hessian_weight > 0.0
     }
@@ -121,10 +121,12 @@ impl TrainConfig {
         {
             return bad("loss weights must be non-negative");
         }
-        // The directional gradient carries the stress term along a strain (with a force term
-        // to scale it by); the fused one has neither term yet.
-        let directional_stress =
-            self.force_gradient == ForceGradient::Directional && self.force_weight > 0.0;
+        // The directional and fused gradients carry the stress term along a strain (with a
+        // force term to scale it by); neither has an H·v term.
+        let directional_stress = matches!(
+            self.force_gradient,
+            ForceGradient::Directional | ForceGradient::Fused
+        ) && self.force_weight > 0.0;
         for (name, w, directional) in [
             ("stress_weight", self.stress_weight, directional_stress),
             ("hessian_weight", self.hessian_weight, false),
@@ -140,7 +142,7 @@ impl TrainConfig {
                     "{name} needs force_gradient double-backward (or auto{}), not {}: the \
                      gradient has no such term yet",
                     if name == "stress_weight" {
-                        ", or directional with a force weight"
+                        ", or directional or fused with a force weight"
                     } else {
                         ""
                     },

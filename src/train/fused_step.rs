@@ -397,7 +397,7 @@ impl Trainer {
 
     /// Gradients by variable name (`FusedPainn::weight_gradients`) as the store backprop
     /// fills, keyed by the optimiser's variables.
-    fn grad_store(&self, named: Vec<(String, Tensor)>) -> Result<GradStore> {
+    pub(super) fn grad_store(&self, named: Vec<(String, Tensor)>) -> Result<GradStore> {
         let mut named: std::collections::HashMap<String, Tensor> = named.into_iter().collect();
         let mut store = GradStore::default();
         for (name, var) in self.opt.vars() {

@@ -1,5 +1,6 @@
 //! The loss of a batch and its gradients: the exact double-backward pass and the directional
-//! pass of [`ForceGradient`] through autograd (the fused one is `fused_step`).
+//! pass of [`ForceGradient`] through autograd or, with a stress term, the fused kernels (the
+//! fused one without stress is `fused_step`).
 
 use super::force_gradient::{displacement_rms, step_along, ForceGradient};
 use super::hessian::HessianLabels;
@@ -47,11 +48,14 @@ impl Trainer {
             None => Self::batch(&self.train, idx)?,
         };
         let mode = self.cfg.gradient_mode(&self.device);
-        if mode == ForceGradient::Fused {
+        let stress = self.cfg.stress_weight > 0.0;
+        if mode == ForceGradient::Fused && !stress {
             return self.fused_loss_and_grads(&batch, &nl, clock);
         }
-        if mode == ForceGradient::Directional && self.cfg.force_weight > 0.0 {
-            return self.directional_loss_and_grads(&batch, &nl, clock);
+        if matches!(mode, ForceGradient::Directional | ForceGradient::Fused)
+            && self.cfg.force_weight > 0.0
+        {
+            return self.directional_loss_and_grads(&batch, &nl, mode, clock);
         }
         clock.mark(Phase::Forward)?;
         // Forces come from a first backward pass whose graph is kept, so the force loss can
@@ -66,11 +70,14 @@ impl Trainer {
     /// [`ForceGradient::Directional`]: energies and forces at x by the fused kernels (no
     /// graph), then one forward and backward pass over the batch at x + h·u and x − h·u,
     /// u = F − F̂ (see `force_gradient`): their difference gives the force term's gradient,
-    /// their mean the energy term's.
+    /// their mean the energy term's. With [`ForceGradient::Fused`] (a stress term: the copies
+    /// strained on the host, which the device step does not do) the copies' weight gradients
+    /// come from the fused kernels' adjoint instead of autograd.
     fn directional_loss_and_grads(
         &self,
         batch: &Batch,
         nl: &NeighborList,
+        mode: ForceGradient,
         clock: &mut dyn PhaseClock,
     ) -> Result<(f64, GradStore)> {
         let model = self.calc.model();
@@ -124,22 +131,37 @@ impl Trainer {
         clock.mark(Phase::Upload)?;
         let (all_inputs, _) = self.calc.prepare_with(&all, &all_nl)?;
         clock.mark(Phase::Forward)?;
-        let energies = model.energies(&all_inputs)?.reshape((copies, b))?;
         // Energy term: its gradient is 2 w_E mean(ΔE_k ∂E_k/∂θ / n_k²), ΔE_k the error at x,
         // with ∂E_k/∂θ taken as the mean of the copies' (equal to O(h²)).
-        let dev = &self.device;
         let weights: Vec<f64> = (0..b)
             .map(|k| {
                 let n_k = batch.structures[k].len() as f64;
                 2.0 * errors.energy[k] / (n_k * n_k * b as f64)
             })
             .collect();
+        let m = 3.0 * batch.n_atoms() as f64;
+        if mode == ForceGradient::Fused {
+            // d(surrogate)/dE of each copy's structure, every atom of it taking its seed.
+            let c = h.map_or(0.0, |h| -self.cfg.force_weight / (m * h));
+            let mut seeds = Vec::with_capacity(copies * n);
+            for &sign in signs {
+                for (k, s) in batch.structures.iter().enumerate() {
+                    let seed = self.cfg.energy_weight * weights[k] / copies as f64 + sign * c;
+                    seeds.extend(std::iter::repeat_n(seed, s.len()));
+                }
+            }
+            let seeds = Tensor::from_vec(seeds, copies * n, &self.device)?.to_dtype(self.dtype)?;
+            let named = fused.weight_gradients(&all_inputs, &seeds)?;
+            clock.mark(Phase::Backward)?;
+            return Ok((errors.loss(&self.cfg, batch), self.grad_store(named)?));
+        }
+        let energies = model.energies(&all_inputs)?.reshape((copies, b))?;
+        let dev = &self.device;
         let weights = Tensor::from_vec(weights, b, dev)?.to_dtype(self.dtype)?;
         let mean_energies = energies.mean(0)?;
         let mut surrogate = ((mean_energies * weights)?.sum_all()? * self.cfg.energy_weight)?;
         if let Some(h) = h {
             let along = (energies.get(0)? - energies.get(1)?)?.sum_all()?;
-            let m = 3.0 * batch.n_atoms() as f64;
             let c = -self.cfg.force_weight / (m * h);
             surrogate = (surrogate + (along * c)?)?;
         }

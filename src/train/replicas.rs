@@ -86,7 +86,9 @@ impl Trainer {
         if others.is_empty() {
             return Ok(self);
         }
-        if self.cfg.gradient_mode(&self.device) != ForceGradient::Fused {
+        if self.cfg.gradient_mode(&self.device) != ForceGradient::Fused
+            || self.cfg.stress_weight > 0.0
+        {
             return Err(Error::Train(
                 "training on several devices needs --force-gradient fused (no stress or \
                  Hessian term)"

@@ -199,6 +199,8 @@ impl Trainer {
     pub(super) fn graphed(&self) -> Result<bool> {
         let why_not = if self.cfg.gradient_mode(&self.device) != ForceGradient::Fused {
             Some("they need --force-gradient fused")
+        } else if self.cfg.stress_weight > 0.0 {
+            Some("a stress term strains the step's copies on the host, outside a graph")
         } else if !crate::graph::capturable(&self.device) {
             Some("they need a CUDA device with a stream of its own (device::select)")
         } else {

@@ -83,8 +83,9 @@ fn cuda_atom_virials_match_cpu() {
     }
 }
 
-/// The training loss's stress term (double backward through the strain) on CUDA: the loss and
-/// a weight gradient equal the CPU's (f64).
+/// The training loss's stress term on CUDA, by the double backward through the strain and by
+/// the strained copies (through autograd and through the fused adjoint): the loss and a weight
+/// gradient equal the CPU's (f64).
 #[test]
 fn cuda_stress_loss_matches_cpu() {
     // Before the labels' backward passes: candle reads it at a thread's first backward.
@@ -99,15 +100,21 @@ fn cuda_stress_loss_matches_cpu() {
         stress_labelled(&cfg, frames),
     )
     .unwrap();
-    let train = TrainConfig {
-        stress_weight: 1e4,
-        force_gradient: ForceGradient::DoubleBackward,
-        ..TrainConfig::default()
-    };
-    let run = |dev: &Device| {
-        let (_, loss, g) = loss_and_gradient(&cfg, &train, &data, dev);
-        (loss, g)
-    };
-    let ((l_cpu, g_cpu), (l_gpu, g_gpu)) = (run(&Device::Cpu), run(&cuda()));
-    assert_same_loss((l_cpu, &g_cpu), (l_gpu, &g_gpu));
+    for mode in [
+        ForceGradient::DoubleBackward,
+        ForceGradient::Directional,
+        ForceGradient::Fused,
+    ] {
+        let train = TrainConfig {
+            stress_weight: 1e4,
+            force_gradient: mode,
+            ..TrainConfig::default()
+        };
+        let run = |dev: &Device| {
+            let (_, loss, g) = loss_and_gradient(&cfg, &train, &data, dev);
+            (loss, g)
+        };
+        let ((l_cpu, g_cpu), (l_gpu, g_gpu)) = (run(&Device::Cpu), run(&cuda()));
+        assert_same_loss((l_cpu, &g_cpu), (l_gpu, &g_gpu));
+    }
 }
