@@ -6,7 +6,7 @@ use super::{rows, DomainPrediction};
 use crate::calculator::forces_from;
 use crate::error::{Error, Result};
 use crate::model::{Backend, PainnInputs};
-use crate::neighbors::{flat_image_offsets, VerletList};
+use crate::neighbors::{flat_image_offsets, flat_image_offsets_into, VerletList};
 use crate::structure::{Lattice, Matrix3};
 use crate::tuning::Tuning;
 use crate::PainnCalculator;
@@ -25,6 +25,15 @@ pub fn skin_for(tuning: &Tuning, device: &Device) -> f64 {
 pub struct DomainSession {
     list: VerletList,
     resident: Option<Resident>,
+    staging: Staging,
+}
+
+/// Host memory the image offsets are built in before their upload, kept between builds so
+/// that a rebuild writes to pages it already holds (fresh pages cost more than the writing).
+#[derive(Default)]
+struct Staging {
+    f32: Vec<f32>,
+    f64: Vec<f64>,
 }
 
 /// What the inputs were built for, and the device tensors built from the list.
@@ -48,6 +57,7 @@ impl DomainSession {
         Self {
             list: VerletList::new(calc.model().config().cutoff, skin),
             resident: None,
+            staging: Staging::default(),
         }
     }
 
@@ -87,7 +97,14 @@ impl DomainSession {
             .as_ref()
             .is_some_and(|r| r.builds == builds && r.n_local == n_local && r.numbers == numbers);
         if !fresh {
-            let built = build(&self.list, calc, numbers, n_local, lattice)?;
+            let built = build(
+                &self.list,
+                calc,
+                numbers,
+                n_local,
+                lattice,
+                &mut self.staging,
+            )?;
             self.resident = Some(built);
         }
         let r = (self.resident.as_ref()).ok_or_else(|| Error::Config("no inputs built".into()))?;
@@ -153,19 +170,36 @@ fn build(
     numbers: &[u8],
     n_local: usize,
     lattice: Option<&Lattice>,
+    staging: &mut Staging,
 ) -> Result<Resident> {
     let nl = list.list();
     let (n, e, dev) = (numbers.len(), nl.len(), calc.device());
-    let offsets = flat_image_offsets(&nl.shifts, lattice);
+    // Offsets in the model's float type where the host cast is the device's (f32, f64): half
+    // the upload in f32, and no cast on the device.
+    let offsets = match calc.dtype() {
+        DType::F32 => {
+            flat_image_offsets_into(&nl.shifts, lattice, &mut staging.f32);
+            Tensor::from_slice(&staging.f32, (e, 3), dev)?
+        }
+        DType::F64 => {
+            flat_image_offsets_into(&nl.shifts, lattice, &mut staging.f64);
+            Tensor::from_slice(&staging.f64, (e, 3), dev)?
+        }
+        other => {
+            let offsets = flat_image_offsets(&nl.shifts, lattice);
+            Tensor::from_vec(offsets, (e, 3), dev)?.to_dtype(other)?
+        }
+    };
     let mask: Vec<f64> = (0..n).map(|i| f64::from(u8::from(i < n_local))).collect();
     Ok(Resident {
         numbers: numbers.to_vec(),
         n_local,
         builds: list.rebuilds(),
         species: Tensor::from_vec(calc.structure_species(numbers, 0)?, n, dev)?,
-        centers: Tensor::from_vec(nl.centers.clone(), e, dev)?,
-        neighbors: Tensor::from_vec(nl.neighbors.clone(), e, dev)?,
-        offsets: Tensor::from_vec(offsets, (e, 3), dev)?.to_dtype(calc.dtype())?,
+        // From the list's memory: no host copy on the way to a GPU.
+        centers: Tensor::from_slice(&nl.centers, e, dev)?,
+        neighbors: Tensor::from_slice(&nl.neighbors, e, dev)?,
+        offsets,
         atom_structure: Tensor::zeros(n, DType::U32, dev)?,
         mask: Tensor::from_vec(mask, n, dev)?.to_dtype(calc.dtype())?,
     })

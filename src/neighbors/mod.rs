@@ -11,18 +11,22 @@
 //! than the cutoff (many images); [`brute_force_neighbor_list`] is the O(N² · images) oracle it is
 //! tested against; [`VerletList`] adds a skin so that MD can reuse a list over several steps.
 
+mod axis;
 mod brute;
 mod cell_list;
 mod device;
+mod runs;
+mod sort_key;
 mod verlet;
 
 pub use brute::brute_force_neighbor_list;
-pub use cell_list::neighbor_list;
+pub use cell_list::{neighbor_list, neighbor_list_into};
 pub use device::{padding_offset, DeviceListBuilder, ListStatus, PaddedList, PRUNE_MARGIN};
 pub use verlet::{strained_half_skin, VerletList};
 
 use crate::error::{Error, Result};
 use crate::structure::{Batch, Lattice, Structure};
+use candle_core::WithDType;
 
 /// Largest accepted `cutoff / perpendicular width` along a periodic axis. Beyond it the number
 /// of periodic images (≈ (2·ratio)³ per atom) would blow up memory, so the build is refused.
@@ -157,21 +161,52 @@ const MIN_OFFSETS_PER_THREAD: usize = 1 << 16;
 /// [`image_offset`] of every shift, flattened to `[E * 3]` (the layout a device tensor takes),
 /// on several threads for long lists: a million-atom list has ~55 million edges.
 pub fn flat_image_offsets(shifts: &[[i32; 3]], cell: Option<&Lattice>) -> Vec<f64> {
-    let threads = work_threads(shifts.len(), MIN_OFFSETS_PER_THREAD);
-    flat_image_offsets_on(shifts, cell, threads)
+    let mut out = Vec::new();
+    flat_image_offsets_into(shifts, cell, &mut out);
+    out
 }
 
-fn flat_image_offsets_on(shifts: &[[i32; 3]], cell: Option<&Lattice>, threads: usize) -> Vec<f64> {
-    let mut out = vec![0.0; 3 * shifts.len()];
-    let Some(c) = cell else { return out };
-    let fill = |shifts: &[[i32; 3]], out: &mut [f64]| {
+/// [`flat_image_offsets`] converted to `T` (as a cast of the f64 tensor would), written into
+/// `out`, whose memory is reused: a Verlet list's inputs rebuilt in place touch no fresh pages.
+pub fn flat_image_offsets_into<T: WithDType>(
+    shifts: &[[i32; 3]],
+    cell: Option<&Lattice>,
+    out: &mut Vec<T>,
+) {
+    let threads = work_threads(shifts.len(), MIN_OFFSETS_PER_THREAD);
+    flat_image_offsets_on(shifts, cell, threads, out)
+}
+
+fn flat_image_offsets_on<T: WithDType>(
+    shifts: &[[i32; 3]],
+    cell: Option<&Lattice>,
+    threads: usize,
+    out: &mut Vec<T>,
+) {
+    let len = 3 * shifts.len();
+    if out.capacity() < len {
+        // Zeroed fresh memory is mapped lazily: its pages are first touched by the threads
+        // below, or not at all where every shift is zero.
+        *out = vec![T::zero(); len];
+    } else {
+        out.clear();
+        out.resize(len, T::zero());
+    }
+    let Some(c) = cell else { return };
+    // Zero shifts (most edges in a large cell) keep their zeros.
+    let fill = |shifts: &[[i32; 3]], out: &mut [T]| {
         for (s, o) in shifts.iter().zip(out.chunks_exact_mut(3)) {
-            o.copy_from_slice(&image_offset(*s, Some(c)));
+            if *s != [0; 3] {
+                let v = image_offset(*s, Some(c));
+                o.iter_mut()
+                    .zip(v)
+                    .for_each(|(od, vd)| *od = T::from_f64(vd));
+            }
         }
     };
     if threads <= 1 {
-        fill(shifts, &mut out);
-        return out;
+        fill(shifts, out);
+        return;
     }
     let chunk = shifts.len().div_ceil(threads).max(1);
     std::thread::scope(|scope| {
@@ -179,7 +214,6 @@ fn flat_image_offsets_on(shifts: &[[i32; 3]], cell: Option<&Lattice>, threads: u
             scope.spawn(move || fill(s, o));
         }
     });
-    out
 }
 
 /// Wraps positions into the cell along its periodic directions (fractional coordinates in
@@ -488,12 +522,17 @@ mod tests {
         let each: Vec<f64> = (shifts.iter())
             .flat_map(|s| image_offset(*s, Some(&cell)))
             .collect();
+        let single: Vec<f32> = each.iter().map(|&x| x as f32).collect();
+        // A reused buffer, longer or shorter than the list, holds just the list's offsets.
+        let mut out = vec![7.0; 5000];
+        let mut out32 = vec![7.0f32; 10];
         for threads in [1, 2, 3, 8] {
-            assert_eq!(flat_image_offsets_on(&shifts, Some(&cell), threads), each);
-            assert_eq!(
-                flat_image_offsets_on(&shifts, None, threads),
-                vec![0.0; 3000]
-            );
+            flat_image_offsets_on(&shifts, Some(&cell), threads, &mut out);
+            assert_eq!(out, each);
+            flat_image_offsets_on(&shifts, Some(&cell), threads, &mut out32);
+            assert_eq!(out32, single);
+            flat_image_offsets_on(&shifts, None, threads, &mut out);
+            assert_eq!(out, vec![0.0; 3000]);
         }
         assert_eq!(flat_image_offsets(&[], Some(&cell)), Vec::<f64>::new());
     }

@@ -1,7 +1,7 @@
 //! Verlet list: a neighbour list built with `cutoff + skin` and reused while no atom has moved
 //! more than `skin / 2` since the build (then no pair can have closed in by more than `skin`).
 
-use super::{edge_vector, neighbor_list, norm2, NeighborList};
+use super::{edge_vector, neighbor_list_into, norm2, NeighborList};
 use crate::error::{Error, Result};
 use crate::structure::Lattice;
 
@@ -69,7 +69,15 @@ impl VerletList {
         if same_box && !self.needs_rebuild(positions) {
             return Ok(false);
         }
-        self.list = neighbor_list(positions, cell, pbc, self.cutoff + self.skin)?;
+        // Rebuilt in place, into the memory the last list holds; a failed build leaves no list.
+        self.built = false;
+        neighbor_list_into(
+            positions,
+            cell,
+            pbc,
+            self.cutoff + self.skin,
+            &mut self.list,
+        )?;
         self.reference.clear();
         self.reference.extend_from_slice(positions);
         self.cell = cell.copied();
