@@ -15,7 +15,8 @@
 #    restartable: run the script again to continue.
 #
 # Each step is skipped when its output exists, so a cut run resumes. DEVICE (default cuda);
-# python3 needs numpy, ase and tblite.
+# python3 needs numpy, ase and tblite. LABELS=committed skips steps 1 and 2 with the labels
+# data/gfn2-water/densities-* holds (bench-log 69's), so that steps 3 and 4 need no teacher.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 mlff=$1 out=$2 minutes=${3:-10} npt_steps=${4:-200000}
@@ -24,6 +25,12 @@ densities=${DENSITIES:-0.70 0.75 0.80 0.85 0.90}
 steps=${STEPS:-3000} every=${EVERY:-200} workers=${WORKERS:-$(nproc)}
 tools=benches/distill/water_tools.py
 mkdir -p "$out"
+if [ "${LABELS:-}" = committed ] && [ ! -s "$out/labelled.extxyz" ]; then
+  xz -dc data/gfn2-water/densities-train.extxyz.xz > "$out/train.extxyz"
+  cp data/gfn2-water/densities-test.extxyz "$out/test.extxyz"
+  cat "$out/train.extxyz" "$out/test.extxyz" > "$out/labelled.tmp.extxyz"
+  mv "$out/labelled.tmp.extxyz" "$out/labelled.extxyz"
+fi
 if [ ! -s "$out/labelled.extxyz" ]; then
   echo "== boxes and student MD"
   rm -f "$out/boxes.extxyz"
