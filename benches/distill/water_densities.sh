@@ -14,7 +14,8 @@
 # 4. NPT at 1 bar and 300 K of a 4,998-atom box (NPT_STEPS of 0.5 fs, default 200,000 = 100 ps),
 #    restartable: run the script again to continue.
 #
-# Each step is skipped when its output exists, so a cut run resumes. DEVICE (default cuda);
+# Each step is skipped when its output exists, so a cut run resumes (a cut training continues
+# from its saved state). DEVICE (default cuda);
 # python3 needs numpy, ase and tblite. LABELS=committed skips steps 1 and 2 with the labels
 # data/gfn2-water/densities-* holds (bench-log 69's), so that steps 3 and 4 need no teacher.
 set -euo pipefail
@@ -95,12 +96,24 @@ fi
 first=$out/gfn2-water-train.extxyz
 [ -s "$first" ] || { xz -dc data/gfn2-water/train.extxyz.xz > "$first.tmp" && mv "$first.tmp" "$first"; }
 student=$out/train/last.safetensors
-if [ ! -s "$student" ]; then
+train_args=(--train "$first" "$out/train.extxyz" --val data/gfn2-water/val.extxyz
+  --init models/painn-gfn2-water.safetensors --train-config models/recipes/gfn2-water-bulk.json
+  --stress-weight 1000 --device "$device")
+# A training cut short (a signal saves its state) resumes to the epochs its probe planned,
+# rather than leaving a half-trained student to the next steps.
+planned=$(sed -n 's/^probe: training \([0-9]*\) epochs.*/\1/p' "$out/train.log" 2>/dev/null || true)
+if [ ! -f "$out/train.done" ] && [ -n "$planned" ] && [ -s "$out/train/state.safetensors" ]; then
+  echo "== train (resumed to the $planned epochs planned)"
+  "$mlff" train "${train_args[@]}" --out "$out/train" --epochs "$planned" --resume \
+    2>> "$out/train.log" || { tail -5 "$out/train.log" >&2; exit 1; }
+  touch "$out/train.done"
+elif [ ! -f "$out/train.done" ]; then
   echo "== train ($minutes min)"
-  MLFF=$mlff models/train_timed.sh "$minutes" "$out/train" \
-    --train "$first" "$out/train.extxyz" --val data/gfn2-water/val.extxyz \
-    --init models/painn-gfn2-water.safetensors --train-config models/recipes/gfn2-water-bulk.json \
-    --stress-weight 1000 --device "$device" 2> "$out/train.log" || { tail -5 "$out/train.log" >&2; exit 1; }
+  # A run cut before its probe planned the epochs starts again; its folder is kept aside.
+  [ -e "$out/train" ] && mv "$out/train" "$out/train.cut-$(date +%s)"
+  MLFF=$mlff models/train_timed.sh "$minutes" "$out/train" "${train_args[@]}" \
+    2> "$out/train.log" || { tail -5 "$out/train.log" >&2; exit 1; }
+  touch "$out/train.done"
 fi
 echo "== held-out frames"
 for test in data/gfn2-water/test.extxyz "$out/test.extxyz"; do
