@@ -139,10 +139,12 @@ impl Trainer {
                 2.0 * errors.energy[k] / (n_k * n_k * b as f64)
             })
             .collect();
+        // The force term −(w_F / M h)(E(+) − E(−)) has this factor on each copy's energy.
         let m = 3.0 * batch.n_atoms() as f64;
+        let c = h.map(|h| -self.cfg.force_weight / (m * h));
         if mode == ForceGradient::Fused {
             // d(surrogate)/dE of each copy's structure, every atom of it taking its seed.
-            let c = h.map_or(0.0, |h| -self.cfg.force_weight / (m * h));
+            let c = c.unwrap_or(0.0);
             let mut seeds = Vec::with_capacity(copies * n);
             for &sign in signs {
                 for (k, s) in batch.structures.iter().enumerate() {
@@ -160,9 +162,8 @@ impl Trainer {
         let weights = Tensor::from_vec(weights, b, dev)?.to_dtype(self.dtype)?;
         let mean_energies = energies.mean(0)?;
         let mut surrogate = ((mean_energies * weights)?.sum_all()? * self.cfg.energy_weight)?;
-        if let Some(h) = h {
+        if let Some(c) = c {
             let along = (energies.get(0)? - energies.get(1)?)?.sum_all()?;
-            let c = -self.cfg.force_weight / (m * h);
             surrogate = (surrogate + (along * c)?)?;
         }
         clock.mark(Phase::Backward)?;
