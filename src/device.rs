@@ -73,14 +73,39 @@ pub fn select(spec: DeviceSpec) -> Result<Selected> {
     }
 }
 
+/// Held while a device is opened or released and while a CUDA graph is captured, so that these
+/// never overlap in one process: opening a device synchronises its whole context (cudarc does
+/// so when a context object makes its first stream) and releasing one destroys its cuBLAS
+/// handle, which synchronises the GPU; either invalidates a capture running in another thread,
+/// and the failure surfaces at that thread's next call.
+#[cfg(feature = "cuda")]
+pub(crate) struct CaptureLock(std::sync::MutexGuard<'static, Vec<Device>>);
+
+/// Takes the [`CaptureLock`], first releasing the opened devices nothing uses any more.
+#[cfg(feature = "cuda")]
+pub(crate) fn capture_lock() -> CaptureLock {
+    // Every device `open_cuda` made: its last handle is dropped here, under the lock.
+    static OPENED: std::sync::Mutex<Vec<Device>> = std::sync::Mutex::new(Vec::new());
+    // A panic while holding it leaves nothing half-done that the next holder would see.
+    let mut opened = OPENED.lock().unwrap_or_else(|e| e.into_inner());
+    opened.retain(|dev| match dev {
+        // The list's handle and this call's copy: no tensor or caller holds the device.
+        Device::Cuda(c) => std::sync::Arc::strong_count(&c.cublas_handle()) > 2,
+        _ => false,
+    });
+    CaptureLock(opened)
+}
+
 /// Opens CUDA device `n` with a stream of its own (CUDA graphs cannot capture the per-thread
 /// default stream candle would use), a caching memory pool and no per-buffer events.
 #[cfg(feature = "cuda")]
 fn open_cuda(n: usize) -> Result<Device> {
+    let mut lock = capture_lock();
     let dev = Device::new_cuda_with_stream(n)
         .map_err(|e| Error::Device(format!("cannot open CUDA device {n}: {e}")))?;
     keep_pool_memory(&dev);
     single_stream_without_events(&dev);
+    lock.0.push(dev.clone());
     Ok(dev)
 }
 

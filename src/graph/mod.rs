@@ -522,6 +522,7 @@ pub(crate) fn capture_graph(dev: &Device, step: impl Fn() -> Result<()>) -> Resu
     step()?;
     dev.synchronize()?;
     let stream = cuda.cuda_stream();
+    let _no_device_opened_meanwhile = crate::device::capture_lock();
     stream
         .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
         .map_err(|e| driver("capture", e))?;

@@ -27,8 +27,13 @@ use mlff_distiller::checkpoint;
 use mlff_distiller::model::Backend;
 use mlff_distiller::{PainnCalculator, Prediction};
 
+/// Device 0 opened as the library opens it (its own stream, released under the capture lock:
+/// candle's own `Device::new_cuda` devices, dropped as other tests end, would invalidate the
+/// graphs tests capture meanwhile).
 fn cuda() -> Device {
-    Device::new_cuda(0).expect("a CUDA device (these tests run on the GPU machine)")
+    mlff_distiller::device::select(mlff_distiller::device::DeviceSpec::Cuda(0))
+        .expect("a CUDA device (these tests run on the GPU machine)")
+        .device
 }
 
 fn shipped_calculator(dev: &Device, dtype: DType, ops: Backend) -> PainnCalculator {

@@ -180,3 +180,58 @@ fn frames_on_the_device_train_as_uploaded_batches() {
     println!("frames on the device vs uploaded: weights {worst:.2e} apart after 9 steps");
     assert!(worst <= 1e-9, "weights differ by {worst}");
 }
+
+/// A fresh model's weights are the seed's on every device (made on the host, then moved), and
+/// devices opened and dropped while another thread captures training steps on the same GPU
+/// leave both working. Opening a device synchronises its context and releasing one its GPU,
+/// which invalidated the other thread's capture (seen when this suite's training tests ran
+/// side by side); the library now does neither during a capture (`device::capture_lock`).
+#[test]
+fn devices_opened_beside_graph_captures_init_as_the_cpu() {
+    use mlff_distiller::model::init_varmap;
+    let gpu = cuda();
+    let cfg = small_config();
+    let values = |dev: &Device| {
+        let vm = init_varmap(&cfg, 11, DType::F64, dev).unwrap();
+        let data = vm.data().lock().unwrap();
+        let mut named: Vec<(String, Vec<f64>)> = (data.iter())
+            .map(|(n, v)| {
+                let t = v.as_tensor().to_device(&Device::Cpu).unwrap();
+                (
+                    n.clone(),
+                    t.flatten_all().unwrap().to_vec1::<f64>().unwrap(),
+                )
+            })
+            .collect();
+        named.sort_by(|a, b| a.0.cmp(&b.0));
+        named
+    };
+    let want = values(&Device::Cpu);
+    let ds = dataset();
+    let tc = TrainConfig {
+        batch_size: 4,
+        epochs: 1,
+        ..TrainConfig::default()
+    };
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        // Another thread keeps capturing training steps (each new trainer captures anew).
+        let capturing = s.spawn(|| {
+            let dev = with_own_stream(&gpu).unwrap();
+            let mut captured = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) || captured == 0 {
+                let mut t = Trainer::new(&small_config(), &tc, &ds, &ds, &dev, DType::F32, None)
+                    .unwrap()
+                    .with_graphs(Graphs::On);
+                t.train_epoch(|_, _| {}).unwrap();
+                captured += 1;
+            }
+            captured
+        });
+        for _ in 0..30 {
+            assert_eq!(values(&with_own_stream(&gpu).unwrap()), want);
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        assert!(capturing.join().unwrap() > 0);
+    });
+}
