@@ -7,29 +7,25 @@
 //! 0 reads every atom's element embedding, the same on every domain; block k > 0 reads the
 //! local atoms' output of block k − 1 and, for the ghosts, their owners' (the caller's forward
 //! exchange). After the last block the energy is the local atoms' readout. The backward pass
-//! runs the blocks in reverse: block k's backward takes the gradient on its local outputs (its
-//! own from block k + 1's backward, plus what other domains sent back for these atoms) and
-//! returns the gradient on its ghosts' inputs, which the caller sends to their owners for block
-//! k − 1. Forces come out for every atom, ghosts included, for the caller to add to their
-//! owners, as with [`DomainPrediction`](super::DomainPrediction).
+//! runs the blocks in reverse: block k's backward takes the gradient of the energy on its local
+//! outputs (its own from block k + 1's backward, plus what other domains sent back for these
+//! atoms) and returns the gradient on its ghosts' inputs, which the caller sends to their
+//! owners for block k − 1. Forces come out for every atom, ghosts included, for the caller to
+//! add to their owners, as with [`DomainPrediction`](super::DomainPrediction).
 //!
 //! Summed over domains this is the whole system's energy and forces when every atom within one
 //! cutoff of a local atom is a ghost (tests/domain.rs). A domain then computes its own
 //! atoms only, where a ghost shell of the receptive field (blocks × cutoff) makes it compute
 //! every block for a shell three times as thick, at the price of 2 (blocks − 1) exchanges of
-//! 4F numbers per ghost atom. It runs on candle's autograd over the model's modules, whose
-//! message is the fused op with its first-derivative backward (on the CPU one pass over the
-//! edges: nothing here differentiates the forces again).
+//! 4F numbers per ghost atom. Each block runs on the fused kernels with its hand-written
+//! adjoint ([`LayeredPass`]), whatever the calculator's backend.
 
 use super::rows;
 use crate::error::{Error, Result};
-use crate::model::{Backend, PainnInputs};
+use crate::model::{LayeredPass, PainnInputs};
 use crate::neighbors::neighbor_list;
-use crate::ops::Derivatives;
 use crate::PainnCalculator;
-use candle_core::{DType, Tensor, Var, D};
-
-const OPS: Backend = Backend::Fused;
+use candle_core::{DType, Tensor};
 
 /// One call of a layered domain: `forward` once per block, then `backward` once per block in
 /// reverse, then [`LayeredDomain::forces`], each with the calculator it was made with.
@@ -37,18 +33,18 @@ pub struct LayeredDomain {
     hidden: usize,
     n_blocks: usize,
     n_local: usize,
-    inputs: PainnInputs,
-    positions: Var,
-    /// Block k's input (s, v) of every atom, as variables for its backward.
-    block_inputs: Vec<(Var, Var)>,
-    /// Block k's output (s, v), local rows.
-    block_outputs: Vec<(Tensor, Tensor)>,
+    n_atoms: usize,
+    pass: LayeredPass,
+    /// Block k's output state [4, N, F] (s, v_x, v_y, v_z; its local rows are kept).
+    outputs: Vec<Tensor>,
     /// The local atoms' energies, after the last block.
     atom_energies: Option<Tensor>,
-    /// The gradient of the energy on the local rows of the next backward block's output.
+    /// −∂E/∂s of every atom's last state (0 on the ghosts), after the last block.
+    seed: Option<Tensor>,
+    /// −∂E/∂ of the next backward block's output state [4, N, F], local rows (ghosts 0).
     pending: Option<Tensor>,
-    /// ∂E/∂x summed over the blocks run backward so far.
-    position_grad: Tensor,
+    /// Every atom's force, after the first block's backward.
+    forces: Option<Vec<[f64; 3]>>,
     forward_done: usize,
     backward_done: usize,
 }
@@ -75,28 +71,26 @@ impl LayeredDomain {
         }
         let (n, e, dev) = (numbers.len(), centers.len(), calc.device());
         let x = Tensor::from_slice(positions.as_flattened(), (n, 3), dev)?;
-        let positions = Var::from_tensor(&x.to_dtype(calc.dtype())?)?;
         let inputs = PainnInputs {
             species: Tensor::from_vec(calc.structure_species(numbers, 0)?, n, dev)?,
-            positions: positions.as_tensor().clone(),
+            positions: x.to_dtype(calc.dtype())?,
             centers: Tensor::from_vec(centers, e, dev)?,
             neighbors: Tensor::from_vec(neighbors, e, dev)?,
             offsets: Tensor::zeros((e, 3), calc.dtype(), dev)?,
             atom_structure: Tensor::zeros(n, DType::U32, dev)?,
             n_structures: 1,
         };
-        let position_grad = positions.as_tensor().zeros_like()?;
         Ok(Self {
             hidden: cfg.hidden,
             n_blocks: cfg.n_blocks,
             n_local,
-            inputs,
-            positions,
-            block_inputs: Vec::new(),
-            block_outputs: Vec::new(),
+            n_atoms: n,
+            pass: LayeredPass::new(calc.fused()?, inputs)?,
+            outputs: Vec::new(),
             atom_energies: None,
+            seed: None,
             pending: None,
-            position_grad,
+            forces: None,
             forward_done: 0,
             backward_done: 0,
         })
@@ -119,7 +113,7 @@ impl LayeredDomain {
 
     /// Ghost atoms.
     pub fn n_ghost(&self) -> usize {
-        self.inputs.species.dims()[0] - self.n_local
+        self.n_atoms - self.n_local
     }
 
     /// Runs the next block. `ghosts` holds its ghosts' input features (n_ghost × 4F, ghost
@@ -127,13 +121,12 @@ impl LayeredDomain {
     /// the local atoms' outputs (n_local × 4F) for the domains that hold them as ghosts.
     pub fn forward(&mut self, calc: &PainnCalculator, ghosts: Option<&[f64]>) -> Result<Vec<f64>> {
         let k = self.forward_done;
-        let model = calc.model();
         if k == self.blocks() {
             return Err(Error::Config(format!(
                 "layered domain: all {k} blocks have run forward",
             )));
         }
-        let f = self.hidden;
+        let (f, n) = (self.hidden, self.n_atoms);
         // No ghosts: nothing to pass (a C caller may pass null).
         let ghosts = ghosts.or((k > 0 && self.n_ghost() == 0).then_some(&[][..]));
         if self.n_local == 0 {
@@ -144,8 +137,9 @@ impl LayeredDomain {
             self.forward_done += 1;
             return Ok(Vec::new());
         }
-        let (s, v) = match (k, ghosts) {
-            (0, None) => model.embed(&self.inputs.species, OPS)?,
+        let model = calc.fused()?;
+        let state = match (k, ghosts) {
+            (0, None) => self.pass.initial_state(model)?,
             (0, Some(_)) => {
                 return Err(Error::Config(
                     "layered domain: the first block reads embeddings, not ghost features".into(),
@@ -158,31 +152,23 @@ impl LayeredDomain {
             }
             (_, Some(g)) => {
                 let ghost = self.rows_of(calc, g, self.n_ghost(), "ghost features")?;
-                let (s_loc, v_loc) = &self.block_outputs[k - 1];
-                let local = join(s_loc, v_loc, f)?;
-                split(&Tensor::cat(&[&local, &ghost], 0)?, f)?
+                let local = self.outputs[k - 1].narrow(1, 0, self.n_local)?;
+                let ghost = ghost.reshape((self.n_ghost(), 4, f))?.transpose(0, 1)?;
+                Tensor::cat(&[&local, &ghost], 1)?.reshape((4 * n, f))?
             }
         };
-        let (s_in, v_in) = (Var::from_tensor(&s)?, Var::from_tensor(&v)?);
-        let geometry = model.block_geometry(&self.inputs, k, OPS)?;
-        let (s_out, v_out) = model.block(
-            k,
-            s_in.as_tensor(),
-            v_in.as_tensor(),
-            &self.inputs,
-            &geometry,
-            self.n_local,
-            (OPS, Derivatives::First),
-        )?;
-        let out = flat(&join(&s_out, &v_out, f)?)?;
+        let out = self.pass.forward(model, state)?;
         if k + 1 == self.blocks() {
-            let species = self.inputs.species.narrow(0, 0, self.n_local)?;
-            self.atom_energies = Some(model.readout(&s_out, &species, OPS)?);
+            let weights = local_weights(n, self.n_local, out.dtype(), out.device())?;
+            let (energies, seed) = self.pass.readout(model, &out, &weights)?;
+            self.atom_energies = Some(energies.narrow(0, 0, self.n_local)?);
+            self.seed = Some(seed);
         }
-        self.block_inputs.push((s_in, v_in));
-        self.block_outputs.push((s_out, v_out));
+        let out = out.reshape((4, n, f))?;
+        let local = per_atom(&out.narrow(1, 0, self.n_local)?)?;
+        self.outputs.push(out);
         self.forward_done += 1;
-        Ok(out)
+        Ok(local)
     }
 
     /// The local atoms' energies (eV), once every block has run forward.
@@ -198,9 +184,9 @@ impl LayeredDomain {
 
     /// Runs the next block backward, from the last. `received` is what the other domains sent
     /// back for the local atoms from the block after this one (n_local × 4F, summed over
-    /// domains); the last block takes none. Returns the gradient on this block's ghost inputs
-    /// (n_ghost × 4F) for their owners; empty after the first block, whose inputs are
-    /// embeddings.
+    /// domains); the last block takes none. Returns the gradient of the energy on this block's
+    /// ghost inputs (n_ghost × 4F) for their owners; empty after the first block, whose inputs
+    /// are embeddings.
     pub fn backward(
         &mut self,
         calc: &PainnCalculator,
@@ -218,19 +204,25 @@ impl LayeredDomain {
             )));
         }
         let k = blocks - 1 - self.backward_done;
-        let f = self.hidden;
+        let (f, n) = (self.hidden, self.n_atoms);
         if self.n_local == 0 {
             // No energy here: every gradient is zero.
             self.backward_done += 1;
             return Ok(vec![0.0; if k == 0 { 0 } else { self.n_ghost() * 4 * f }]);
         }
-        let (s_out, v_out) = &self.block_outputs[k];
-        let objective =
+        // −∂E/∂ of this block's output state, (s [N, F], v [3N, F]).
+        let (g_s, g_v) =
             match (k + 1 == blocks, received) {
-                (true, None) => self
-                    .atom_energies
-                    .clone()
-                    .ok_or_else(|| internal("energies"))?,
+                (true, None) => {
+                    let seed = self
+                        .seed
+                        .clone()
+                        .ok_or_else(|| internal("energy gradient"))?;
+                    (
+                        seed.clone(),
+                        Tensor::zeros((3 * n, f), seed.dtype(), seed.device())?,
+                    )
+                }
                 (true, Some(_)) => return Err(Error::Config(
                     "layered domain: the last block's gradient is the energy's, none is received"
                         .into(),
@@ -242,36 +234,31 @@ impl LayeredDomain {
                 }
                 (false, Some(r)) => {
                     let r = self.rows_of(calc, r, self.n_local, "received gradients")?;
+                    let r = r.reshape((self.n_local, 4, f))?.transpose(0, 1)?;
+                    let ghosts = Tensor::zeros((4, self.n_ghost(), f), r.dtype(), r.device())?;
+                    let received = Tensor::cat(&[&r, &ghosts], 1)?;
                     let own = self
                         .pending
                         .take()
                         .ok_or_else(|| internal("pending gradient"))?;
-                    let g = (own + r)?;
-                    let (g_s, g_v) = split(&g, f)?;
-                    ((s_out * g_s)?.sum_all()? + (v_out * g_v)?.sum_all()?)?
+                    // What came back is ∂E's; the pass carries −∂E's.
+                    let g = (own - received)?.reshape((4 * n, f))?;
+                    (g.narrow(0, 0, n)?, g.narrow(0, n, 3 * n)?)
                 }
             };
-        let grads = objective.sum_all()?.backward()?;
-        if let Some(g) = grads.get(self.positions.as_tensor()) {
-            self.position_grad = (&self.position_grad + g)?;
-        }
+        let model = calc.fused()?;
+        let input = self.pass.backward(model, k, &g_s, &g_v)?;
         self.backward_done += 1;
-        if k == 0 {
+        let Some((in_s, in_v)) = input else {
+            self.forces = Some(rows(&self.pass.forces(model)?)?);
             return Ok(Vec::new());
-        }
-        let (s_in, v_in) = &self.block_inputs[k];
-        let zeros = |t: &Var| t.as_tensor().zeros_like();
-        let g_s = grads
-            .get(s_in.as_tensor())
-            .cloned()
-            .map_or_else(|| zeros(s_in), Ok)?;
-        let g_v = grads
-            .get(v_in.as_tensor())
-            .cloned()
-            .map_or_else(|| zeros(v_in), Ok)?;
-        let g = join(&g_s, &g_v, f)?;
-        self.pending = Some(g.narrow(0, 0, self.n_local)?);
-        Ok(flat(&g.narrow(0, self.n_local, self.n_ghost())?)?)
+        };
+        let g = Tensor::cat(&[&in_s, &in_v], 0)?.reshape((4, n, f))?;
+        let zeros = Tensor::zeros((4, self.n_ghost(), f), g.dtype(), g.device())?;
+        self.pending = Some(Tensor::cat(&[&g.narrow(1, 0, self.n_local)?, &zeros], 1)?);
+        Ok(per_atom(
+            &g.narrow(1, self.n_local, self.n_ghost())?.neg()?,
+        )?)
     }
 
     /// −∂E/∂x of every atom (eV/Å), local and ghost, once every block has run backward: the
@@ -282,7 +269,11 @@ impl LayeredDomain {
                 "layered domain: forces need every block backward first".into(),
             ));
         }
-        rows(&self.position_grad.neg()?)
+        match &self.forces {
+            Some(f) => Ok(f.clone()),
+            // No local atoms: no energy, no forces.
+            None => Ok(vec![[0.0; 3]; self.n_atoms]),
+        }
     }
 
     /// `values` is `n` rows of 4F finite numbers, or an error naming `what` and the atom.
@@ -318,23 +309,25 @@ impl LayeredDomain {
     }
 }
 
-/// (s [N, F], v [N, 3, F]) as [N, 4F].
-fn join(s: &Tensor, v: &Tensor, f: usize) -> candle_core::Result<Tensor> {
-    let n = s.dim(0)?;
-    Tensor::cat(&[s, &v.reshape((n, 3 * f))?], D::Minus1)
+/// A state's rows [4, M, F] (s, v_x, v_y, v_z) as M atoms' 4F numbers each, in f64.
+fn per_atom(x: &Tensor) -> candle_core::Result<Vec<f64>> {
+    x.transpose(0, 1)?
+        .to_dtype(DType::F64)?
+        .flatten_all()?
+        .to_vec1::<f64>()
 }
 
-/// [N, 4F] as (s [N, F], v [N, 3, F]).
-fn split(x: &Tensor, f: usize) -> candle_core::Result<(Tensor, Tensor)> {
-    let n = x.dim(0)?;
-    let s = x.narrow(1, 0, f)?.contiguous()?;
-    let v = x.narrow(1, f, 3 * f)?.contiguous()?.reshape((n, 3, f))?;
-    Ok((s, v))
-}
-
-/// A tensor's values in f64, row-major.
-fn flat(x: &Tensor) -> candle_core::Result<Vec<f64>> {
-    x.to_dtype(DType::F64)?.flatten_all()?.to_vec1::<f64>()
+/// 1 on the first `n_local` of `n` atoms, 0 on the rest: whose energies count.
+fn local_weights(
+    n: usize,
+    n_local: usize,
+    dtype: DType,
+    dev: &candle_core::Device,
+) -> candle_core::Result<Tensor> {
+    let w: Vec<f64> = (0..n)
+        .map(|i| if i < n_local { 1.0 } else { 0.0 })
+        .collect();
+    Tensor::from_vec(w, n, dev)?.to_dtype(dtype)
 }
 
 /// A state the call order guarantees, missing.

@@ -23,9 +23,11 @@
 //! contiguous row ranges that cuBLAS takes without copies.
 
 mod grads;
+mod layered;
 mod pass;
 mod weights;
 
+pub use layered::LayeredPass;
 pub use pass::FusedForward;
 
 use super::painn::{Painn, PainnInputs};

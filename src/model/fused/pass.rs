@@ -41,12 +41,23 @@ pub(super) enum ReadoutTape {
     Seed(Tensor),
 }
 
+/// What one block's adjoint gives: (g_s, g_v) at its messaged state (the residual's share of
+/// dL/d(input state)), dL/dv at its input through the messages, dL/ds at its input through
+/// φ (None for the first block, whose input is the embedding) and dL/d(basis) so far.
+pub(super) struct BlockGrads {
+    pub(super) g_s: Tensor,
+    pub(super) g_v: Tensor,
+    pub(super) g_v_in: Tensor,
+    pub(super) g_phi_input: Option<Tensor>,
+    pub(super) g_basis: Tensor,
+}
+
 impl FusedPainn {
     /// Per-atom energies [N] from the last state's s rows, and the readout's tape: on tensor
     /// cores (`ops::readout_tc`) one launch that also gives −∂E/∂s, else the MLP (its output
     /// bias is in the per-element constants) and a gather of those.
     /// `seed_only` false keeps the pre-activation (the weight gradients need it).
-    fn readout(
+    pub(super) fn readout(
         &self,
         s: &Tensor,
         species: &Tensor,
@@ -191,6 +202,117 @@ impl FusedPainn {
         messaged.reshape((4 * n, self.hidden))
     }
 
+    /// Block `k` from its input state [4N, F] (None: the first block by sums per element,
+    /// which adds the initial state itself): its output state and its adjoint's tape.
+    /// `symmetric` says the edges hold both directions of every pair (`PainnInputs`), as a
+    /// domain's one-sided edges to its own atoms do not.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn block_forward(
+        &self,
+        k: usize,
+        state: Option<Tensor>,
+        basis: &Tensor,
+        x: &PainnInputs,
+        plan: &LayerPlan,
+        for_weights: bool,
+        symmetric: bool,
+    ) -> Result<(Tensor, Tape)> {
+        let (b, n, path) = (&self.blocks[k], x.positions.dim(0)?, plan.dense_atoms);
+        let keep_rows = plan.filter == FilterSource::Rows { kept: true };
+        // The block's messaged state, and what its adjoint needs of the interaction.
+        let (messaged, phi_pre, phi, rows) = match &state {
+            None => (self.first_block_messages(basis, x)?, None, None, None),
+            Some(state_in) => {
+                let (phi_pre, phi) = match k {
+                    0 => (None, gather(self.first_phi()?, &x.species)?),
+                    _ => {
+                        let (pre, phi) = b.phi.forward(&state_in.narrow(0, 0, n)?, path)?;
+                        (Some(pre), phi)
+                    }
+                };
+                let mut rows = None;
+                let messaged = interaction(&InteractionInputs {
+                    phi: &phi,
+                    phi_bias: &b.phi.out.bias,
+                    filter: self.filter(b, basis, &mut rows, plan)?,
+                    basis,
+                    state: state_in,
+                    centers: &x.centers,
+                    neighbors: &x.neighbors,
+                    symmetric_edges: symmetric,
+                    tuning: &self.tuning,
+                })?;
+                let rows = if keep_rows { rows } else { None };
+                (messaged, phi_pre, Some(phi), rows)
+            }
+        };
+        let UpdateOutputs {
+            next,
+            mixed,
+            ctx_pre,
+            act,
+        } = self.update(b, &messaged, plan)?;
+        let tape = Tape {
+            state,
+            phi_pre,
+            phi,
+            mixed,
+            ctx_pre,
+            act,
+            rows,
+            messaged: for_weights.then_some(messaged),
+        };
+        Ok((next, tape))
+    }
+
+    /// Block `k`'s adjoint (a block run per edge) for the gradient `grad` at its output, from
+    /// its tape `t`; `g_basis_after` is the later blocks' dL/d(basis), summed into the result's.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn block_adjoint(
+        &self,
+        k: usize,
+        t: &Tape,
+        grad: &StateGrad,
+        basis: &Tensor,
+        x: &PainnInputs,
+        plan: &LayerPlan,
+        g_basis_after: Option<&Tensor>,
+        symmetric: bool,
+    ) -> Result<BlockGrads> {
+        let b = &self.blocks[k];
+        let (g_s, g_v) = self.update_adjoint(b, t, grad, plan)?;
+        let (Some(phi), Some(state)) = (&t.phi, &t.state) else {
+            candle_core::bail!("block {k} ran as sums per element: its adjoint is the sums'")
+        };
+        let mut rows = t.rows.clone();
+        let inputs = InteractionInputs {
+            phi,
+            phi_bias: &b.phi.out.bias,
+            filter: self.filter(b, basis, &mut rows, plan)?,
+            basis,
+            state,
+            centers: &x.centers,
+            neighbors: &x.neighbors,
+            symmetric_edges: symmetric,
+            tuning: &self.tuning,
+        };
+        // dL/d(basis) summed over the blocks as it goes (in the kernel where it can).
+        let grads = interaction_adjoint(&inputs, &g_s, &g_v, g_basis_after)?;
+        let g_basis = grads.complete_basis(&b.filter_basis)?;
+        // The first block's state is the embedding: nothing upstream needs its gradient.
+        let g_phi_input = match &t.phi_pre {
+            Some(phi_pre) => Some(b.phi.adjoint(phi_pre, &grads.phi, plan.dense_atoms)?),
+            None => None,
+        };
+        Ok(BlockGrads {
+            g_s,
+            g_v,
+            g_v_in: grads.v,
+            g_phi_input,
+            g_basis,
+        })
+    }
+
     /// The forward pass: per-atom energies (eV) and what `FusedForward::forces` needs.
     pub fn forward<'a>(&'a self, x: &'a PainnInputs) -> Result<FusedForward<'a>> {
         self.forward_planned(x, self.layer_plan(x)?, false)
@@ -221,51 +343,10 @@ impl FusedPainn {
         };
         let mut tape = Vec::with_capacity(self.blocks.len());
         let path = plan.dense_atoms;
-        let keep_rows = plan.filter == FilterSource::Rows { kept: true };
-        for (k, b) in self.blocks.iter().enumerate() {
-            // The block's messaged state, and what its adjoint needs of the interaction.
-            let (messaged, phi_pre, phi, rows) = match &state {
-                None => (self.first_block_messages(&basis, x)?, None, None, None),
-                Some(state_in) => {
-                    let (phi_pre, phi) = match k {
-                        0 => (None, gather(self.first_phi()?, &x.species)?),
-                        _ => {
-                            let (pre, phi) = b.phi.forward(&state_in.narrow(0, 0, n)?, path)?;
-                            (Some(pre), phi)
-                        }
-                    };
-                    let mut rows = None;
-                    let messaged = interaction(&InteractionInputs {
-                        phi: &phi,
-                        phi_bias: &b.phi.out.bias,
-                        filter: self.filter(b, &basis, &mut rows, &plan)?,
-                        basis: &basis,
-                        state: state_in,
-                        centers: &x.centers,
-                        neighbors: &x.neighbors,
-                        symmetric_edges: true,
-                        tuning: &self.tuning,
-                    })?;
-                    let rows = if keep_rows { rows } else { None };
-                    (messaged, phi_pre, Some(phi), rows)
-                }
-            };
-            let UpdateOutputs {
-                next,
-                mixed,
-                ctx_pre,
-                act,
-            } = self.update(b, &messaged, &plan)?;
-            tape.push(Tape {
-                state: state.take(),
-                phi_pre,
-                phi,
-                mixed,
-                ctx_pre,
-                act,
-                rows,
-                messaged: for_weights.then_some(messaged),
-            });
+        for k in 0..self.blocks.len() {
+            let (next, t) =
+                self.block_forward(k, state.take(), &basis, x, &plan, for_weights, true)?;
+            tape.push(t);
             state = Some(next);
         }
         let Some(state) = state else {
@@ -352,15 +433,15 @@ impl FusedForward<'_> {
         }
         let mut next: Option<(Tensor, Tensor, Tensor)> = None;
         let mut g_basis: Option<Tensor> = None;
-        for (b, t) in m.blocks.iter().zip(&self.tape).rev() {
+        for (k, (b, t)) in m.blocks.iter().zip(&self.tape).enumerate().rev() {
             let grad = StateGrad {
                 gx: &gx,
                 next: next.as_ref().map(|(a, b, c)| (a, b, c)),
             };
-            let (g_s, g_v) = m.update_adjoint(b, t, &grad, plan)?;
-            let (Some(phi), Some(state)) = (&t.phi, &t.state) else {
+            if t.phi.is_none() {
                 // The first block by sums per element (last here): its adjoint ends in the
                 // forces, through the basis rows of every block.
+                let (g_s, g_v) = m.update_adjoint(b, t, &grad, plan)?;
                 let sums = m.first_sums()?;
                 return sums_adjoint(
                     &self.positions,
@@ -375,28 +456,12 @@ impl FusedForward<'_> {
                     (m.n_rbf, m.cutoff),
                     virial,
                 );
-            };
-            let mut rows = t.rows.clone();
-            let inputs = InteractionInputs {
-                phi,
-                phi_bias: &b.phi.out.bias,
-                filter: m.filter(b, basis, &mut rows, plan)?,
-                basis,
-                state,
-                centers: &x.centers,
-                neighbors: &x.neighbors,
-                // Model inputs hold both directions of every edge (`PainnInputs`).
-                symmetric_edges: true,
-                tuning: &m.tuning,
-            };
-            // dL/d(basis) summed over the blocks as it goes (in the kernel where it can).
-            let grads = interaction_adjoint(&inputs, &g_s, &g_v, g_basis.as_ref())?;
-            g_basis = Some(grads.complete_basis(&b.filter_basis)?);
-            let (g_v_in, g_phi) = (grads.v, grads.phi);
-            // The first block's state is the embedding: nothing upstream needs its gradient.
-            if let Some(phi_pre) = &t.phi_pre {
-                gx = b.phi.adjoint(phi_pre, &g_phi, path)?;
-                next = Some((g_s, g_v, g_v_in));
+            }
+            let grads = m.block_adjoint(k, t, &grad, basis, x, plan, g_basis.as_ref(), true)?;
+            g_basis = Some(grads.g_basis);
+            if let Some(g) = grads.g_phi_input {
+                gx = g;
+                next = Some((grads.g_s, grads.g_v, grads.g_v_in));
             }
         }
         match (g_basis, virial) {

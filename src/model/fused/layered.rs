@@ -1,0 +1,145 @@
+//! One message-passing block at a time on the fused kernels, for a domain whose ghosts reach
+//! one cutoff ([`crate::domain::LayeredDomain`]): each block's forward from a state the caller
+//! assembles (its own atoms' outputs of the block before and its ghosts' from their owners),
+//! and each block's hand-written adjoint from a plain gradient at its output to one at its
+//! input, as the whole call's adjoint runs them ([`FusedForward`](super::FusedForward)); the
+//! blocks' dL/d(basis) is summed as they go and the forces come from it at the end. This
+//! replaces candle's autograd around the message, whose gradient sums over the edge-sized
+//! filter were most of a layered domain's time (docs/bench-log/68).
+//!
+//! The edges run to the domain's own atoms only, so the interaction runs without the
+//! symmetric-list kernels, and the first block runs per edge (not as sums per element). Like
+//! the whole call's adjoint, everything carries −E's gradient, so that it ends in the forces.
+
+use super::pass::{ReadoutTape, Tape};
+use super::FusedPainn;
+use crate::model::PainnInputs;
+use crate::ops::layers::edge_basis::basis_adjoint;
+use crate::ops::{edge_basis, initial_state, StateGrad};
+use crate::plan::LayerPlan;
+use candle_core::{bail, Result, Tensor};
+
+/// A layered call's state between blocks: the inputs, the plan, the edge basis, each block's
+/// tape and the blocks' dL/d(basis) so far.
+pub struct LayeredPass {
+    inputs: PainnInputs,
+    plan: LayerPlan,
+    positions: Tensor,
+    basis: Tensor,
+    tapes: Vec<Tape>,
+    g_basis: Option<Tensor>,
+}
+
+impl LayeredPass {
+    /// A pass of `model` over `inputs`, whose edges may be one-sided.
+    pub fn new(model: &FusedPainn, inputs: PainnInputs) -> Result<Self> {
+        let mut plan = model.layer_plan(&inputs)?;
+        plan.first_block_sums = false;
+        let positions = inputs.positions.detach();
+        let basis = edge_basis(
+            &positions,
+            &inputs.offsets,
+            &inputs.centers,
+            &inputs.neighbors,
+            model.n_rbf,
+            model.cutoff,
+        )?;
+        Ok(Self {
+            inputs,
+            plan,
+            positions,
+            basis,
+            tapes: Vec::new(),
+            g_basis: None,
+        })
+    }
+
+    /// The first block's input state [4N, F] (component-major: s, then v_x, v_y, v_z rows):
+    /// every atom's embedding and zero vectors.
+    pub fn initial_state(&self, model: &FusedPainn) -> Result<Tensor> {
+        initial_state(&model.embedding, &self.inputs.species)
+    }
+
+    /// Runs the next block on its input state [4N, F]: its output state [4N, F]. Rows of atoms
+    /// without edges of their own (ghosts) come out updated but meaningless: keep the others.
+    pub fn forward(&mut self, model: &FusedPainn, state: Tensor) -> Result<Tensor> {
+        let k = self.tapes.len();
+        if k == model.blocks.len() {
+            bail!("layered pass: all {k} blocks have run forward")
+        }
+        let x = &self.inputs;
+        let (next, tape) =
+            model.block_forward(k, Some(state), &self.basis, x, &self.plan, false, false)?;
+        self.tapes.push(tape);
+        Ok(next)
+    }
+
+    /// Per-atom energies [N] (eV) of the last block's output state, and −∂(Σᵢ wᵢ Eᵢ)/∂s [N, F]
+    /// for weights `weights` [N] (1 on the atoms whose energy counts, 0 on the others).
+    pub fn readout(
+        &self,
+        model: &FusedPainn,
+        state: &Tensor,
+        weights: &Tensor,
+    ) -> Result<(Tensor, Tensor)> {
+        let n = self.positions.dim(0)?;
+        let path = self.plan.dense_atoms;
+        let s = state.narrow(0, 0, n)?;
+        let (energies, tape) = model.readout(&s, &self.inputs.species, path, true)?;
+        let seed = match tape {
+            ReadoutTape::Seed(g) => g,
+            ReadoutTape::Pre(pre) => {
+                (model.readout).adjoint_from_hidden(&pre, &model.readout_force_seed, path)?
+            }
+        };
+        Ok((energies, seed.broadcast_mul(&weights.unsqueeze(1)?)?))
+    }
+
+    /// Block `k`'s adjoint: from −∂E/∂ of its output state, `g_s` [N, F] and `g_v` [3N, F],
+    /// to −∂E/∂ of its input state (s [N, F], v [3N, F]); None for the first block, whose
+    /// input is the embedding. Its share of the forces is kept for [`forces`](Self::forces).
+    pub fn backward(
+        &mut self,
+        model: &FusedPainn,
+        k: usize,
+        g_s: &Tensor,
+        g_v: &Tensor,
+    ) -> Result<Option<(Tensor, Tensor)>> {
+        let Some(tape) = self.tapes.get(k) else {
+            bail!("layered pass: block {k} has not run forward")
+        };
+        let (zeros_s, zeros_v) = (g_s.zeros_like()?, g_v.zeros_like()?);
+        // A plain gradient: gx on s and, as the next block's share, g_v on v.
+        let grad = StateGrad {
+            gx: g_s,
+            next: Some((&zeros_s, g_v, &zeros_v)),
+        };
+        let (x, plan) = (&self.inputs, &self.plan);
+        let after = self.g_basis.as_ref();
+        let grads = model.block_adjoint(k, tape, &grad, &self.basis, x, plan, after, false)?;
+        self.g_basis = Some(grads.g_basis);
+        // The residual carries the messaged state's gradient to the input; φ and the messages
+        // add theirs.
+        Ok(match grads.g_phi_input {
+            None => None,
+            Some(g_phi) => Some(((g_phi + grads.g_s)?, (grads.g_v + grads.g_v_in)?)),
+        })
+    }
+
+    /// Forces [N, 3] (eV/Å): −∂E/∂x of every atom through the edge basis of every block run
+    /// backward.
+    pub fn forces(&self, model: &FusedPainn) -> Result<Tensor> {
+        let x = &self.inputs;
+        match &self.g_basis {
+            Some(g) => basis_adjoint(
+                &self.positions,
+                &x.offsets,
+                g,
+                (&x.centers, &x.neighbors),
+                (model.n_rbf, model.cutoff),
+                false,
+            ),
+            None => self.positions.zeros_like(),
+        }
+    }
+}
