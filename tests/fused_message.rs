@@ -7,7 +7,7 @@ mod common;
 use candle_core::{DType, Device, Tensor, Var, D};
 use common::{max_abs_diff, random_index};
 use mlff_distiller::model::Backend;
-use mlff_distiller::ops::{message, Derivatives};
+use mlff_distiller::ops::message;
 
 /// Δs | Δv of one message block with candle's index_select / index_add (the model's maths).
 fn composed(
@@ -89,7 +89,7 @@ fn run(c: &Case, fused: bool) -> Tensor {
         c.dir.as_tensor(),
     );
     if fused {
-        message(phi, v, w, dir, (&c.ci, &c.nj), Derivatives::Any).unwrap()
+        message(phi, v, w, dir, &c.ci, &c.nj).unwrap()
     } else {
         composed(phi, v, w, dir, &c.ci, &c.nj)
     }
@@ -121,8 +121,8 @@ fn forward_matches_the_composed_ops() {
         &f32(&c.v),
         &f32(&c.w),
         &f32(&c.dir),
-        (&c.ci, &c.nj),
-        Derivatives::Any,
+        &c.ci,
+        &c.nj,
     )
     .unwrap();
     assert!(max_abs_diff(&a, &run(&c, false)) < 1e-4);
@@ -173,39 +173,6 @@ fn first_and_second_order_gradients_match() {
     }
 }
 
-/// The one-pass backward (first derivatives only, CPU) against the composed one: ∂L/∂(phi, v,
-/// filter, dir) of L = Σ weights ⊙ out, f64 and f32.
-#[test]
-fn first_derivatives_in_one_pass_match_the_composed_backward() {
-    for c in cases() {
-        for dtype in [DType::F64, DType::F32] {
-            let vars: Vec<Var> = [&c.phi, &c.v, &c.w, &c.dir]
-                .iter()
-                .map(|x| Var::from_tensor(&x.as_tensor().to_dtype(dtype).unwrap()).unwrap())
-                .collect();
-            let weights = c.weights.to_dtype(dtype).unwrap();
-            let grads = |derivatives: Derivatives| {
-                let t: Vec<&Tensor> = vars.iter().map(|v| v.as_tensor()).collect();
-                let out = message(t[0], t[1], t[2], t[3], (&c.ci, &c.nj), derivatives).unwrap();
-                let g = (out * &weights)
-                    .unwrap()
-                    .sum_all()
-                    .unwrap()
-                    .backward()
-                    .unwrap();
-                vars.iter().map(|x| grad_or_zero(&g, x)).collect::<Vec<_>>()
-            };
-            let (one_pass, composed) = (grads(Derivatives::First), grads(Derivatives::Any));
-            let tol = if dtype == DType::F64 { 1e-11 } else { 1e-4 };
-            for (k, (a, b)) in one_pass.iter().zip(&composed).enumerate() {
-                assert_eq!(a.dims(), b.dims(), "input {k}");
-                let d = max_abs_diff(a, b);
-                assert!(d < tol, "{dtype:?}, {:?} edges, input {k}: {d}", c.w.dims());
-            }
-        }
-    }
-}
-
 #[test]
 fn bad_inputs_are_named() {
     let c = case(5, 6, 4, false, 7);
@@ -215,18 +182,10 @@ fn bad_inputs_are_named() {
         c.w.as_tensor(),
         c.dir.as_tensor(),
     );
-    let err = message(
-        phi,
-        v,
-        &w.narrow(1, 0, 6).unwrap(),
-        dir,
-        (&c.ci, &c.nj),
-        Derivatives::Any,
-    )
-    .unwrap_err();
+    let err = message(phi, v, &w.narrow(1, 0, 6).unwrap(), dir, &c.ci, &c.nj).unwrap_err();
     assert!(err.to_string().contains("do not fit"), "{err}");
     let bad = Tensor::new(&[0u32, 1, 2, 3, 4, 9], &Device::Cpu).unwrap();
-    let err = message(phi, v, w, dir, (&c.ci, &bad), Derivatives::Any).unwrap_err();
+    let err = message(phi, v, w, dir, &c.ci, &bad).unwrap_err();
     assert!(err.to_string().contains("neighbors[5] = 9"), "{err}");
 }
 

@@ -1,7 +1,7 @@
 //! The PaiNN message block: continuous-filter convolution of neighbour features.
 
 use super::Backend;
-use crate::ops::{message, Derivatives};
+use crate::ops::message;
 use candle_core::{Module, Result, Tensor};
 use candle_nn::{linear, Linear, VarBuilder};
 
@@ -20,8 +20,6 @@ pub struct Edges<'a> {
     /// Unit vectors r_ij / |r_ij|, [E, 3].
     pub directions: &'a Tensor,
     pub ops: Backend,
-    /// How far the fused message's backward must be differentiable.
-    pub derivatives: Derivatives,
 }
 
 impl Message {
@@ -52,8 +50,8 @@ impl Message {
                 v,
                 filter,
                 edges.directions,
-                (edges.centers, edges.neighbors),
-                edges.derivatives,
+                edges.centers,
+                edges.neighbors,
             )?;
             let ds = out.narrow(1, 0, f)?;
             let dv = out.narrow(1, f, 3 * f)?.reshape((n, 3, f))?;

@@ -6,7 +6,6 @@ use super::radial::{cosine_cutoff, gaussian_rbf};
 use super::readout::Readout;
 use super::update::Update;
 use super::Backend;
-use crate::ops::Derivatives;
 use candle_core::{Module, Result, Tensor};
 use candle_nn::{linear, Linear, VarBuilder};
 
@@ -102,7 +101,7 @@ impl Painn {
         let (mut s, mut v) = self.embed(&x.species, ops)?;
         let n = s.dim(0)?;
         for k in 0..self.messages.len() {
-            (s, v) = self.block(k, &s, &v, x, &geometry, n, (ops, Derivatives::Any))?;
+            (s, v) = self.block(k, &s, &v, x, &geometry, n, ops)?;
         }
         self.readout.atom_energies(&s, &x.species, ops)
     }
@@ -152,8 +151,7 @@ impl Painn {
 
     /// Block `k` (message over `x`'s edges, then update) from every atom's features (s \[N, F\],
     /// v \[N, 3, F\]): the features of the first `rows` atoms after it (N for a whole
-    /// structure; in a domain whose edges end at its local atoms, those). `derivatives`: how far
-    /// the fused message's backward must be differentiable.
+    /// structure; in a domain whose edges end at its local atoms, those).
     #[allow(clippy::too_many_arguments)]
     pub fn block(
         &self,
@@ -163,7 +161,7 @@ impl Painn {
         x: &PainnInputs,
         geometry: &EdgeGeometry,
         rows: usize,
-        (ops, derivatives): (Backend, Derivatives),
+        ops: Backend,
     ) -> Result<(Tensor, Tensor)> {
         let f = self.cfg.hidden;
         let edges = Edges {
@@ -171,7 +169,6 @@ impl Painn {
             neighbors: &x.neighbors,
             directions: &geometry.directions,
             ops,
-            derivatives,
         };
         let w = geometry
             .filters

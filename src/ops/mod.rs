@@ -52,7 +52,7 @@ pub use layers::interaction::{
     InteractionInputs, FUSED_MAX_RBF,
 };
 pub use layers::interaction_tile::{tiles_on_tensor_cores, TILE_GRAD_ROWS_MAX_BYTES};
-pub use layers::message::{message, Derivatives, Message};
+pub use layers::message::{message, Message};
 pub use layers::update::{
     act_grad, update_combine, update_combine_adjoint, update_context, update_context_adjoint,
     StateGrad, NORM_EPS,

@@ -160,7 +160,7 @@ fn cuda_profiled_calculator_is_transparent() {
 /// the whole model with it, f32 and f64.
 #[test]
 fn cuda_fused_message_matches_cpu() {
-    use mlff_distiller::ops::{message, Derivatives};
+    use mlff_distiller::ops::message;
     let gpu = cuda();
     for dtype in [DType::F32, DType::F64] {
         for &(n, e, f) in &[(5usize, 0usize, 4usize), (13, 40, 8), (2_000, 60_000, 128)] {
@@ -184,8 +184,8 @@ fn cuda_fused_message_matches_cpu() {
                     vars[1].as_tensor(),
                     vars[2].as_tensor(),
                     vars[3].as_tensor(),
-                    (&ci.to_device(dev).unwrap(), &nj.to_device(dev).unwrap()),
-                    Derivatives::Any,
+                    &ci.to_device(dev).unwrap(),
+                    &nj.to_device(dev).unwrap(),
                 )
                 .unwrap();
                 let loss = (&out * weights.to_device(dev).unwrap())

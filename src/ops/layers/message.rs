@@ -10,10 +10,8 @@
 //!
 //! The CPU loop here is the oracle for the CUDA kernel (kernels/layers/message.cu, one thread per edge
 //! and feature with atomic adds). The backward is composed of our differentiable gather and
-//! scatter, so the force loss can be differentiated again in training ([`Derivatives::Any`]);
-//! where nothing differentiates it again ([`Derivatives::First`], a layered domain's forces)
-//! it is one loop over the edges on the CPU, without the composed form's edge-sized
-//! temporaries. (On a GPU both take the composed form.)
+//! scatter, so the force loss can be differentiated again in training; a fused backward kernel
+//! is the next step.
 
 use crate::ops::edges::gather::gather;
 use crate::ops::edges::rows::contiguous;
@@ -24,39 +22,26 @@ use candle_core::{bail, CpuStorage, CustomOp3, Layout, Result, Shape, Tensor, D}
 #[cfg(feature = "cuda")]
 const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/message.ptx"));
 
-/// How far the message's backward must itself be differentiable.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Derivatives {
-    /// Composed of differentiable ops: training differentiates the force loss again.
-    #[default]
-    Any,
-    /// First derivatives only, in one pass on the CPU: for callers that never differentiate
-    /// the gradients again (their results carry no graph).
-    First,
-}
-
 /// The fused message op for `hidden` features into `n_atoms` rows; use [`message`].
 pub struct Message {
     pub hidden: usize,
     pub n_atoms: usize,
     pub centers: Tensor,
     pub neighbors: Tensor,
-    pub derivatives: Derivatives,
 }
 
 /// Δs and Δv of one message block, packed as [N, 4F] (Δs | Δv_x | Δv_y | Δv_z).
 ///
 /// `phi` is φ(s) [N, 3F]; `v` the vector features [N, 3, F]; `filter` W(r)·f_cut [E, 3F];
 /// `directions` r̂ [E, 3]; `centers`/`neighbors` the u32 atoms i and j of each edge.
-/// Differentiable with respect to `phi`, `v`, `filter` and `directions`, to any order or to the
-/// first as `derivatives` says.
+/// Differentiable (to any order) with respect to `phi`, `v`, `filter` and `directions`.
 pub fn message(
     phi: &Tensor,
     v: &Tensor,
     filter: &Tensor,
     directions: &Tensor,
-    (centers, neighbors): (&Tensor, &Tensor),
-    derivatives: Derivatives,
+    centers: &Tensor,
+    neighbors: &Tensor,
 ) -> Result<Tensor> {
     let (n, f3) = phi.dims2()?;
     let (e, wf) = filter.dims2()?;
@@ -82,36 +67,11 @@ pub fn message(
         n_atoms: n,
         centers: centers.contiguous()?,
         neighbors: neighbors.contiguous()?,
-        derivatives,
     };
     // Filter and directions travel as one [E, 3F + 3] input (a custom op takes three).
     let edge = Tensor::cat(&[filter, directions], D::Minus1)?;
     phi.contiguous()?
         .apply_op3(&v.reshape((n, f3))?.contiguous()?, &edge.contiguous()?, op)
-}
-
-/// What edge `e` from atom `j` reads: its filter w (3F) and direction (3), φ_j (3F) and v_j (3F).
-struct EdgeRows<'a, T> {
-    w: &'a [T],
-    dir: &'a [T],
-    p: &'a [T],
-    vj: &'a [T],
-}
-
-fn edge_rows<'a, T>(
-    (phi, v, edge): (&'a [T], &'a [T], &'a [T]),
-    e: usize,
-    j: usize,
-    f: usize,
-) -> EdgeRows<'a, T> {
-    let ew = 3 * f + 3;
-    let w = &edge[e * ew..(e + 1) * ew];
-    EdgeRows {
-        w,
-        dir: &w[3 * f..],
-        p: &phi[j * 3 * f..(j + 1) * 3 * f],
-        vj: &v[j * 3 * f..(j + 1) * 3 * f],
-    }
 }
 
 /// The forward loop over edges (any float type).
@@ -129,9 +89,13 @@ where
     T: Copy + Default + std::ops::Add<Output = T> + std::ops::Mul<Output = T> + std::ops::AddAssign,
 {
     let mut out = vec![T::default(); n * 4 * f];
+    let ew = 3 * f + 3;
     for (e, (&i, &j)) in ci.iter().zip(nj).enumerate() {
         let (i, j) = (i as usize, j as usize);
-        let EdgeRows { w, dir, p, vj } = edge_rows((phi, v, edge), e, j, f);
+        let w = &edge[e * ew..(e + 1) * ew];
+        let dir = &w[3 * f..];
+        let p = &phi[j * 3 * f..(j + 1) * 3 * f];
+        let vj = &v[j * 3 * f..(j + 1) * 3 * f];
         let o = &mut out[i * 4 * f..(i + 1) * 4 * f];
         for k in 0..f {
             let xs = p[k] * w[k];
@@ -144,98 +108,6 @@ where
         }
     }
     out
-}
-
-/// The backward loop over edges: ∂L/∂φ and ∂L/∂v [N, 3F] (added at each edge's neighbour)
-/// and ∂L/∂(filter | direction) [E, 3F + 3], from ∂L/∂out `grad` [N, 4F]; the maths of the
-/// composed backward in [`Message::bwd`].
-#[allow(clippy::too_many_arguments)]
-fn message_bwd_cpu<T>(
-    phi: &[T],
-    v: &[T],
-    edge: &[T],
-    grad: &[T],
-    ci: &[u32],
-    nj: &[u32],
-    f: usize,
-    n: usize,
-) -> (Vec<T>, Vec<T>, Vec<T>)
-where
-    T: Copy + Default + std::ops::Add<Output = T> + std::ops::Mul<Output = T> + std::ops::AddAssign,
-{
-    let ew = 3 * f + 3;
-    let (mut d_phi, mut d_v) = (vec![T::default(); n * 3 * f], vec![T::default(); n * 3 * f]);
-    let mut d_edge = vec![T::default(); ci.len() * ew];
-    for (e, (&i, &j)) in ci.iter().zip(nj).enumerate() {
-        let (i, j) = (i as usize, j as usize);
-        let EdgeRows { w, dir, p, vj } = edge_rows((phi, v, edge), e, j, f);
-        let g = &grad[i * 4 * f..(i + 1) * 4 * f];
-        let de = &mut d_edge[e * ew..(e + 1) * ew];
-        let mut d_dir = [T::default(); 3];
-        for k in 0..f {
-            let gv = [g[f + k], g[2 * f + k], g[3 * f + k]];
-            let gx_s = g[k];
-            let gx_d = gv[0] * dir[0] + gv[1] * dir[1] + gv[2] * dir[2];
-            let gx_v = gv[0] * vj[k] + gv[1] * vj[f + k] + gv[2] * vj[2 * f + k];
-            let dp = &mut d_phi[j * 3 * f..(j + 1) * 3 * f];
-            dp[k] += gx_s * w[k];
-            dp[f + k] += gx_d * w[f + k];
-            dp[2 * f + k] += gx_v * w[2 * f + k];
-            de[k] = gx_s * p[k];
-            de[f + k] = gx_d * p[f + k];
-            de[2 * f + k] = gx_v * p[2 * f + k];
-            let (x_d, x_v) = (p[f + k] * w[f + k], p[2 * f + k] * w[2 * f + k]);
-            let dv = &mut d_v[j * 3 * f..(j + 1) * 3 * f];
-            for c in 0..3 {
-                d_dir[c] += gv[c] * x_d;
-                dv[c * f + k] += gv[c] * x_v;
-            }
-        }
-        de[3 * f..].copy_from_slice(&d_dir);
-    }
-    (d_phi, d_v, d_edge)
-}
-
-impl Message {
-    /// [`message_bwd_cpu`] on tensors: (∂L/∂φ, ∂L/∂v, ∂L/∂edge), without a graph.
-    fn fused_bwd(
-        &self,
-        phi: &Tensor,
-        v: &Tensor,
-        edge: &Tensor,
-        grad: &Tensor,
-    ) -> Result<(Tensor, Tensor, Tensor)> {
-        let (f, n) = (self.hidden, self.n_atoms);
-        let e = edge.dim(0)?;
-        let dev = phi.device();
-        let idx = |t: &Tensor| t.to_vec1::<u32>();
-        let (ci, nj) = (idx(&self.centers)?, idx(&self.neighbors)?);
-        macro_rules! run {
-            ($t:ty) => {{
-                let flat = |t: &Tensor| t.detach().flatten_all()?.to_vec1::<$t>();
-                let (d_phi, d_v, d_edge) = message_bwd_cpu(
-                    &flat(phi)?,
-                    &flat(v)?,
-                    &flat(edge)?,
-                    &flat(grad)?,
-                    &ci,
-                    &nj,
-                    f,
-                    n,
-                );
-                (
-                    Tensor::from_vec(d_phi, (n, 3 * f), dev)?,
-                    Tensor::from_vec(d_v, (n, 3 * f), dev)?,
-                    Tensor::from_vec(d_edge, (e, 3 * f + 3), dev)?,
-                )
-            }};
-        }
-        Ok(match phi.dtype() {
-            candle_core::DType::F32 => run!(f32),
-            candle_core::DType::F64 => run!(f64),
-            d => bail!("mlff-message: dtype {d:?} is not supported (f32, f64)"),
-        })
-    }
 }
 
 impl CustomOp3 for Message {
@@ -354,8 +226,7 @@ impl CustomOp3 for Message {
         Ok((out, Shape::from((n, 4 * f))))
     }
 
-    /// Composed of differentiable ops, so it can be differentiated again (training on forces);
-    /// with [`Derivatives::First`] on the CPU, one loop over the edges instead.
+    /// Composed of differentiable ops, so it can be differentiated again (training on forces).
     fn bwd(
         &self,
         phi: &Tensor,
@@ -366,10 +237,6 @@ impl CustomOp3 for Message {
     ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
         let (f, n) = (self.hidden, self.n_atoms);
         let e = edge.dim(0)?;
-        if e > 0 && self.derivatives == Derivatives::First && phi.device().is_cpu() {
-            let (d_phi, d_v, d_edge) = self.fused_bwd(phi, v, edge, grad)?;
-            return Ok((Some(d_phi), Some(d_v), Some(d_edge)));
-        }
         if e == 0 {
             // Nothing depends on the inputs (and candle's CPU reductions panic on empty rows).
             return Ok((
