@@ -35,13 +35,13 @@ pub struct LayeredDomain {
     n_local: usize,
     n_atoms: usize,
     pass: LayeredPass,
-    /// Block k's output state [4, N, F] (s, v_x, v_y, v_z; its local rows are kept).
+    /// Block k's output state of the local atoms [4, n_local, F] (s, v_x, v_y, v_z).
     outputs: Vec<Tensor>,
     /// The local atoms' energies, after the last block.
     atom_energies: Option<Tensor>,
-    /// −∂E/∂s of every atom's last state (0 on the ghosts), after the last block.
+    /// −∂E/∂s of the local atoms' last state, after the last block.
     seed: Option<Tensor>,
-    /// −∂E/∂ of the next backward block's output state [4, N, F], local rows (ghosts 0).
+    /// −∂E/∂ of the next backward block's output state [4, n_local, F].
     pending: Option<Tensor>,
     /// Every atom's force, after the first block's backward.
     forces: Option<Vec<[f64; 3]>>,
@@ -85,7 +85,7 @@ impl LayeredDomain {
             n_blocks: cfg.n_blocks,
             n_local,
             n_atoms: n,
-            pass: LayeredPass::new(calc.fused()?, inputs)?,
+            pass: LayeredPass::new(calc.fused()?, inputs, n_local)?,
             outputs: Vec::new(),
             atom_energies: None,
             seed: None,
@@ -152,20 +152,18 @@ impl LayeredDomain {
             }
             (_, Some(g)) => {
                 let ghost = self.rows_of(calc, g, self.n_ghost(), "ghost features")?;
-                let local = self.outputs[k - 1].narrow(1, 0, self.n_local)?;
                 let ghost = ghost.reshape((self.n_ghost(), 4, f))?.transpose(0, 1)?;
-                Tensor::cat(&[&local, &ghost], 1)?.reshape((4 * n, f))?
+                Tensor::cat(&[&self.outputs[k - 1], &ghost], 1)?.reshape((4 * n, f))?
             }
         };
         let out = self.pass.forward(model, state)?;
         if k + 1 == self.blocks() {
-            let weights = local_weights(n, self.n_local, out.dtype(), out.device())?;
-            let (energies, seed) = self.pass.readout(model, &out, &weights)?;
-            self.atom_energies = Some(energies.narrow(0, 0, self.n_local)?);
+            let (energies, seed) = self.pass.readout(model, &out)?;
+            self.atom_energies = Some(energies);
             self.seed = Some(seed);
         }
-        let out = out.reshape((4, n, f))?;
-        let local = per_atom(&out.narrow(1, 0, self.n_local)?)?;
+        let out = out.reshape((4, self.n_local, f))?;
+        let local = per_atom(&out)?;
         self.outputs.push(out);
         self.forward_done += 1;
         Ok(local)
@@ -204,13 +202,13 @@ impl LayeredDomain {
             )));
         }
         let k = blocks - 1 - self.backward_done;
-        let (f, n) = (self.hidden, self.n_atoms);
-        if self.n_local == 0 {
+        let (f, n, m) = (self.hidden, self.n_atoms, self.n_local);
+        if m == 0 {
             // No energy here: every gradient is zero.
             self.backward_done += 1;
             return Ok(vec![0.0; if k == 0 { 0 } else { self.n_ghost() * 4 * f }]);
         }
-        // −∂E/∂ of this block's output state, (s [N, F], v [3N, F]).
+        // −∂E/∂ of this block's output state, (s [n_local, F], v [3 n_local, F]).
         let (g_s, g_v) =
             match (k + 1 == blocks, received) {
                 (true, None) => {
@@ -218,10 +216,8 @@ impl LayeredDomain {
                         .seed
                         .clone()
                         .ok_or_else(|| internal("energy gradient"))?;
-                    (
-                        seed.clone(),
-                        Tensor::zeros((3 * n, f), seed.dtype(), seed.device())?,
-                    )
+                    let zeros = Tensor::zeros((3 * m, f), seed.dtype(), seed.device())?;
+                    (seed, zeros)
                 }
                 (true, Some(_)) => return Err(Error::Config(
                     "layered domain: the last block's gradient is the energy's, none is received"
@@ -233,17 +229,15 @@ impl LayeredDomain {
                     )))
                 }
                 (false, Some(r)) => {
-                    let r = self.rows_of(calc, r, self.n_local, "received gradients")?;
-                    let r = r.reshape((self.n_local, 4, f))?.transpose(0, 1)?;
-                    let ghosts = Tensor::zeros((4, self.n_ghost(), f), r.dtype(), r.device())?;
-                    let received = Tensor::cat(&[&r, &ghosts], 1)?;
+                    let r = self.rows_of(calc, r, m, "received gradients")?;
+                    let received = r.reshape((m, 4, f))?.transpose(0, 1)?;
                     let own = self
                         .pending
                         .take()
                         .ok_or_else(|| internal("pending gradient"))?;
                     // What came back is ∂E's; the pass carries −∂E's.
-                    let g = (own - received)?.reshape((4 * n, f))?;
-                    (g.narrow(0, 0, n)?, g.narrow(0, n, 3 * n)?)
+                    let g = (own - received)?.reshape((4 * m, f))?;
+                    (g.narrow(0, 0, m)?, g.narrow(0, m, 3 * m)?)
                 }
             };
         let model = calc.fused()?;
@@ -254,11 +248,8 @@ impl LayeredDomain {
             return Ok(Vec::new());
         };
         let g = Tensor::cat(&[&in_s, &in_v], 0)?.reshape((4, n, f))?;
-        let zeros = Tensor::zeros((4, self.n_ghost(), f), g.dtype(), g.device())?;
-        self.pending = Some(Tensor::cat(&[&g.narrow(1, 0, self.n_local)?, &zeros], 1)?);
-        Ok(per_atom(
-            &g.narrow(1, self.n_local, self.n_ghost())?.neg()?,
-        )?)
+        self.pending = Some(g.narrow(1, 0, m)?);
+        Ok(per_atom(&g.narrow(1, m, self.n_ghost())?.neg()?)?)
     }
 
     /// −∂E/∂x of every atom (eV/Å), local and ghost, once every block has run backward: the
@@ -315,19 +306,6 @@ fn per_atom(x: &Tensor) -> candle_core::Result<Vec<f64>> {
         .to_dtype(DType::F64)?
         .flatten_all()?
         .to_vec1::<f64>()
-}
-
-/// 1 on the first `n_local` of `n` atoms, 0 on the rest: whose energies count.
-fn local_weights(
-    n: usize,
-    n_local: usize,
-    dtype: DType,
-    dev: &candle_core::Device,
-) -> candle_core::Result<Tensor> {
-    let w: Vec<f64> = (0..n)
-        .map(|i| if i < n_local { 1.0 } else { 0.0 })
-        .collect();
-    Tensor::from_vec(w, n, dev)?.to_dtype(dtype)
 }
 
 /// A state the call order guarantees, missing.

@@ -23,6 +23,8 @@ use candle_core::{bail, Result, Tensor};
 /// tape and the blocks' dL/d(basis) so far.
 pub struct LayeredPass {
     inputs: PainnInputs,
+    /// The atoms whose outputs count (the first ones; the rest are ghosts).
+    rows: usize,
     plan: LayerPlan,
     positions: Tensor,
     basis: Tensor,
@@ -31,8 +33,9 @@ pub struct LayeredPass {
 }
 
 impl LayeredPass {
-    /// A pass of `model` over `inputs`, whose edges may be one-sided.
-    pub fn new(model: &FusedPainn, inputs: PainnInputs) -> Result<Self> {
+    /// A pass of `model` over `inputs`, whose edges may be one-sided, for the outputs of its
+    /// first `rows` atoms (the others, ghosts, only send messages).
+    pub fn new(model: &FusedPainn, inputs: PainnInputs, rows: usize) -> Result<Self> {
         let mut plan = model.layer_plan(&inputs)?;
         plan.first_block_sums = false;
         let positions = inputs.positions.detach();
@@ -46,6 +49,7 @@ impl LayeredPass {
         )?;
         Ok(Self {
             inputs,
+            rows,
             plan,
             positions,
             basis,
@@ -60,44 +64,40 @@ impl LayeredPass {
         initial_state(&model.embedding, &self.inputs.species)
     }
 
-    /// Runs the next block on its input state [4N, F]: its output state [4N, F]. Rows of atoms
-    /// without edges of their own (ghosts) come out updated but meaningless: keep the others.
+    /// Runs the next block on its input state [4N, F] (every atom's): the output state of the
+    /// first `rows` atoms [4 rows, F] (messages reach those alone, and only they are updated).
     pub fn forward(&mut self, model: &FusedPainn, state: Tensor) -> Result<Tensor> {
         let k = self.tapes.len();
         if k == model.blocks.len() {
             bail!("layered pass: all {k} blocks have run forward")
         }
-        let x = &self.inputs;
-        let (next, tape) =
-            model.block_forward(k, Some(state), &self.basis, x, &self.plan, false, false)?;
+        let (x, plan, basis) = (&self.inputs, &self.plan, &self.basis);
+        let only = (false, Some(self.rows));
+        let (next, tape) = model.block_forward(k, Some(state), basis, x, plan, false, only)?;
         self.tapes.push(tape);
         Ok(next)
     }
 
-    /// Per-atom energies [N] (eV) of the last block's output state, and −∂(Σᵢ wᵢ Eᵢ)/∂s [N, F]
-    /// for weights `weights` [N] (1 on the atoms whose energy counts, 0 on the others).
-    pub fn readout(
-        &self,
-        model: &FusedPainn,
-        state: &Tensor,
-        weights: &Tensor,
-    ) -> Result<(Tensor, Tensor)> {
-        let n = self.positions.dim(0)?;
+    /// The energies [rows] (eV) of the first `rows` atoms from the last block's output state
+    /// [4 rows, F], and −∂(their sum)/∂s [rows, F].
+    pub fn readout(&self, model: &FusedPainn, state: &Tensor) -> Result<(Tensor, Tensor)> {
         let path = self.plan.dense_atoms;
-        let s = state.narrow(0, 0, n)?;
-        let (energies, tape) = model.readout(&s, &self.inputs.species, path, true)?;
+        let s = state.narrow(0, 0, self.rows)?;
+        let species = self.inputs.species.narrow(0, 0, self.rows)?;
+        let (energies, tape) = model.readout(&s, &species, path, true)?;
         let seed = match tape {
             ReadoutTape::Seed(g) => g,
             ReadoutTape::Pre(pre) => {
                 (model.readout).adjoint_from_hidden(&pre, &model.readout_force_seed, path)?
             }
         };
-        Ok((energies, seed.broadcast_mul(&weights.unsqueeze(1)?)?))
+        Ok((energies, seed))
     }
 
-    /// Block `k`'s adjoint: from −∂E/∂ of its output state, `g_s` [N, F] and `g_v` [3N, F],
-    /// to −∂E/∂ of its input state (s [N, F], v [3N, F]); None for the first block, whose
-    /// input is the embedding. Its share of the forces is kept for [`forces`](Self::forces).
+    /// Block `k`'s adjoint: from −∂E/∂ of its output state, `g_s` [rows, F] and `g_v`
+    /// [3 rows, F], to −∂E/∂ of its input state, every atom's (s [N, F], v [3N, F]); None for
+    /// the first block, whose input is the embedding. Its share of the forces is kept for
+    /// [`forces`](Self::forces).
     pub fn backward(
         &mut self,
         model: &FusedPainn,
@@ -116,7 +116,8 @@ impl LayeredPass {
         };
         let (x, plan) = (&self.inputs, &self.plan);
         let after = self.g_basis.as_ref();
-        let grads = model.block_adjoint(k, tape, &grad, &self.basis, x, plan, after, false)?;
+        let only = (false, Some(self.rows));
+        let grads = model.block_adjoint(k, tape, &grad, &self.basis, x, plan, after, only)?;
         self.g_basis = Some(grads.g_basis);
         // The residual carries the messaged state's gradient to the input; φ and the messages
         // add theirs.

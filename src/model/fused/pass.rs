@@ -215,7 +215,7 @@ impl FusedPainn {
         x: &PainnInputs,
         plan: &LayerPlan,
         for_weights: bool,
-        symmetric: bool,
+        (symmetric, updated): (bool, Option<usize>),
     ) -> Result<(Tensor, Tape)> {
         let (b, n, path) = (&self.blocks[k], x.positions.dim(0)?, plan.dense_atoms);
         let keep_rows = plan.filter == FilterSource::Rows { kept: true };
@@ -245,6 +245,11 @@ impl FusedPainn {
                 let rows = if keep_rows { rows } else { None };
                 (messaged, phi_pre, Some(phi), rows)
             }
+        };
+        // Only the first `updated` atoms' outputs are wanted: update those alone.
+        let messaged = match updated {
+            Some(m) if m < n => first_rows(&messaged, n, m)?,
+            _ => messaged,
         };
         let UpdateOutputs {
             next,
@@ -277,10 +282,16 @@ impl FusedPainn {
         x: &PainnInputs,
         plan: &LayerPlan,
         g_basis_after: Option<&Tensor>,
-        symmetric: bool,
+        (symmetric, updated): (bool, Option<usize>),
     ) -> Result<BlockGrads> {
-        let b = &self.blocks[k];
+        let (b, n) = (&self.blocks[k], x.positions.dim(0)?);
         let (g_s, g_v) = self.update_adjoint(b, t, grad, plan)?;
+        // A block that updated its first `updated` atoms alone: the others' messaged rows went
+        // nowhere, their gradient is zero.
+        let (g_s, g_v) = match updated {
+            Some(m) if m < n => (pad_rows(&g_s, 1, n)?, pad_rows(&g_v, 3, n)?),
+            _ => (g_s, g_v),
+        };
         let (Some(phi), Some(state)) = (&t.phi, &t.state) else {
             candle_core::bail!("block {k} ran as sums per element: its adjoint is the sums'")
         };
@@ -345,7 +356,7 @@ impl FusedPainn {
         let path = plan.dense_atoms;
         for k in 0..self.blocks.len() {
             let (next, t) =
-                self.block_forward(k, state.take(), &basis, x, &plan, for_weights, true)?;
+                self.block_forward(k, state.take(), &basis, x, &plan, for_weights, (true, None))?;
             tape.push(t);
             state = Some(next);
         }
@@ -457,7 +468,8 @@ impl FusedForward<'_> {
                     virial,
                 );
             }
-            let grads = m.block_adjoint(k, t, &grad, basis, x, plan, g_basis.as_ref(), true)?;
+            let after = g_basis.as_ref();
+            let grads = m.block_adjoint(k, t, &grad, basis, x, plan, after, (true, None))?;
             g_basis = Some(grads.g_basis);
             if let Some(g) = grads.g_phi_input {
                 gx = g;
@@ -480,4 +492,22 @@ impl FusedForward<'_> {
             }
         }
     }
+}
+
+/// The rows of the first `m` of `n` atoms of a component-major state [4N, F]: [4m, F].
+fn first_rows(state: &Tensor, n: usize, m: usize) -> Result<Tensor> {
+    let f = state.dim(1)?;
+    state
+        .reshape((4, n, f))?
+        .narrow(1, 0, m)?
+        .reshape((4 * m, f))
+}
+
+/// `parts` component-major blocks of m rows each [parts·m, F], each padded with zero rows to
+/// `n`: [parts·n, F].
+fn pad_rows(g: &Tensor, parts: usize, n: usize) -> Result<Tensor> {
+    let (rows, f) = g.dims2()?;
+    let m = rows / parts;
+    let zeros = Tensor::zeros((parts, n - m, f), g.dtype(), g.device())?;
+    Tensor::cat(&[&g.reshape((parts, m, f))?, &zeros], 1)?.reshape((parts * n, f))
 }
