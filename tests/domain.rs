@@ -439,13 +439,25 @@ fn layered_domains_with_one_cutoff_of_ghosts_add_up_to_the_box() {
             cutoff,
             ..common::small_config()
         };
-        let model = common::model(&cfg, 7, DType::F64, &Device::Cpu);
-        let calc =
-            PainnCalculator::new(model, Device::Cpu, DType::F64).with_backend(Backend::Autograd);
-        let whole = calc.compute(&Batch::new(vec![s.clone()]).unwrap()).unwrap();
+        let whole = PainnCalculator::new(
+            common::model(&cfg, 7, DType::F64, &Device::Cpu),
+            Device::Cpu,
+            DType::F64,
+        )
+        .with_backend(Backend::Autograd);
+        let whole = whole
+            .compute(&Batch::new(vec![s.clone()]).unwrap())
+            .unwrap();
         let (e, f) = (whole.energies[0], &whole.forces[0]);
-        for parts in [1, 2, 3] {
-            let what = format!("{n_blocks} blocks, {parts} domains");
+        // The layered blocks' first block as sums per element (the default) and per edge.
+        for (parts, first_block_sums) in [(1, true), (2, true), (3, true), (2, false)] {
+            let model = common::model(&cfg, 7, DType::F64, &Device::Cpu);
+            let tuning = mlff_distiller::Tuning {
+                first_block_sums,
+                ..Default::default()
+            };
+            let calc = PainnCalculator::new(model, Device::Cpu, DType::F64).with_tuning(tuning);
+            let what = format!("{n_blocks} blocks, {parts} domains, sums {first_block_sums}");
             let domains = decompose(&s, parts, cutoff, false);
             let (got, forces) = run_layered(&calc, &s, &domains);
             assert!(

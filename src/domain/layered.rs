@@ -153,7 +153,7 @@ impl LayeredDomain {
             (_, Some(g)) => {
                 let ghost = self.rows_of(calc, g, self.n_ghost(), "ghost features")?;
                 let ghost = ghost.reshape((self.n_ghost(), 4, f))?.transpose(0, 1)?;
-                Tensor::cat(&[&self.outputs[k - 1], &ghost], 1)?.reshape((4 * n, f))?
+                Some(Tensor::cat(&[&self.outputs[k - 1], &ghost], 1)?.reshape((4 * n, f))?)
             }
         };
         let out = self.pass.forward(model, state)?;

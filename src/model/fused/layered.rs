@@ -30,14 +30,15 @@ pub struct LayeredPass {
     basis: Tensor,
     tapes: Vec<Tape>,
     g_basis: Option<Tensor>,
+    /// The forces, where the first block's adjoint (as sums per element) gave them.
+    forces: Option<Tensor>,
 }
 
 impl LayeredPass {
     /// A pass of `model` over `inputs`, whose edges may be one-sided, for the outputs of its
     /// first `rows` atoms (the others, ghosts, only send messages).
     pub fn new(model: &FusedPainn, inputs: PainnInputs, rows: usize) -> Result<Self> {
-        let mut plan = model.layer_plan(&inputs)?;
-        plan.first_block_sums = false;
+        let plan = model.layer_plan(&inputs)?;
         let positions = inputs.positions.detach();
         let basis = edge_basis(
             &positions,
@@ -55,25 +56,30 @@ impl LayeredPass {
             basis,
             tapes: Vec::new(),
             g_basis: None,
+            forces: None,
         })
     }
 
     /// The first block's input state [4N, F] (component-major: s, then v_x, v_y, v_z rows):
-    /// every atom's embedding and zero vectors.
-    pub fn initial_state(&self, model: &FusedPainn) -> Result<Tensor> {
-        initial_state(&model.embedding, &self.inputs.species)
+    /// every atom's embedding and zero vectors; None where the plan runs the first block as
+    /// sums per element, which add it themselves.
+    pub fn initial_state(&self, model: &FusedPainn) -> Result<Option<Tensor>> {
+        match self.plan.first_block_sums {
+            true => Ok(None),
+            false => Ok(Some(initial_state(&model.embedding, &self.inputs.species)?)),
+        }
     }
 
     /// Runs the next block on its input state [4N, F] (every atom's): the output state of the
     /// first `rows` atoms [4 rows, F] (messages reach those alone, and only they are updated).
-    pub fn forward(&mut self, model: &FusedPainn, state: Tensor) -> Result<Tensor> {
+    pub fn forward(&mut self, model: &FusedPainn, state: Option<Tensor>) -> Result<Tensor> {
         let k = self.tapes.len();
         if k == model.blocks.len() {
             bail!("layered pass: all {k} blocks have run forward")
         }
         let (x, plan, basis) = (&self.inputs, &self.plan, &self.basis);
         let only = (false, Some(self.rows));
-        let (next, tape) = model.block_forward(k, Some(state), basis, x, plan, false, only)?;
+        let (next, tape) = model.block_forward(k, state, basis, x, plan, false, only)?;
         self.tapes.push(tape);
         Ok(next)
     }
@@ -116,6 +122,13 @@ impl LayeredPass {
         };
         let (x, plan) = (&self.inputs, &self.plan);
         let after = self.g_basis.as_ref();
+        if tape.phi.is_none() {
+            // The first block as sums per element: its adjoint ends in the forces.
+            let only = (false, Some(self.rows));
+            let p = &self.positions;
+            self.forces = Some(model.sums_block_adjoint(tape, &grad, p, x, plan, after, only)?);
+            return Ok(None);
+        }
         let only = (false, Some(self.rows));
         let grads = model.block_adjoint(k, tape, &grad, &self.basis, x, plan, after, only)?;
         self.g_basis = Some(grads.g_basis);
@@ -130,6 +143,9 @@ impl LayeredPass {
     /// Forces [N, 3] (eV/Å): −∂E/∂x of every atom through the edge basis of every block run
     /// backward.
     pub fn forces(&self, model: &FusedPainn) -> Result<Tensor> {
+        if let Some(f) = &self.forces {
+            return Ok(f.clone());
+        }
         let x = &self.inputs;
         match &self.g_basis {
             Some(g) => basis_adjoint(

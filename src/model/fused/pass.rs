@@ -324,6 +324,43 @@ impl FusedPainn {
         })
     }
 
+    /// The adjoint of the first block run as sums per element, for the gradient `grad` at its
+    /// output (of its first `updated` atoms, where given): it ends in the forces [N, 3] (and
+    /// the virials under them, [4N, 3], with `virial`), through `g_basis_after` too, the later
+    /// blocks' dL/d(basis).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn sums_block_adjoint(
+        &self,
+        t: &Tape,
+        grad: &StateGrad,
+        positions: &Tensor,
+        x: &PainnInputs,
+        plan: &LayerPlan,
+        g_basis_after: Option<&Tensor>,
+        (virial, updated): (bool, Option<usize>),
+    ) -> Result<Tensor> {
+        let n = positions.dim(0)?;
+        let (g_s, g_v) = self.update_adjoint(&self.blocks[0], t, grad, plan)?;
+        let (g_s, g_v) = match updated {
+            Some(m) if m < n => (pad_rows(&g_s, 1, n)?, pad_rows(&g_v, 3, n)?),
+            _ => (g_s, g_v),
+        };
+        let sums = self.first_sums()?;
+        sums_adjoint(
+            positions,
+            &x.offsets,
+            g_basis_after,
+            (
+                &g_s.matmul(&sums.scalar_t)?,
+                &g_v.matmul(&sums.direction_t)?,
+            ),
+            (&x.centers, &x.neighbors),
+            (&x.species, self.embedding.dim(0)?),
+            (self.n_rbf, self.cutoff),
+            virial,
+        )
+    }
+
     /// The forward pass: per-atom energies (eV) and what `FusedForward::forces` needs.
     pub fn forward<'a>(&'a self, x: &'a PainnInputs) -> Result<FusedForward<'a>> {
         self.forward_planned(x, self.layer_plan(x)?, false)
@@ -444,7 +481,7 @@ impl FusedForward<'_> {
         }
         let mut next: Option<(Tensor, Tensor, Tensor)> = None;
         let mut g_basis: Option<Tensor> = None;
-        for (k, (b, t)) in m.blocks.iter().zip(&self.tape).enumerate().rev() {
+        for (k, t) in self.tape.iter().enumerate().rev() {
             let grad = StateGrad {
                 gx: &gx,
                 next: next.as_ref().map(|(a, b, c)| (a, b, c)),
@@ -452,20 +489,15 @@ impl FusedForward<'_> {
             if t.phi.is_none() {
                 // The first block by sums per element (last here): its adjoint ends in the
                 // forces, through the basis rows of every block.
-                let (g_s, g_v) = m.update_adjoint(b, t, &grad, plan)?;
-                let sums = m.first_sums()?;
-                return sums_adjoint(
+                let after = g_basis.as_ref();
+                return m.sums_block_adjoint(
+                    t,
+                    &grad,
                     &self.positions,
-                    &x.offsets,
-                    g_basis.as_ref(),
-                    (
-                        &g_s.matmul(&sums.scalar_t)?,
-                        &g_v.matmul(&sums.direction_t)?,
-                    ),
-                    (&x.centers, &x.neighbors),
-                    (&x.species, m.embedding.dim(0)?),
-                    (m.n_rbf, m.cutoff),
-                    virial,
+                    x,
+                    plan,
+                    after,
+                    (virial, None),
                 );
             }
             let after = g_basis.as_ref();
