@@ -1,10 +1,11 @@
 //! Domains on CUDA against the CPU (what LAMMPS's pair style computes): the shipped student on
 //! a water box cut into a slab with ghosts, the fused backend with the ghost mask and the edge
-//! virial, with and without cell axes, and a session keeping its list on the device.
+//! virial, with and without cell axes, a session keeping its list on the device, and a layered
+//! domain (`exchange features`) block by block.
 
 use crate::{cuda, shipped_calculator};
 use candle_core::{DType, Device};
-use mlff_distiller::domain::{DomainPrediction, DomainSession};
+use mlff_distiller::domain::{DomainPrediction, DomainSession, LayeredDomain};
 use mlff_distiller::model::Backend;
 use mlff_distiller::systems::water_box;
 use mlff_distiller::Structure;
@@ -87,4 +88,48 @@ fn a_cuda_session_keeps_its_list_and_matches_fresh_calls() {
         assert_close(&fresh, &kept, 1e-10, &format!("step {step}"));
     }
     assert_eq!(session.builds(), 1);
+}
+
+/// A layered domain (ghosts to one cutoff, each block on the fused kernels over one-sided
+/// edges) on CUDA against the CPU: every block's outputs, the energies, the gradients sent
+/// back and the forces, with made-up ghost features and received gradients that both share
+/// (f64 to 1e-9 of each record's largest value; f32 to 2e-4).
+#[test]
+fn cuda_layered_domain_matches_cpu() {
+    let (_, numbers, x, n_local) = slab();
+    for (dtype, tol) in [(DType::F64, 1e-9), (DType::F32, 2e-4)] {
+        let run = |dev: &Device| {
+            let calc = shipped_calculator(dev, dtype, Backend::Fused);
+            let mut l = LayeredDomain::new(&calc, &numbers, &x, n_local).unwrap();
+            let (w, ghosts, blocks) = (l.features_per_atom(), l.n_ghost(), l.blocks());
+            let made_up = |n: usize, k: usize| -> Vec<f64> {
+                (0..n)
+                    .map(|i| ((i * 7919 + k * 13) % 1000) as f64 * 1e-3 - 0.5)
+                    .collect()
+            };
+            let mut records = vec![l.forward(&calc, None).unwrap()];
+            for k in 1..blocks {
+                records.push(l.forward(&calc, Some(&made_up(ghosts * w, k))).unwrap());
+            }
+            records.push(l.atom_energies().unwrap());
+            records.push(l.backward(&calc, None).unwrap());
+            for k in 1..blocks {
+                let received: Vec<f64> = made_up(n_local * w, k).iter().map(|g| 0.01 * g).collect();
+                records.push(l.backward(&calc, Some(&received)).unwrap());
+            }
+            records.push(l.forces().unwrap().into_iter().flatten().collect());
+            records
+        };
+        let (cpu, gpu) = (run(&Device::Cpu), run(&cuda()));
+        for (k, (a, b)) in cpu.iter().zip(&gpu).enumerate() {
+            assert_eq!(a.len(), b.len(), "{dtype:?}, record {k}");
+            let scale = largest(a.iter());
+            for (p, q) in a.iter().zip(b) {
+                assert!(
+                    (p - q).abs() <= tol * scale,
+                    "{dtype:?}, record {k}: {q} vs {p}"
+                );
+            }
+        }
+    }
 }
