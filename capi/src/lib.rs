@@ -8,7 +8,9 @@
 //! their message in a thread-local buffer for `mlff_last_error`.
 
 use mlff_distiller::device::{select, DeviceSpec};
-use mlff_distiller::domain::{skin_for, DomainPrediction, DomainSession, LayeredDomain};
+use mlff_distiller::domain::{
+    skin_for, DomainPrediction, DomainSession, LayeredDomain, LayeredSession,
+};
 use mlff_distiller::io::extxyz::atomic_number;
 use mlff_distiller::model::Backend;
 use mlff_distiller::{Error, PainnCalculator, Tuning};
@@ -35,6 +37,8 @@ pub struct Model {
     calc: PainnCalculator,
     /// The neighbour list and device inputs kept between calls (an MD run's steps).
     session: DomainSession,
+    /// The layered domains' list and device edges kept between calls.
+    layered_session: LayeredSession,
     /// The layered domain of the call in progress (`mlff_layered_*`).
     layered: Option<LayeredDomain>,
 }
@@ -201,10 +205,13 @@ pub unsafe extern "C" fn mlff_model_load(
             .with_tuning(tuning)
             .with_backend(Backend::Fused);
         calc.check_ops()?;
-        let session = DomainSession::new(&calc, skin_for(calc.tuning(), &device));
+        let skin = skin_for(calc.tuning(), &device);
+        let session = DomainSession::new(&calc, skin);
+        let layered_session = LayeredSession::new(&calc, skin);
         *out = Box::into_raw(Box::new(Model {
             calc,
             session,
+            layered_session,
             layered: None,
         }));
         Ok(())
@@ -427,7 +434,10 @@ pub unsafe extern "C" fn mlff_layered_begin(
         m.layered = None;
         check_counts(n_all, n_local)?;
         let (zs, xyz) = atoms(n_all, positions, numbers)?;
-        m.layered = Some(LayeredDomain::new(&m.calc, &zs, xyz, n_local as usize)?);
+        let domain = m
+            .layered_session
+            .domain(&m.calc, &zs, xyz, n_local as usize)?;
+        m.layered = Some(domain);
         Ok(())
     })
 }

@@ -304,17 +304,19 @@ def test_nve_trajectory_is_the_same_on_one_and_two_ranks(lammps, tiny, tmp_path)
     assert np.ptp(etotal) < 0.05 * np.ptp(pe), (np.ptp(etotal), np.ptp(pe))
 
 
-def test_a_neighbour_list_kept_with_a_skin_changes_no_trajectory(lammps, tiny, tmp_path):
+@pytest.mark.parametrize("style", ["", "exchange features"])
+def test_a_neighbour_list_kept_with_a_skin_changes_no_trajectory(lammps, tiny, tmp_path, style):
     # The default on the CPU rebuilds the list at every call; with a 1 Å skin it is kept
-    # between builds and the skin's pairs add exact zeros. On 1 rank (the cell) and 2 (ghosts).
-    body = md_input(tmp_path, tiny, "nve", 100, "pe")
+    # between builds and the skin's pairs add exact zeros. On 1 rank (the cell, or with
+    # features the images as ghosts) and 2 (ghosts), with either exchange.
+    body = md_input(tmp_path, tiny, "nve", 100, "pe", style=style)
     for n in (1, 2):
         finals = []
         for tuning in (None, "domain_skin=1.0"):
             run_lammps(lammps, tmp_path, n, body, tuning=tuning)
             finals.append(np.loadtxt(tmp_path / "final.txt", skiprows=9))
         scale = np.abs(finals[0]).max()
-        assert np.abs(finals[1] - finals[0]).max() < 1e-10 * scale, n
+        assert np.abs(finals[1] - finals[0]).max() < 1e-10 * scale, (style, n)
 
 
 @pytest.mark.parametrize("system", SYSTEMS)

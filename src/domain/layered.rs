@@ -23,7 +23,7 @@
 use super::rows;
 use crate::error::{Error, Result};
 use crate::model::{LayeredPass, PainnInputs};
-use crate::neighbors::neighbor_list;
+use crate::neighbors::{neighbor_list, NeighborList};
 use crate::PainnCalculator;
 use candle_core::{DType, Tensor};
 
@@ -60,26 +60,31 @@ impl LayeredDomain {
         n_local: usize,
     ) -> Result<Self> {
         super::session::check_atoms(numbers, positions, n_local)?;
+        let nl = neighbor_list(positions, None, [false; 3], calc.model().config().cutoff)?;
+        let edges = DomainEdges::new(calc, numbers, n_local, &nl)?;
+        Self::with_edges(calc, &edges, positions)
+    }
+
+    /// A domain at `positions` over `edges` (built for these atoms, their pairs within the
+    /// cutoff at these positions among them).
+    pub(super) fn with_edges(
+        calc: &PainnCalculator,
+        edges: &DomainEdges,
+        positions: &[[f64; 3]],
+    ) -> Result<Self> {
         let cfg = calc.model().config();
-        let nl = neighbor_list(positions, None, [false; 3], cfg.cutoff)?;
-        let (mut centers, mut neighbors) = (Vec::new(), Vec::new());
-        for (&i, &j) in nl.centers.iter().zip(&nl.neighbors) {
-            if (i as usize) < n_local {
-                centers.push(i);
-                neighbors.push(j);
-            }
-        }
-        let (n, e, dev) = (numbers.len(), centers.len(), calc.device());
+        let (n, dev) = (edges.numbers.len(), calc.device());
         let x = Tensor::from_slice(positions.as_flattened(), (n, 3), dev)?;
         let inputs = PainnInputs {
-            species: Tensor::from_vec(calc.structure_species(numbers, 0)?, n, dev)?,
+            species: edges.species.clone(),
             positions: x.to_dtype(calc.dtype())?,
-            centers: Tensor::from_vec(centers, e, dev)?,
-            neighbors: Tensor::from_vec(neighbors, e, dev)?,
-            offsets: Tensor::zeros((e, 3), calc.dtype(), dev)?,
-            atom_structure: Tensor::zeros(n, DType::U32, dev)?,
+            centers: edges.centers.clone(),
+            neighbors: edges.neighbors.clone(),
+            offsets: edges.offsets.clone(),
+            atom_structure: edges.atom_structure.clone(),
             n_structures: 1,
         };
+        let n_local = edges.n_local;
         Ok(Self {
             hidden: cfg.hidden,
             n_blocks: cfg.n_blocks,
@@ -297,6 +302,45 @@ impl LayeredDomain {
         self.check_rows(values, n, what)?;
         let t = Tensor::from_slice(values, (n, self.features_per_atom()), calc.device())?;
         Ok(t.to_dtype(calc.dtype())?)
+    }
+}
+
+/// A layered domain's atoms and one-sided edges on the device: the pairs of `list` whose center
+/// is a local atom (the first `n_local`), no images (the ghosts stand for them).
+pub(super) struct DomainEdges {
+    pub(super) numbers: Vec<u8>,
+    pub(super) n_local: usize,
+    species: Tensor,
+    centers: Tensor,
+    neighbors: Tensor,
+    offsets: Tensor,
+    atom_structure: Tensor,
+}
+
+impl DomainEdges {
+    pub(super) fn new(
+        calc: &PainnCalculator,
+        numbers: &[u8],
+        n_local: usize,
+        list: &NeighborList,
+    ) -> Result<Self> {
+        let (mut centers, mut neighbors) = (Vec::new(), Vec::new());
+        for (&i, &j) in list.centers.iter().zip(&list.neighbors) {
+            if (i as usize) < n_local {
+                centers.push(i);
+                neighbors.push(j);
+            }
+        }
+        let (n, e, dev) = (numbers.len(), centers.len(), calc.device());
+        Ok(Self {
+            numbers: numbers.to_vec(),
+            n_local,
+            species: Tensor::from_vec(calc.structure_species(numbers, 0)?, n, dev)?,
+            centers: Tensor::from_vec(centers, e, dev)?,
+            neighbors: Tensor::from_vec(neighbors, e, dev)?,
+            offsets: Tensor::zeros((e, 3), calc.dtype(), dev)?,
+            atom_structure: Tensor::zeros(n, DType::U32, dev)?,
+        })
     }
 }
 

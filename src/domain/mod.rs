@@ -10,9 +10,11 @@
 //! at that edge enters through its embedding alone, which needs no neighbours.
 
 mod layered;
+mod layered_session;
 mod session;
 
 pub use layered::LayeredDomain;
+pub use layered_session::LayeredSession;
 pub use session::{skin_for, DomainSession};
 
 use crate::error::{Error, Result};
