@@ -8,8 +8,9 @@
 //! filter were most of a layered domain's time (docs/bench-log/68).
 //!
 //! The edges run to the domain's own atoms only, so the interaction runs without the
-//! symmetric-list kernels, and the first block runs per edge (not as sums per element). Like
-//! the whole call's adjoint, everything carries −E's gradient, so that it ends in the forces.
+//! symmetric-list kernels; the first block takes the plan's choice (sums per receiving atom
+//! work on one-sided edges too), and each block updates the first `rows` atoms alone. Like the
+//! whole call's adjoint, everything carries −E's gradient, so that it ends in the forces.
 
 use super::pass::{ReadoutTape, Tape};
 use super::FusedPainn;
