@@ -270,6 +270,25 @@ impl FusedPainn {
         Ok((next, tape))
     }
 
+    /// (dL/ds [N, F], dL/dv [3N, F]) of block `k`'s messaged state of `n` atoms from its update's
+    /// adjoint; where the block updated its first `updated` atoms alone, the others' messaged
+    /// rows went nowhere and their gradient is zero.
+    fn messaged_adjoint(
+        &self,
+        k: usize,
+        t: &Tape,
+        grad: &StateGrad,
+        plan: &LayerPlan,
+        n: usize,
+        updated: Option<usize>,
+    ) -> Result<(Tensor, Tensor)> {
+        let (g_s, g_v) = self.update_adjoint(&self.blocks[k], t, grad, plan)?;
+        Ok(match updated {
+            Some(m) if m < n => (pad_rows(&g_s, 1, n)?, pad_rows(&g_v, 3, n)?),
+            _ => (g_s, g_v),
+        })
+    }
+
     /// Block `k`'s adjoint (a block run per edge) for the gradient `grad` at its output, from
     /// its tape `t`; `g_basis_after` is the later blocks' dL/d(basis), summed into the result's.
     #[allow(clippy::too_many_arguments)]
@@ -284,14 +303,8 @@ impl FusedPainn {
         g_basis_after: Option<&Tensor>,
         (symmetric, updated): (bool, Option<usize>),
     ) -> Result<BlockGrads> {
-        let (b, n) = (&self.blocks[k], x.positions.dim(0)?);
-        let (g_s, g_v) = self.update_adjoint(b, t, grad, plan)?;
-        // A block that updated its first `updated` atoms alone: the others' messaged rows went
-        // nowhere, their gradient is zero.
-        let (g_s, g_v) = match updated {
-            Some(m) if m < n => (pad_rows(&g_s, 1, n)?, pad_rows(&g_v, 3, n)?),
-            _ => (g_s, g_v),
-        };
+        let b = &self.blocks[k];
+        let (g_s, g_v) = self.messaged_adjoint(k, t, grad, plan, x.positions.dim(0)?, updated)?;
         let (Some(phi), Some(state)) = (&t.phi, &t.state) else {
             candle_core::bail!("block {k} ran as sums per element: its adjoint is the sums'")
         };
@@ -339,12 +352,7 @@ impl FusedPainn {
         g_basis_after: Option<&Tensor>,
         (virial, updated): (bool, Option<usize>),
     ) -> Result<Tensor> {
-        let n = positions.dim(0)?;
-        let (g_s, g_v) = self.update_adjoint(&self.blocks[0], t, grad, plan)?;
-        let (g_s, g_v) = match updated {
-            Some(m) if m < n => (pad_rows(&g_s, 1, n)?, pad_rows(&g_v, 3, n)?),
-            _ => (g_s, g_v),
-        };
+        let (g_s, g_v) = self.messaged_adjoint(0, t, grad, plan, positions.dim(0)?, updated)?;
         let sums = self.first_sums()?;
         sums_adjoint(
             positions,
