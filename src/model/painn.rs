@@ -30,12 +30,10 @@ pub struct PainnInputs {
 }
 
 /// What the blocks read of the edges: unit vectors r_ij / |r_ij| \[E, 3\] and the filters
-/// W(r_ij) times the cutoff, \[E, blocks × 3F\] (or of one block, \[E, 3F\]).
+/// W(r_ij) times the cutoff, \[E, blocks × 3F\].
 pub struct EdgeGeometry {
     pub filters: Tensor,
     pub directions: Tensor,
-    /// The block whose filter is `filters`' first 3F columns (0 when it holds every block's).
-    pub first_block: usize,
 }
 
 pub struct Painn {
@@ -99,25 +97,14 @@ impl Painn {
         let ops = self.backend;
         let geometry = self.edge_geometry(x, ops)?;
         let (mut s, mut v) = self.embed(&x.species, ops)?;
-        let n = s.dim(0)?;
         for k in 0..self.messages.len() {
-            (s, v) = self.block(k, &s, &v, x, &geometry, n, ops)?;
+            (s, v) = self.block(k, &s, &v, x, &geometry, ops)?;
         }
         self.readout.atom_energies(&s, &x.species, ops)
     }
 
     /// Every edge's unit vector and every block's filter W(r_ij) times the cutoff.
     pub fn edge_geometry(&self, x: &PainnInputs, ops: Backend) -> Result<EdgeGeometry> {
-        self.geometry_of(x, None, ops)
-    }
-
-    /// Every edge's unit vector and block `k`'s filter alone (a third of the edge rows the
-    /// whole filter takes, for a caller that runs one block at a time).
-    pub fn block_geometry(&self, x: &PainnInputs, k: usize, ops: Backend) -> Result<EdgeGeometry> {
-        self.geometry_of(x, Some(k), ops)
-    }
-
-    fn geometry_of(&self, x: &PainnInputs, k: Option<usize>, ops: Backend) -> Result<EdgeGeometry> {
         let r_ij = ((ops.gather(&x.positions, &x.neighbors)?
             - ops.gather(&x.positions, &x.centers)?)?
             + &x.offsets)?;
@@ -125,20 +112,10 @@ impl Painn {
         let directions = r_ij.broadcast_div(&d.unsqueeze(1)?)?;
         let rbf = gaussian_rbf(&d, self.cfg.n_rbf, self.cfg.cutoff)?;
         let fcut = cosine_cutoff(&d, self.cfg.cutoff)?;
-        let w = match k {
-            None => self.filter.forward(&rbf)?,
-            Some(k) => {
-                // Block k's rows of the filter layer, as a layer of their own.
-                let cols = 3 * self.cfg.hidden;
-                let rows = |t: &Tensor| t.narrow(0, k * cols, cols);
-                let bias = self.filter.bias().map(rows).transpose()?;
-                Linear::new(rows(self.filter.weight())?, bias).forward(&rbf)?
-            }
-        };
+        let w = self.filter.forward(&rbf)?;
         Ok(EdgeGeometry {
             filters: w.broadcast_mul(&fcut.unsqueeze(1)?)?,
             directions,
-            first_block: k.unwrap_or(0),
         })
     }
 
@@ -150,9 +127,7 @@ impl Painn {
     }
 
     /// Block `k` (message over `x`'s edges, then update) from every atom's features (s \[N, F\],
-    /// v \[N, 3, F\]): the features of the first `rows` atoms after it (N for a whole
-    /// structure; in a domain whose edges end at its local atoms, those).
-    #[allow(clippy::too_many_arguments)]
+    /// v \[N, 3, F\]): every atom's features after it.
     pub fn block(
         &self,
         k: usize,
@@ -160,7 +135,6 @@ impl Painn {
         v: &Tensor,
         x: &PainnInputs,
         geometry: &EdgeGeometry,
-        rows: usize,
         ops: Backend,
     ) -> Result<(Tensor, Tensor)> {
         let f = self.cfg.hidden;
@@ -170,12 +144,9 @@ impl Painn {
             directions: &geometry.directions,
             ops,
         };
-        let w = geometry
-            .filters
-            .narrow(1, (k - geometry.first_block) * 3 * f, 3 * f)?;
+        let w = geometry.filters.narrow(1, k * 3 * f, 3 * f)?;
         let (s, v) = self.messages[k].forward(s, v, &w, &edges, k == 0)?;
-        // (Narrowing to every row is candle's no-op.)
-        self.updates[k].forward(&s.narrow(0, 0, rows)?, &v.narrow(0, 0, rows)?)
+        self.updates[k].forward(&s, &v)
     }
 
     /// Per-atom energies \[N\] in eV from the last block's scalar features.
