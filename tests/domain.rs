@@ -550,30 +550,6 @@ fn a_layered_domain_without_local_atoms_or_without_ghosts_runs() {
     }
 }
 
-/// One layered domain's records through the whole protocol, with made-up ghost features and
-/// received gradients (the same for every call): each block's outputs, the energies, the
-/// gradients sent back and the forces.
-fn layered_records(calc: &PainnCalculator, mut l: LayeredDomain) -> Vec<Vec<f64>> {
-    let (w, ghosts, blocks, n_local) =
-        (l.features_per_atom(), l.n_ghost(), l.blocks(), l.n_local());
-    let made_up = |n: usize, k: usize| -> Vec<f64> {
-        (0..n)
-            .map(|i| ((i * 7919 + k * 13) % 1000) as f64 * 1e-3 - 0.5)
-            .collect()
-    };
-    let mut records = vec![l.forward(calc, None).unwrap()];
-    for k in 1..blocks {
-        records.push(l.forward(calc, Some(&made_up(ghosts * w, k))).unwrap());
-    }
-    records.push(l.atom_energies().unwrap());
-    records.push(l.backward(calc, None).unwrap());
-    for k in 1..blocks {
-        records.push(l.backward(calc, Some(&made_up(n_local * w, k))).unwrap());
-    }
-    records.push(l.forces().unwrap().into_iter().flatten().collect());
-    records
-}
-
 /// A layered session keeps its list (cutoff + skin) while no atom moves more than half the
 /// skin, and its domains compute what fresh ones do (the skin's pairs add exact zeros); a
 /// larger move rebuilds it.
@@ -594,7 +570,10 @@ fn a_layered_session_reuses_its_list_and_matches_fresh_domains() {
         }
         let kept = session.domain(&calc, &d.numbers, &x, d.n_local).unwrap();
         let fresh = LayeredDomain::new(&calc, &d.numbers, &x, d.n_local).unwrap();
-        let (kept, fresh) = (layered_records(&calc, kept), layered_records(&calc, fresh));
+        let (kept, fresh) = (
+            common::layered_records(&calc, kept),
+            common::layered_records(&calc, fresh),
+        );
         for (k, (a, b)) in kept.iter().zip(&fresh).enumerate() {
             assert_eq!(a.len(), b.len(), "step {step}, record {k}");
             let scale = b.iter().fold(0.0f64, |m, v| m.max(v.abs()));

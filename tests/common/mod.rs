@@ -527,3 +527,30 @@ impl<F: mlff_distiller::md::ForceProvider> mlff_distiller::md::ForceProvider for
         self.inner.list_builds()
     }
 }
+
+/// One layered domain's records through the whole protocol, with made-up ghost features and
+/// received gradients (the same for every call): each block's outputs, the energies, the
+/// gradients sent back and the forces.
+pub fn layered_records(
+    calc: &PainnCalculator,
+    mut l: mlff_distiller::domain::LayeredDomain,
+) -> Vec<Vec<f64>> {
+    let (w, ghosts, blocks, n_local) =
+        (l.features_per_atom(), l.n_ghost(), l.blocks(), l.n_local());
+    let made_up = |n: usize, k: usize| -> Vec<f64> {
+        (0..n)
+            .map(|i| ((i * 7919 + k * 13) % 1000) as f64 * 1e-3 - 0.5)
+            .collect()
+    };
+    let mut records = vec![l.forward(calc, None).unwrap()];
+    for k in 1..blocks {
+        records.push(l.forward(calc, Some(&made_up(ghosts * w, k))).unwrap());
+    }
+    records.push(l.atom_energies().unwrap());
+    records.push(l.backward(calc, None).unwrap());
+    for k in 1..blocks {
+        records.push(l.backward(calc, Some(&made_up(n_local * w, k))).unwrap());
+    }
+    records.push(l.forces().unwrap().into_iter().flatten().collect());
+    records
+}

@@ -93,32 +93,15 @@ fn a_cuda_session_keeps_its_list_and_matches_fresh_calls() {
 /// A layered domain (ghosts to one cutoff, each block on the fused kernels over one-sided
 /// edges) on CUDA against the CPU: every block's outputs, the energies, the gradients sent
 /// back and the forces, with made-up ghost features and received gradients that both share
-/// (f64 to 1e-9 of each record's largest value; f32 to 2e-4).
+/// (`common::layered_records`; f64 to 1e-9 of each record's largest value, f32 to 2e-4).
 #[test]
 fn cuda_layered_domain_matches_cpu() {
     let (_, numbers, x, n_local) = slab();
     for (dtype, tol) in [(DType::F64, 1e-9), (DType::F32, 2e-4)] {
         let run = |dev: &Device| {
             let calc = shipped_calculator(dev, dtype, Backend::Fused);
-            let mut l = LayeredDomain::new(&calc, &numbers, &x, n_local).unwrap();
-            let (w, ghosts, blocks) = (l.features_per_atom(), l.n_ghost(), l.blocks());
-            let made_up = |n: usize, k: usize| -> Vec<f64> {
-                (0..n)
-                    .map(|i| ((i * 7919 + k * 13) % 1000) as f64 * 1e-3 - 0.5)
-                    .collect()
-            };
-            let mut records = vec![l.forward(&calc, None).unwrap()];
-            for k in 1..blocks {
-                records.push(l.forward(&calc, Some(&made_up(ghosts * w, k))).unwrap());
-            }
-            records.push(l.atom_energies().unwrap());
-            records.push(l.backward(&calc, None).unwrap());
-            for k in 1..blocks {
-                let received: Vec<f64> = made_up(n_local * w, k).iter().map(|g| 0.01 * g).collect();
-                records.push(l.backward(&calc, Some(&received)).unwrap());
-            }
-            records.push(l.forces().unwrap().into_iter().flatten().collect());
-            records
+            let l = LayeredDomain::new(&calc, &numbers, &x, n_local).unwrap();
+            crate::common::layered_records(&calc, l)
         };
         let (cpu, gpu) = (run(&Device::Cpu), run(&cuda()));
         for (k, (a, b)) in cpu.iter().zip(&gpu).enumerate() {
