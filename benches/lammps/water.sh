@@ -7,18 +7,19 @@
 #
 #   benches/lammps/water.sh [--device cpu|cuda] [--dtype f32|f64] [--ranks "1 2"]
 #                           [--replicas "2 4"] [--steps N] [--weak] [--out DIR] [--model M]
-#                           [--exchange ghosts|features]
+#                           [--exchange ghosts|features] [--no-md]
 #
 # --model defaults to models/painn-gfn2-water.safetensors; --exchange is the pair style's
-# (ghosts to the receptive field, the default, or to one cutoff with features exchanged).
+# (ghosts to the receptive field, the default, or to one cutoff with features exchanged);
+# --no-md times LAMMPS alone (a host without the mlff binary; its columns read "-").
 #
 # Runs from the repository root after `bash lammps/build.sh` (or with PLUGIN, LMP and MLFF set:
 # the plugin, the mpirun command with {n}, the mlff binary). Prints one table row per run and
-# writes the logs to --out. On the CPU each of n ranks gets RAYON_NUM_THREADS = cores / n
+# writes the logs to --out. Each of n ranks gets RAYON_NUM_THREADS = cores / n
 # (set RAYON_NUM_THREADS to override); `mlff md` keeps every core.
 set -euo pipefail
 device=cpu dtype=f32 ranks="1 2" replicas="2" steps=50 weak=0 out=/tmp/mlff-lammps-bench model=
-exchange=ghosts
+exchange=ghosts with_md=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --device) device="$2"; shift 2 ;;
@@ -30,6 +31,7 @@ while [ $# -gt 0 ]; do
     --out) out="$2"; shift 2 ;;
     --model) model="$2"; shift 2 ;;
     --exchange) exchange="$2"; shift 2 ;;
+    --no-md) with_md=0; shift ;;
     *) echo "water.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -85,9 +87,9 @@ thermo 1000
 run 10
 run $steps
 EOF
-  # On the CPU each rank's engine would take every core: give each its share instead.
+  # Each rank's engine would take every core (the model on the CPU, the host list on a GPU):
+  # give each its share instead.
   local threads=${RAYON_NUM_THREADS:-$(( $(nproc) / n > 0 ? $(nproc) / n : 1 ))}
-  [ "$device" = cpu ] || threads=${RAYON_NUM_THREADS:-$(nproc)}
   (cd "$out" && RAYON_NUM_THREADS=$threads ${LMP//\{n\}/$n} -in in.bench -log none > "$log" 2>&1) || {
     echo "LAMMPS failed, see $log:" >&2; tail -5 "$log" >&2; return 1; }
   # The last "Loop time of T on P procs for S steps with N atoms".
@@ -115,12 +117,15 @@ for k in $replicas; do
   for n in $ranks; do
     nx=$k; [ "$weak" = 1 ] && nx=$((k * n))
     atoms=$((192 * nx * k * k))
-    if [ -z "${md_of[$nx]:-}" ]; then
+    if [ "$with_md" = 0 ]; then
+      md_of[$nx]=-
+    elif [ -z "${md_of[$nx]:-}" ]; then
       tile "$nx" "$k" "$k" "$out/box.extxyz"
       md_of[$nx]=$(mlff_steps_per_s "$out/box.extxyz")
     fi
     md=${md_of[$nx]}
     lmp=$(lammps_steps_per_s "$n" "$nx" "$k" "$k")
-    python3 -c "print('| %d | %d | %s | %.3g | %s | %.2f |' % ($atoms, $n, $lmp, $lmp * $atoms, $md, $lmp / $md))"
+    python3 -c "md = '$md'; r = '-' if md == '-' else '%.2f' % ($lmp / float(md))
+print('| %d | %d | %s | %.3g | %s | %s |' % ($atoms, $n, $lmp, $lmp * $atoms, md, r))"
   done
 done
