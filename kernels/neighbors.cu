@@ -146,6 +146,16 @@ extern "C" __global__ void nl_scan_f64(const unsigned int* counts, unsigned int*
     }
 }
 
+// Padding after the `total` edges: atom k mod n to itself in every slot up to `capacity`.
+__device__ __forceinline__ void pad_slots(unsigned int* out, size_t total, size_t capacity,
+                                          size_t n, size_t thread, size_t threads) {
+    for (size_t k = total + thread; k < capacity; k += threads) {
+        const unsigned int a = (unsigned int)((k - total) % n);
+        out[k] = a;
+        out[capacity + k] = a;
+    }
+}
+
 // Centers (out[0..capacity]) and neighbours (out[capacity..2 capacity]) of every slot: each
 // atom's edges at its first slot, neighbours in increasing order (the host list's order), then
 // padding: atom k mod n to itself (its image offset, written by nl_offsets, lies beyond the
@@ -178,11 +188,7 @@ extern "C" __global__ void nl_fill_f64(const double* x, const double* g, const u
             }
         }
     }
-    for (size_t k = total + thread; k < capacity; k += threads) {
-        const unsigned int a = (unsigned int)((k - total) % n);
-        out[k] = a;
-        out[capacity + k] = a;
-    }
+    pad_slots(out, total, capacity, n, thread, threads);
 }
 
 // Image offsets S·cell of every slot ([capacity, 3]); padding slots get (pad, 0, 0).
@@ -293,3 +299,161 @@ __device__ void within_fill(const double* x, const unsigned int* scan,
     }
 WITHIN(f32, float)
 WITHIN(f64, double)
+
+// Binned builds: atoms sorted into bins at least one cutoff wide along every axis, so that an
+// atom's candidates are the atoms of its own and the adjacent bins (O(N) pair tests, where the
+// kernels above test all pairs). `grid` holds 9 doubles: bins per axis nb[k] (0..3), then
+// lo[k] (3..6) and inv[k] (6..9): along axis k the bin of u_k = x·recip[k] (the fractional
+// coordinate, wrapped into [0, 1) along a periodic axis, where lo = 0) is floor((u_k - lo[k])
+// * inv[k]), clamped into [0, nb[k]). Edges come out as the all-pairs kernels list them:
+// the same test, each atom's neighbours in increasing order.
+__device__ __forceinline__ unsigned int bin_axis(const double* x, size_t i, const double* g,
+                                                 const double* grid, int k) {
+    double u = dot3(x[3 * i], x[3 * i + 1], x[3 * i + 2], g + 3 * k);
+    if (g[27 + k] != 0.0) u = __dsub_rn(u, floor(u));
+    double t = floor(__dmul_rn(__dsub_rn(u, grid[3 + k]), grid[6 + k]));
+    const double top = grid[k] - 1.0;
+    if (!(t >= 0.0)) t = 0.0;  // NaN too
+    if (t > top) t = top;
+    return (unsigned int)t;
+}
+
+// Each atom's bin, flattened (b0 nb1 + b1) nb2 + b2: one thread per atom.
+extern "C" __global__ void nl_bin_of_f64(const double* x, const double* g, const double* grid,
+                                         unsigned int* out, size_t n) {
+    const unsigned int nb1 = (unsigned int)grid[1], nb2 = (unsigned int)grid[2];
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        out[i] = (bin_axis(x, i, g, grid, 0) * nb1 + bin_axis(x, i, g, grid, 1)) * nb2 +
+                 bin_axis(x, i, g, grid, 2);
+    }
+}
+
+// Atoms per bin (`counts` zeroed before the launch).
+extern "C" __global__ void nl_bin_count_f64(const unsigned int* bin, unsigned int* counts,
+                                            size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        atomicAdd(&counts[bin[i]], 1u);
+    }
+}
+
+// The atoms of every bin at the bin's slots (`bscan`, nl_scan of the counts): out[0..n] the
+// atoms, in any order within a bin; out[n..n + bins] the cursors (zeroed before the launch).
+extern "C" __global__ void nl_bin_place_f64(const unsigned int* bin, const unsigned int* bscan,
+                                            unsigned int* out, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const unsigned int b = bin[i];
+        out[bscan[b] + atomicAdd(&out[n + b], 1u)] = (unsigned int)i;
+    }
+}
+
+// The bin `d` (-1, 0, 1) away from `b` along axis k, or false: past the end of a non-periodic
+// axis, or (a periodic axis of one or two bins) a bin an earlier `d` already gave.
+__device__ __forceinline__ bool next_bin(unsigned int b, int d, unsigned int nb, bool periodic,
+                                         unsigned int* out) {
+    const int t = (int)b + d;
+    if (periodic) {
+        if ((nb == 1 && d != 0) || (nb == 2 && d == 1)) return false;
+        *out = (unsigned int)((t + (int)nb) % (int)nb);
+        return true;
+    }
+    if (t < 0 || t >= (int)nb) return false;
+    *out = (unsigned int)t;
+    return true;
+}
+
+// Calls visit(j, edge) for every candidate j of atom i (the atoms of the bins around its own),
+// 32 at a time, lane by lane: warp-uniform, every lane of the warp calls it.
+template <typename Visit>
+__device__ __forceinline__ void binned_candidates(const double* x, const double* g,
+                                                  const double* grid, const unsigned int* bin,
+                                                  const unsigned int* bscan,
+                                                  const unsigned int* batoms, size_t i,
+                                                  bool periodic, double cut2, Visit visit) {
+    const unsigned lane = threadIdx.x & 31;
+    const unsigned int nb[3] = {(unsigned int)grid[0], (unsigned int)grid[1],
+                                (unsigned int)grid[2]};
+    const unsigned int own = bin[i];
+    const unsigned int b[3] = {own / (nb[1] * nb[2]), (own / nb[2]) % nb[1], own % nb[2]};
+    for (int d0 = -1; d0 <= 1; ++d0) {
+        unsigned int c0;
+        if (!next_bin(b[0], d0, nb[0], g[27] != 0.0, &c0)) continue;
+        for (int d1 = -1; d1 <= 1; ++d1) {
+            unsigned int c1;
+            if (!next_bin(b[1], d1, nb[1], g[28] != 0.0, &c1)) continue;
+            for (int d2 = -1; d2 <= 1; ++d2) {
+                unsigned int c2;
+                if (!next_bin(b[2], d2, nb[2], g[29] != 0.0, &c2)) continue;
+                const unsigned int c = (c0 * nb[1] + c1) * nb[2] + c2;
+                const size_t lo = bscan[c], hi = bscan[c + 1];
+                for (size_t k0 = lo; k0 < hi; k0 += 32) {
+                    const size_t k = k0 + lane;
+                    const size_t j = k < hi ? batoms[k] : 0;
+                    int s[3];
+                    const bool e = k < hi && pair_edge(x, i, j, g, periodic, cut2, s);
+                    visit(j, e);
+                }
+            }
+        }
+    }
+}
+
+// Edges per atom, binned: one warp per atom.
+extern "C" __global__ void nl_count_binned_f64(const double* x, const double* g,
+                                               const double* grid, const unsigned int* bin,
+                                               const unsigned int* bscan,
+                                               const unsigned int* batoms, unsigned int* counts,
+                                               size_t n, unsigned int periodic, double cut2) {
+    const unsigned lane = threadIdx.x & 31;
+    const size_t warps = ((size_t)gridDim.x * blockDim.x) >> 5;
+    for (size_t i = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5; i < n; i += warps) {
+        unsigned int c = 0;
+        binned_candidates(x, g, grid, bin, bscan, batoms, i, periodic != 0, cut2,
+                          [&](size_t, bool e) { c += __popc(__ballot_sync(FULL_MASK, e)); });
+        if (lane == 0) counts[i] = c;
+    }
+}
+
+// nl_fill, binned: each atom's edges at its slots in bin order, then put in increasing order
+// of neighbour by rank (the centers' slots hold the unsorted copy meanwhile; neighbours of one
+// atom are distinct).
+extern "C" __global__ void nl_fill_binned_f64(const double* x, const double* g,
+                                              const double* grid, const unsigned int* bin,
+                                              const unsigned int* bscan,
+                                              const unsigned int* batoms,
+                                              const unsigned int* scan, unsigned int* out,
+                                              size_t n, size_t capacity, unsigned int periodic,
+                                              double cut2) {
+    const bool overflow = scan[n + 1] != 0;
+    const size_t total = overflow ? 0 : scan[n];
+    const unsigned lane = threadIdx.x & 31;
+    const size_t thread = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    const size_t threads = (size_t)gridDim.x * blockDim.x;
+    if (!overflow) {
+        for (size_t i = thread >> 5; i < n; i += threads >> 5) {
+            const size_t first = scan[i];
+            size_t slot = first;
+            binned_candidates(x, g, grid, bin, bscan, batoms, i, periodic != 0, cut2,
+                              [&](size_t j, bool e) {
+                                  const unsigned mask = __ballot_sync(FULL_MASK, e);
+                                  if (e) out[slot + __popc(mask & ((1u << lane) - 1u))] =
+                                      (unsigned int)j;
+                                  slot += __popc(mask);
+                              });
+            __syncwarp();
+            const size_t len = slot - first;
+            for (size_t t = lane; t < len; t += 32) {
+                const unsigned int v = out[first + t];
+                unsigned int r = 0;
+                for (size_t u = 0; u < len; ++u) r += out[first + u] < v;
+                out[capacity + first + r] = v;
+            }
+            __syncwarp();
+            for (size_t t = lane; t < len; t += 32) out[first + t] = (unsigned int)i;
+            __syncwarp();
+        }
+    }
+    pad_slots(out, total, capacity, n, thread, threads);
+}

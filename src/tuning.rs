@@ -86,8 +86,12 @@ tuning! {
     /// Edge count from which the untiled adjoint gives each warp all features of an edge: with
     /// fewer edges, one warp per 32 features keeps the multiprocessors busy.
     adjoint_warp_per_edge_from_edges: usize = 8_192,
+    /// Device neighbour lists of periodic cells with at least this many atoms sort the atoms
+    /// into bins first (each atom tests the atoms of the adjacent bins, not all atoms).
+    device_list_bins_from_atoms: usize = 4_096,
     /// Device neighbour lists of at least this many edges are pruned to the cutoff before each
-    /// eager MD call: the skin's extra pairs cost more than the four pruning launches.
+    /// eager MD call or domain call: the skin's extra pairs cost more than the four pruning
+    /// launches.
     prune_from_edges: usize = 8_192,
     /// `--graphs auto` captures MD steps for neighbour lists of up to this many edges; beyond
     /// it the kernels, not their launches, are the time and each re-capture costs calls.

@@ -5,7 +5,7 @@
 mod common;
 
 use candle_core::{DType, Device, Tensor};
-use common::device_list::{check_against_host, scattered};
+use common::device_list::{check_against_host, check_binned, scattered};
 use common::{random_box, random_molecule};
 use mlff_distiller::neighbors::DeviceListBuilder;
 use mlff_distiller::systems::{aspirin, water_box};
@@ -177,4 +177,70 @@ fn a_batch_of_overlapping_systems_pairs_atoms_only_within_each() {
     ];
     let edges = common::device_list::check_systems_against_host(&systems, 5.0, &Device::Cpu);
     assert!(edges > 0);
+}
+
+/// Binned builds (atoms sorted into bins one cutoff wide, candidates from the adjacent bins)
+/// list exactly what testing all pairs lists: periodic boxes of two bins an axis (where the
+/// bins either side are one) and of several, triclinic, a slab and molecules (bins over the
+/// atoms' range), atoms outside the cell, a sparse box whose bins are capped, overflow.
+#[test]
+fn binned_builds_list_what_all_pairs_list() {
+    let cpu = Device::Cpu;
+    let mut slab = random_box(200, 0.25, 5);
+    slab.pbc = [true, true, false];
+    let mut sparse = random_molecule(30, 7);
+    for (i, x) in sparse
+        .positions
+        .iter_mut()
+        .enumerate()
+        .filter(|(i, _)| i % 5 == 0)
+    {
+        x[i % 3] += 40.0 * i as f64;
+    }
+    let mut bare = water_box(125, 3);
+    bare.cell = None;
+    bare.pbc = [false; 3];
+    let cases = [
+        (water_box(64, 1), 6.0, [2, 2, 2]),
+        (scattered(&water_box(343, 2)), 5.0, [4, 4, 4]),
+        (scattered(&random_box(300, 0.3, 6)), 4.0, [3, 3, 3]),
+        (scattered(&slab), 4.0, [3, 3, 3]),
+        (aspirin(), 3.0, [2, 2, 1]),
+        (bare, 5.0, [2, 2, 2]),
+        // Bins over ~1,100 Å along each axis, capped at 2 n in all.
+        (sparse, 5.0, [4, 4, 3]),
+    ];
+    for (s, cutoff, want) in &cases {
+        let (shape, edges) = check_binned(s, *cutoff, 30_000, &cpu);
+        let bins: usize = shape.iter().product();
+        assert!(bins <= 2 * s.len(), "{shape:?} bins for {} atoms", s.len());
+        assert_eq!(&shape, want, "{} atoms", s.len());
+        assert!(edges > 0);
+        check_binned(s, *cutoff, edges - 1, &cpu);
+    }
+}
+
+/// `binned_from` bins the builds of a periodic cell from the given atom count, and the list is
+/// the host cell list's.
+#[test]
+fn builders_bin_periodic_cells_from_a_size() {
+    let cpu = Device::Cpu;
+    let s = water_box(343, 4);
+    let b = DeviceListBuilder::new(6.0, s.cell.as_ref(), s.pbc, &cpu).unwrap();
+    let flat: Vec<f64> = s.positions.iter().flatten().copied().collect();
+    let x = b
+        .wrap(&Tensor::from_vec(flat, (s.len(), 3), &cpu).unwrap())
+        .unwrap();
+    let pairs = b.build(&x, 80_000, DType::F64).unwrap();
+    let binned = b.clone().binned_from(s.len(), s.len()).unwrap();
+    let list = binned.build(&x, 80_000, DType::F64).unwrap();
+    assert_eq!(
+        list.neighbors.to_vec1::<u32>().unwrap(),
+        pairs.neighbors.to_vec1::<u32>().unwrap()
+    );
+    assert_eq!(list.status().unwrap(), pairs.status().unwrap());
+    // A molecule is never binned this way: it has no cell to take the bins from.
+    let m = aspirin();
+    let b = DeviceListBuilder::new(5.0, None, [false; 3], &cpu).unwrap();
+    assert!(b.binned_from(m.len(), 1).is_ok());
 }

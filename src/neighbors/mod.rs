@@ -21,7 +21,9 @@ mod verlet;
 
 pub use brute::brute_force_neighbor_list;
 pub use cell_list::{neighbor_list, neighbor_list_into};
-pub use device::{padding_offset, DeviceListBuilder, ListStatus, PaddedList, PRUNE_MARGIN};
+pub use device::{
+    padding_offset, BinGrid, DeviceListBuilder, ListStatus, PaddedList, PRUNE_MARGIN,
+};
 pub use verlet::{strained_half_skin, VerletList};
 
 use crate::error::{Error, Result};

@@ -121,3 +121,37 @@ pub fn check_systems_against_host(systems: &[Structure], cutoff: f64, dev: &Devi
     assert_eq!(neighbors, nl.neighbors);
     nl.len()
 }
+
+/// Builds `s`'s list on `dev` binned (bins from the host positions, unwrapped) and testing all
+/// pairs, and checks the two slot for slot: centers, neighbours, offsets (f64, exactly) and
+/// status. Returns the bins per axis and the edge count.
+pub fn check_binned(
+    s: &Structure,
+    cutoff: f64,
+    capacity: usize,
+    dev: &Device,
+) -> ([usize; 3], usize) {
+    let b = DeviceListBuilder::new(cutoff, s.cell.as_ref(), s.pbc, dev).unwrap();
+    let flat: Vec<f64> = s.positions.iter().flatten().copied().collect();
+    let x = Tensor::from_vec(flat, (s.len(), 3), dev).unwrap();
+    let grid = b.bin_grid(s.len(), Some(&s.positions)).unwrap();
+    let binned = b.build_binned(&x, &grid, capacity, DType::F64).unwrap();
+    let pairs = b.build(&x, capacity, DType::F64).unwrap();
+    let st = pairs.status().unwrap();
+    assert_eq!(
+        binned.status().unwrap(),
+        st,
+        "status, bins {:?}",
+        grid.shape()
+    );
+    let u32s = |t: &Tensor| t.to_vec1::<u32>().unwrap();
+    assert_eq!(u32s(&binned.centers), u32s(&pairs.centers), "centers");
+    assert_eq!(
+        u32s(&binned.neighbors),
+        u32s(&pairs.neighbors),
+        "neighbours"
+    );
+    let f64s = |t: &Tensor| t.flatten_all().unwrap().to_vec1::<f64>().unwrap();
+    assert_eq!(f64s(&binned.offsets), f64s(&pairs.offsets), "offsets");
+    (grid.shape(), st.edges)
+}

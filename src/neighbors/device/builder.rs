@@ -1,5 +1,6 @@
 //! The builder: checks a cell fits the device list, wraps positions and builds padded lists.
 
+use super::bins::{ranges, BinGrid};
 use super::list::{padding_offset, PaddedList};
 use super::step::{Step, StepOp, GEOMETRY_LEN};
 use crate::error::{Error, Result};
@@ -16,6 +17,11 @@ pub struct DeviceListBuilder {
     /// rows, periodic flags; on the device.
     geometry: Tensor,
     host_geometry: [f64; GEOMETRY_LEN],
+    /// Perpendicular widths of the cell's basis.
+    widths: [f64; 3],
+    /// The bins of every build without spans (a periodic cell of many atoms), else all pairs;
+    /// with their values on the device (no upload while a graph may be capturing a build).
+    bins: Option<(BinGrid, Tensor)>,
 }
 
 /// Relative margin below half the perpendicular width, far above the rounding of fractional
@@ -61,7 +67,32 @@ impl DeviceListBuilder {
             periodic: g.periodic.iter().any(|&p| p),
             geometry: Tensor::from_slice(&host_geometry, GEOMETRY_LEN, device)?,
             host_geometry,
+            widths: g.widths,
+            bins: None,
         })
+    }
+
+    /// Builds without spans bin the atoms ([`build_binned`](Self::build_binned)) when the
+    /// cell is periodic along every axis and there are at least `from_atoms` of the `n`
+    /// atoms (`Tuning::device_list_bins_from_atoms`); else they test all pairs.
+    pub fn binned_from(mut self, n: usize, from_atoms: usize) -> Result<Self> {
+        let periodic = (0..3).all(|k| self.host_geometry[27 + k] != 0.0);
+        self.bins = match periodic && n >= from_atoms {
+            true => {
+                let grid = self.bin_grid(n, None)?;
+                let values = Tensor::from_slice(&grid.values, 9, self.geometry.device())?;
+                Some((grid, values))
+            }
+            false => None,
+        };
+        Ok(self)
+    }
+
+    /// The bins of a binned build of `n` atoms; `positions` (on the host) give the range along
+    /// non-periodic axes, which need them.
+    pub fn bin_grid(&self, n: usize, positions: Option<&[[f64; 3]]>) -> Result<BinGrid> {
+        let r = positions.map(|x| ranges(&self.host_geometry, x));
+        BinGrid::new(&self.host_geometry, self.widths, self.cutoff, r, n)
     }
 
     pub fn cutoff(&self) -> f64 {
@@ -99,6 +130,110 @@ impl DeviceListBuilder {
         capacity: usize,
         dtype: DType,
     ) -> Result<PaddedList> {
+        self.check_build(positions, spans, capacity, dtype)?;
+        let n = positions.dim(0)?;
+        let dev = positions.device();
+        if n == 0 {
+            return Ok(PaddedList {
+                centers: Tensor::zeros(capacity, DType::U32, dev)?,
+                neighbors: Tensor::zeros(capacity, DType::U32, dev)?,
+                offsets: Tensor::zeros((capacity, 3), dtype, dev)?,
+                status: Tensor::zeros(2, DType::U32, dev)?,
+                scan: Tensor::zeros(2, DType::U32, dev)?,
+            });
+        }
+        let x = positions.contiguous()?;
+        if let (None, Some((grid, values))) = (spans, &self.bins) {
+            return self.binned(&x, grid, values, capacity, dtype);
+        }
+        let counts = self.run_spans(Step::Count, &[&x], spans, n, DType::U32, n)?;
+        let scan = self.run(Step::Scan { capacity }, &[&counts], n + 2, DType::U32, n)?;
+        let edges = self.run_spans(
+            Step::Fill { capacity },
+            &[&x, &scan],
+            spans,
+            2 * capacity,
+            DType::U32,
+            n,
+        )?;
+        self.finish(&x, scan, edges, capacity, dtype)
+    }
+
+    /// [`build`](Self::build) with the atoms sorted into `grid`'s bins first: the same list.
+    pub fn build_binned(
+        &self,
+        positions: &Tensor,
+        grid: &BinGrid,
+        capacity: usize,
+        dtype: DType,
+    ) -> Result<PaddedList> {
+        self.check_build(positions, None, capacity, dtype)?;
+        if positions.dim(0)? == 0 {
+            return self.build_systems(positions, None, capacity, dtype);
+        }
+        let values = Tensor::from_slice(&grid.values, 9, positions.device())?;
+        self.binned(&positions.contiguous()?, grid, &values, capacity, dtype)
+    }
+
+    /// The binned build; `g` holds `grid`'s values on the device.
+    fn binned(
+        &self,
+        x: &Tensor,
+        grid: &BinGrid,
+        g: &Tensor,
+        capacity: usize,
+        dtype: DType,
+    ) -> Result<PaddedList> {
+        let (n, bins, u) = (x.dim(0)?, grid.bins(), DType::U32);
+        let bin = self.run(Step::BinOf, &[x, g], n, u, n)?;
+        let counts = self.run(Step::BinCount { bins }, &[&bin], bins, u, n)?;
+        let bscan = self.run(Step::Scan { capacity: n }, &[&counts], bins + 2, u, bins)?;
+        let placed = self.run(Step::BinPlace { bins }, &[&bin, &bscan], n + bins, u, n)?;
+        let inputs = [x, g, &bin, &bscan, &placed];
+        let counts = self.run(Step::CountBinned, &inputs, n, u, n)?;
+        let scan = self.run(Step::Scan { capacity }, &[&counts], n + 2, u, n)?;
+        let fill = [x, g, &bin, &bscan, &placed, &scan];
+        let edges = self.run(Step::FillBinned { capacity }, &fill, 2 * capacity, u, n)?;
+        self.finish(x, scan, edges, capacity, dtype)
+    }
+
+    /// The offsets of a filled list, and the list.
+    fn finish(
+        &self,
+        x: &Tensor,
+        scan: Tensor,
+        edges: Tensor,
+        capacity: usize,
+        dtype: DType,
+    ) -> Result<PaddedList> {
+        let (n, dev) = (x.dim(0)?, x.device());
+        let offsets = match capacity {
+            0 => Tensor::zeros((0, 3), dtype, dev)?,
+            _ => self.run(
+                Step::Offsets { capacity },
+                &[x, &scan, &edges],
+                (capacity, 3),
+                dtype,
+                n,
+            )?,
+        };
+        Ok(PaddedList {
+            centers: edges.narrow(0, 0, capacity)?,
+            neighbors: edges.narrow(0, capacity, capacity)?,
+            offsets,
+            status: scan.narrow(0, n, 2)?,
+            scan,
+        })
+    }
+
+    /// The arguments of a build are well formed.
+    fn check_build(
+        &self,
+        positions: &Tensor,
+        spans: Option<&Tensor>,
+        capacity: usize,
+        dtype: DType,
+    ) -> Result<()> {
         self.check_positions(positions)?;
         if let Some(s) = spans {
             let n = positions.dim(0)?;
@@ -120,45 +255,7 @@ impl DeviceListBuilder {
                 "offsets must be f32 or f64, not {dtype:?}"
             )));
         }
-        let n = positions.dim(0)?;
-        let dev = positions.device();
-        if n == 0 {
-            return Ok(PaddedList {
-                centers: Tensor::zeros(capacity, DType::U32, dev)?,
-                neighbors: Tensor::zeros(capacity, DType::U32, dev)?,
-                offsets: Tensor::zeros((capacity, 3), dtype, dev)?,
-                status: Tensor::zeros(2, DType::U32, dev)?,
-                scan: Tensor::zeros(2, DType::U32, dev)?,
-            });
-        }
-        let x = positions.contiguous()?;
-        let counts = self.run_spans(Step::Count, &[&x], spans, n, DType::U32, n)?;
-        let scan = self.run(Step::Scan { capacity }, &[&counts], n + 2, DType::U32, n)?;
-        let edges = self.run_spans(
-            Step::Fill { capacity },
-            &[&x, &scan],
-            spans,
-            2 * capacity,
-            DType::U32,
-            n,
-        )?;
-        let offsets = match capacity {
-            0 => Tensor::zeros((0, 3), dtype, dev)?,
-            _ => self.run(
-                Step::Offsets { capacity },
-                &[&x, &scan, &edges],
-                (capacity, 3),
-                dtype,
-                n,
-            )?,
-        };
-        Ok(PaddedList {
-            centers: edges.narrow(0, 0, capacity)?,
-            neighbors: edges.narrow(0, capacity, capacity)?,
-            offsets,
-            status: scan.narrow(0, n, 2)?,
-            scan,
-        })
+        Ok(())
     }
 
     pub(super) fn check_positions(&self, positions: &Tensor) -> Result<()> {

@@ -95,11 +95,7 @@ impl Twin<'_> {
                 }
             }
         }
-        for k in total..capacity {
-            let a = ((k - total) % n) as u32;
-            out[k] = a;
-            out[capacity + k] = a;
-        }
+        pad_slots(&mut out, total, capacity, n);
         out
     }
 
@@ -154,6 +150,145 @@ impl Twin<'_> {
         }
         out
     }
+}
+
+/// The binned steps: kernels/neighbors.cu's traversal of the bins around each atom.
+impl Twin<'_> {
+    /// Atom i's bin along axis k (`grid`: bins, lo, inv per axis).
+    fn bin_axis(&self, x: &[f64], i: usize, grid: &[f64], k: usize) -> u32 {
+        let mut u = dot3(
+            [x[3 * i], x[3 * i + 1], x[3 * i + 2]],
+            &self.g[3 * k..3 * k + 3],
+        );
+        if self.g[27 + k] != 0.0 {
+            u -= u.floor();
+        }
+        let t = ((u - grid[3 + k]) * grid[6 + k]).floor();
+        let t = if t >= 0.0 { t } else { 0.0 };
+        t.min(grid[k] - 1.0) as u32
+    }
+
+    pub fn bin_of(&self, x: &[f64], grid: &[f64]) -> Vec<u32> {
+        let (nb1, nb2) = (grid[1] as u32, grid[2] as u32);
+        (0..self.n)
+            .map(|i| {
+                let b: [u32; 3] = std::array::from_fn(|k| self.bin_axis(x, i, grid, k));
+                (b[0] * nb1 + b[1]) * nb2 + b[2]
+            })
+            .collect()
+    }
+
+    /// Atom i's candidates: the atoms of its own and the adjacent bins, in traversal order.
+    fn binned_candidates(&self, grid: &[f64], bins: &Placed, i: usize) -> Vec<usize> {
+        let nb: [u32; 3] = std::array::from_fn(|k| grid[k] as u32);
+        let own = bins.bin[i];
+        let b = [own / (nb[1] * nb[2]), (own / nb[2]) % nb[1], own % nb[2]];
+        let next = |k: usize, d: i64| next_bin(b[k], d, nb[k], self.g[27 + k] != 0.0);
+        let mut out = Vec::new();
+        for d0 in -1..=1 {
+            let Some(c0) = next(0, d0) else { continue };
+            for d1 in -1..=1 {
+                let Some(c1) = next(1, d1) else { continue };
+                for d2 in -1..=1 {
+                    let Some(c2) = next(2, d2) else { continue };
+                    let c = ((c0 * nb[1] + c1) * nb[2] + c2) as usize;
+                    let slots = bins.scan[c] as usize..bins.scan[c + 1] as usize;
+                    out.extend(slots.map(|k| bins.atoms[k] as usize));
+                }
+            }
+        }
+        out
+    }
+
+    fn binned_edges(&self, x: &[f64], grid: &[f64], bins: &Placed, i: usize) -> Vec<u32> {
+        let mut edges: Vec<u32> = (self.binned_candidates(grid, bins, i).into_iter())
+            .filter(|&j| self.pair(x, i, j).0)
+            .map(|j| j as u32)
+            .collect();
+        edges.sort_unstable();
+        edges
+    }
+
+    pub fn count_binned(&self, x: &[f64], grid: &[f64], bins: &Placed) -> Vec<u32> {
+        (0..self.n)
+            .map(|i| self.binned_edges(x, grid, bins, i).len() as u32)
+            .collect()
+    }
+
+    pub fn fill_binned(
+        &self,
+        x: &[f64],
+        grid: &[f64],
+        bins: &Placed,
+        scan: &[u32],
+        capacity: usize,
+    ) -> Vec<u32> {
+        let n = self.n;
+        let mut out = vec![0u32; 2 * capacity];
+        let overflow = scan[n + 1] != 0;
+        let total = if overflow { 0 } else { scan[n] as usize };
+        if !overflow {
+            for (i, &start) in scan[..n].iter().enumerate() {
+                for (slot, j) in (start as usize..).zip(self.binned_edges(x, grid, bins, i)) {
+                    out[slot] = i as u32;
+                    out[capacity + slot] = j;
+                }
+            }
+        }
+        pad_slots(&mut out, total, capacity, n);
+        out
+    }
+}
+
+/// The atoms sorted into bins: each atom's bin, the bins' scan, the atoms in bin order.
+pub(super) struct Placed {
+    pub bin: Vec<u32>,
+    pub scan: Vec<u32>,
+    pub atoms: Vec<u32>,
+}
+
+/// The bin `d` away from `b` along an axis of `nb` bins, as kernels/neighbors.cu next_bin.
+fn next_bin(b: u32, d: i64, nb: u32, periodic: bool) -> Option<u32> {
+    let t = b as i64 + d;
+    if periodic {
+        if (nb == 1 && d != 0) || (nb == 2 && d == 1) {
+            return None;
+        }
+        return Some((t + nb as i64).rem_euclid(nb as i64) as u32);
+    }
+    (0..nb as i64).contains(&t).then_some(t as u32)
+}
+
+/// Padding after the `total` edges: atom k mod n to itself in every slot up to `capacity`.
+fn pad_slots(out: &mut [u32], total: usize, capacity: usize, n: usize) {
+    for k in total..capacity {
+        let a = ((k - total) % n) as u32;
+        out[k] = a;
+        out[capacity + k] = a;
+    }
+}
+
+/// Atoms per bin.
+pub(super) fn bin_count(bin: &[u32], bins: usize) -> Vec<u32> {
+    let mut counts = vec![0u32; bins];
+    for &b in bin {
+        counts[b as usize] += 1;
+    }
+    counts
+}
+
+/// The atoms at their bins' slots (in increasing order within a bin: the kernel's order
+/// there is any), then each bin's count (the kernel's cursors).
+pub(super) fn bin_place(bin: &[u32], bscan: &[u32], bins: usize) -> Vec<u32> {
+    let n = bin.len();
+    let mut out = vec![0u32; n + bins];
+    for (i, &b) in bin.iter().enumerate() {
+        let b = b as usize;
+        let slot = bscan[b] as usize + out[n + b] as usize;
+        out[slot] = i as u32;
+        out[n + b] += 1;
+    }
+    out
 }
 
 /// The kept slots ([`Twin::kept`]) at their new places (`kept_scan`): [centers |

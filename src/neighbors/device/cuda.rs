@@ -71,10 +71,13 @@ pub(super) fn launch(op: &StepOp, dev: &CudaDevice) -> Result<(CudaStorage, cand
     };
     let func = cached_function(dev, op.step.kernel(), "neighbors", IMAGE, suffix, 0)?;
     let cfg = match op.step {
-        Step::Wrap => grid_stride(n),
-        Step::Count | Step::Fill { .. } | Step::PruneCount { .. } | Step::PruneFill { .. } => {
-            warp_per_atom(n)
-        }
+        Step::Wrap | Step::BinOf | Step::BinCount { .. } | Step::BinPlace { .. } => grid_stride(n),
+        Step::Count
+        | Step::Fill { .. }
+        | Step::CountBinned
+        | Step::FillBinned { .. }
+        | Step::PruneCount { .. }
+        | Step::PruneFill { .. } => warp_per_atom(n),
         Step::Scan { .. } => LaunchConfig {
             grid_dim: (1, 1, 1),
             block_dim: (1024, 1, 1),
@@ -94,25 +97,49 @@ pub(super) fn launch(op: &StepOp, dev: &CudaDevice) -> Result<(CudaStorage, cand
         // The positions are followed by the geometry in the kernels that build.
         let builds = matches!(
             op.step,
-            Step::Wrap | Step::Count | Step::Fill { .. } | Step::Offsets { .. }
+            Step::Wrap
+                | Step::Count
+                | Step::Fill { .. }
+                | Step::Offsets { .. }
+                | Step::BinOf
+                | Step::CountBinned
+                | Step::FillBinned { .. }
         );
         if k == 0 && builds {
             b.arg(&geometry);
         }
     }
     let capacity = match op.step {
-        Step::Scan { capacity } | Step::Fill { capacity } | Step::Offsets { capacity } => capacity,
+        Step::Scan { capacity }
+        | Step::Fill { capacity }
+        | Step::FillBinned { capacity }
+        | Step::Offsets { capacity } => capacity,
         Step::PruneFill { edges, .. } => edges,
-        Step::Wrap | Step::Count | Step::PruneCount { .. } => 0,
+        _ => 0,
     };
+    // The bin counts and cursors are added to atomically.
+    let zeroed = matches!(op.step, Step::BinCount { .. } | Step::BinPlace { .. });
     macro_rules! finish {
         ($t:ty) => {{
-            // SAFETY: every kernel of neighbors.cu writes all `len` elements of its output.
-            let mut out = unsafe { dev.alloc::<$t>(len)? };
+            let mut out = match zeroed {
+                true => dev.alloc_zeros::<$t>(len)?,
+                // SAFETY: every other kernel of neighbors.cu writes all `len` elements of its
+                // output.
+                false => unsafe { dev.alloc::<$t>(len)? },
+            };
             b.arg(&mut out);
             b.arg(&n);
             match op.step {
-                Step::Wrap => {}
+                Step::Wrap | Step::BinOf | Step::BinCount { .. } | Step::BinPlace { .. } => {}
+                Step::CountBinned => {
+                    b.arg(&periodic);
+                    b.arg(&op.cut2);
+                }
+                Step::FillBinned { .. } => {
+                    b.arg(&capacity);
+                    b.arg(&periodic);
+                    b.arg(&op.cut2);
+                }
                 Step::Count => {
                     b.arg(&periodic);
                     b.arg(&op.cut2);

@@ -18,6 +18,7 @@
 //! `list` holds the padded list, `builder` builds it, `prune` cuts it to a cutoff; `step` names
 //! the kernels of a build and `op` runs one on the CPU twin (`cpu`) or on CUDA (`cuda`).
 
+mod bins;
 mod builder;
 mod cpu;
 #[cfg(feature = "cuda")]
@@ -27,6 +28,7 @@ mod op;
 mod prune;
 mod step;
 
+pub use bins::BinGrid;
 pub use builder::DeviceListBuilder;
 pub use list::{padding_offset, ListStatus, PaddedList};
 pub use prune::PRUNE_MARGIN;

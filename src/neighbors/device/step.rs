@@ -20,6 +20,24 @@ pub(super) enum Step {
     Offsets {
         capacity: usize,
     },
+    /// Each atom's bin (binned builds; inputs: positions, bin grid).
+    BinOf,
+    /// Atoms per bin, of `bins` (input: the atoms' bins).
+    BinCount {
+        bins: usize,
+    },
+    /// The atoms in bin order, then the bins' cursors (inputs: bins, their scan).
+    BinPlace {
+        bins: usize,
+    },
+    /// [`Count`](Self::Count) over the adjacent bins (inputs: positions, grid, bins, their
+    /// scan, the placed atoms).
+    CountBinned,
+    /// [`Fill`](Self::Fill) over the adjacent bins (the inputs of `CountBinned`, then the
+    /// edges' scan).
+    FillBinned {
+        capacity: usize,
+    },
     /// Pruning, to the squared cutoff `cut2`.
     PruneCount {
         cut2: f64,
@@ -54,6 +72,11 @@ impl Step {
             Self::Scan { .. } => "nl_scan",
             Self::Fill { .. } => "nl_fill",
             Self::Offsets { .. } => "nl_offsets",
+            Self::BinOf => "nl_bin_of",
+            Self::BinCount { .. } => "nl_bin_count",
+            Self::BinPlace { .. } => "nl_bin_place",
+            Self::CountBinned => "nl_count_binned",
+            Self::FillBinned { .. } => "nl_fill_binned",
             Self::PruneCount { .. } => "nl_within_count",
             Self::PruneFill { .. } => "nl_within_fill",
         }

@@ -8,7 +8,6 @@ use crate::error::{Error, Result};
 use crate::md::forces::provider::Evaluation;
 use crate::md::positions::{displacement2, largest_displacement2, non_finite_atom};
 use crate::neighbors::strained_half_skin;
-use crate::neighbors::DeviceListBuilder;
 use crate::stress::{strain_derivative, stresses_of, Matrix3};
 use crate::structure::{inverse, Lattice};
 use candle_core::{DType, Tensor, Var};
@@ -75,9 +74,8 @@ impl PainnForces<'_> {
             return Ok(());
         }
         let s = &self.systems[0];
-        let dev = self.calculator.device();
         let cutoff = self.cutoff + self.skin;
-        let builder = DeviceListBuilder::new(cutoff, s.cell.as_ref(), s.pbc, dev);
+        let builder = self.device_builder(cutoff, s.cell.as_ref(), s.pbc);
         self.device_list = match (builder, self.list_site) {
             (Err(e), ListSite::Device) => return Err(e),
             (builder, _) => builder.ok(),

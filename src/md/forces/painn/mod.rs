@@ -307,10 +307,22 @@ impl<'a> PainnForces<'a> {
         self.device_list = match site {
             ListSite::Host => None,
             ListSite::Auto if !dev.is_cuda() || !one_cell => None,
-            ListSite::Auto => DeviceListBuilder::new(cutoff, cell, pbc, dev).ok(),
-            ListSite::Device => Some(DeviceListBuilder::new(cutoff, cell, pbc, dev)?),
+            ListSite::Auto => self.device_builder(cutoff, cell, pbc).ok(),
+            ListSite::Device => Some(self.device_builder(cutoff, cell, pbc)?),
         };
         Ok(self)
+    }
+
+    /// A device list builder for `cutoff` and the cell, binning builds of many atoms.
+    pub(super) fn device_builder(
+        &self,
+        cutoff: f64,
+        cell: Option<&Lattice>,
+        pbc: [bool; 3],
+    ) -> Result<DeviceListBuilder> {
+        let n = self.starts[self.systems.len()];
+        let from = self.calculator.tuning().device_list_bins_from_atoms;
+        DeviceListBuilder::new(cutoff, cell, pbc, self.calculator.device())?.binned_from(n, from)
     }
 
     /// Prunes device lists of at least `edges` edges to the model's cutoff before each eager
