@@ -1,7 +1,10 @@
 //! A domain over many calls (an MD engine's steps): a Verlet list with a skin, and the model
 //! inputs built from it kept on the device until the list is rebuilt, so that a call between
-//! builds uploads the positions alone. Pairs in the skin go through the model as exact zeros.
+//! builds uploads the positions alone. On CUDA the list is built on the device where it can
+//! serve the cell (periodic axes wider than twice the list cutoff), else on the host. Pairs in
+//! the skin go through the model as exact zeros.
 
+use super::device_list::{DeviceList, Edges};
 use super::{rows, DomainPrediction};
 use crate::calculator::forces_from;
 use crate::error::{Error, Result};
@@ -23,7 +26,12 @@ pub fn skin_for(tuning: &Tuning, device: &Device) -> f64 {
 
 /// The Verlet list and the device inputs of a domain between calls.
 pub struct DomainSession {
+    /// The host list: on the CPU, and on CUDA for cells the device list cannot serve.
     list: VerletList,
+    /// The device list, on CUDA.
+    device: Option<DeviceList>,
+    /// Builds of either list so far.
+    builds: usize,
     resident: Option<Resident>,
     staging: Staging,
 }
@@ -54,8 +62,12 @@ impl DomainSession {
     /// A session for `calc`'s cutoff with `skin` Å (0: the exact list at every call that
     /// moved an atom).
     pub fn new(calc: &PainnCalculator, skin: f64) -> Self {
+        let cutoff = calc.model().config().cutoff;
+        let bins_from = calc.tuning().device_list_bins_from_atoms;
         Self {
-            list: VerletList::new(calc.model().config().cutoff, skin),
+            list: VerletList::new(cutoff, skin),
+            device: (calc.device().is_cuda()).then(|| DeviceList::new(cutoff, skin, bins_from)),
+            builds: 0,
             resident: None,
             staging: Staging::default(),
         }
@@ -63,7 +75,7 @@ impl DomainSession {
 
     /// Number of neighbour-list builds so far.
     pub fn builds(&self) -> usize {
-        self.list.rebuilds()
+        self.builds
     }
 
     /// [`PainnCalculator::compute_domain`], reusing the list and the device inputs while no
@@ -90,36 +102,56 @@ impl DomainSession {
             Some((c, p)) => (Some(c), p),
             None => (None, [false; 3]),
         };
-        self.list.update(positions, lattice, pbc)?;
-        let builds = self.list.rebuilds();
+        let dev = calc.device();
+        let on_device = match &mut self.device {
+            Some(d) if !positions.is_empty() => d.serves(lattice, pbc, dev),
+            _ => false,
+        };
+        let rebuilt = match (on_device, &mut self.device) {
+            (true, Some(d)) => {
+                let rebuilt = d.update(positions, dev, calc.dtype())?;
+                if rebuilt {
+                    self.list.invalidate();
+                }
+                rebuilt
+            }
+            _ => {
+                let rebuilt = self.list.update(positions, lattice, pbc)?;
+                if let (true, Some(d)) = (rebuilt, &mut self.device) {
+                    d.invalidate();
+                }
+                rebuilt
+            }
+        };
+        self.builds += usize::from(rebuilt);
+        let builds = self.builds;
         let fresh = self
             .resident
             .as_ref()
             .is_some_and(|r| r.builds == builds && r.n_local == n_local && r.numbers == numbers);
         if !fresh {
-            let built = build(
-                &self.list,
-                calc,
-                numbers,
-                n_local,
-                lattice,
-                &mut self.staging,
-            )?;
-            self.resident = Some(built);
+            let edges = match (on_device, &self.device) {
+                (true, Some(d)) => EdgeSource::Device(d.edges()?),
+                _ => EdgeSource::Host(&self.list, lattice, &mut self.staging),
+            };
+            self.resident = Some(build(edges, calc, numbers, n_local, builds)?);
         }
         let r = (self.resident.as_ref()).ok_or_else(|| Error::Config("no inputs built".into()))?;
-        let x = Tensor::from_slice(
-            positions.as_flattened(),
-            (positions.len(), 3),
-            calc.device(),
-        )?;
-        let x = Var::from_tensor(&x.to_dtype(calc.dtype())?)?;
+        let x64 = Tensor::from_slice(positions.as_flattened(), (positions.len(), 3), dev)?;
+        // A large device list goes to the model without its skin's pairs, as MD's does.
+        let (centers, neighbors, offsets) = match (on_device, &self.device) {
+            (true, Some(d)) if r.centers.dim(0)? >= calc.tuning().prune_from_edges => {
+                d.pruned(&x64, calc.model().config().cutoff)?
+            }
+            _ => (r.centers.clone(), r.neighbors.clone(), r.offsets.clone()),
+        };
+        let x = Var::from_tensor(&x64.to_dtype(calc.dtype())?)?;
         let inputs = PainnInputs {
             species: r.species.clone(),
             positions: x.as_tensor().clone(),
-            centers: r.centers.clone(),
-            neighbors: r.neighbors.clone(),
-            offsets: r.offsets.clone(),
+            centers,
+            neighbors,
+            offsets,
             atom_structure: r.atom_structure.clone(),
             n_structures: 1,
         };
@@ -163,17 +195,49 @@ impl DomainSession {
     }
 }
 
-/// The device inputs of `list` as last built (pairs within cutoff + skin).
+/// Where a build's edges are: the host list (its cell for the offsets, and the staging memory
+/// they are built in), or the device list's tensors.
+enum EdgeSource<'a> {
+    Host(&'a VerletList, Option<&'a Lattice>, &'a mut Staging),
+    Device(Edges),
+}
+
+/// The device inputs of the list as last built (pairs within cutoff + skin), the `builds`th.
 fn build(
-    list: &VerletList,
+    edges: EdgeSource<'_>,
     calc: &PainnCalculator,
     numbers: &[u8],
     n_local: usize,
+    builds: usize,
+) -> Result<Resident> {
+    let (n, dev) = (numbers.len(), calc.device());
+    let (centers, neighbors, offsets) = match edges {
+        EdgeSource::Device(edges) => edges,
+        EdgeSource::Host(list, lattice, staging) => upload(list, calc, lattice, staging)?,
+    };
+    let mask: Vec<f64> = (0..n).map(|i| f64::from(u8::from(i < n_local))).collect();
+    Ok(Resident {
+        numbers: numbers.to_vec(),
+        n_local,
+        builds,
+        species: Tensor::from_vec(calc.structure_species(numbers, 0)?, n, dev)?,
+        centers,
+        neighbors,
+        offsets,
+        atom_structure: Tensor::zeros(n, DType::U32, dev)?,
+        mask: Tensor::from_vec(mask, n, dev)?.to_dtype(calc.dtype())?,
+    })
+}
+
+/// The host list's edges on the device: centers, neighbours, image offsets.
+fn upload(
+    list: &VerletList,
+    calc: &PainnCalculator,
     lattice: Option<&Lattice>,
     staging: &mut Staging,
-) -> Result<Resident> {
+) -> Result<Edges> {
     let nl = list.list();
-    let (n, e, dev) = (numbers.len(), nl.len(), calc.device());
+    let (e, dev) = (nl.len(), calc.device());
     // Offsets in the model's float type where the host cast is the device's (f32, f64): half
     // the upload in f32, and no cast on the device.
     let offsets = match calc.dtype() {
@@ -190,19 +254,12 @@ fn build(
             Tensor::from_vec(offsets, (e, 3), dev)?.to_dtype(other)?
         }
     };
-    let mask: Vec<f64> = (0..n).map(|i| f64::from(u8::from(i < n_local))).collect();
-    Ok(Resident {
-        numbers: numbers.to_vec(),
-        n_local,
-        builds: list.rebuilds(),
-        species: Tensor::from_vec(calc.structure_species(numbers, 0)?, n, dev)?,
-        // From the list's memory: no host copy on the way to a GPU.
-        centers: Tensor::from_slice(&nl.centers, e, dev)?,
-        neighbors: Tensor::from_slice(&nl.neighbors, e, dev)?,
+    // From the list's memory: no host copy on the way to a GPU.
+    Ok((
+        Tensor::from_slice(&nl.centers, e, dev)?,
+        Tensor::from_slice(&nl.neighbors, e, dev)?,
         offsets,
-        atom_structure: Tensor::zeros(n, DType::U32, dev)?,
-        mask: Tensor::from_vec(mask, n, dev)?.to_dtype(calc.dtype())?,
-    })
+    ))
 }
 
 /// Counts agree, the locals are among the atoms, every position is finite.

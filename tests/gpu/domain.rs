@@ -72,6 +72,45 @@ fn cuda_domains_match_cpu() {
     }
 }
 
+/// The domain's device list binned (the tuning's threshold at 0 atoms) gives the CPU's
+/// results: the slab's ghosts along a non-periodic axis (bins over their range), with and
+/// without cell axes, and a session over moving atoms.
+#[test]
+fn cuda_domains_with_binned_lists_match_cpu() {
+    let (s, numbers, mut x, n_local) = slab();
+    let cell = s.cell.unwrap();
+    let tuning = mlff_distiller::Tuning {
+        device_list_bins_from_atoms: 0,
+        ..Default::default()
+    };
+    let calc = |dev: &Device| {
+        shipped_calculator(dev, DType::F64, Backend::Fused).with_tuning(tuning.clone())
+    };
+    let (cpu, gpu) = (calc(&Device::Cpu), calc(&cuda()));
+    for bc in [None, Some((&cell, [false, true, true]))] {
+        let want = cpu.compute_domain(&numbers, &x, n_local, bc).unwrap();
+        let got = gpu.compute_domain(&numbers, &x, n_local, bc).unwrap();
+        assert_close(
+            &want,
+            &got,
+            1e-9,
+            &format!("binned, cell axes {:?}", bc.map(|c| c.1)),
+        );
+    }
+    let bc = Some((&cell, [false, true, true]));
+    let mut session = DomainSession::new(&gpu, 1.0);
+    for step in 0..3 {
+        for (i, xi) in x.iter_mut().enumerate() {
+            xi[i % 3] += 0.2 * ((i * 7 + step) % 5) as f64 - 0.4;
+        }
+        let kept = session.compute(&gpu, &numbers, &x, n_local, bc).unwrap();
+        let want = cpu.compute_domain(&numbers, &x, n_local, bc).unwrap();
+        assert_close(&want, &kept, 1e-9, &format!("session step {step}"));
+    }
+    // Moves of up to 0.4 Å a step against a 1 Å skin: rebuilt lists among the kept ones.
+    assert!(session.builds() >= 2, "{} builds", session.builds());
+}
+
 #[test]
 fn a_cuda_session_keeps_its_list_and_matches_fresh_calls() {
     let (s, numbers, mut x, n_local) = slab();
