@@ -88,7 +88,7 @@ tuning! {
     adjoint_warp_per_edge_from_edges: usize = 8_192,
     /// Device neighbour lists of periodic cells with at least this many atoms sort the atoms
     /// into bins first (each atom tests the atoms of the adjacent bins, not all atoms).
-    device_list_bins_from_atoms: usize = 4_096,
+    device_list_bins_from_atoms: usize = 2_500,
     /// Device neighbour lists of at least this many edges are pruned to the cutoff before each
     /// eager MD call or domain call: the skin's extra pairs cost more than the four pruning
     /// launches.

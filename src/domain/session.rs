@@ -17,7 +17,8 @@ use candle_core::{DType, Device, Tensor, Var};
 
 /// The skin a domain session uses on `device` ([`Tuning::domain_skin`], else 0 on the CPU,
 /// where the model is the time and the skin's pairs would cost more than rebuilding, and 1 Å
-/// on CUDA, where the host list built at every call would be the time: bench-log 54).
+/// on CUDA, where a list built at every call was the time (bench-log 54; the skin's pairs are
+/// pruned before the model there).
 pub fn skin_for(tuning: &Tuning, device: &Device) -> f64 {
     tuning
         .domain_skin
