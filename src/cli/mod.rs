@@ -284,18 +284,51 @@ where
         Ok(cli) => cli,
         Err(e) => return Ok(report_clap(e)),
     };
+    let done = |r: Result<()>| r.map(|()| ExitCode::SUCCESS);
     match cli.command {
-        Command::Check(a) => check::run(a),
-        Command::Info(a) => info::run(a),
-        Command::Predict(a) => predict::run(a),
-        Command::InitModel(a) => init_model::run(a),
-        Command::Bench(a) => return bench::run(a),
-        Command::Train(a) => return train::run(*a),
-        Command::Eval(a) => eval::run(a),
-        Command::Md(a) => return md::run(*a),
-        Command::Distill(a) => return distill::run(*a),
-        Command::ValidateMd(a) => validate_md::run(*a),
-        Command::Profile(a) => profile::run(*a),
-    }?;
-    Ok(ExitCode::SUCCESS)
+        Command::Check(a) => done(check::run(a)),
+        Command::Info(a) => done(info::run(a)),
+        Command::Predict(a) => done(predict::run(a)),
+        Command::InitModel(a) => done(init_model::run(a)),
+        Command::Bench(a) => bench::run(a),
+        Command::Train(a) => train::run(*a),
+        Command::Eval(a) => done(eval::run(a)),
+        Command::Md(a) => md::run(*a),
+        Command::Distill(a) => distill::run(*a),
+        Command::ValidateMd(a) => done(validate_md::run(*a)),
+        Command::Profile(a) => done(profile::run(*a)),
+    }
+    .map_err(out_of_memory_said)
+}
+
+/// A GPU out of memory, said as such: the driver's words alone name neither the cause nor
+/// what to change.
+fn out_of_memory_said(e: anyhow::Error) -> anyhow::Error {
+    let oom = e
+        .chain()
+        .any(|c| c.to_string().contains("CUDA_ERROR_OUT_OF_MEMORY"));
+    match oom {
+        true => e.context(
+            "the GPU ran out of memory: the system (its atoms and their neighbours) or the \
+             batch is too large for it; run fewer atoms or a smaller batch, or split a large \
+             system over several GPUs with LAMMPS (pair_style mlff, lammps/README.md)",
+        ),
+        false => e,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_gpu_out_of_memory_is_said_with_what_to_change() {
+        let driver = anyhow::anyhow!("DriverError(CUDA_ERROR_OUT_OF_MEMORY, \"out of memory\")");
+        let said = format!("{:#}", super::out_of_memory_said(driver.context("md")));
+        assert!(said.starts_with("the GPU ran out of memory"), "{said}");
+        assert!(
+            said.ends_with("CUDA_ERROR_OUT_OF_MEMORY, \"out of memory\")"),
+            "{said}"
+        );
+        let other = super::out_of_memory_said(anyhow::anyhow!("no such file"));
+        assert_eq!(format!("{other:#}"), "no such file");
+    }
 }
