@@ -5,9 +5,10 @@
     python3 silicon_eos.py fit LABELS PRED       the zero-pressure lattice constant and bulk
                                                 modulus of both: LABELS from `label`, PRED from
                                                 `mlff predict MODEL LABELS --stress -o PRED`
-    python3 silicon_eos.py time FRAMES           SevenNet-0's time for one call (energy, forces,
-                                                stress) on the first frame, one CPU thread: the
-                                                median of 10 after 2 warm-up calls
+    python3 silicon_eos.py time FRAMES [cuda]    SevenNet-0's time for one call (energy, forces,
+                                                stress) on the first frame, one CPU thread (or
+                                                the GPU, synchronised): the median of 10 after 2
+                                                warm-up calls
 
 `data/sevennet/eos.extxyz` is `label`'s output; tests/accuracy.rs fits both curves the same way
 as `fit` (zero of the pressure, its slope there).
@@ -54,14 +55,15 @@ def fit(labels, pred):
         print(f"{name}: a0 {a0:.4f} Å, B {b:.1f} GPa")
 
 
-def time_teacher(path):
+def time_teacher(path, device="cpu"):
     import time
 
     import torch
     from sevenn.calculator import SevenNetCalculator
 
-    torch.set_num_threads(1)
-    calc = SevenNetCalculator("7net-0", device="cpu")
+    if device == "cpu":
+        torch.set_num_threads(1)
+    calc = SevenNetCalculator("7net-0", device=device)
     at = ase.io.read(path, 0)
     times = []
     for k in range(12):
@@ -70,15 +72,18 @@ def time_teacher(path):
         t = time.perf_counter()
         at.get_forces()
         at.get_stress()
+        if device != "cpu":
+            torch.cuda.synchronize()
         times.append(time.perf_counter() - t)
-    print(f"SevenNet-0, {len(at)} atoms, one CPU thread: {1e3 * np.median(times[2:]):.1f} ms a call")
+    where = "one CPU thread" if device == "cpu" else torch.cuda.get_device_name()
+    print(f"SevenNet-0, {len(at)} atoms, {where}: {1e3 * np.median(times[2:]):.2f} ms a call")
 
 
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "label":
         label(sys.argv[2])
-    elif len(sys.argv) == 3 and sys.argv[1] == "time":
-        time_teacher(sys.argv[2])
+    elif len(sys.argv) in (3, 4) and sys.argv[1] == "time":
+        time_teacher(*sys.argv[2:])
     elif len(sys.argv) == 4 and sys.argv[1] == "fit":
         fit(sys.argv[2], sys.argv[3])
     else:
