@@ -106,6 +106,9 @@ tuning! {
     /// (null: 0 on the CPU, where rebuilding is cheaper than the skin's pairs, 1 on CUDA, where
     /// a host list at every call would be the time).
     domain_skin: Option<f64> = None,
+    /// A domain's ghost shells shrink block by block (block k updates the atoms within
+    /// blocks − 1 − k list cutoffs of its own): the same energies and forces for less work.
+    domain_shells: bool = true,
 }
 
 /// A tuning that could not be read: names the file or variable and the key.

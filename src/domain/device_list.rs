@@ -65,15 +65,7 @@ impl DeviceList {
         dev: &Device,
         dtype: DType,
     ) -> Result<bool> {
-        let half2 = 0.25 * self.skin * self.skin;
-        let moved = |(x, r): (&[f64; 3], &[f64; 3])| {
-            let d2 = (0..3).map(|c| (x[c] - r[c]).powi(2)).sum::<f64>();
-            d2.is_nan() || d2 > half2
-        };
-        let kept = self.list.is_some()
-            && positions.len() == self.reference.len()
-            && !positions.iter().zip(&self.reference).any(moved);
-        if kept {
+        if !self.would_rebuild(positions) {
             return Ok(false);
         }
         self.list = None;
@@ -105,6 +97,19 @@ impl DeviceList {
         self.reference.clear();
         self.reference.extend_from_slice(positions);
         Ok(true)
+    }
+
+    /// Whether [`update`](Self::update) would build at these positions: no list, or an atom
+    /// moved more than half the skin since its build.
+    pub(super) fn would_rebuild(&self, positions: &[[f64; 3]]) -> bool {
+        let half2 = 0.25 * self.skin * self.skin;
+        let moved = |(x, r): (&[f64; 3], &[f64; 3])| {
+            let d2 = (0..3).map(|c| (x[c] - r[c]).powi(2)).sum::<f64>();
+            d2.is_nan() || d2 > half2
+        };
+        self.list.is_none()
+            || positions.len() != self.reference.len()
+            || positions.iter().zip(&self.reference).any(moved)
     }
 
     /// The edges of the last build.

@@ -13,6 +13,7 @@ mod device_list;
 mod layered;
 mod layered_session;
 mod session;
+mod shells;
 
 pub use layered::LayeredDomain;
 pub use layered_session::LayeredSession;

@@ -5,6 +5,7 @@
 //! the skin go through the model as exact zeros.
 
 use super::device_list::{DeviceList, Edges};
+use super::shells::ShellOrder;
 use super::{rows, DomainPrediction};
 use crate::calculator::forces_from;
 use crate::error::{Error, Result};
@@ -33,6 +34,8 @@ pub struct DomainSession {
     device: Option<DeviceList>,
     /// Builds of either list so far.
     builds: usize,
+    /// The atoms' order for shell calls, made at the last build (`Tuning::domain_shells`).
+    order: Option<ShellOrder>,
     resident: Option<Resident>,
     staging: Staging,
 }
@@ -69,6 +72,7 @@ impl DomainSession {
             list: VerletList::new(cutoff, skin),
             device: (calc.device().is_cuda()).then(|| DeviceList::new(cutoff, skin, bins_from)),
             builds: 0,
+            order: None,
             resident: None,
             staging: Staging::default(),
         }
@@ -77,6 +81,13 @@ impl DomainSession {
     /// Number of neighbour-list builds so far.
     pub fn builds(&self) -> usize {
         self.builds
+    }
+
+    /// The atoms each block updated in the last call where the ghost shells shrank block by
+    /// block (`Tuning::domain_shells`): the own atoms and the ghosts within blocks − 1 − k
+    /// list cutoffs of them, for block k. None where every block ran over every atom.
+    pub fn shell_rows(&self) -> Option<&[usize]> {
+        self.order.as_ref().map(|o| o.rows.as_slice())
     }
 
     /// [`PainnCalculator::compute_domain`], reusing the list and the device inputs while no
@@ -107,6 +118,45 @@ impl DomainSession {
         let on_device = match &mut self.device {
             Some(d) if !positions.is_empty() => d.serves(lattice, pbc, dev),
             _ => false,
+        };
+        // Shells: the ghosts by depth, the order made again whenever the list is built.
+        let blocks = calc.model().config().n_blocks;
+        let shells = fused && calc.tuning().domain_shells && n_local < numbers.len() && blocks > 1;
+        let placed = match shells {
+            false => None,
+            true => {
+                let kept = (self.order.as_ref())
+                    .filter(|o| o.fits(numbers.len(), n_local))
+                    .map(|o| o.apply(positions));
+                let stale = match (&kept, &self.device) {
+                    (None, _) => true,
+                    (Some(p), Some(d)) if on_device => d.would_rebuild(p),
+                    (Some(p), _) => self.list.would_rebuild(p, lattice, pbc),
+                };
+                match (stale, kept) {
+                    (false, Some(p)) => Some(p),
+                    _ => {
+                        let reach = self.list.list_cutoff();
+                        let o = ShellOrder::new(positions, n_local, lattice, pbc, reach, blocks)?;
+                        self.list.invalidate();
+                        if let Some(d) = &mut self.device {
+                            d.invalidate();
+                        }
+                        let p = o.apply(positions);
+                        self.order = Some(o);
+                        Some(p)
+                    }
+                }
+            }
+        };
+        if !shells {
+            self.order = None;
+        }
+        // The atoms as the list and the model see them.
+        let renumbered = (self.order.as_ref()).map(|o| o.apply(numbers));
+        let (numbers, positions) = match (&renumbered, &placed) {
+            (Some(z), Some(p)) => (z.as_slice(), p.as_slice()),
+            _ => (numbers, positions),
         };
         let rebuilt = match (on_device, &mut self.device) {
             (true, Some(d)) => {
@@ -156,8 +206,22 @@ impl DomainSession {
             atom_structure: r.atom_structure.clone(),
             n_structures: 1,
         };
-        let (atom_energies, forces, virial) = match fused {
-            true => {
+        let (atom_energies, forces, virial) = match (fused, &self.order) {
+            (true, Some(order)) => {
+                let mut edges = Vec::with_capacity(order.rows.len());
+                for &m in &order.rows {
+                    edges.push(edges_below(&inputs.centers, m)?);
+                }
+                let call = calc.fused()?.shell_call(&inputs, &order.rows, &edges)?;
+                let w = call
+                    .virials
+                    .sum(0)?
+                    .to_dtype(DType::F64)?
+                    .to_vec2::<f64>()?;
+                let w: Matrix3 = std::array::from_fn(|a| std::array::from_fn(|b| w[a][b]));
+                (call.atom_energies, order.undo(&rows(&call.forces)?), w)
+            }
+            (true, None) => {
                 // W = Σ over edges of r ⊗ F, gathered in the force kernel: valid with images.
                 let pass = calc.fused()?.forward(&inputs)?;
                 let (forces, virials) = pass.weighted_forces_and_virials(&r.mask)?;
@@ -165,7 +229,7 @@ impl DomainSession {
                 let w: Matrix3 = std::array::from_fn(|a| std::array::from_fn(|b| w[a][b]));
                 (pass.atom_energies.clone(), rows(&forces)?, w)
             }
-            false => {
+            (false, _) => {
                 let atom_energies = calc.model().atom_energies(&inputs)?;
                 let total = (&atom_energies * &r.mask)?.sum_all()?;
                 let forces = rows(&forces_from(&total, &x)?)?;
@@ -194,6 +258,13 @@ impl DomainSession {
         out.check_finite()?;
         Ok(out)
     }
+}
+
+/// How many of the edges (sorted by center) have their center among the first `m` atoms.
+fn edges_below(centers: &Tensor, m: usize) -> Result<usize> {
+    let m = Tensor::new(&[m as u32], centers.device())?;
+    let below = centers.broadcast_lt(&m)?.to_dtype(DType::U32)?;
+    Ok(below.sum_all()?.to_scalar::<u32>()? as usize)
 }
 
 /// Where a build's edges are: the host list (its cell for the offsets, and the staging memory

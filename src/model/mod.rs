@@ -12,7 +12,7 @@ mod update;
 
 pub use backend::Backend;
 pub use config::PainnConfig;
-pub use fused::{FusedForward, FusedPainn, LayeredPass};
+pub use fused::{FusedForward, FusedPainn, LayeredPass, ShellCall};
 pub use init::init_varmap;
 pub use painn::{EdgeGeometry, Painn, PainnInputs};
 pub use radial::{cosine_cutoff, gaussian_rbf};

@@ -65,8 +65,7 @@ impl VerletList {
                 self.skin
             )));
         }
-        let same_box = self.cell.as_ref() == cell && self.pbc == pbc;
-        if same_box && !self.needs_rebuild(positions) {
+        if !self.would_rebuild(positions, cell, pbc) {
             return Ok(false);
         }
         // Rebuilt in place, into the memory the last list holds; a failed build leaves no list.
@@ -85,6 +84,17 @@ impl VerletList {
         self.built = true;
         self.rebuilds += 1;
         Ok(true)
+    }
+
+    /// Whether [`update`](Self::update) would rebuild for these positions and cell.
+    pub fn would_rebuild(
+        &self,
+        positions: &[[f64; 3]],
+        cell: Option<&Lattice>,
+        pbc: [bool; 3],
+    ) -> bool {
+        let same_box = self.cell.as_ref() == cell && self.pbc == pbc;
+        !same_box || self.needs_rebuild(positions)
     }
 
     /// The list built with `cutoff + skin` (a superset of the pairs within `cutoff` while

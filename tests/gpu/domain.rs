@@ -111,6 +111,37 @@ fn cuda_domains_with_binned_lists_match_cpu() {
     assert!(session.builds() >= 2, "{} builds", session.builds());
 }
 
+/// Shrinking ghost shells on CUDA (the default) against every block over every ghost, on the
+/// CPU and on CUDA, f64: the slab's ghosts along a, with and without a skin.
+#[test]
+fn cuda_shrinking_shells_match_full_shells() {
+    let (s, numbers, x, n_local) = slab();
+    let cell = s.cell.unwrap();
+    let bc = Some((&cell, [false, true, true]));
+    let full = mlff_distiller::Tuning {
+        domain_shells: false,
+        ..Default::default()
+    };
+    let gpu = shipped_calculator(&cuda(), DType::F64, Backend::Fused);
+    let want = shipped_calculator(&Device::Cpu, DType::F64, Backend::Fused)
+        .with_tuning(full.clone())
+        .compute_domain(&numbers, &x, n_local, bc)
+        .unwrap();
+    let gpu_full = shipped_calculator(&cuda(), DType::F64, Backend::Fused).with_tuning(full);
+    let got_full = gpu_full.compute_domain(&numbers, &x, n_local, bc).unwrap();
+    assert_close(&want, &got_full, 1e-9, "CUDA, full shells");
+    for skin in [0.0, 1.0] {
+        let mut session = DomainSession::new(&gpu, skin);
+        let got = session.compute(&gpu, &numbers, &x, n_local, bc).unwrap();
+        assert_close(&want, &got, 1e-9, &format!("CUDA, shells, skin {skin}"));
+        let rows = session.shell_rows().expect("shells");
+        assert!(
+            rows.windows(2).all(|w| w[0] > w[1]) && rows[0] < numbers.len(),
+            "{rows:?}"
+        );
+    }
+}
+
 #[test]
 fn a_cuda_session_keeps_its_list_and_matches_fresh_calls() {
     let (s, numbers, mut x, n_local) = slab();

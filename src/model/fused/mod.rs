@@ -25,10 +25,12 @@
 mod grads;
 mod layered;
 mod pass;
+mod shells;
 mod weights;
 
 pub use layered::LayeredPass;
 pub use pass::FusedForward;
+pub use shells::ShellCall;
 
 use super::painn::{Painn, PainnInputs};
 use crate::ops::{atom_split, feature_split, AtomSplitPlan, FeatureSplitPlan};
