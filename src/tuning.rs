@@ -107,8 +107,10 @@ tuning! {
     /// a host list at every call would be the time).
     domain_skin: Option<f64> = None,
     /// A domain's ghost shells shrink block by block (block k updates the atoms within
-    /// blocks − 1 − k list cutoffs of its own): the same energies and forces for less work.
-    domain_shells: bool = true,
+    /// blocks − 1 − k list cutoffs of its own): the same energies and forces for less work
+    /// (null: on the CPU; off on CUDA, where blocks over one-sided edges take an adjoint that
+    /// writes every edge's filter gradient, which costs more than the shells save).
+    domain_shells: Option<bool> = None,
 }
 
 /// A tuning that could not be read: names the file or variable and the key.

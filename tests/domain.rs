@@ -6,7 +6,8 @@ mod common;
 use candle_core::{DType, Device};
 use common::{calculator, dist, random_box, random_molecule};
 use mlff_distiller::domain::{
-    receptive_field, skin_for, DomainPrediction, DomainSession, LayeredDomain, LayeredSession,
+    receptive_field, shells_for, skin_for, DomainPrediction, DomainSession, LayeredDomain,
+    LayeredSession,
 };
 use mlff_distiller::model::{Backend, PainnConfig};
 use mlff_distiller::stress::stress_volume;
@@ -350,7 +351,7 @@ fn a_session_reuses_its_list_between_builds_and_matches_fresh_calls() {
 fn shrinking_shells_match_every_block_over_every_ghost() {
     let shells = calc(Backend::Fused);
     let full = calc(Backend::Fused).with_tuning(Tuning {
-        domain_shells: false,
+        domain_shells: Some(false),
         ..Default::default()
     });
     let s = random_box(120, 0.1, 8);
@@ -397,6 +398,10 @@ fn the_skin_is_chosen_by_device_unless_the_tuning_says() {
     assert_eq!(skin_for(&tuning, &Device::Cpu), 0.0);
     tuning.domain_skin = Some(0.5);
     assert_eq!(skin_for(&tuning, &Device::Cpu), 0.5);
+    // The shells too: on the CPU unless the tuning turns them off.
+    assert!(shells_for(&tuning, &Device::Cpu));
+    tuning.domain_shells = Some(false);
+    assert!(!shells_for(&tuning, &Device::Cpu));
 }
 
 /// Where each box atom is local: (domain, row).

@@ -17,7 +17,7 @@ mod shells;
 
 pub use layered::LayeredDomain;
 pub use layered_session::LayeredSession;
-pub use session::{skin_for, DomainSession};
+pub use session::{shells_for, skin_for, DomainSession};
 
 use crate::error::{Error, Result};
 use crate::model::PainnConfig;

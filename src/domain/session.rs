@@ -26,6 +26,12 @@ pub fn skin_for(tuning: &Tuning, device: &Device) -> f64 {
         .unwrap_or(if device.is_cuda() { 1.0 } else { 0.0 })
 }
 
+/// Whether a domain session on `device` shrinks its ghost shells block by block
+/// ([`Tuning::domain_shells`], else on the CPU only: bench-log 75).
+pub fn shells_for(tuning: &Tuning, device: &Device) -> bool {
+    tuning.domain_shells.unwrap_or(!device.is_cuda())
+}
+
 /// The Verlet list and the device inputs of a domain between calls.
 pub struct DomainSession {
     /// The host list: on the CPU, and on CUDA for cells the device list cannot serve.
@@ -121,7 +127,8 @@ impl DomainSession {
         };
         // Shells: the ghosts by depth, the order made again whenever the list is built.
         let blocks = calc.model().config().n_blocks;
-        let shells = fused && calc.tuning().domain_shells && n_local < numbers.len() && blocks > 1;
+        let shells =
+            fused && shells_for(calc.tuning(), dev) && n_local < numbers.len() && blocks > 1;
         let placed = match shells {
             false => None,
             true => {
