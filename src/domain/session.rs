@@ -96,6 +96,39 @@ impl DomainSession {
         self.order.as_ref().map(|o| o.rows.as_slice())
     }
 
+    /// The atoms' numbers and positions ordered by depth for a shell call; the order is made
+    /// again, and the lists dropped, whenever the list in use would be rebuilt.
+    fn by_depth(
+        &mut self,
+        numbers: &[u8],
+        positions: &[[f64; 3]],
+        n_local: usize,
+        (lattice, pbc): (Option<&Lattice>, [bool; 3]),
+        on_device: bool,
+        blocks: usize,
+    ) -> Result<(Vec<u8>, Vec<[f64; 3]>)> {
+        let kept = (self.order.as_ref())
+            .filter(|o| o.fits(numbers.len(), n_local))
+            .map(|o| o.apply(positions));
+        let stale = match (&kept, &self.device) {
+            (None, _) => true,
+            (Some(p), Some(d)) if on_device => d.would_rebuild(p),
+            (Some(p), _) => self.list.would_rebuild(p, lattice, pbc),
+        };
+        if let (false, Some(p), Some(o)) = (stale, kept, &self.order) {
+            return Ok((o.apply(numbers), p));
+        }
+        let reach = self.list.list_cutoff();
+        let o = ShellOrder::new(positions, n_local, lattice, pbc, reach, blocks)?;
+        self.list.invalidate();
+        if let Some(d) = &mut self.device {
+            d.invalidate();
+        }
+        let placed = (o.apply(numbers), o.apply(positions));
+        self.order = Some(o);
+        Ok(placed)
+    }
+
     /// [`PainnCalculator::compute_domain`], reusing the list and the device inputs while no
     /// atom has moved more than half the skin and the atoms, their count and the cell are
     /// those of the last build.
@@ -130,40 +163,23 @@ impl DomainSession {
         let shells =
             fused && shells_for(calc.tuning(), dev) && n_local < numbers.len() && blocks > 1;
         let placed = match shells {
-            false => None,
-            true => {
-                let kept = (self.order.as_ref())
-                    .filter(|o| o.fits(numbers.len(), n_local))
-                    .map(|o| o.apply(positions));
-                let stale = match (&kept, &self.device) {
-                    (None, _) => true,
-                    (Some(p), Some(d)) if on_device => d.would_rebuild(p),
-                    (Some(p), _) => self.list.would_rebuild(p, lattice, pbc),
-                };
-                match (stale, kept) {
-                    (false, Some(p)) => Some(p),
-                    _ => {
-                        let reach = self.list.list_cutoff();
-                        let o = ShellOrder::new(positions, n_local, lattice, pbc, reach, blocks)?;
-                        self.list.invalidate();
-                        if let Some(d) = &mut self.device {
-                            d.invalidate();
-                        }
-                        let p = o.apply(positions);
-                        self.order = Some(o);
-                        Some(p)
-                    }
-                }
+            true => Some(self.by_depth(
+                numbers,
+                positions,
+                n_local,
+                (lattice, pbc),
+                on_device,
+                blocks,
+            )?),
+            false => {
+                self.order = None;
+                None
             }
         };
-        if !shells {
-            self.order = None;
-        }
         // The atoms as the list and the model see them.
-        let renumbered = (self.order.as_ref()).map(|o| o.apply(numbers));
-        let (numbers, positions) = match (&renumbered, &placed) {
-            (Some(z), Some(p)) => (z.as_slice(), p.as_slice()),
-            _ => (numbers, positions),
+        let (numbers, positions) = match &placed {
+            Some((z, p)) => (z.as_slice(), p.as_slice()),
+            None => (numbers, positions),
         };
         let rebuilt = match (on_device, &mut self.device) {
             (true, Some(d)) => {
