@@ -202,6 +202,18 @@ impl Sums {
     }
 }
 
+/// Energy, atom energies, forces and virial of two domain predictions equal to 1e-10.
+fn assert_same_prediction(got: &DomainPrediction, want: &DomainPrediction, what: &str) {
+    assert!(
+        (got.energy - want.energy).abs() < 1e-10 * want.energy.abs(),
+        "{what}"
+    );
+    assert_same_atom_energies(&got.atom_energies, &want.atom_energies, what);
+    let df = common::max_force_diff(&got.forces, &want.forces);
+    assert!(df < 1e-10 * common::max_abs(&want.forces), "{what}: {df}");
+    assert_same_virial(&got.virial, &want.virial, what);
+}
+
 fn assert_same_atom_energies(got: &[f64], want: &[f64], what: &str) {
     for (i, (a, b)) in got.iter().zip(want).enumerate() {
         assert!(
@@ -326,14 +338,7 @@ fn a_session_reuses_its_list_between_builds_and_matches_fresh_calls() {
             let got = session.compute(&calc, &numbers, &x, n_local, bc).unwrap();
             let want = calc.compute_domain(&numbers, &x, n_local, bc).unwrap();
             let what = format!("{backend:?}, step {step}");
-            assert!(
-                (got.energy - want.energy).abs() < 1e-10 * want.energy.abs(),
-                "{what}"
-            );
-            assert_same_atom_energies(&got.atom_energies, &want.atom_energies, &what);
-            let df = common::max_force_diff(&got.forces, &want.forces);
-            assert!(df < 1e-10 * common::max_abs(&want.forces), "{what}: {df}");
-            assert_same_virial(&got.virial, &want.virial, &what);
+            assert_same_prediction(&got, &want, &what);
             // A new local count reorders a fused domain's ghosts by depth (its shells): a
             // new list.
             let shells = backend == Backend::Fused && step == 7;
@@ -372,14 +377,7 @@ fn shrinking_shells_match_every_block_over_every_ghost() {
                 .unwrap();
             let want = full.compute_domain(&d.numbers, &x, d.n_local, bc).unwrap();
             let what = format!("{parts} slabs, step {step}");
-            assert!(
-                (got.energy - want.energy).abs() < 1e-10 * want.energy.abs(),
-                "{what}"
-            );
-            assert_same_atom_energies(&got.atom_energies, &want.atom_energies, &what);
-            let df = common::max_force_diff(&got.forces, &want.forces);
-            assert!(df < 1e-10 * common::max_abs(&want.forces), "{what}: {df}");
-            assert_same_virial(&got.virial, &want.virial, &what);
+            assert_same_prediction(&got, &want, &what);
             let rows = session.shell_rows().expect("shells");
             assert_eq!(rows[rows.len() - 1], d.n_local, "{what}");
             assert!(rows.windows(2).all(|w| w[0] > w[1]), "{what}: {rows:?}");
