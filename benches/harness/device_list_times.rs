@@ -14,20 +14,10 @@ use candle_core::{DType, Tensor};
 use mlff_distiller::device::{select, DeviceSpec};
 use mlff_distiller::neighbors::{neighbor_list, DeviceListBuilder};
 use mlff_distiller::systems::water_box;
-use std::time::Instant;
 
-/// Minimum and median ms of `reps` calls of `f` (after one untimed call), and its last value.
-fn time<T>(reps: usize, mut f: impl FnMut() -> Result<T>) -> Result<(f64, f64, T)> {
-    let mut last = f()?;
-    let mut t = Vec::with_capacity(reps);
-    for _ in 0..reps {
-        let t0 = Instant::now();
-        last = f()?;
-        t.push(1e3 * t0.elapsed().as_secs_f64());
-    }
-    t.sort_by(f64::total_cmp);
-    Ok((t[0], t[t.len() / 2], last))
-}
+#[path = "timing.rs"]
+mod timing;
+use timing::time;
 
 fn main() -> Result<()> {
     let mut args = std::env::args().skip(1).filter(|a| a != "--bench");
@@ -55,7 +45,7 @@ fn main() -> Result<()> {
         let flat: Vec<f64> = s.positions.iter().flatten().copied().collect();
         let x = b.wrap(&Tensor::from_vec(flat, (n, 3), &dev)?)?;
         let host = s.positions.clone();
-        let (_, host_med, nl) = time(reps, || {
+        let (_, host_s, nl) = time(reps, || {
             Ok(neighbor_list(&host, s.cell.as_ref(), s.pbc, cutoff)?)
         })?;
         let capacity = nl.len() + 64;
@@ -69,14 +59,17 @@ fn main() -> Result<()> {
                 let (pmin, pmed, st) =
                     time(reps, || Ok(b.build(&x, capacity, DType::F32)?.status()?))?;
                 assert_eq!(st.edges, nl.len(), "all-pairs edges");
-                format!("{pmin:.2} / {pmed:.2}")
+                format!("{:.2} / {:.2}", 1e3 * pmin, 1e3 * pmed)
             }
             false => "-".into(),
         };
         println!(
-            "| {n} | {} | {:?} | {pairs} | {bmin:.2} / {bmed:.2} | {host_med:.1} |",
+            "| {n} | {} | {:?} | {pairs} | {:.2} / {:.2} | {:.1} |",
             nl.len(),
-            grid.shape()
+            grid.shape(),
+            1e3 * bmin,
+            1e3 * bmed,
+            1e3 * host_s
         );
     }
     Ok(())

@@ -24,18 +24,9 @@ use mlff_distiller::systems::water_box;
 use mlff_distiller::PainnCalculator;
 use std::time::Instant;
 
-/// Minimum and median seconds of `reps` calls of `f` (after one untimed call).
-fn time<T>(reps: usize, mut f: impl FnMut() -> Result<T>) -> Result<(f64, f64, T)> {
-    let mut last = f()?;
-    let mut t = Vec::with_capacity(reps);
-    for _ in 0..reps {
-        let t0 = Instant::now();
-        last = f()?;
-        t.push(t0.elapsed().as_secs_f64());
-    }
-    t.sort_by(f64::total_cmp);
-    Ok((t[0], t[t.len() / 2], last))
-}
+#[path = "timing.rs"]
+mod timing;
+use timing::time;
 
 /// FNV-1a over the edges, in order: equal lists give equal sums.
 fn checksum(nl: &NeighborList) -> u64 {
