@@ -82,21 +82,11 @@ impl Twin<'_> {
     }
 
     pub fn fill(&self, x: &[f64], scan: &[u32], capacity: usize) -> Vec<u32> {
-        let n = self.n;
-        let mut out = vec![0u32; 2 * capacity];
-        let overflow = scan[n + 1] != 0;
-        let total = if overflow { 0 } else { scan[n] as usize };
-        if !overflow {
-            for (i, &start) in scan[..n].iter().enumerate() {
-                let edges = self.candidates(i).filter(|&j| self.pair(x, i, j).0);
-                for (slot, j) in (start as usize..).zip(edges) {
-                    out[slot] = i as u32;
-                    out[capacity + slot] = j as u32;
-                }
-            }
-        }
-        pad_slots(&mut out, total, capacity, n);
-        out
+        slots(scan, capacity, self.n, |i| {
+            (self.candidates(i).filter(|&j| self.pair(x, i, j).0))
+                .map(|j| j as u32)
+                .collect()
+        })
     }
 
     /// Each atom's slots of a built list (`scan`, `neighbors`, f64 `off`sets) whose pair
@@ -223,20 +213,9 @@ impl Twin<'_> {
         scan: &[u32],
         capacity: usize,
     ) -> Vec<u32> {
-        let n = self.n;
-        let mut out = vec![0u32; 2 * capacity];
-        let overflow = scan[n + 1] != 0;
-        let total = if overflow { 0 } else { scan[n] as usize };
-        if !overflow {
-            for (i, &start) in scan[..n].iter().enumerate() {
-                for (slot, j) in (start as usize..).zip(self.binned_edges(x, grid, bins, i)) {
-                    out[slot] = i as u32;
-                    out[capacity + slot] = j;
-                }
-            }
-        }
-        pad_slots(&mut out, total, capacity, n);
-        out
+        slots(scan, capacity, self.n, |i| {
+            self.binned_edges(x, grid, bins, i)
+        })
     }
 }
 
@@ -259,13 +238,27 @@ fn next_bin(b: u32, d: i64, nb: u32, periodic: bool) -> Option<u32> {
     (0..nb as i64).contains(&t).then_some(t as u32)
 }
 
-/// Padding after the `total` edges: atom k mod n to itself in every slot up to `capacity`.
-fn pad_slots(out: &mut [u32], total: usize, capacity: usize, n: usize) {
+/// Centers (out[0..capacity]) and neighbours (out[capacity..2 capacity]) of every slot: atom
+/// i's `edges(i)` from its first slot (`scan`), then padding, atom k mod n to itself; an
+/// overflowed list (`scan[n + 1]`) is padding only.
+fn slots(scan: &[u32], capacity: usize, n: usize, edges: impl Fn(usize) -> Vec<u32>) -> Vec<u32> {
+    let mut out = vec![0u32; 2 * capacity];
+    let overflow = scan[n + 1] != 0;
+    let total = if overflow { 0 } else { scan[n] as usize };
+    if !overflow {
+        for (i, &start) in scan[..n].iter().enumerate() {
+            for (slot, j) in (start as usize..).zip(edges(i)) {
+                out[slot] = i as u32;
+                out[capacity + slot] = j;
+            }
+        }
+    }
     for k in total..capacity {
         let a = ((k - total) % n) as u32;
         out[k] = a;
         out[capacity + k] = a;
     }
+    out
 }
 
 /// Atoms per bin.
