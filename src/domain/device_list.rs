@@ -5,8 +5,8 @@
 //! first ([`DeviceListBuilder::build_binned`]); the list is the host's for the same positions.
 
 use crate::error::Result;
-use crate::graph::edge_capacity;
-use crate::neighbors::{DeviceListBuilder, PaddedList};
+use crate::graph::{edge_capacity, fitted_list};
+use crate::neighbors::{moved_past_half_skin, DeviceListBuilder, PaddedList};
 use crate::structure::Lattice;
 use candle_core::{DType, Device, Tensor};
 
@@ -80,18 +80,11 @@ impl DeviceList {
             true => Some(builder.bin_grid(n, Some(positions))?),
             false => None,
         };
-        let mut capacity = self.capacity.max(edge_capacity(32 * n));
-        let (list, edges) = loop {
-            let list = match &grid {
-                Some(g) => builder.build_binned(&x, g, capacity, dtype)?,
-                None => builder.build(&x, capacity, dtype)?,
-            };
-            let status = list.status()?;
-            if !status.overflowed {
-                break (list, status.edges);
-            }
-            capacity = edge_capacity(status.edges);
-        };
+        let start = self.capacity.max(edge_capacity(32 * n));
+        let (list, edges, capacity) = fitted_list(n, start, |c| match &grid {
+            Some(g) => builder.build_binned(&x, g, c, dtype),
+            None => builder.build(&x, c, dtype),
+        })?;
         self.capacity = capacity;
         self.list = Some((list, edges));
         self.reference.clear();
@@ -102,14 +95,7 @@ impl DeviceList {
     /// Whether [`update`](Self::update) would build at these positions: no list, or an atom
     /// moved more than half the skin since its build.
     pub(super) fn would_rebuild(&self, positions: &[[f64; 3]]) -> bool {
-        let half2 = 0.25 * self.skin * self.skin;
-        let moved = |(x, r): (&[f64; 3], &[f64; 3])| {
-            let d2 = (0..3).map(|c| (x[c] - r[c]).powi(2)).sum::<f64>();
-            d2.is_nan() || d2 > half2
-        };
-        self.list.is_none()
-            || positions.len() != self.reference.len()
-            || positions.iter().zip(&self.reference).any(moved)
+        self.list.is_none() || moved_past_half_skin(positions, &self.reference, self.skin)
     }
 
     /// The edges of the last build.

@@ -108,6 +108,30 @@ pub fn edge_capacity(edges: usize) -> usize {
     (edges + edges / 4).max(edges + 64).next_multiple_of(64)
 }
 
+/// A device list that fits its slots: `build(capacity)` from `capacity` slots, built again
+/// with room to grow ([`edge_capacity`]) while it overflows. Returns the list, its edge count
+/// and the capacity it fit; an error where `n` atoms have more pairs than u32 slots can hold.
+pub fn fitted_list(
+    n: usize,
+    mut capacity: usize,
+    mut build: impl FnMut(usize) -> Result<PaddedList>,
+) -> Result<(PaddedList, usize, usize)> {
+    loop {
+        let list = build(capacity)?;
+        let status = list.status()?;
+        if status.edges >= u32::MAX as usize {
+            return Err(Error::NeighborList(format!(
+                "{n} atoms have more than {} pairs within the list cutoff",
+                u32::MAX - 1
+            )));
+        }
+        if !status.overflowed {
+            return Ok((list, status.edges, capacity));
+        }
+        capacity = edge_capacity(status.edges);
+    }
+}
+
 /// The edge list a graph is captured with.
 #[derive(Clone, Copy, Debug)]
 pub enum GraphEdges<'a> {

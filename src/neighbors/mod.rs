@@ -24,7 +24,7 @@ pub use cell_list::{neighbor_list, neighbor_list_into};
 pub use device::{
     padding_offset, BinGrid, DeviceListBuilder, ListStatus, PaddedList, PRUNE_MARGIN,
 };
-pub use verlet::{strained_half_skin, VerletList};
+pub use verlet::{moved_past_half_skin, strained_half_skin, VerletList};
 
 use crate::error::{Error, Result};
 use crate::structure::{Batch, Lattice, Structure};

@@ -106,15 +106,7 @@ impl VerletList {
     /// True before the first build, when the atom count changed, or when some atom moved more
     /// than `skin / 2` (or to a non-finite position) since the last build.
     pub fn needs_rebuild(&self, positions: &[[f64; 3]]) -> bool {
-        if !self.built || positions.len() != self.reference.len() {
-            return true;
-        }
-        let half2 = 0.25 * self.skin * self.skin;
-        positions.iter().zip(&self.reference).any(|(x, r)| {
-            let d = [x[0] - r[0], x[1] - r[1], x[2] - r[2]];
-            let d2 = norm2(&d);
-            d2.is_nan() || d2 > half2
-        })
+        !self.built || moved_past_half_skin(positions, &self.reference, self.skin)
     }
 
     /// Number of builds so far.
@@ -150,6 +142,20 @@ impl VerletList {
         }
         out
     }
+}
+
+/// Whether the atoms at `positions` are not those at `reference` (another count), or some
+/// atom moved more than `skin / 2` from it (or to a non-finite position): a Verlet list
+/// built at `reference` no longer holds.
+pub fn moved_past_half_skin(positions: &[[f64; 3]], reference: &[[f64; 3]], skin: f64) -> bool {
+    if positions.len() != reference.len() {
+        return true;
+    }
+    let half2 = 0.25 * skin * skin;
+    positions.iter().zip(reference).any(|(x, r)| {
+        let d2 = norm2(&[x[0] - r[0], x[1] - r[1], x[2] - r[2]]);
+        d2.is_nan() || d2 > half2
+    })
 }
 
 /// How far (Å) an atom may move from its place at the list build, carried along by the

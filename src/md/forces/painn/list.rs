@@ -3,7 +3,7 @@
 
 use super::{ListSource, ListTensors, PainnForces};
 use crate::error::{Error, Result};
-use crate::graph::edge_capacity;
+use crate::graph::fitted_list;
 use crate::md::positions::{
     device_positions, displacement2, host_positions, largest_displacement2, non_finite_atom,
 };
@@ -70,26 +70,14 @@ impl PainnForces<'_> {
         }
         // The graph's capacity while the list fits it, so that its slots are copied as they
         // are; a list that overflows is built again with room to grow.
-        let mut capacity = self
+        let capacity = self
             .graph
             .as_ref()
             .map_or(self.list_capacity, |g| g.shape().edge_capacity);
-        let dtype = self.calculator.dtype();
-        let (list, edges) = loop {
-            let list = builder.build_systems(&x, self.spans.as_ref(), capacity, dtype)?;
-            let status = list.status()?;
-            if status.edges >= u32::MAX as usize {
-                return Err(Error::NeighborList(format!(
-                    "{} atoms have more than {} pairs within the list cutoff",
-                    x.dim(0)?,
-                    u32::MAX - 1
-                )));
-            }
-            if !status.overflowed {
-                break (list, status.edges);
-            }
-            capacity = edge_capacity(status.edges);
-        };
+        let (dtype, spans) = (self.calculator.dtype(), self.spans.as_ref());
+        let (list, edges, capacity) = fitted_list(x.dim(0)?, capacity, |c| {
+            builder.build_systems(&x, spans, c, dtype)
+        })?;
         self.list_capacity = capacity;
         self.device_builds += 1;
         let (centers, neighbors, offsets) = list.narrow(edges)?;
