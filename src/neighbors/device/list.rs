@@ -33,7 +33,7 @@ impl PaddedList {
 
     /// The edge count and overflow flag (one host read, which waits for the build).
     pub fn status(&self) -> Result<ListStatus> {
-        let s = self.status.to_vec1::<u32>()?;
+        let s = crate::ops::edges::rows::host_u32s(&self.status)?;
         Ok(ListStatus {
             edges: s[0] as usize,
             overflowed: s[1] != 0,

@@ -4,6 +4,7 @@ use super::builder::DeviceListBuilder;
 use super::list::PaddedList;
 use super::step::Step;
 use crate::error::{Error, Result};
+use crate::ops::edges::rows::host_u32s;
 use candle_core::{DType, Tensor};
 
 /// Relative margin on the cutoff when pruning: far above where an f32 distance may round
@@ -47,7 +48,7 @@ impl DeviceListBuilder {
             DType::U32,
             n,
         )?;
-        let kept = kept_scan.narrow(0, n, 1)?.to_vec1::<u32>()?[0] as usize;
+        let kept = host_u32s(&kept_scan.narrow(0, n, 1)?)?[0] as usize;
         let mut inputs = inputs.to_vec();
         inputs.push(&kept_scan);
         let fill = Step::PruneFill { edges, cut2 };

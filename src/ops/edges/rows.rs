@@ -1,7 +1,19 @@
 //! Shared plumbing for ops that move whole rows (dimension 0) of a tensor by a u32 index.
 
 use candle_core::backend::BackendStorage;
-use candle_core::{bail, CpuStorage, Layout, Result, Shape};
+use candle_core::{bail, CpuStorage, DType, Layout, Result, Shape, Tensor};
+
+/// The values of a few u32s (1-D) on the host. A view of a larger buffer is first cast into a
+/// storage of its own (f64: exact for any u32), because candle reads a CUDA tensor back by
+/// copying its whole storage: a count at the end of an edge list's buffer would otherwise
+/// bring the list along (hundreds of MB at millions of edges).
+pub(crate) fn host_u32s(t: &Tensor) -> Result<Vec<u32>> {
+    if t.device().is_cpu() {
+        return t.to_vec1::<u32>();
+    }
+    let v = t.to_dtype(DType::F64)?.to_vec1::<f64>()?;
+    Ok(v.into_iter().map(|x| x as u32).collect())
+}
 
 /// (number of rows, elements per row) of a tensor with at least one dimension.
 pub(crate) fn rows_of(shape: &Shape, op: &str) -> Result<(usize, usize)> {
