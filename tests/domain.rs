@@ -354,7 +354,6 @@ fn a_session_reuses_its_list_between_builds_and_matches_fresh_calls() {
 /// steps of a session with a skin; each block updates fewer atoms than the one before.
 #[test]
 fn shrinking_shells_match_every_block_over_every_ghost() {
-    let shells = calc(Backend::Fused);
     let full = calc(Backend::Fused).with_tuning(Tuning {
         domain_shells: Some(false),
         ..Default::default()
@@ -362,7 +361,14 @@ fn shrinking_shells_match_every_block_over_every_ghost() {
     let s = random_box(120, 0.1, 8);
     let cell = s.cell.unwrap();
     let bc = Some((&cell, [false, true, true]));
-    for parts in [2, 3] {
+    // The second with the symmetric adjoint's twin at every edge count (its default threshold
+    // is above this box's lists).
+    let tiled = Tuning {
+        tile_from_edges: Some(1),
+        ..Default::default()
+    };
+    for (parts, shells) in [(2, Tuning::default()), (3, Tuning::default()), (2, tiled)] {
+        let shells = calc(Backend::Fused).with_tuning(shells);
         let d = decompose(&s, parts, shells.receptive_field(), true).swap_remove(0);
         let mut session = DomainSession::new(&shells, 0.3);
         let mut x = d.positions.clone();

@@ -27,7 +27,7 @@ pub fn skin_for(tuning: &Tuning, device: &Device) -> f64 {
 }
 
 /// Whether a domain session on `device` shrinks its ghost shells block by block
-/// ([`Tuning::domain_shells`], else on the CPU only: bench-log 75).
+/// ([`Tuning::domain_shells`], else on the CPU only: bench-log 76).
 pub fn shells_for(tuning: &Tuning, device: &Device) -> bool {
     tuning.domain_shells.unwrap_or(!device.is_cuda())
 }
@@ -231,11 +231,7 @@ impl DomainSession {
         };
         let (atom_energies, forces, virial) = match (fused, &self.order) {
             (true, Some(order)) => {
-                let mut edges = Vec::with_capacity(order.rows.len());
-                for &m in &order.rows {
-                    edges.push(edges_below(&inputs.centers, m)?);
-                }
-                let call = calc.fused()?.shell_call(&inputs, &order.rows, &edges)?;
+                let call = calc.fused()?.shell_call(&inputs, &order.rows)?;
                 let w = call
                     .virials
                     .sum(0)?
@@ -281,13 +277,6 @@ impl DomainSession {
         out.check_finite()?;
         Ok(out)
     }
-}
-
-/// How many of the edges (sorted by center) have their center among the first `m` atoms.
-fn edges_below(centers: &Tensor, m: usize) -> Result<usize> {
-    let m = Tensor::new(&[m as u32], centers.device())?;
-    let below = centers.broadcast_lt(&m)?.to_dtype(DType::U32)?;
-    Ok(below.sum_all()?.to_scalar::<u32>()? as usize)
 }
 
 /// Where a build's edges are: the host list (its cell for the offsets, and the staging memory

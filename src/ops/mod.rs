@@ -31,6 +31,7 @@ pub(crate) const SHIPPED_HIDDEN: usize = 128;
 pub(crate) const SHIPPED_RBF: usize = 20;
 
 pub use edges::gather::{gather, initial_state, Gather};
+pub use edges::partition::{partition_edges, EdgeClasses, PARTITION_MAX_CLASSES};
 pub use edges::scatter_add::{scatter_add, ScatterAdd};
 pub use frames::{gather_frames, FrameTensors, GatherShape};
 pub use integrator::{

@@ -112,41 +112,81 @@ fn cuda_domains_with_binned_lists_match_cpu() {
 }
 
 /// Shrinking ghost shells on CUDA (asked for: off by default there) against every block over
-/// every ghost, on the CPU and on CUDA, f64: the slab's ghosts along a, with and without a
-/// skin.
+/// every ghost, on the CPU and on CUDA, f64 and f32 (the tensor-core symmetric adjoint): the
+/// slab's ghosts along a, with and without a skin.
 #[test]
 fn cuda_shrinking_shells_match_full_shells() {
     let (s, numbers, x, n_local) = slab();
     let cell = s.cell.unwrap();
     let bc = Some((&cell, [false, true, true]));
-    let full = mlff_distiller::Tuning {
-        domain_shells: Some(false),
+    let tuning = |shells: bool| mlff_distiller::Tuning {
+        domain_shells: Some(shells),
         ..Default::default()
     };
-    // On CUDA the shells are off unless the tuning says (bench-log 75).
-    let gpu = shipped_calculator(&cuda(), DType::F64, Backend::Fused).with_tuning(
-        mlff_distiller::Tuning {
-            domain_shells: Some(true),
-            ..Default::default()
-        },
-    );
-    let want = shipped_calculator(&Device::Cpu, DType::F64, Backend::Fused)
-        .with_tuning(full.clone())
-        .compute_domain(&numbers, &x, n_local, bc)
-        .unwrap();
-    let gpu_full = shipped_calculator(&cuda(), DType::F64, Backend::Fused).with_tuning(full);
-    let got_full = gpu_full.compute_domain(&numbers, &x, n_local, bc).unwrap();
-    assert_close(&want, &got_full, 1e-9, "CUDA, full shells");
-    for skin in [0.0, 1.0] {
-        let mut session = DomainSession::new(&gpu, skin);
-        let got = session.compute(&gpu, &numbers, &x, n_local, bc).unwrap();
-        assert_close(&want, &got, 1e-9, &format!("CUDA, shells, skin {skin}"));
-        let rows = session.shell_rows().expect("shells");
-        assert!(
-            rows.windows(2).all(|w| w[0] > w[1]) && rows[0] < numbers.len(),
-            "{rows:?}"
+    for (dtype, tol) in [(DType::F64, 1e-9), (DType::F32, 2e-4)] {
+        let calc = |dev: &Device, shells: bool| {
+            shipped_calculator(dev, dtype, Backend::Fused).with_tuning(tuning(shells))
+        };
+        let want = calc(&Device::Cpu, false)
+            .compute_domain(&numbers, &x, n_local, bc)
+            .unwrap();
+        let got_full = calc(&cuda(), false)
+            .compute_domain(&numbers, &x, n_local, bc)
+            .unwrap();
+        assert_close(
+            &want,
+            &got_full,
+            tol,
+            &format!("{dtype:?}, CUDA, full shells"),
         );
+        let gpu = calc(&cuda(), true);
+        for skin in [0.0, 1.0] {
+            let mut session = DomainSession::new(&gpu, skin);
+            let got = session.compute(&gpu, &numbers, &x, n_local, bc).unwrap();
+            let what = format!("{dtype:?}, CUDA, shells, skin {skin}");
+            assert_close(&want, &got, tol, &what);
+            let rows = session.shell_rows().expect("shells");
+            assert!(
+                rows.windows(2).all(|w| w[0] > w[1]) && rows[0] < numbers.len(),
+                "{rows:?}"
+            );
+        }
     }
+}
+
+/// The edge partition's kernels give the CPU twin's list, order and class counts exactly:
+/// several tiles, classes of every size (one empty), a last tile part full.
+#[test]
+fn cuda_edge_partition_matches_cpu() {
+    use candle_core::Tensor;
+    use mlff_distiller::ops::partition_edges;
+    let (n, e) = (5_000u32, 300_001usize);
+    let mut state = 12345u64;
+    let mut next = || {
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (state >> 33) as u32
+    };
+    let mut centers: Vec<u32> = (0..e).map(|_| next() % n).collect();
+    centers.sort_unstable();
+    let neighbors: Vec<u32> = (0..e).map(|_| next() % n).collect();
+    let bounds = [700, 1_900, 1_900, 4_000];
+    let run = |dev: &Device| {
+        let c = Tensor::new(centers.as_slice(), dev).unwrap();
+        let nb = Tensor::new(neighbors.as_slice(), dev).unwrap();
+        let p = partition_edges(&c, &nb, &bounds).unwrap();
+        let v = |t: &Tensor| t.to_device(&Device::Cpu).unwrap().to_vec1::<u32>().unwrap();
+        (v(&p.centers), v(&p.neighbors), v(&p.order), p.counts)
+    };
+    let (want, got) = (run(&Device::Cpu), run(&cuda()));
+    assert_eq!(want.3, got.3, "class counts");
+    assert_eq!(want.3.iter().sum::<usize>(), e);
+    assert_eq!(want.3[2], 0, "the empty class");
+    assert!(
+        want.0 == got.0 && want.1 == got.1 && want.2 == got.2,
+        "lists differ"
+    );
 }
 
 #[test]

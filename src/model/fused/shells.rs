@@ -1,17 +1,24 @@
 //! A domain's whole call with ghost shells that shrink block by block: its ghosts reach the
 //! receptive field (blocks × cutoff), yet block k needs new features only for the atoms within
 //! B − 1 − k hops of a local atom (the last block for the local atoms alone, whose energies
-//! count). With the atoms ordered by that depth (locals first) and the edges by center, block
-//! k updates the first `rows[k]` atoms over the first `edges[k]` edges, on a domain of the
-//! atoms the block before updated: the shells' work falls from every block over every ghost
-//! to about one block's worth (docs/bench-log/75). Each block is the whole call's fused forward
-//! and hand-written adjoint on one-sided edges, as the layered pass runs them.
+//! count). With the atoms ordered by that depth (locals first), block k updates the first
+//! `rows[k]` atoms, on a domain of the atoms the block before updated: the shells' work falls
+//! from every block over every ghost to about one block's worth (docs/bench-log/75).
+//!
+//! Block k runs over the edges with an end among its first `rows[k]` atoms, both directions of
+//! each pair: a list that holds every edge's reverse, which the symmetric adjoint takes (it sums
+//! each atom's sending gradients over its own edges and dL/d(basis) in its kernel; one-sided
+//! edges took an adjoint writing every edge's filter gradient, twice as slow on GPUs:
+//! docs/bench-log/76). The edges into atoms past `rows[k]` carry messages nobody reads and,
+//! backwards, zero gradients. The list is put in classes by its edges' smaller atom
+//! ([`partition_edges`]): block k's edges are then a prefix of it, nested as the blocks shrink.
 
 use super::pass::ReadoutTape;
 use super::FusedPainn;
 use crate::model::PainnInputs;
+use crate::ops::edges::partition::{partition_edges, PARTITION_MAX_CLASSES};
 use crate::ops::layers::edge_basis::basis_adjoint;
-use crate::ops::{edge_basis, initial_state, StateGrad};
+use crate::ops::{edge_basis, gather, initial_state, StateGrad};
 use candle_core::{bail, Result, Tensor};
 
 /// What a shell call gives.
@@ -23,39 +30,42 @@ pub struct ShellCall {
     /// Each atom's share of the virial [N, 3, 3]: Σ over its edges of r ⊗ F (their sum is
     /// the domain's W, as [`FusedForward::forces_and_virials`](super::FusedForward) gives).
     pub virials: Tensor,
+    /// The edges each block ran over.
+    pub edges: Vec<usize>,
 }
 
 impl FusedPainn {
-    /// The shell call of `x` (atoms by depth, edges sorted by center; see the module's doc):
-    /// block k updates the first `rows[k]` atoms (non-increasing) from the first `edges[k]`
-    /// edges, those whose center is among them, whose neighbours must be among the atoms the
-    /// block before updated (every atom for the first block).
-    pub fn shell_call(
-        &self,
-        x: &PainnInputs,
-        rows: &[usize],
-        edges: &[usize],
-    ) -> Result<ShellCall> {
+    /// The shell call of `x` (atoms by depth; see the module's doc): block k updates the
+    /// first `rows[k]` atoms (non-increasing). Every edge of `x` joining atoms the block before
+    /// updated (every atom for the first block) to the block's rows must be in it, in both
+    /// directions: a neighbour list built at these positions with the depths' cutoff holds them.
+    pub fn shell_call(&self, x: &PainnInputs, rows: &[usize]) -> Result<ShellCall> {
         let blocks = self.blocks.len();
         let n = x.positions.dim(0)?;
-        let ordered =
-            rows.windows(2).all(|w| w[1] <= w[0]) && edges.windows(2).all(|w| w[1] <= w[0]);
-        if rows.len() != blocks || edges.len() != blocks || blocks == 0 || !ordered {
-            bail!("shell call: {blocks} blocks, rows {rows:?} and edges {edges:?}")
+        let ordered = rows.windows(2).all(|w| w[1] <= w[0]);
+        if rows.len() != blocks || blocks == 0 || blocks >= PARTITION_MAX_CLASSES || !ordered {
+            bail!("shell call: {blocks} blocks and rows {rows:?}")
         }
-        if rows[0] > n || edges[0] > x.centers.dim(0)? {
-            bail!("shell call: rows {rows:?} and edges {edges:?} for {n} atoms")
+        if rows[0] > n {
+            bail!("shell call: rows {rows:?} for {n} atoms")
         }
         let plan = self.layer_plan(x)?;
         let positions = x.positions.detach();
+        // Class c: the edges whose smaller atom is of depth c; block k takes classes 0..B − k.
+        let bounds: Vec<usize> = rows.iter().rev().copied().collect();
+        let classes = partition_edges(&x.centers, &x.neighbors, &bounds)?;
+        let edges: Vec<usize> = (0..blocks)
+            .map(|k| classes.counts[..blocks - k].iter().sum())
+            .collect();
+        let offsets = gather(&x.offsets, &classes.order)?;
         let view = |k: usize| -> Result<PainnInputs> {
             let (atoms, e) = (if k == 0 { n } else { rows[k - 1] }, edges[k]);
             Ok(PainnInputs {
                 species: x.species.narrow(0, 0, atoms)?,
                 positions: positions.narrow(0, 0, atoms)?,
-                centers: x.centers.narrow(0, 0, e)?,
-                neighbors: x.neighbors.narrow(0, 0, e)?,
-                offsets: x.offsets.narrow(0, 0, e)?,
+                centers: classes.centers.narrow(0, 0, e)?,
+                neighbors: classes.neighbors.narrow(0, 0, e)?,
+                offsets: offsets.narrow(0, 0, e)?,
                 atom_structure: x.atom_structure.narrow(0, 0, atoms)?,
                 n_structures: x.n_structures,
             })
@@ -77,7 +87,7 @@ impl FusedPainn {
         };
         let mut tapes = Vec::with_capacity(blocks);
         for k in 0..blocks {
-            let only = (false, Some(rows[k]));
+            let only = (true, Some(rows[k]));
             let (next, tape) =
                 self.block_forward(k, state.take(), &bases[k], &views[k], &plan, false, only)?;
             tapes.push(tape);
@@ -121,9 +131,9 @@ impl FusedPainn {
                 let only = (true, Some(rows[0]));
                 let both =
                     self.sums_block_adjoint(t, &grad, &positions, v0, &plan, after.as_ref(), only)?;
-                return finish(atom_energies, &both, n);
+                return finish(atom_energies, &both, n, edges);
             }
-            let only = (false, Some(rows[k]));
+            let only = (true, Some(rows[k]));
             let g = self.block_adjoint(
                 k,
                 t,
@@ -144,7 +154,7 @@ impl FusedPainn {
         let (centers, neighbors) = (&v0.centers, &v0.neighbors);
         let cut = (self.n_rbf, self.cutoff);
         let both = basis_adjoint(&positions, &v0.offsets, &g, (centers, neighbors), cut, true)?;
-        finish(atom_energies, &both, n)
+        finish(atom_energies, &both, n, edges)
     }
 }
 
@@ -159,10 +169,11 @@ fn pad_edges(g: &Tensor, edges: usize) -> Result<Tensor> {
 }
 
 /// The call from the adjoint's [4N, 3] (forces, then the virial rows).
-fn finish(atom_energies: Tensor, both: &Tensor, n: usize) -> Result<ShellCall> {
+fn finish(atom_energies: Tensor, both: &Tensor, n: usize, edges: Vec<usize>) -> Result<ShellCall> {
     Ok(ShellCall {
         atom_energies,
         forces: both.narrow(0, 0, n)?,
         virials: both.narrow(0, n, 3 * n)?.reshape((n, 3, 3))?,
+        edges,
     })
 }

@@ -5,8 +5,7 @@
 //! a list holding each of its edges' reverse (an edge and its reverse share their smaller atom):
 //! a domain's shell call runs each block over such a prefix, with the symmetric adjoint.
 
-use crate::ops::edges::rows::{contiguous, cpu_index, host_u32s};
-use candle_core::backend::BackendStorage;
+use crate::ops::edges::rows::{cpu_index, host_u32s};
 use candle_core::{bail, CpuStorage, CustomOp2, Layout, Result, Shape, Tensor};
 
 /// Most classes (bounds + 1): PT_CLASSES in kernels/edges/partition.cu.
@@ -33,7 +32,10 @@ pub fn partition_edges(
     bounds: &[usize],
 ) -> Result<EdgeClasses> {
     if bounds.len() >= PARTITION_MAX_CLASSES || bounds.windows(2).any(|w| w[1] < w[0]) {
-        bail!("edge partition: bounds {bounds:?} must ascend, at most {} of them", PARTITION_MAX_CLASSES - 1)
+        bail!(
+            "edge partition: bounds {bounds:?} must ascend, at most {} of them",
+            PARTITION_MAX_CLASSES - 1
+        )
     }
     if bounds.iter().any(|&b| b > u32::MAX as usize) {
         bail!("edge partition: bounds {bounds:?} past u32")
@@ -58,7 +60,10 @@ pub fn partition_edges(
         centers: out.narrow(0, 0, e)?,
         neighbors: out.narrow(0, e, e)?,
         order: out.narrow(0, 2 * e, e)?,
-        counts: totals[..=bounds.len()].iter().map(|&c| c as usize).collect(),
+        counts: totals[..=bounds.len()]
+            .iter()
+            .map(|&c| c as usize)
+            .collect(),
     })
 }
 
@@ -124,7 +129,9 @@ impl CustomOp2 for Partition {
         s2: &candle_core::CudaStorage,
         l2: &Layout,
     ) -> Result<(candle_core::CudaStorage, Shape)> {
+        use crate::ops::edges::rows::contiguous;
         use crate::ops::launch::cached_function;
+        use candle_core::backend::BackendStorage;
         use candle_core::cuda_backend::cudarc::driver::{LaunchConfig, PushKernelArg};
         use candle_core::cuda_backend::{CudaStorage, CudaStorageSlice};
         use candle_core::DType;
@@ -179,7 +186,12 @@ impl CustomOp2 for Partition {
         if tiles > 0 {
             let fill = f("partition_fill")?;
             let mut b = stream.launch_builder(&fill);
-            b.arg(&ci).arg(&nj).arg(&counts).arg(&mut out).arg(&e).arg(&tiles);
+            b.arg(&ci)
+                .arg(&nj)
+                .arg(&counts)
+                .arg(&mut out)
+                .arg(&e)
+                .arg(&tiles);
             for v in &t {
                 b.arg(v);
             }
@@ -207,7 +219,10 @@ mod tests {
         assert_eq!(p.counts, vec![5, 2, 2]);
         assert_eq!(p.order.to_vec1::<u32>()?, vec![0, 1, 2, 3, 6, 4, 8, 5, 7]);
         assert_eq!(p.centers.to_vec1::<u32>()?, vec![0, 0, 1, 2, 4, 2, 5, 3, 4]);
-        assert_eq!(p.neighbors.to_vec1::<u32>()?, vec![1, 4, 0, 0, 0, 5, 2, 4, 3]);
+        assert_eq!(
+            p.neighbors.to_vec1::<u32>()?,
+            vec![1, 4, 0, 0, 0, 5, 2, 4, 3]
+        );
         let empty = Tensor::zeros(0, candle_core::DType::U32, &dev)?;
         assert_eq!(partition_edges(&empty, &empty, &[2])?.counts, vec![0, 0]);
         assert!(partition_edges(&c, &n, &[3, 1]).is_err());
