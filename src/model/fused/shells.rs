@@ -30,8 +30,6 @@ pub struct ShellCall {
     /// Each atom's share of the virial [N, 3, 3]: Σ over its edges of r ⊗ F (their sum is
     /// the domain's W, as [`FusedForward::forces_and_virials`](super::FusedForward) gives).
     pub virials: Tensor,
-    /// The edges each block ran over.
-    pub edges: Vec<usize>,
 }
 
 impl FusedPainn {
@@ -131,7 +129,7 @@ impl FusedPainn {
                 let only = (true, Some(rows[0]));
                 let both =
                     self.sums_block_adjoint(t, &grad, &positions, v0, &plan, after.as_ref(), only)?;
-                return finish(atom_energies, &both, n, edges);
+                return finish(atom_energies, &both, n);
             }
             let only = (true, Some(rows[k]));
             let g = self.block_adjoint(
@@ -154,7 +152,7 @@ impl FusedPainn {
         let (centers, neighbors) = (&v0.centers, &v0.neighbors);
         let cut = (self.n_rbf, self.cutoff);
         let both = basis_adjoint(&positions, &v0.offsets, &g, (centers, neighbors), cut, true)?;
-        finish(atom_energies, &both, n, edges)
+        finish(atom_energies, &both, n)
     }
 }
 
@@ -169,11 +167,10 @@ fn pad_edges(g: &Tensor, edges: usize) -> Result<Tensor> {
 }
 
 /// The call from the adjoint's [4N, 3] (forces, then the virial rows).
-fn finish(atom_energies: Tensor, both: &Tensor, n: usize, edges: Vec<usize>) -> Result<ShellCall> {
+fn finish(atom_energies: Tensor, both: &Tensor, n: usize) -> Result<ShellCall> {
     Ok(ShellCall {
         atom_energies,
         forces: both.narrow(0, 0, n)?,
         virials: both.narrow(0, n, 3 * n)?.reshape((n, 3, 3))?,
-        edges,
     })
 }
