@@ -111,6 +111,10 @@ tuning! {
     /// (null: on the CPU; off on CUDA, where two H200s ran 11% faster with them at 98,304 atoms
     /// and 4% slower at 943,296: docs/bench-log/76).
     domain_shells: Option<bool> = None,
+    /// `mlff distill` trains its committee's students side by side on a CUDA device (a thread
+    /// each, one stream each): a molecule-sized training step leaves most of the GPU idle. On
+    /// the CPU they train one after another (one training takes every core already).
+    committee_side_by_side: bool = true,
 }
 
 /// A tuning that could not be read: names the file or variable and the key.

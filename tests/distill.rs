@@ -617,8 +617,31 @@ fn a_converged_run_stays_converged_when_resumed() {
     cfg["stability"] = serde_json::json!({"steps": 0});
     std::fs::write(&config, cfg.to_string()).unwrap();
     let out = dir.path().join("run");
-    let o = distill(Some(&config), &out).output().unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // A tuning file is read before anything runs, and its trainings and MD get it too.
+    let tuning = dir.path().join("tuning.json");
+    let with_tuning = |json: &str| {
+        std::fs::write(&tuning, json).unwrap();
+        let o = distill(Some(&config), &out)
+            .arg("--tuning")
+            .arg(&tuning)
+            .output()
+            .unwrap();
+        (
+            o.status.success(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    let (ok, err) = with_tuning(r#"{"committee_side_by_side": "yes"}"#);
+    assert!(!ok && err.contains("tuning.json"), "{err}");
+    assert!(!out.join("distill.json").exists() && state(&out).is_none());
+    let (ok, err) = with_tuning(r#"{"committee_side_by_side": false}"#);
+    assert!(ok, "{err}");
+    let passed = format!("--tuning {}", tuning.display());
+    for command in ["mlff train ", "mlff md "] {
+        let lines: Vec<_> = err.lines().filter(|l| l.contains(command)).collect();
+        assert!(!lines.is_empty(), "no `{command}` in {err}");
+        assert!(lines.iter().all(|l| l.contains(&passed)), "{lines:?}");
+    }
     let s = state(&out).unwrap();
     assert!(
         s["finished"].as_str().unwrap().starts_with("converged"),

@@ -235,3 +235,62 @@ fn devices_opened_beside_graph_captures_init_as_the_cpu() {
         assert!(capturing.join().unwrap() > 0);
     });
 }
+
+/// `mlff distill`'s committee on one GPU: trainers on threads of their own, each with its own
+/// stream, capturing and replaying their step graphs side by side, train as each does alone
+/// (f64; only the order of atomic sums may differ).
+#[test]
+fn trainers_side_by_side_on_one_gpu_train_as_alone() {
+    let ds = dataset();
+    let run = |seed: u64| {
+        let tc = TrainConfig {
+            batch_size: 4,
+            epochs: 3,
+            seed,
+            ..TrainConfig::default()
+        };
+        let dev = cuda();
+        let mut t = Trainer::new(&small_config(), &tc, &ds, &ds, &dev, DType::F64, None)
+            .unwrap()
+            .with_graphs(Graphs::On);
+        let mut losses = Vec::new();
+        for _ in 0..3 {
+            t.train_epoch(|_, loss| losses.push(loss)).unwrap();
+        }
+        let weights: Vec<Vec<f64>> = t
+            .optimizer()
+            .vars()
+            .iter()
+            .map(|(_, v)| {
+                let w = v.as_tensor().flatten_all().unwrap();
+                w.to_device(&Device::Cpu).unwrap().to_vec1::<f64>().unwrap()
+            })
+            .collect();
+        (losses, weights)
+    };
+    let seeds = [0u64, 1, 2];
+    let alone: Vec<_> = seeds.iter().map(|&s| run(s)).collect();
+    let together: Vec<_> = std::thread::scope(|scope| {
+        let handles: Vec<_> = seeds.iter().map(|&s| scope.spawn(move || run(s))).collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_ne!(
+        alone[0].0, alone[1].0,
+        "seeds must give different trainings"
+    );
+    for (k, ((la, wa), (lt, wt))) in alone.iter().zip(&together).enumerate() {
+        assert_eq!(la.len(), 9);
+        for (a, b) in la.iter().zip(lt) {
+            assert!(
+                (a - b).abs() <= 1e-9 * a.abs(),
+                "trainer {k}: loss {a} vs {b}"
+            );
+        }
+        let worst = wa
+            .iter()
+            .flatten()
+            .zip(wt.iter().flatten())
+            .fold(0.0f64, |m, (a, b)| m.max((a - b).abs()));
+        assert!(worst <= 1e-9, "trainer {k}: weights differ by {worst}");
+    }
+}

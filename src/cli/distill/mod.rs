@@ -43,6 +43,9 @@ pub struct DistillArgs {
     max_train_minutes: Option<f64>,
     #[command(flatten)]
     device: super::DeviceArgs,
+    /// Also passed on to every `mlff train` and `mlff md` of the run.
+    #[command(flatten)]
+    tuning: super::TuningArgs,
 }
 
 /// The run's folder and settings, shared by the phases.
@@ -52,6 +55,9 @@ pub(super) struct Run {
     /// `--device` as given, passed on to `mlff train` and `mlff md`.
     pub device: String,
     pub dev: candle_core::Device,
+    /// `--tuning` as given (passed on with `--device`), and the tuning it makes.
+    pub tuning_file: Option<PathBuf>,
+    pub tuning: crate::Tuning,
 }
 
 impl Run {
@@ -66,9 +72,19 @@ impl Run {
     pub fn data(&self, name: &str) -> PathBuf {
         self.out.join("data").join(name)
     }
+    /// `--device` and `--tuning` as this run was given them, for its `train` and `md`.
+    pub fn device_flags(&self) -> Vec<String> {
+        let mut flags = vec!["--device".to_string(), self.device.clone()];
+        if let Some(t) = &self.tuning_file {
+            flags.extend(["--tuning".into(), t.display().to_string()]);
+        }
+        flags
+    }
 }
 
 pub fn run(a: DistillArgs) -> Result<ExitCode> {
+    // Before anything is written: a bad --tuning must not leave a run half-started.
+    let tuning = a.tuning.load()?;
     let cfg = match (&a.config, a.resume) {
         (Some(path), false) => fresh(path, &a.out)?,
         (None, true) => {
@@ -90,6 +106,8 @@ pub fn run(a: DistillArgs) -> Result<ExitCode> {
     let run = Run {
         dev: a.device.open()?,
         device: a.device.device.to_string(),
+        tuning_file: a.tuning.tuning.clone(),
+        tuning,
         out: a.out.clone(),
         cfg,
     };

@@ -192,12 +192,12 @@ fn student_md(run: &Run, md: &StudentMd) -> Result<Option<ExitCode>> {
             "--restart-file",
             s(&md.summary.with_extension("restart.json")),
         ),
-        ("--device", run.device.clone()),
         ("--bond-limit", run.cfg.stability.bond_limit.to_string()),
     ];
     for (flag, v) in pairs {
         args.extend([flag.to_string(), v]);
     }
+    args.extend(run.device_flags());
     if let Some((traj, every)) = md.traj {
         args.extend([
             "--traj".into(),
@@ -421,37 +421,65 @@ fn label(run: &Run, state: &mut RunState, i: usize) -> Result<()> {
 }
 
 /// The committee trained on everything labelled so far (warm-started after iteration 0);
-/// members a stopped attempt finished are kept.
+/// members a stopped attempt finished are kept. On CUDA the members train side by side
+/// (`Tuning::committee_side_by_side`), each on a thread and stream of its own.
 fn train(run: &Run, state: &mut RunState, i: usize) -> Result<ExitCode> {
     let dir = run.iter_dir(i);
     let files = labelled_files(run, state, i + 1);
-    for k in 0..run.cfg.committee {
-        if state.iteration(i).members_trained.contains(&k) {
-            continue;
-        }
+    let todo: Vec<usize> = (0..run.cfg.committee)
+        .filter(|k| !state.iteration(i).members_trained.contains(k))
+        .collect();
+    let groups: Vec<Vec<usize>> = match run.dev.is_cuda() && run.tuning.committee_side_by_side {
+        true => vec![todo],
+        false => todo.into_iter().map(|k| vec![k]).collect(),
+    };
+    for group in groups.into_iter().filter(|g| !g.is_empty()) {
         let started = Instant::now();
-        let mut tc = run.cfg.train.clone();
-        tc.seed += k as u64;
-        let tc_path = dir.join(format!("student-{k}.train.json"));
-        crate::fsutil::write_json(&tc_path, &tc)?;
-        let out = dir.join(format!("student-{k}"));
-        let mut args = train_args(run, &files, &tc_path);
-        if i > 0 {
-            args.extend(["--init".into(), s(&run.student(i - 1, k))]);
-        } else if let Some(model) = &run.cfg.model {
-            args.extend(["--config".into(), s(&run.out.join(model))]);
+        let mut jobs = Vec::new();
+        for &k in &group {
+            let mut tc = run.cfg.train.clone();
+            tc.seed += k as u64;
+            let tc_path = dir.join(format!("student-{k}.train.json"));
+            crate::fsutil::write_json(&tc_path, &tc)?;
+            let mut args = train_args(run, &files, &tc_path);
+            if i > 0 {
+                args.extend(["--init".into(), s(&run.student(i - 1, k))]);
+            } else if let Some(model) = &run.cfg.model {
+                args.extend(["--config".into(), s(&run.out.join(model))]);
+            }
+            jobs.push((args, dir.join(format!("student-{k}"))));
         }
-        let epochs = match train_one(args, &out, true)? {
-            Ok(epochs) => epochs,
-            Err(code) => return Ok(code),
-        };
+        let results: Vec<_> = std::thread::scope(|scope| {
+            let handles: Vec<_> = jobs
+                .into_iter()
+                .map(|(args, out)| scope.spawn(move || train_one(args, &out, true)))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+                .collect()
+        });
+        // Every member that finished is kept, also where another failed or was stopped.
         let before: f64 = state.iterations[..i].iter().map(|x| x.train_s).sum();
+        let mut ended = None;
+        for (k, result) in group.into_iter().zip(results) {
+            match result {
+                Ok(Ok(epochs)) => {
+                    let it = state.iteration(i);
+                    it.epochs.push(epochs);
+                    it.members_trained.push(k);
+                }
+                Ok(Err(code)) => ended = ended.or(Some(Ok(code))),
+                Err(e) => ended = ended.or(Some(Err(e))),
+            }
+        }
         let it = state.iteration(i);
-        it.epochs.push(epochs);
         it.train_s += started.elapsed().as_secs_f64();
         it.train_s_total = before + it.train_s;
-        it.members_trained.push(k);
         state.save(&run.out.join("state.json"))?;
+        if let Some(end) = ended {
+            return end;
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -466,9 +494,8 @@ pub(super) fn train_args(run: &Run, files: &[PathBuf], tc_path: &Path) -> Vec<St
         s(&run.data("val.extxyz")),
         "--train-config".into(),
         s(tc_path),
-        "--device".into(),
-        run.device.clone(),
     ]);
+    args.extend(run.device_flags());
     args
 }
 
