@@ -243,6 +243,22 @@ fn toy_run(dir: &Path) -> PathBuf {
     p
 }
 
+/// [`toy_run`] with the quickest settings that still run every phase, and `overrides` (top-level
+/// keys of the config) on top.
+fn quick_toy_run(dir: &Path, overrides: Value) -> PathBuf {
+    let config = toy_run(dir);
+    let mut cfg: Value = serde_json::from_str(&std::fs::read_to_string(&config).unwrap()).unwrap();
+    cfg["train"]["epochs"] = 3.into();
+    cfg["teacher_md"] = serde_json::json!({"equil_steps": 10, "steps": 60, "every": 10});
+    cfg["sampling"] = serde_json::json!({"replicas": 1, "steps": 60, "every": 10});
+    cfg["stability"] = serde_json::json!({"steps": 0});
+    for (key, value) in overrides.as_object().unwrap() {
+        cfg[key] = value.clone();
+    }
+    std::fs::write(&config, cfg.to_string()).unwrap();
+    config
+}
+
 fn state(out: &Path) -> Option<Value> {
     let text = std::fs::read_to_string(out.join("state.json")).ok()?;
     serde_json::from_str(&text).ok()
@@ -606,16 +622,12 @@ fn a_converged_run_stays_converged_when_resumed() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let config = toy_run(dir.path());
-    // Quick settings, and a threshold any committee meets: the loop ends at iteration 1's
-    // selection, before the teacher labels anything.
-    let mut cfg: Value = serde_json::from_str(&std::fs::read_to_string(&config).unwrap()).unwrap();
-    cfg["train"]["epochs"] = 3.into();
-    cfg["teacher_md"] = serde_json::json!({"equil_steps": 10, "steps": 60, "every": 10});
-    cfg["sampling"] = serde_json::json!({"replicas": 1, "steps": 60, "every": 10});
-    cfg["stop"] = serde_json::json!({"max_iterations": 3, "disagreement": 10.0});
-    cfg["stability"] = serde_json::json!({"steps": 0});
-    std::fs::write(&config, cfg.to_string()).unwrap();
+    // A threshold any committee meets: the loop ends at iteration 1's selection, before the
+    // teacher labels anything.
+    let config = quick_toy_run(
+        dir.path(),
+        serde_json::json!({"stop": {"max_iterations": 3, "disagreement": 10.0}}),
+    );
     let out = dir.path().join("run");
     // A tuning file is read before anything runs, and its trainings and MD get it too.
     let tuning = dir.path().join("tuning.json");
@@ -658,4 +670,72 @@ fn a_converged_run_stays_converged_when_resumed() {
         "{s}"
     );
     assert_eq!(done(&s, 1), ["sample", "select"]);
+}
+
+/// The teacher elsewhere: `--stop-before label` ends the run with its frames selected, a
+/// `--resume --stop-before train` where the teacher is labels them and ends, and a `--resume`
+/// back without the teacher trains on them. Here "elsewhere" is a label command that works;
+/// the other legs get one that cannot run.
+#[test]
+fn the_teacher_can_label_on_another_machine() {
+    if !common::bridge_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let config = quick_toy_run(
+        dir.path(),
+        serde_json::json!({"selection": {"per_molecule": 4}}),
+    );
+    let cfg: Value = serde_json::from_str(&std::fs::read_to_string(&config).unwrap()).unwrap();
+    let teacher = cfg["teacher"]["label_command"].clone();
+    let out = dir.path().join("run");
+    let set_label_command = |command: Value| {
+        let p = out.join("distill.json");
+        let mut run: Value = serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+        run["teacher"]["label_command"] = command;
+        std::fs::write(&p, run.to_string()).unwrap();
+    };
+    let leg = |c: &mut Command, stop_before: Option<&str>| {
+        if let Some(phase) = stop_before {
+            c.args(["--stop-before", phase]);
+        }
+        let o = c.output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert!(o.status.success(), "{err}");
+        err
+    };
+    let err = leg(&mut distill(Some(&config), &out), Some("label"));
+    assert!(err.contains("stopped before iteration 1's Label"), "{err}");
+    let s = state(&out).unwrap();
+    assert!(s["finished"].is_null(), "{s}");
+    assert_eq!(done(&s, 1), ["sample", "select"]);
+    let selected = read_extxyz(&out.join("iter-001/selected.extxyz")).unwrap();
+    assert!(!out.join("iter-001/labelled.extxyz").exists());
+
+    set_label_command(serde_json::json!(["no-such-teacher-command"]));
+    let o = distill(None, &out).output().unwrap();
+    assert!(
+        !o.status.success(),
+        "a teacher that cannot run must fail the label phase"
+    );
+    set_label_command(teacher);
+    leg(&mut distill(None, &out), Some("train"));
+    let s = state(&out).unwrap();
+    assert_eq!(done(&s, 1), ["sample", "select", "label"]);
+    let labelled = read_extxyz(&out.join("iter-001/labelled.extxyz")).unwrap();
+    assert_eq!(labelled.len(), selected.len());
+    assert!(labelled.iter().all(|f| f.forces.is_some()));
+
+    set_label_command(serde_json::json!(["no-such-teacher-command"]));
+    leg(&mut distill(None, &out), None);
+    let s = state(&out).unwrap();
+    assert_eq!(
+        done(&s, 1),
+        ["sample", "select", "label", "train", "evaluate"]
+    );
+    assert!(
+        s["finished"].as_str().unwrap().contains("max_iterations"),
+        "{s}"
+    );
+    assert!(out.join("student.safetensors").exists());
 }

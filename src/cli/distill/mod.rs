@@ -41,6 +41,11 @@ pub struct DistillArgs {
     /// Training time in all, minutes.
     #[arg(long)]
     max_train_minutes: Option<f64>,
+    /// End before the first phase of this name not yet done (teacher-md, sample, select,
+    /// label, train, evaluate): `label` to have the teacher run elsewhere (`--resume
+    /// --stop-before train` on a machine with the teacher, then `--resume` back here).
+    #[arg(long, value_name = "PHASE", value_parser = parse_phase)]
+    stop_before: Option<Phase>,
     #[command(flatten)]
     device: super::DeviceArgs,
     /// Also passed on to every `mlff train` and `mlff md` of the run.
@@ -58,6 +63,8 @@ pub(super) struct Run {
     /// `--tuning` as given (passed on with `--device`), and the tuning it makes.
     pub tuning_file: Option<PathBuf>,
     pub tuning: crate::Tuning,
+    /// `--stop-before`.
+    pub stop_before: Option<Phase>,
 }
 
 impl Run {
@@ -108,6 +115,7 @@ pub fn run(a: DistillArgs) -> Result<ExitCode> {
         device: a.device.device.to_string(),
         tuning_file: a.tuning.tuning.clone(),
         tuning,
+        stop_before: a.stop_before,
         out: a.out.clone(),
         cfg,
     };
@@ -180,6 +188,14 @@ fn drive(run: &Run, state: &mut RunState, state_path: &Path, stop: &StopFlag) ->
             if !state.iteration(i).is_done(phase) {
                 if let Some(signal) = stop.raised() {
                     return Ok(interrupted(signal));
+                }
+                if run.stop_before == Some(phase) {
+                    eprintln!(
+                        "stopped before iteration {i}'s {phase:?} (--stop-before): {} holds \
+                         every phase done; --resume continues",
+                        state_path.display()
+                    );
+                    return Ok(ExitCode::SUCCESS);
                 }
                 eprintln!("== iteration {i}: {phase:?}");
                 // A signal also reaches the teacher's processes, whose failure it explains.
@@ -296,6 +312,12 @@ fn check_seed_elements(
         );
     }
     Ok(())
+}
+
+fn parse_phase(s: &str) -> std::result::Result<Phase, String> {
+    serde_json::from_value(serde_json::Value::String(s.into())).map_err(|_| {
+        format!("unknown phase `{s}` (teacher-md, sample, select, label, train or evaluate)")
+    })
 }
 
 fn with_stop_flags(mut cfg: DistillConfig, a: &DistillArgs) -> Result<DistillConfig> {
