@@ -121,7 +121,8 @@ def distill(out, config=None, resume: bool = False, **options) -> dict:
     in the folder `out`, from `config` (a path to the JSON settings, or a dict of them, whose
     relative paths are the current directory's) or, with `resume=True`, continuing the run
     in `out`. `options` are the command's flags (`max_iterations`, `disagreement`,
-    `max_frames`, `max_teacher_hours`, `max_train_minutes`, `device`). Returns the run's
+    `max_frames`, `max_teacher_hours`, `max_train_minutes`, `stop_before`, `device`,
+    `tuning`). Returns the run's
     report (report.json: `config` and `state`)."""
     args = ["distill", "--out", os.fspath(out)]
     with tempfile.TemporaryDirectory() as tmp:
