@@ -67,6 +67,8 @@ pub struct Iteration {
     pub total_frames: usize,
     pub teacher_s: f64,
     pub teacher_s_total: f64,
+    /// Wall time of the train phase (the committee side by side on CUDA), stopped attempts
+    /// included: what `stop.max_train_minutes` spends.
     pub train_s: f64,
     pub train_s_total: f64,
     /// Epochs each committee member trained this iteration.
