@@ -4,6 +4,7 @@
 
 mod phases;
 mod refine;
+mod training;
 
 use crate::distill::{DistillConfig, Phase, RunState};
 use crate::fsutil::{write_atomic, write_json, OutputLock};

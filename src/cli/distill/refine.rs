@@ -3,7 +3,8 @@
 //! then scored like an iteration's student. A loop that goes on after it (a resumed run with
 //! lower stop thresholds) makes it run again from the newer student.
 
-use super::phases::{assess, labelled_files, s, train_args, train_one};
+use super::phases::{assess, labelled_files};
+use super::training::{s, train_args, train_one};
 use super::Run;
 use crate::distill::{Phase, Refined, RunState};
 use crate::fsutil::write_json;
