@@ -219,7 +219,7 @@ pub fn layers(tuning: &Tuning, shape: &ModelShape, size: SystemSize, target: Tar
     let bytes_per_block = size.edges * 3 * f * target.dtype.size_in_bytes();
     let tiled = cuda && size.edges >= tuning.tile_from(tc_tiles);
     let rows_on_cuda = !cuda || size.edges < tuning.filter_rows_until(tc_tiles);
-    let filter = match size.edges >= tuning.filter_rows_from_edges
+    let filter = match size.edges >= tuning.filter_rows_from(cuda)
         && bytes_per_block <= FILTER_ROWS_MAX_BYTES
         && rows_on_cuda
     {

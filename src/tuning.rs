@@ -72,8 +72,10 @@ tuning! {
     /// element's, its vector features zero), instead of per-edge work.
     first_block_sums: bool = true,
     /// Edge count from which each block's filter rows W(r) [E, 3F] are one matrix product
-    /// instead of being formed per edge inside the interaction kernels.
-    filter_rows_from_edges: usize = 8_192,
+    /// instead of being formed per edge inside the interaction kernels (null: 8,192 on CUDA;
+    /// on the CPU every size, where the product's SIMD beats forming the filter edge by edge
+    /// in the forward and again in the adjoint from the smallest molecule on).
+    filter_rows_from_edges: Option<usize> = None,
     /// Edge count from which CUDA forms the filter in the tiled kernels again (null: never in
     /// f32, where the tensor-core tiles beat the rows at every size; 100,000 in f64).
     filter_rows_until_edges: Option<usize> = None,
@@ -202,6 +204,12 @@ impl Tuning {
     pub fn tile_from(&self, tensor_cores: bool) -> usize {
         self.tile_from_edges
             .unwrap_or(if tensor_cores { 4_096 } else { 8_192 })
+    }
+
+    /// The edge count from which the filter is one matrix product on CUDA (`cuda`) or the CPU.
+    pub fn filter_rows_from(&self, cuda: bool) -> usize {
+        self.filter_rows_from_edges
+            .unwrap_or(if cuda { 8_192 } else { 0 })
     }
 
     /// The edge count from which CUDA leaves the filter rows for the tiled kernels.

@@ -92,7 +92,7 @@ fn filter_rows_and_dense_kernel_paths_match() {
                     keep: usize,
                     tensor_core_rows: std::ops::RangeInclusive<usize>| {
         let tuning = Tuning {
-            filter_rows_from_edges: edges,
+            filter_rows_from_edges: Some(edges),
             filter_rows_keep_bytes: keep,
             dense_kernel_max_rows: dense_rows,
             dense_tensor_cores_from_rows: *tensor_core_rows.start(),
@@ -432,7 +432,7 @@ fn symmetric_adjoint_gives_the_standard_position_gradients() {
 fn fused_forces_with_the_symmetric_adjoint_match_autograd() {
     use mlff_distiller::calculator::forces_from;
     let tuning = Tuning {
-        filter_rows_from_edges: usize::MAX,
+        filter_rows_from_edges: Some(usize::MAX),
         ..Tuning::default()
     };
     let batch = Batch::new(vec![mlff_distiller::systems::water_box(128, 5)]).unwrap();

@@ -57,9 +57,9 @@ fn only_the_tuning_module_reads_the_environment() {
     assert!(own.contains("std::env::var(TUNING_VARIABLE)"));
 }
 
-/// The fused model follows its tuning: a water box whose list is long enough for filter rows
-/// by default runs them kept, not kept, or not at all as the tuning says, with the same
-/// energies and forces every way.
+/// The fused model follows its tuning: a water box runs filter rows kept, not kept, or not at
+/// all as the tuning says, with the same energies and forces every way; on the CPU even a
+/// molecule takes the rows by default.
 #[test]
 fn the_plan_follows_the_tuning_and_results_do_not() {
     let model = common::root().join("models/painn-gfn2.safetensors");
@@ -69,11 +69,6 @@ fn the_plan_follows_the_tuning_and_results_do_not() {
     let batch = Batch::new(vec![water_box(100, 0)]).unwrap();
     let (inputs, _) = calc.prepare(&batch).unwrap();
     let fused = calc.fused().unwrap().clone();
-    let edges = inputs.centers.dim(0).unwrap();
-    assert!(
-        edges >= Tuning::default().filter_rows_from_edges,
-        "{edges} edges"
-    );
     let variants = [
         (Tuning::default(), FilterSource::Rows { kept: true }),
         (
@@ -85,7 +80,7 @@ fn the_plan_follows_the_tuning_and_results_do_not() {
         ),
         (
             Tuning {
-                filter_rows_from_edges: usize::MAX,
+                filter_rows_from_edges: Some(usize::MAX),
                 first_block_sums: false,
                 ..Tuning::default()
             },
@@ -120,6 +115,10 @@ fn the_plan_follows_the_tuning_and_results_do_not() {
     };
     let plan = fused.plan_for(size, &Device::Cpu, DType::F32).unwrap();
     assert_eq!(plan.name(), "layers");
+    let Plan::Layers(layers) = plan else {
+        unreachable!()
+    };
+    assert_eq!(layers.filter, FilterSource::Rows { kept: true });
 }
 
 /// `--tuning FILE` and `MLFF_TUNING` reach the command; a bad key is refused naming the file
