@@ -119,6 +119,20 @@ fn reports_round_trip_through_json_and_trace() {
     // Per call: the call slice and its five phases.
     assert_eq!(events.len(), 4 * 6);
     assert!(report.markdown().contains("| whole call |"));
+    // A molecule's passes on the CPU get the CPU's advice, not the GPU's.
+    let passes: Vec<_> = report
+        .hotspots
+        .iter()
+        .filter(|h| matches!(h.phase, Phase::Forward | Phase::Backward))
+        .collect();
+    assert!(!passes.is_empty(), "{:?}", report.hotspots);
+    for h in passes {
+        assert!(
+            h.advice.contains("on the CPU") && !h.advice.contains("GPU"),
+            "{}",
+            h.advice
+        );
+    }
     let err = ProfileReport::load(&dir.path().join("missing.json")).unwrap_err();
     assert!(err.to_string().contains("missing.json"));
 }

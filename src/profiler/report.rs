@@ -59,8 +59,9 @@ pub struct ProfileReport {
     pub plan: serde_json::Value,
 }
 
-fn advice(phase: Phase, atoms: f64) -> String {
+fn advice(phase: Phase, atoms: f64, device: &str) -> String {
     let small = atoms < 500.0;
+    let cpu = device.starts_with("cpu");
     match phase {
         Phase::NeighborList => "the host neighbour list: reuse it over steps with a Verlet skin \
             (mlff md does; a larger --skin rebuilds less often)"
@@ -71,6 +72,13 @@ fn advice(phase: Phase, atoms: f64) -> String {
         Phase::Download => "device-to-host copies: read results back only when they are \
             needed (log less often)"
             .into(),
+        Phase::Forward | Phase::Backward if small && cpu => format!(
+            "the {} pass at {atoms:.0} atoms on the CPU is molecule-sized matrix products, \
+             where handing them to a thread pool costs more than it shares: one thread \
+             (RAYON_NUM_THREADS=1) is often faster, and independent runs side by side use the \
+             cores better than one run on all of them",
+            phase.name()
+        ),
         Phase::Forward | Phase::Backward if small => format!(
             "the {} pass at {atoms:.0} atoms is many small kernels, each far from the GPU's \
              arithmetic and memory limits: batch several structures per call; --backend fused \
@@ -148,7 +156,7 @@ impl ProfileReport {
             .map(|p| Hotspot {
                 phase: p.phase,
                 share: p.share,
-                advice: advice(p.phase, atoms_mean),
+                advice: advice(p.phase, atoms_mean, device),
             })
             .collect();
         hotspots.sort_by(|a, b| b.share.total_cmp(&a.share));
