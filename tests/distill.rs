@@ -616,6 +616,16 @@ fn the_loop_runs_on_a_periodic_cell_with_its_stress() {
     assert!(report.contains("Held-out stress MAE"), "{report}");
 }
 
+/// The run in `out` finished converged, iteration 1 having only sampled and selected.
+fn converged_at_selection(out: &Path) {
+    let s = state(out).unwrap();
+    assert!(
+        s["finished"].as_str().unwrap().starts_with("converged"),
+        "{s}"
+    );
+    assert_eq!(done(&s, 1), ["sample", "select"]);
+}
+
 #[test]
 fn a_converged_run_stays_converged_when_resumed() {
     if !common::bridge_available() {
@@ -654,22 +664,12 @@ fn a_converged_run_stays_converged_when_resumed() {
         assert!(!lines.is_empty(), "no `{command}` in {err}");
         assert!(lines.iter().all(|l| l.contains(&passed)), "{lines:?}");
     }
-    let s = state(&out).unwrap();
-    assert!(
-        s["finished"].as_str().unwrap().starts_with("converged"),
-        "{s}"
-    );
-    assert_eq!(done(&s, 1), ["sample", "select"]);
+    converged_at_selection(&out);
     let o = distill(None, &out).output().unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{err}");
     assert!(!err.contains("iteration 1: Label"), "{err}");
-    let s = state(&out).unwrap();
-    assert!(
-        s["finished"].as_str().unwrap().starts_with("converged"),
-        "{s}"
-    );
-    assert_eq!(done(&s, 1), ["sample", "select"]);
+    converged_at_selection(&out);
 }
 
 /// The teacher elsewhere: `--stop-before label` ends the run with its frames selected, a
