@@ -58,7 +58,10 @@ fn cuda_ops_match_cpu_candle() {
 
 /// The shipped default-size model gives the same energies and forces on CUDA as on the CPU:
 /// aspirin, a batch of 64 different molecules, a 5,000-atom periodic water box; f32 and f64;
-/// our ops, candle's stock ops and the fused kernels (F = 128: the warp-reduction path).
+/// our ops, candle's stock ops and the fused kernels (F = 128: the warp-reduction path). On
+/// the box, f64 takes the fused path only: autograd's and the stock ops' saved edge tensors
+/// there take tens of GB in f64, which ran the GPU out of memory beside this binary's other
+/// tests (bench-log 80); their kernels are checked on the box in f32 and on the molecules in f64.
 #[test]
 fn cuda_model_matches_cpu() {
     let gpu = cuda();
@@ -77,6 +80,9 @@ fn cuda_model_matches_cpu() {
                 .compute(&batch)
                 .unwrap();
             for ops in [Backend::Autograd, Backend::Stock, Backend::Fused] {
+                if label.starts_with("water box") && dtype == DType::F64 && ops != Backend::Fused {
+                    continue;
+                }
                 let got = shipped_calculator(&gpu, dtype, ops)
                     .compute(&batch)
                     .unwrap();
