@@ -7,7 +7,7 @@ mod common;
 use mlff_distiller::calculator::{Calculator, Prediction};
 use mlff_distiller::distill::{
     close_contact, disagreement, most_disputed, most_disputed_molecule, most_disputed_overall,
-    DistillConfig,
+    relative_to_goals, DistillConfig,
 };
 use mlff_distiller::io::read_extxyz;
 use mlff_distiller::structure::{Batch, Structure};
@@ -113,6 +113,25 @@ fn close_contacts_are_found_across_periodic_boundaries() {
 }
 
 #[test]
+fn goals_per_temperature_move_the_budget_to_the_frames_furthest_from_theirs() {
+    // Two cold frames disputed less in eV/Å than two hot ones, but further from their goal.
+    let scores = [0.012, 0.020, 0.018, 0.030];
+    let t = [Some(300.0), Some(600.0), Some(310.0), Some(590.0)];
+    let (temps, goals) = ([300.0, 600.0], [0.010, 0.025]);
+    let ranked = relative_to_goals(&scores, |k| t[k], &temps, &goals);
+    for (r, want) in ranked.iter().zip([1.2, 0.8, 1.8, 1.2]) {
+        approx::assert_relative_eq!(*r, want, epsilon = 1e-12);
+    }
+    let one = |_: usize| "m".to_string();
+    assert_eq!(most_disputed(&scores, one, 2), vec![1, 3]);
+    assert_eq!(most_disputed(&ranked, one, 2), vec![0, 2]);
+    // Without goals nothing changes; a frame without a temperature gets the strictest goal.
+    assert_eq!(relative_to_goals(&scores, |k| t[k], &temps, &[]), scores);
+    let r = relative_to_goals(&[0.02], |_| None, &temps, &goals);
+    approx::assert_relative_eq!(r[0], 2.0, epsilon = 1e-12);
+}
+
+#[test]
 fn bad_configs_name_the_field() {
     let dir = tempfile::tempdir().unwrap();
     let cases = [
@@ -143,6 +162,14 @@ fn bad_configs_name_the_field() {
         (
             r#"{"teacher": {"name": "gfn2"}, "seeds": [{"name": "a", "smiles": "C"}], "stability": {"bond_limit": 0}}"#,
             "stability.bond_limit must be positive",
+        ),
+        (
+            r#"{"teacher": {"name": "gfn2"}, "seeds": [{"name": "a", "smiles": "C"}], "temperatures": [300, 600], "selection": {"force_goals": [0.015]}}"#,
+            "selection.force_goals has 1 entries for 2 temperatures",
+        ),
+        (
+            r#"{"teacher": {"name": "gfn2"}, "seeds": [{"name": "a", "smiles": "C"}], "temperatures": [300, 600], "selection": {"force_goals": [0.015, 0]}}"#,
+            "selection.force_goals: 0 is not a positive force error",
         ),
         (
             r#"{"teacher": {"name": "gfn2"}, "seeds": [{"name": "a", "smiles": "C"}], "unknown": 1}"#,
@@ -438,7 +465,7 @@ fn a_second_stage_refines_the_last_student_and_is_the_one_shipped() {
                                        "energy_weight": 100.0, "val_every": 4});
     cfg["stability"] = serde_json::json!({"steps": 50, "bond_limit": 0.7});
     cfg["selection"] = serde_json::json!({"per_molecule": 20, "share": "disputed",
-                                          "min_per_molecule": 5});
+                                          "min_per_molecule": 5, "force_goals": [0.05, 0.2]});
     std::fs::write(&config, cfg.to_string()).unwrap();
     let out = dir.path().join("run");
     // Another run holds the working directory's default md restart file: the loop's own MD
@@ -469,6 +496,32 @@ fn a_second_stage_refines_the_last_student_and_is_the_one_shipped() {
         let v: Value = serde_json::from_slice(&std::fs::read(out.join(summary)).unwrap()).unwrap();
         assert_eq!(v["bond_limit"].as_f64(), Some(0.7), "{summary}");
     }
+    // The frames chosen are the most disputed relative to their temperature's goal.
+    let it = out.join("iter-001");
+    let cands = read_extxyz(&it.join("candidates.extxyz")).unwrap();
+    let scores: Vec<f64> =
+        serde_json::from_slice(&std::fs::read(it.join("scores.json")).unwrap()).unwrap();
+    let t = |k: usize| cands[k].info_value("temperature_K")?.parse().ok();
+    let ranked = relative_to_goals(&scores, t, &[300.0, 600.0], &[0.05, 0.2]);
+    let mol = |k: usize| cands[k].info_value("molecule").unwrap().to_string();
+    let molecules: std::collections::BTreeSet<String> = (0..cands.len()).map(mol).collect();
+    let mut want: Vec<f64> = most_disputed_overall(&ranked, mol, 20 * molecules.len(), 5)
+        .iter()
+        .map(|&k| scores[k])
+        .collect();
+    let mut got: Vec<f64> = read_extxyz(&it.join("selected.extxyz"))
+        .unwrap()
+        .iter()
+        .map(|f| f.info_value("disagreement").unwrap().parse().unwrap())
+        .collect();
+    for v in [&mut want, &mut got] {
+        v.sort_by(f64::total_cmp);
+    }
+    assert_eq!(got.len(), want.len());
+    for (g, w) in got.iter().zip(&want) {
+        approx::assert_relative_eq!(*g, *w, max_relative = 1e-5);
+    }
+    assert!(err.contains("selected by temperature: "), "{err}");
     let best = out.join("refine/best.safetensors");
     assert!(trained_from(&best).ends_with("iter-001/student-0/best.safetensors"));
     let shipped = std::fs::read(out.join("student.safetensors")).unwrap();

@@ -185,6 +185,11 @@ pub struct Selection {
     pub min_per_molecule: usize,
     /// Candidates with two atoms closer than this (Å) are dropped unscored.
     pub min_distance: f64,
+    /// Force-error goals (eV/Å), one per entry of `temperatures`: candidates are ranked by
+    /// their disagreement over their temperature's goal, so that the budget goes where the
+    /// student is furthest from what it must reach rather than to the hottest frames, whose
+    /// forces the committee always disputes most. Empty: by the disagreement itself.
+    pub force_goals: Vec<f64>,
 }
 
 impl Default for Selection {
@@ -194,6 +199,7 @@ impl Default for Selection {
             share: Share::Even,
             min_per_molecule: 10,
             min_distance: 0.5,
+            force_goals: Vec::new(),
         }
     }
 }
@@ -416,6 +422,20 @@ impl DistillConfig {
         }
         if !non_negative(self.selection.min_distance) {
             return Err("selection.min_distance must be non-negative".into());
+        }
+        let goals = &self.selection.force_goals;
+        if !goals.is_empty() && goals.len() != self.temperatures.len() {
+            return Err(format!(
+                "selection.force_goals has {} entries for {} temperatures: give one goal per \
+                 temperature, in the same order",
+                goals.len(),
+                self.temperatures.len()
+            ));
+        }
+        if let Some(g) = goals.iter().find(|g| !positive(**g)) {
+            return Err(format!(
+                "selection.force_goals: {g} is not a positive force error (eV/Å)"
+            ));
         }
         if !non_negative(self.stop.disagreement) {
             return Err("stop.disagreement must be non-negative (eV/Å)".into());

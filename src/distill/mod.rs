@@ -25,6 +25,7 @@ pub use config::{
 pub use report::{budget_plot, markdown};
 pub use select::{
     close_contact, disagreement, most_disputed, most_disputed_molecule, most_disputed_overall,
+    relative_to_goals,
 };
 pub use state::{
     GroupErrors, HeldOut, Iteration, Phase, Refined, RunState, StabilityRow, STATE_FORMAT,

@@ -75,6 +75,34 @@ pub fn disagreement(
     Ok(out)
 }
 
+/// `scores` over the force goal of each frame's temperature (`temperature_of`; the goal of the
+/// nearest of `temperatures`, which `goals` parallels): how far each frame's disagreement is
+/// from what the student must reach there. A frame without a temperature gets the strictest
+/// goal. Unchanged when `goals` is empty.
+pub fn relative_to_goals(
+    scores: &[f64],
+    temperature_of: impl Fn(usize) -> Option<f64>,
+    temperatures: &[f64],
+    goals: &[f64],
+) -> Vec<f64> {
+    if goals.is_empty() {
+        return scores.to_vec();
+    }
+    let strictest = goals.iter().copied().fold(f64::INFINITY, f64::min);
+    let goal_at = |t: f64| {
+        temperatures
+            .iter()
+            .zip(goals)
+            .min_by(|a, b| (a.0 - t).abs().total_cmp(&(b.0 - t).abs()))
+            .map_or(strictest, |(_, g)| *g)
+    };
+    scores
+        .iter()
+        .enumerate()
+        .map(|(k, s)| s / temperature_of(k).map_or(strictest, goal_at))
+        .collect()
+}
+
 /// Indices of the frames to label: per molecule (as `molecule_of` names them), the
 /// `per_molecule` highest scores, in the order of `scores` (ties: the earlier frame).
 pub fn most_disputed(

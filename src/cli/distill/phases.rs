@@ -338,13 +338,21 @@ fn select(run: &Run, state: &mut RunState, i: usize) -> Result<()> {
         .with_context(|| format!("scoring {}", s(&dir.join("candidates.extxyz"))))?;
     let sel = &run.cfg.selection;
     let molecule_of = |k: usize| molecule_name(&candidates[k]);
+    let temperature_of =
+        |k: usize| -> Option<f64> { candidates[k].info_value("temperature_K")?.parse().ok() };
+    let ranked = d::relative_to_goals(
+        &scores,
+        temperature_of,
+        &run.cfg.temperatures,
+        &sel.force_goals,
+    );
     let picked = match sel.share {
-        d::Share::Even => d::most_disputed(&scores, molecule_of, sel.per_molecule),
+        d::Share::Even => d::most_disputed(&ranked, molecule_of, sel.per_molecule),
         d::Share::Disputed => {
             let molecules: std::collections::BTreeSet<String> =
                 (0..candidates.len()).map(molecule_of).collect();
             let total = sel.per_molecule * molecules.len();
-            d::most_disputed_overall(&scores, molecule_of, total, sel.min_per_molecule)
+            d::most_disputed_overall(&ranked, molecule_of, total, sel.min_per_molecule)
         }
     };
     let mean = |ks: &mut dyn Iterator<Item = usize>| {
@@ -375,6 +383,13 @@ fn select(run: &Run, state: &mut RunState, i: usize) -> Result<()> {
         it.disagreement_selected_mean.unwrap_or(f64::NAN) * 1e3,
         picked.len()
     );
+    let mut per_t: BTreeMap<String, usize> = BTreeMap::new();
+    for &k in &picked {
+        let t = candidates[k].info_value("temperature_K").unwrap_or("?");
+        *per_t.entry(format!("{t} K")).or_default() += 1;
+    }
+    let per_t: Vec<String> = per_t.iter().map(|(t, n)| format!("{n} at {t}")).collect();
+    eprintln!("   selected by temperature: {}", per_t.join(", "));
     Ok(())
 }
 
