@@ -407,6 +407,25 @@ fn a_second_stage_refines_the_last_student_and_is_the_one_shipped() {
         approx::assert_relative_eq!(*g, *w, max_relative = 1e-5);
     }
     assert!(err.contains("selected by temperature: "), "{err}");
+    // The state counts them per molecule and temperature, as the frames say; the report too.
+    let mut counted = std::collections::BTreeMap::new();
+    for g in state(&out).unwrap()["iterations"][1]["selected_groups"]
+        .as_array()
+        .unwrap()
+    {
+        let molecule = g["molecule"].as_str().unwrap().to_string();
+        let key = (molecule, g["temperature_k"].as_f64().unwrap() as i64);
+        counted.insert(key, g["frames"].as_u64().unwrap() as usize);
+    }
+    let mut want = std::collections::BTreeMap::new();
+    for f in read_extxyz(&it.join("selected.extxyz")).unwrap() {
+        let t: f64 = f.info_value("temperature_K").unwrap().parse().unwrap();
+        let key = (f.info_value("molecule").unwrap().to_string(), t as i64);
+        *want.entry(key).or_insert(0) += 1;
+    }
+    assert_eq!(counted, want);
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(report.contains("## Frames chosen per molecule and temperature"));
     let best = out.join("refine/best.safetensors");
     assert!(trained_from(&best).ends_with("iter-001/student-0/best.safetensors"));
     let shipped = std::fs::read(out.join("student.safetensors")).unwrap();

@@ -4,7 +4,7 @@
 use mlff_distiller::calculator::{Calculator, Prediction};
 use mlff_distiller::distill::{
     close_contact, disagreement, most_disputed, most_disputed_molecule, most_disputed_overall,
-    relative_to_goals,
+    relative_to_goals, selected_groups, SelectedGroup,
 };
 use mlff_distiller::structure::{Batch, Structure};
 
@@ -120,4 +120,32 @@ fn goals_per_temperature_move_the_budget_to_the_frames_furthest_from_theirs() {
     assert_eq!(relative_to_goals(&scores, |k| t[k], &temps, &[]), scores);
     let r = relative_to_goals(&[0.02], |_| None, &temps, &goals);
     approx::assert_relative_eq!(r[0], 2.0, epsilon = 1e-12);
+}
+
+#[test]
+fn the_selection_is_counted_per_molecule_and_temperature() {
+    let mol = ["b", "a", "a", "b", "a", "a"];
+    let t = [
+        Some(600.0),
+        Some(600.0),
+        Some(300.0),
+        Some(600.0),
+        None,
+        Some(300.0),
+    ];
+    let g = |m: &str, t: Option<f64>, frames| SelectedGroup {
+        molecule: m.into(),
+        temperature_k: t,
+        frames,
+    };
+    assert_eq!(
+        selected_groups(&[0, 1, 2, 3, 4, 5], |k| mol[k].into(), |k| t[k]),
+        vec![
+            g("a", Some(300.0), 2),
+            g("a", Some(600.0), 1),
+            g("a", None, 1),
+            g("b", Some(600.0), 2),
+        ]
+    );
+    assert!(selected_groups(&[], |k| mol[k].into(), |k| t[k]).is_empty());
 }

@@ -25,10 +25,11 @@ pub use config::{
 pub use report::{budget_plot, markdown};
 pub use select::{
     close_contact, disagreement, most_disputed, most_disputed_molecule, most_disputed_overall,
-    relative_to_goals,
+    relative_to_goals, selected_groups,
 };
 pub use state::{
-    GroupErrors, HeldOut, Iteration, Phase, Refined, RunState, StabilityRow, STATE_FORMAT,
+    GroupErrors, HeldOut, Iteration, Phase, Refined, RunState, SelectedGroup, StabilityRow,
+    STATE_FORMAT,
 };
 pub use teacher::{clean_stale_work, label, teacher_seconds};
 pub use teacher_md::{teacher_md, TeacherMdJob, TeacherStart};

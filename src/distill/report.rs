@@ -102,7 +102,50 @@ pub fn markdown(state: &RunState, teacher: &str) -> String {
             let _ = writeln!(m, "\nHeld-out stress MAE: {gpa:.4} GPa ({mae:.3e} eV/Å³).");
         }
     }
+    selection_table(&mut m, state);
     m
+}
+
+/// The frames each iteration chose, per molecule and temperature.
+fn selection_table(m: &mut String, state: &RunState) {
+    let its: Vec<_> = (state.iterations.iter())
+        .filter(|it| !it.selected_groups.is_empty())
+        .collect();
+    let mut rows: Vec<(&str, Option<f64>)> = Vec::new();
+    for g in its.iter().flat_map(|it| &it.selected_groups) {
+        if !rows.contains(&(&g.molecule, g.temperature_k)) {
+            rows.push((&g.molecule, g.temperature_k));
+        }
+    }
+    if rows.is_empty() {
+        return;
+    }
+    let t = |r: &(&str, Option<f64>)| r.1.unwrap_or(f64::INFINITY);
+    rows.sort_by(|a, b| a.0.cmp(b.0).then(t(a).total_cmp(&t(b))));
+    let _ = writeln!(m, "\n## Frames chosen per molecule and temperature\n");
+    let heads: Vec<String> = its
+        .iter()
+        .map(|it| format!("iteration {}", it.index))
+        .collect();
+    let _ = writeln!(m, "| molecule | T K | {} | all |", heads.join(" | "));
+    let _ = writeln!(m, "| --- | ---: |{} ---: |", " ---: |".repeat(its.len()));
+    for (molecule, temperature) in rows {
+        let counts: Vec<usize> = (its.iter())
+            .map(|it| {
+                (it.selected_groups.iter())
+                    .find(|g| g.molecule == molecule && g.temperature_k == temperature)
+                    .map_or(0, |g| g.frames)
+            })
+            .collect();
+        let cells: Vec<String> = counts.iter().map(usize::to_string).collect();
+        let _ = writeln!(
+            m,
+            "| {molecule} | {} | {} | {} |",
+            opt(temperature, 1.0, 0),
+            cells.join(" | "),
+            counts.iter().sum::<usize>()
+        );
+    }
 }
 
 fn groups_table(m: &mut String, title: &str, test: &HeldOut, stability: &[StabilityRow]) {

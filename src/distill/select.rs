@@ -2,6 +2,7 @@
 //! per molecule, within a budget; frames with atoms on top of each other never.
 
 use crate::calculator::Calculator;
+use crate::distill::state::SelectedGroup;
 use crate::error::Result;
 use crate::neighbors::structure_neighbor_list;
 use crate::structure::{Batch, Structure};
@@ -158,4 +159,33 @@ pub fn most_disputed_molecule(
     per.into_iter()
         .map(|(m, (sum, n))| (m, sum / n as f64))
         .max_by(|a, b| a.1.total_cmp(&b.1))
+}
+
+/// How many of the frames `picked` each molecule got at each temperature, by molecule and then
+/// temperature (frames without one last).
+pub fn selected_groups(
+    picked: &[usize],
+    molecule_of: impl Fn(usize) -> String,
+    temperature_of: impl Fn(usize) -> Option<f64>,
+) -> Vec<SelectedGroup> {
+    let mut groups: Vec<SelectedGroup> = Vec::new();
+    for &k in picked {
+        let (molecule, temperature_k) = (molecule_of(k), temperature_of(k));
+        match groups
+            .iter_mut()
+            .find(|g| g.molecule == molecule && g.temperature_k == temperature_k)
+        {
+            Some(g) => g.frames += 1,
+            None => groups.push(SelectedGroup {
+                molecule,
+                temperature_k,
+                frames: 1,
+            }),
+        }
+    }
+    groups.sort_by(|a, b| {
+        let t = |g: &SelectedGroup| g.temperature_k.unwrap_or(f64::INFINITY);
+        a.molecule.cmp(&b.molecule).then(t(a).total_cmp(&t(b)))
+    });
+    groups
 }

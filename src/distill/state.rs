@@ -62,6 +62,9 @@ pub struct Iteration {
     #[serde(default)]
     pub disagreement_md_worst: Option<(String, f64)>,
     pub selected: usize,
+    /// The selected frames per molecule and temperature: where the budget went.
+    #[serde(default)]
+    pub selected_groups: Vec<SelectedGroup>,
     /// Frames the teacher labelled (selected minus those it failed on).
     pub new_frames: usize,
     pub total_frames: usize,
@@ -79,6 +82,15 @@ pub struct Iteration {
     pub members_trained: Vec<usize>,
     pub test: Option<HeldOut>,
     pub stability: Vec<StabilityRow>,
+}
+
+/// How many of an iteration's selected frames one molecule got at one temperature (none for
+/// frames without a `temperature_K`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SelectedGroup {
+    pub molecule: String,
+    pub temperature_k: Option<f64>,
+    pub frames: usize,
 }
 
 /// Student 0 on the held-out teacher frames.

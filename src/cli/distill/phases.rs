@@ -383,12 +383,21 @@ fn select(run: &Run, state: &mut RunState, i: usize) -> Result<()> {
         it.disagreement_selected_mean.unwrap_or(f64::NAN) * 1e3,
         picked.len()
     );
-    let mut per_t: BTreeMap<String, usize> = BTreeMap::new();
-    for &k in &picked {
-        let t = candidates[k].info_value("temperature_K").unwrap_or("?");
-        *per_t.entry(format!("{t} K")).or_default() += 1;
+    it.selected_groups = d::selected_groups(&picked, molecule_of, temperature_of);
+    let mut per_t: Vec<(Option<f64>, usize)> = Vec::new();
+    for g in &it.selected_groups {
+        match per_t.iter_mut().find(|(t, _)| *t == g.temperature_k) {
+            Some((_, n)) => *n += g.frames,
+            None => per_t.push((g.temperature_k, g.frames)),
+        }
     }
-    let per_t: Vec<String> = per_t.iter().map(|(t, n)| format!("{n} at {t}")).collect();
+    let per_t: Vec<String> = per_t
+        .iter()
+        .map(|(t, n)| match t {
+            Some(t) => format!("{n} at {t} K"),
+            None => format!("{n} without a temperature"),
+        })
+        .collect();
     eprintln!("   selected by temperature: {}", per_t.join(", "));
     Ok(())
 }
