@@ -110,6 +110,21 @@ impl LayerPlan {
         self.update_one_launch = false;
         self
     }
+
+    /// The plan of a pass whose weights' gradients follow ([`without_packed_weights`]
+    /// (Self::without_packed_weights), the first block per edge, untiled). On CUDA the filter
+    /// is formed in the kernel, whose adjoint sums dL/dW over the edges itself; on the CPU the
+    /// rows the plan picked stay, and dL/dW is one product of the basis with dL/d(rows) instead
+    /// of an [R + 1, 3F] update per edge.
+    pub fn for_weight_gradients(self, cuda: bool) -> Self {
+        let mut plan = self.without_packed_weights();
+        plan.first_block_sums = false;
+        plan.tiled = false;
+        if cuda {
+            plan.filter = FilterSource::InKernel;
+        }
+        plan
+    }
 }
 
 impl Plan {

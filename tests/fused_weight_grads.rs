@@ -43,7 +43,8 @@ fn model(dtype: DType) -> (VarMap, Painn) {
 
 /// Tunings that send the layers down each per-layer path: candle's matmuls, our small dense
 /// kernels, and where inference would take the tensor-core layers (the weight gradients take
-/// cuBLAS there).
+/// cuBLAS there); the filter as rows (the CPU's default: dL/dW from dL/d(rows)) and formed in
+/// the kernel (CUDA's, whose adjoint sums dL/dW over the edges).
 fn tunings() -> Vec<(&'static str, Tuning, bool)> {
     let matmul = Tuning {
         dense_kernel_max_rows: 0,
@@ -59,8 +60,13 @@ fn tunings() -> Vec<(&'static str, Tuning, bool)> {
         dense_tensor_cores_from_rows: 0,
         ..matmul.clone()
     };
+    let in_kernel = Tuning {
+        filter_rows_from_edges: Some(usize::MAX),
+        ..Tuning::default()
+    };
     vec![
         ("default", Tuning::default(), false),
+        ("filter in the kernel", in_kernel, false),
         ("matmul", matmul, false),
         ("dense kernels", small, true),
         ("tensor-core layers", tensor_cores, true),

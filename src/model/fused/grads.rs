@@ -1,14 +1,16 @@
 //! Weight gradients by the fused path: ∂(Σᵢ cᵢ Eᵢ)/∂θ for per-atom seeds cᵢ, by the same
 //! hand-written adjoint as the forces. Each dense layer's gradient is one product of its saved
 //! input with the adjoint at its output (cuBLAS), the filter's is summed over the edges inside
-//! the interaction's adjoint kernel (`interaction_weight_adjoint`: each edge's dL/dw times its
-//! basis row, no [E, 3F] rows), and the first block's φ, computed per element, takes its
+//! the interaction's adjoint kernel on CUDA (`interaction_weight_adjoint`: each edge's dL/dw
+//! times its basis row, no [E, 3F] rows) and is one product of the basis with dL/d(rows) on the
+//! CPU, where the plan keeps filter rows; the first block's φ, computed per element, takes its
 //! atoms' adjoints summed per element. What training's fused force gradient
 //! (`train::ForceGradient::Fused`) runs over a batch's displaced copies.
 //!
 //! The forward keeps what this needs besides the forces' tape (each block's messaged state),
 //! so it runs the per-layer kernels whose adjoints expose every layer's output gradient:
-//! per-edge blocks with the filter formed in the kernel, the update block as separate layers.
+//! per-edge blocks (with the filter formed in the kernel on CUDA), the update block as separate
+//! layers.
 //! Its dense layers take cuBLAS where inference would take the tensor-core kernels: those
 //! read weights packed on the host once per model, and training changes them every step.
 
@@ -17,10 +19,10 @@ use super::weights::Mlp;
 use super::FusedPainn;
 use crate::model::PainnInputs;
 use crate::ops::{
-    act_grad, bias_silu, bias_silu_adjoint, interaction_weight_adjoint, scatter_add,
-    update_combine_adjoint, update_context, update_context_adjoint, InteractionInputs, StateGrad,
+    act_grad, bias_silu, bias_silu_adjoint, interaction_adjoint, interaction_weight_adjoint,
+    scatter_add, update_combine_adjoint, update_context, update_context_adjoint, EdgeFilter,
+    InteractionInputs, StateGrad,
 };
-use crate::plan::FilterSource;
 use candle_core::{bail, Result, Tensor};
 
 /// The gradients of a two-layer MLP's weights and biases.
@@ -69,10 +71,8 @@ impl FusedPainn {
         x: &PainnInputs,
         seed: &Tensor,
     ) -> Result<Vec<(String, Tensor)>> {
-        let mut plan = self.layer_plan(x)?.without_packed_weights();
-        plan.first_block_sums = false;
-        plan.filter = FilterSource::InKernel;
-        plan.tiled = false;
+        let cuda = x.species.device().is_cuda();
+        let plan = self.layer_plan(x)?.for_weight_gradients(cuda);
         self.forward_planned(x, plan, true)?.weight_gradients(seed)
     }
 }
@@ -137,7 +137,19 @@ impl FusedForward<'_> {
                 symmetric_edges: true,
                 tuning: &m.tuning,
             };
-            let grads = interaction_weight_adjoint(&inputs, &g_s, &g_v)?;
+            let grads = match inputs.filter {
+                EdgeFilter::Weights(_) => interaction_weight_adjoint(&inputs, &g_s, &g_v)?,
+                // dL/dW = basis[:, ..R + 1]ᵀ · dL/d(rows): the rows are basis · W.
+                EdgeFilter::Rows(_) => {
+                    let mut g = interaction_adjoint(&inputs, &g_s, &g_v, None)?;
+                    let Some(rows) = g.filter_rows.take() else {
+                        bail!("weight gradients: the interaction adjoint left no dL/d(rows)")
+                    };
+                    let basis = self.basis.narrow(1, 0, r + 1)?;
+                    g.filter_weights = Some(basis.t()?.matmul(&rows)?);
+                    g
+                }
+            };
             let Some(g_weights) = grads.filter_weights else {
                 bail!("weight gradients: the interaction adjoint left no filter gradient")
             };
