@@ -4,12 +4,17 @@
          labelled (the teacher MD of seed 0 and each iteration's choice), validated on seed 1,
          with the loop's training settings; each scored on test.extxyz (seed 2) per molecule
          and temperature. NAME=JSON gives a student's model config (e.g. a cutoff or a shape).
+  refine: the second stage again from a student (MODEL), side by side, with the example config's
+         `refine` settings, on every frame the loop labelled plus each student's extra files
+         (NAME=FILE,FILE...; NAME= adds none): which extra frames lower which rows?
   fit:   one student's force MAE per molecule and temperature on the frames it was trained on
          (the teacher MD of seed 0 alone, then every labelled frame), on seed 1 and on seed 2:
          does a row miss for want of fit or of coverage?
 
     python3 benches/distill/ani_frames.py train MLFF WORK NAME=JSON [NAME=JSON ...]
         [--epochs 250] [--max-minutes M] [--device cuda] [--every K]
+    python3 benches/distill/ani_frames.py refine MLFF MODEL WORK NAME=FILE,... [NAME=...]
+        [--max-minutes M] [--device cuda]
     python3 benches/distill/ani_frames.py fit MLFF MODEL WORK [--device cpu]
 
 Only the standard library; MLFF is an `mlff` binary. bench-log 80.
@@ -84,36 +89,67 @@ def loop_files():
     return [DATA / "loop" / "train.extxyz.xz"] + sorted((DATA / "loop").glob("iter-*.extxyz.xz"))
 
 
-def train(a):
-    work = Path(a.work)
-    work.mkdir(parents=True, exist_ok=True)
-    write(work / "train.extxyz", [read(p) for p in loop_files()], a.every)
-    write(work / "val.extxyz", [read(DATA / "loop" / "val.extxyz.xz")], a.every)
-    runs = []
-    for spec in a.students:
-        name, cfg = spec.split("=", 1)
-        (work / f"{name}.json").write_text(cfg)
-        cmd = [a.mlff, "train", "--train", str(work / "train.extxyz"), "--val",
-               str(work / "val.extxyz"), "--config", str(work / f"{name}.json"), "--device",
-               a.device, "--epochs", str(a.epochs), "--batch-size", "32", "--lr", "0.001",
-               "--lr-min", "1e-5", "--patience", "30", "--val-every", "10", "--seed", "0",
-               "--out", str(work / name), "--overwrite"]
+def run_side_by_side(a, work, runs):
+    """Starts `mlff train` for each (name, args) at once, waits, and prints every student's
+    force MAE on test.extxyz per molecule and temperature."""
+    procs = []
+    for name, args in runs:
+        cmd = [a.mlff, "train", "--val", str(work / "val.extxyz"), "--device", a.device,
+               "--out", str(work / name), "--overwrite"] + args
         if a.max_minutes:
             cmd += ["--max-minutes", str(a.max_minutes)]
         log = open(work / f"{name}.log", "w")
-        runs.append((name, subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)))
-    for name, p in runs:
+        procs.append((name, subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)))
+    for name, p in procs:
         if p.wait() != 0:
             sys.exit(f"{name}: mlff train exited {p.returncode} ({work / name}.log)")
     tests = split_by_temperature(DATA / "test.extxyz", work, "test")
     cols = [(m, t) for t in tests for m in ["all"] + ROWS]
     print("| student | " + " | ".join(f"{m} {t} K" for m, t in cols) + " |")
     print("|---" * (len(cols) + 1) + "|")
-    for name, _ in runs:
+    for name, _ in procs:
         tail = (work / f"{name}.log").read_text().strip().splitlines()[-2]
         scores = {t: force_mae(a.mlff, work / name / "best.safetensors", p, a.eval_device)
                   for t, p in tests.items()}
         print(f"| {name} | " + " | ".join(f"{scores[t][m]:.2f}" for m, t in cols) + f" |  {tail}")
+
+
+def loop_split(a, work):
+    write(work / "train.extxyz", [read(p) for p in loop_files()], a.every)
+    write(work / "val.extxyz", [read(DATA / "loop" / "val.extxyz.xz")], a.every)
+
+
+def train(a):
+    work = Path(a.work)
+    work.mkdir(parents=True, exist_ok=True)
+    loop_split(a, work)
+    runs = []
+    for spec in a.students:
+        name, cfg = spec.split("=", 1)
+        (work / f"{name}.json").write_text(cfg)
+        runs.append((name, ["--train", str(work / "train.extxyz"), "--config",
+                            str(work / f"{name}.json"), "--epochs", str(a.epochs),
+                            "--batch-size", "32", "--lr", "0.001", "--lr-min", "1e-5",
+                            "--patience", "30", "--val-every", "10", "--seed", "0"]))
+    run_side_by_side(a, work, runs)
+
+
+def refine(a):
+    work = Path(a.work)
+    work.mkdir(parents=True, exist_ok=True)
+    loop_split(a, work)
+    example = ROOT / "examples" / "distill" / "ani2x-organic.json"
+    (work / "refine.json").write_text(json.dumps(json.loads(example.read_text())["refine"]))
+    runs = []
+    for spec in a.students:
+        name, files = spec.split("=", 1)
+        extra = []
+        for k, f in enumerate(x for x in files.split(",") if x):
+            extra.append(work / f"{name}.extra{k}.extxyz")
+            write(extra[-1], [read(f)], a.every)
+        runs.append((name, ["--train", str(work / "train.extxyz")] + [str(p) for p in extra]
+                     + ["--train-config", str(work / "refine.json"), "--init", a.model]))
+    run_side_by_side(a, work, runs)
 
 
 def fit(a):
@@ -151,13 +187,22 @@ def main():
     t.add_argument("--device", default="cuda")
     t.add_argument("--eval-device", default="cpu")
     t.add_argument("--every", type=int, default=1, help="every K-th frame (a smoke test)")
+    r = sub.add_parser("refine")
+    r.add_argument("mlff")
+    r.add_argument("model")
+    r.add_argument("work")
+    r.add_argument("students", nargs="+", help="NAME=extra training files, comma-separated")
+    r.add_argument("--max-minutes", type=float)
+    r.add_argument("--device", default="cuda")
+    r.add_argument("--eval-device", default="cpu")
+    r.add_argument("--every", type=int, default=1, help="every K-th frame (a smoke test)")
     f = sub.add_parser("fit")
     f.add_argument("mlff")
     f.add_argument("model")
     f.add_argument("work")
     f.add_argument("--device", default="cpu")
     a = ap.parse_args()
-    train(a) if a.cmd == "train" else fit(a)
+    {"train": train, "refine": refine, "fit": fit}[a.cmd](a)
 
 
 if __name__ == "__main__":
